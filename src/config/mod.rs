@@ -1,0 +1,180 @@
+//! Configuration: the validated, typed settings every other module receives.
+//!
+//! `load` reads a TOML file (explicit `--config PATH`, else `./config/callsync.toml`, else
+//! `/etc/callsync/callsync.toml`) and `CALLSYNC_<SECTION>__<KEY>` environment overrides into a
+//! raw serde mirror (`raw.rs`), then converts it once into [`Config`] with real types; each
+//! failure is one [`ConfigError`] naming the key and the problem. Secrets (`secret.rs`) are
+//! resolved here and never printed. Other modules never see the raw form.
+
+mod raw;
+mod secret;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use url::Url;
+use uuid::Uuid;
+
+use crate::api::ListFilter;
+
+pub use secret::Secret;
+
+/// Everything callsync needs, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub api: ApiConfig,
+    pub warehouse: WarehouseConfig,
+    pub sync: SyncConfig,
+    pub log: LogConfig,
+    pub metrics: MetricsConfig,
+    /// The file the configuration was read from, if any.
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The service's `{base_url}`; `/api/v1/...` is appended.
+    pub base_url: Url,
+    pub auth: AuthConfig,
+    /// Whole-request timeout.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Client-side rate limit shared by all schedules; `None` = unlimited.
+    pub requests_per_second: Option<u32>,
+    /// Detail requests in flight at once per schedule.
+    pub detail_concurrency: usize,
+    pub retry: RetryConfig,
+}
+
+#[derive(Debug, Clone)]
+pub enum AuthConfig {
+    /// A static bearer token.
+    Static(Secret),
+    /// OAuth 2.0 client-credentials grant.
+    OAuth(OAuthConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct OAuthConfig {
+    pub token_url: Url,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub scope: Option<String>,
+}
+
+/// Request-level retry limits; every limit explicit (see `api::retry`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    /// Give up retrying a request after this long.
+    pub max_elapsed: Duration,
+    pub initial_interval: Duration,
+    pub max_interval: Duration,
+    pub multiplier: f64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 10,
+            max_elapsed: Duration::from_secs(120),
+            initial_interval: Duration::from_millis(500),
+            max_interval: Duration::from_secs(30),
+            multiplier: 2.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WarehouseConfig {
+    pub path: PathBuf,
+    /// How long a write waits for a lock held by another process.
+    pub busy_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailsMode {
+    /// Fetch a call's detail only when a list item lacks attempt children.
+    Auto,
+    /// Fetch every call's detail.
+    Always,
+    /// Never fetch details; attempt children missing from the list are left as they were.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    pub schedules: Vec<Uuid>,
+    /// Each pass starts this far before the checkpoint, to catch late commits.
+    pub lookback: Duration,
+    /// 6-field cron (seconds first), evaluated in UTC.
+    pub cron: String,
+    /// Rows per list request, 1..=100.
+    pub page_size: u32,
+    pub details: DetailsMode,
+    /// Schedules synced at once.
+    pub concurrency: usize,
+    pub filter: ListFilter,
+    /// 6-field cron for reconciliation passes; `None` = off.
+    pub reconcile_cron: Option<String>,
+    /// Trailing window a reconciliation pass re-reads.
+    pub reconcile_window: Duration,
+    /// How long a shutdown waits for the pages being written.
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// A tracing `EnvFilter` directive such as `info` or `callsync=debug`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MetricsConfig {
+    /// Prometheus metrics and `/healthz`; `None` = off.
+    pub listen: Option<SocketAddr>,
+}
+
+/// A configuration problem: one line naming the key (or file) and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config: no configuration file found (looked for {searched}); pass --config PATH")]
+    NotFound { searched: String },
+    #[error("config: cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config: {0}")]
+    Parse(String),
+    #[error("config: {key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+impl ConfigError {
+    pub fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// The default search path when no `--config` is given, in order.
+pub const DEFAULT_PATHS: [&str; 2] = ["config/callsync.toml", "/etc/callsync/callsync.toml"];
+
+/// Loads and validates the configuration from `path` (or the default search path) and the
+/// `CALLSYNC_` environment.
+pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    raw::load(path)
+}

@@ -1,0 +1,1 @@
+//! Scaffolding: the simulator module is being built.

@@ -1,0 +1,1 @@
+//! Scaffolding: logging set-up is being built.

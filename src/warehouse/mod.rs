@@ -1,0 +1,1 @@
+//! Scaffolding: the warehouse module is being built.
