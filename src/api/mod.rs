@@ -1,12 +1,19 @@
-//! The service's API: models, timestamps, filters, and (later) the HTTP client.
+//! The service's API: models, timestamps, filters, and the HTTP client with auth and retries.
 //!
-//! Only this module knows the service's JSON and HTTP. The simulator reuses the models so the
-//! two sides cannot drift apart.
+//! Only this module knows the service's JSON and HTTP; it knows nothing of SQLite or of how
+//! pages are walked. The simulator reuses the models so the two sides cannot drift apart.
 
+mod auth;
+mod client;
+mod error;
 pub mod filter;
 pub mod models;
+mod retry;
 pub mod timestamp;
 
+pub use client::{ApiClient, ListQuery, MAX_PAGE_SIZE};
+pub use error::ApiError;
 pub use filter::ListFilter;
 pub use models::*;
+pub use retry::Counters;
 pub use timestamp::{Timestamp, TimestampError};

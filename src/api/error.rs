@@ -1,0 +1,186 @@
+//! `ApiError`: what can go wrong talking to the service, and whether it is worth retrying.
+//!
+//! Each variant names the request it was about (method and path, never the token). The retry
+//! loop asks [`ApiError::is_transient`]; nobody parses messages.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use super::models::ErrorBody;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(
+        "cannot set up the HTTPS client: {source}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
+    )]
+    ClientSetup {
+        #[source]
+        source: reqwest::Error,
+    },
+
+    #[error("{request}: {problem}: {source}")]
+    Transport {
+        request: String,
+        problem: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+
+    #[error("{request}: HTTP {status}: {}{hint}", describe_body(.body, .raw_excerpt))]
+    Status {
+        request: String,
+        status: StatusCode,
+        body: Option<ErrorBody>,
+        /// A short excerpt of a body that was not the service's error shape (e.g. a proxy's page).
+        raw_excerpt: Option<String>,
+        retry_after: Option<Duration>,
+        hint: &'static str,
+    },
+
+    #[error("{request}: malformed response ({content_type}): {source}")]
+    Decode {
+        request: String,
+        content_type: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("{request}: the service broke the protocol: {problem}")]
+    Protocol { request: String, problem: String },
+
+    #[error("{request}: gave up after {attempts} attempts in {elapsed:.1?}: {last}")]
+    RetriesExhausted {
+        request: String,
+        attempts: u32,
+        elapsed: Duration,
+        #[source]
+        last: Box<ApiError>,
+    },
+}
+
+impl ApiError {
+    /// Worth another attempt: connection problems, timeouts, truncated or garbled bodies,
+    /// 408, 429 and 5xx. Other 4xx and well-formed-but-wrong bodies are permanent.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Transport { .. } => true,
+            ApiError::Status { status, .. } => {
+                status.is_server_error()
+                    || *status == StatusCode::TOO_MANY_REQUESTS
+                    || *status == StatusCode::REQUEST_TIMEOUT
+            }
+            ApiError::Decode { source, .. } => !matches!(
+                source.classify(),
+                serde_json::error::Category::Data
+            ),
+            ApiError::ClientSetup { .. }
+            | ApiError::Protocol { .. }
+            | ApiError::RetriesExhausted { .. } => false,
+        }
+    }
+
+    /// The server's requested wait (429 / 503 `Retry-After`), if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            ApiError::RetriesExhausted { last, .. } => last.status(),
+            _ => None,
+        }
+    }
+
+    pub fn is_unauthorized(&self) -> bool {
+        self.status() == Some(StatusCode::UNAUTHORIZED)
+    }
+}
+
+/// What an operator can do about a status, appended to the message.
+pub(crate) fn hint_for(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => {
+            "; check api.access_token or the [api.oauth] credentials (is the token expired or revoked?)"
+        }
+        StatusCode::FORBIDDEN => "; the credentials are valid but not allowed to read this resource",
+        StatusCode::NOT_FOUND => {
+            "; check the schedule uid in sync.schedules and api.base_url (it must not include /api/v1)"
+        }
+        StatusCode::TOO_MANY_REQUESTS => "; lower api.requests_per_second",
+        _ => "",
+    }
+}
+
+fn describe_body(body: &Option<ErrorBody>, raw: &Option<String>) -> String {
+    match (body, raw) {
+        (Some(body), _) => body.to_string(),
+        (None, Some(raw)) => format!("unexpected body: {raw}"),
+        (None, None) => "(empty body)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16) -> ApiError {
+        ApiError::Status {
+            request: "GET /x".into(),
+            status: StatusCode::from_u16(code).unwrap(),
+            body: None,
+            raw_excerpt: None,
+            retry_after: None,
+            hint: "",
+        }
+    }
+
+    fn decode(text: &str) -> ApiError {
+        ApiError::Decode {
+            request: "GET /x".into(),
+            content_type: "application/json".into(),
+            source: serde_json::from_str::<super::super::models::CallPage>(text).unwrap_err(),
+        }
+    }
+
+    #[test]
+    fn classifies_transient_and_permanent() {
+        let cases = [
+            (status(500), true),
+            (status(502), true),
+            (status(503), true),
+            (status(429), true),
+            (status(408), true),
+            (status(400), false),
+            (status(401), false),
+            (status(404), false),
+            (decode("{\"data\": ["), true),
+            (decode("<html>"), true),
+            (decode("{\"data\": 5}"), false),
+        ];
+        for (err, transient) in cases {
+            assert_eq!(err.is_transient(), transient, "{err}");
+        }
+    }
+
+    #[test]
+    fn status_message_names_request_body_and_hint() {
+        let err = ApiError::Status {
+            request: "GET /api/v1/schedules/abc/outbound_calls".into(),
+            status: StatusCode::NOT_FOUND,
+            body: Some(ErrorBody::new("Not found", "no schedule abc")),
+            raw_excerpt: None,
+            retry_after: None,
+            hint: hint_for(StatusCode::NOT_FOUND),
+        };
+        assert_eq!(
+            err.to_string(),
+            "GET /api/v1/schedules/abc/outbound_calls: HTTP 404 Not Found: Not found: no schedule abc; \
+             check the schedule uid in sync.schedules and api.base_url (it must not include /api/v1)"
+        );
+    }
+}

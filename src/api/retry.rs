@@ -1,0 +1,218 @@
+//! Request-level retries: exponential backoff with jitter, every limit explicit.
+//!
+//! The only module that knows the `backoff` crate (unmaintained, RUSTSEC-2025-0012, and by
+//! default gives up after 15 minutes): swapping it touches nothing else. Which errors are
+//! worth retrying is the error's own decision ([`ApiError::is_transient`]); this module only
+//! decides when and how often.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use backoff::ExponentialBackoff;
+
+use super::error::ApiError;
+use crate::config::RetryConfig;
+
+/// A server's `Retry-After` is honoured, but never below the first backoff interval (a
+/// `Retry-After: 0` must not become a retry storm) and never above this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+
+/// Request and retry counts of one pass, shared by the tasks working for it.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    pub retries: AtomicU64,
+}
+
+impl Counters {
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    config: RetryConfig,
+}
+
+impl RetryPolicy {
+    pub fn new(config: RetryConfig) -> Self {
+        RetryPolicy { config }
+    }
+
+    /// Runs `attempt` until it succeeds, fails permanently, or a limit is reached; counts every
+    /// attempt as a request and every repeat as a retry. `request` names it in errors and logs.
+    pub async fn run<T, F, Fut>(
+        &self,
+        request: &str,
+        counters: &Counters,
+        mut attempt: F,
+    ) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        let started = Instant::now();
+        let mut attempts: u32 = 0;
+        let max_attempts = self.config.max_attempts.max(1);
+        let floor = self.config.initial_interval;
+        let op = || {
+            attempts += 1;
+            counters.requests.fetch_add(1, Ordering::Relaxed);
+            if attempts > 1 {
+                counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let last_allowed = attempts >= max_attempts;
+            let fut = attempt();
+            async move {
+                fut.await.map_err(|err| {
+                    if err.is_transient() && !last_allowed {
+                        let wait = err
+                            .retry_after()
+                            .map(|d| d.clamp(floor, MAX_RETRY_AFTER));
+                        backoff::Error::Transient {
+                            err,
+                            retry_after: wait,
+                        }
+                    } else {
+                        backoff::Error::Permanent(err)
+                    }
+                })
+            }
+        };
+        let notify = |err: ApiError, wait: Duration| {
+            tracing::warn!(request, error = %err, retry_in = ?wait, "request failed; retrying");
+        };
+        let result = backoff::future::retry_notify(self.backoff(), op, notify).await;
+        result.map_err(|last| {
+            if attempts > 1 && last.is_transient() {
+                ApiError::RetriesExhausted {
+                    request: request.to_owned(),
+                    attempts,
+                    elapsed: started.elapsed(),
+                    last: Box::new(last),
+                }
+            } else {
+                last
+            }
+        })
+    }
+
+    fn backoff(&self) -> ExponentialBackoff {
+        ExponentialBackoff {
+            current_interval: self.config.initial_interval,
+            initial_interval: self.config.initial_interval,
+            randomization_factor: 0.5,
+            multiplier: self.config.multiplier,
+            max_interval: self.config.max_interval,
+            max_elapsed_time: Some(self.config.max_elapsed),
+            ..ExponentialBackoff::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::StatusCode;
+
+    fn fast(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy::new(RetryConfig {
+            max_attempts,
+            max_elapsed: Duration::from_secs(10),
+            initial_interval: Duration::from_millis(1),
+            max_interval: Duration::from_millis(5),
+            multiplier: 2.0,
+        })
+    }
+
+    fn status(code: u16, retry_after: Option<Duration>) -> ApiError {
+        ApiError::Status {
+            request: "GET /x".into(),
+            status: StatusCode::from_u16(code).unwrap(),
+            body: None,
+            raw_excerpt: None,
+            retry_after,
+            hint: "",
+        }
+    }
+
+    /// Runs a scripted sequence of outcomes (status code, or 200 for success).
+    async fn script(policy: &RetryPolicy, codes: &[u16]) -> (Result<u16, ApiError>, Counters) {
+        let counters = Counters::default();
+        let mut next = codes.iter().copied();
+        let result = policy
+            .run("GET /x", &counters, || {
+                let code = next.next().unwrap_or(200);
+                async move {
+                    match code {
+                        200 => Ok(code),
+                        c => Err(status(c, None)),
+                    }
+                }
+            })
+            .await;
+        (result, counters)
+    }
+
+    #[tokio::test]
+    async fn retries_transient_until_success() {
+        let (result, counters) = script(&fast(10), &[503, 429, 502, 500]).await;
+        assert_eq!(result.unwrap(), 200);
+        assert_eq!((counters.requests(), counters.retries()), (5, 4));
+    }
+
+    #[tokio::test]
+    async fn does_not_retry_permanent() {
+        let (result, counters) = script(&fast(10), &[404]).await;
+        assert_eq!(result.unwrap_err().status(), Some(StatusCode::NOT_FOUND));
+        assert_eq!((counters.requests(), counters.retries()), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn stops_at_max_attempts_and_says_so() {
+        let (result, counters) = script(&fast(3), &[500, 500, 500, 500]).await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, ApiError::RetriesExhausted { attempts: 3, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("GET /x: gave up after 3 attempts"));
+        assert_eq!(counters.requests(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn honours_retry_after_with_a_floor() {
+        let policy = RetryPolicy::new(RetryConfig {
+            initial_interval: Duration::from_millis(400),
+            ..RetryConfig::default()
+        });
+        let counters = Counters::default();
+        let mut calls = 0;
+        let started = tokio::time::Instant::now();
+        let result = policy
+            .run("GET /x", &counters, || {
+                calls += 1;
+                let first = calls == 1;
+                let second = calls == 2;
+                async move {
+                    if first {
+                        Err(status(429, Some(Duration::from_secs(7))))
+                    } else if second {
+                        Err(status(429, Some(Duration::ZERO)))
+                    } else {
+                        Ok(())
+                    }
+                }
+            })
+            .await;
+        assert!(result.is_ok());
+        // 7 s as asked, then the 400 ms floor instead of an instant retry.
+        assert_eq!(started.elapsed(), Duration::from_millis(7_400));
+    }
+}
