@@ -24,7 +24,7 @@ pub struct TokenSource {
 enum Kind {
     Static(Secret),
     OAuth {
-        config: OAuthConfig,
+        config: Box<OAuthConfig>,
         cached: Mutex<Option<CachedToken>>,
     },
 }
@@ -40,7 +40,7 @@ impl TokenSource {
         let kind = match auth {
             AuthConfig::Static(token) => Kind::Static(token.clone()),
             AuthConfig::OAuth(config) => Kind::OAuth {
-                config: config.clone(),
+                config: Box::new(config.clone()),
                 cached: Mutex::new(None),
             },
         };
@@ -142,7 +142,8 @@ async fn fetch_token(
             status,
             body: serde_json::from_slice::<ErrorBody>(&body)
                 .ok()
-                .filter(|b| b.title.is_some()),
+                .filter(|b| b.title.is_some())
+                .map(Box::new),
             raw_excerpt: Some(excerpt(&body)),
             retry_after: None,
             hint: if status.as_u16() == 400 || status.as_u16() == 401 {

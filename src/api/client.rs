@@ -227,15 +227,18 @@ fn status_error(name: &str, status: StatusCode, headers: &HeaderMap, body: &[u8]
             status = status.as_u16(),
             title = parsed.as_ref().and_then(|b| b.title.as_deref()),
             detail = parsed.as_ref().and_then(|b| b.detail.as_deref()),
-            errors = %parsed.as_ref().map(ErrorBody::to_string).unwrap_or_default(),
+            errors = %parsed.as_ref().map(|b| b.to_string()).unwrap_or_default(),
             "the service rejected a request"
         );
     }
     ApiError::Status {
         request: name.to_owned(),
         status,
-        raw_excerpt: parsed.is_none().then(|| excerpt(body)).filter(|e| !e.is_empty()),
-        body: parsed,
+        raw_excerpt: parsed
+            .is_none()
+            .then(|| excerpt(body))
+            .filter(|e| !e.is_empty()),
+        body: parsed.map(Box::new),
         retry_after: retry_after(headers),
         hint: hint_for(status),
     }
@@ -280,7 +283,10 @@ mod tests {
         assert_eq!(retry_after(&h), None);
         h.insert(RETRY_AFTER, "7".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
-        h.insert(RETRY_AFTER, "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        h.insert(
+            RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&h), None);
     }
 

@@ -31,7 +31,7 @@ pub enum ApiError {
     Status {
         request: String,
         status: StatusCode,
-        body: Option<ErrorBody>,
+        body: Option<Box<ErrorBody>>,
         /// A short excerpt of a body that was not the service's error shape (e.g. a proxy's page).
         raw_excerpt: Option<String>,
         retry_after: Option<Duration>,
@@ -70,10 +70,9 @@ impl ApiError {
                     || *status == StatusCode::TOO_MANY_REQUESTS
                     || *status == StatusCode::REQUEST_TIMEOUT
             }
-            ApiError::Decode { source, .. } => !matches!(
-                source.classify(),
-                serde_json::error::Category::Data
-            ),
+            ApiError::Decode { source, .. } => {
+                !matches!(source.classify(), serde_json::error::Category::Data)
+            }
             ApiError::ClientSetup { .. }
             | ApiError::Protocol { .. }
             | ApiError::RetriesExhausted { .. } => false,
@@ -107,7 +106,9 @@ pub(crate) fn hint_for(status: StatusCode) -> &'static str {
         StatusCode::UNAUTHORIZED => {
             "; check api.access_token or the [api.oauth] credentials (is the token expired or revoked?)"
         }
-        StatusCode::FORBIDDEN => "; the credentials are valid but not allowed to read this resource",
+        StatusCode::FORBIDDEN => {
+            "; the credentials are valid but not allowed to read this resource"
+        }
         StatusCode::NOT_FOUND => {
             "; check the schedule uid in sync.schedules and api.base_url (it must not include /api/v1)"
         }
@@ -116,7 +117,7 @@ pub(crate) fn hint_for(status: StatusCode) -> &'static str {
     }
 }
 
-fn describe_body(body: &Option<ErrorBody>, raw: &Option<String>) -> String {
+fn describe_body(body: &Option<Box<ErrorBody>>, raw: &Option<String>) -> String {
     match (body, raw) {
         (Some(body), _) => body.to_string(),
         (None, Some(raw)) => format!("unexpected body: {raw}"),
@@ -172,7 +173,7 @@ mod tests {
         let err = ApiError::Status {
             request: "GET /api/v1/schedules/abc/outbound_calls".into(),
             status: StatusCode::NOT_FOUND,
-            body: Some(ErrorBody::new("Not found", "no schedule abc")),
+            body: Some(Box::new(ErrorBody::new("Not found", "no schedule abc"))),
             raw_excerpt: None,
             retry_after: None,
             hint: hint_for(StatusCode::NOT_FOUND),

@@ -72,9 +72,7 @@ impl RetryPolicy {
             async move {
                 fut.await.map_err(|err| {
                     if err.is_transient() && !last_allowed {
-                        let wait = err
-                            .retry_after()
-                            .map(|d| d.clamp(floor, MAX_RETRY_AFTER));
+                        let wait = err.retry_after().map(|d| d.clamp(floor, MAX_RETRY_AFTER));
                         backoff::Error::Transient {
                             err,
                             retry_after: wait,
@@ -182,7 +180,10 @@ mod tests {
             matches!(err, ApiError::RetriesExhausted { attempts: 3, .. }),
             "{err}"
         );
-        assert!(err.to_string().starts_with("GET /x: gave up after 3 attempts"));
+        assert!(
+            err.to_string()
+                .starts_with("GET /x: gave up after 3 attempts")
+        );
         assert_eq!(counters.requests(), 3);
     }
 
