@@ -11,5 +11,6 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod simulator;
+pub mod sync;
 pub mod telemetry;
 pub mod warehouse;
