@@ -22,8 +22,8 @@
 //!   3. leaves the group from a page that holds both the group's last row and what follows
 //!      it, read in one response, so nothing right after the group is skipped; when the group
 //!      ends exactly on a page edge, one request with another page size makes such a page.
-//!   Pages per scan and downward scans are bounded: a group that will not settle ends the
-//!   pass with an error and the checkpoint stays at `T`.
+//!      Pages per scan and downward scans are bounded: a group that will not settle ends
+//!      the pass with an error and the checkpoint stays at `T`.
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
