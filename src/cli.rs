@@ -1,7 +1,287 @@
 //! The command line: the only place with clap, anyhow and exit codes.
+//!
+//! Parses arguments, loads the configuration, sets up logging, runs one command and maps the
+//! outcome to an exit code: 0 success, 1 a runtime failure (a schedule failed, the warehouse
+//! could not be opened), 2 a configuration or usage error. Errors print as one line with
+//! their causes (`{:#}`).
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::api::Timestamp;
+use crate::config::{self, Config, ConfigError, LogConfig};
+use crate::sync::{Engine, PassPlan, PassProgress, PassReport, Quiet};
+use crate::telemetry;
+use crate::warehouse::Warehouse;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "callsync",
+    version,
+    about = "Sync call results from the Outbound Call Campaign Service into a SQLite warehouse",
+    long_about = None,
+)]
+pub struct Cli {
+    /// Configuration file [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one incremental pass of every configured schedule (or those given), then exit
+    Sync {
+        /// Sync only this schedule (repeatable); default: every schedule in sync.schedules
+        #[arg(long = "schedule", value_name = "UID")]
+        schedules: Vec<Uuid>,
+    },
+    /// Re-read one schedule from a point in time and upsert what it finds
+    Backfill(BackfillArgs),
+    /// Show each schedule's checkpoint, last pass, lag and row counts
+    Status {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply pending warehouse migrations, then exit
+    Migrate,
+}
+
+#[derive(Debug, Args)]
+struct BackfillArgs {
+    /// The schedule to re-read
+    #[arg(long, value_name = "UID")]
+    schedule: Uuid,
+    /// Re-read calls updated at or after this instant (RFC 3339, any offset) [default: the beginning]
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    since: Option<Timestamp>,
+    /// Stop after calls updated at this instant (RFC 3339, any offset) [default: now]
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    until: Option<Timestamp>,
+}
+
+/// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            if err.downcast_ref::<ConfigError>().is_some()
+                || err.downcast_ref::<UsageError>().is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// A usage problem found after parsing (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct UsageError(String);
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let config = config::load(cli.config.as_deref())?;
+    init_logging(&config.log)?;
+    runtime.block_on(dispatch(cli.command, config))
+}
+
+fn init_logging(log: &LogConfig) -> Result<()> {
+    telemetry::init(log).context("cannot set up logging")
+}
+
+async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
+    match command {
+        Command::Sync { schedules } => sync(config, schedules).await,
+        Command::Backfill(args) => backfill(config, args).await,
+        Command::Status { json } => status(&config, json),
+        Command::Migrate => migrate(&config),
+    }
+}
+
+async fn sync(config: Config, only: Vec<Uuid>) -> Result<ExitCode> {
+    let schedules = if only.is_empty() {
+        config.sync.schedules.clone()
+    } else {
+        only
+    };
+    if schedules.is_empty() {
+        return Err(UsageError(
+            "no schedules to sync: list them in sync.schedules or pass --schedule UID".into(),
+        )
+        .into());
+    }
+    let engine = start_engine(&config)?;
+    let cancel = cancel_on_signal();
+    let plan = PassPlan::incremental(engine.settings());
+    let reports = engine.sync_all(&schedules, &plan, &cancel).await;
+    engine.close().await;
+    Ok(exit_code(&reports))
+}
+
+async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
+    if let (Some(since), Some(until)) = (args.since, args.until)
+        && since > until
+    {
+        return Err(UsageError(format!("--since {since} is after --until {until}")).into());
+    }
+    let engine = start_engine(&config)?;
+    let cancel = cancel_on_signal();
+    let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
+    let bar = ProgressBar::for_terminal();
+    let progress: &dyn PassProgress = match &bar {
+        Some(bar) => bar,
+        None => &Quiet,
+    };
+    let report = engine
+        .run_pass(args.schedule, &plan, &cancel, progress)
+        .await;
+    if let Some(bar) = bar {
+        bar.finish(&report);
+    }
+    engine.close().await;
+    Ok(exit_code(std::slice::from_ref(&report)))
+}
+
+fn status(config: &Config, json: bool) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    let warehouse = Warehouse::open_read_only(path)
+        .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+    let rows = warehouse
+        .status()
+        .with_context(|| format!("cannot read the status from {}", path.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!(
+            "{}",
+            crate::warehouse::render_status(&rows, Timestamp::now())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn migrate(config: &Config) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)
+        .with_context(|| format!("cannot migrate the warehouse {}", path.display()))?;
+    println!(
+        "warehouse {}: schema version {} -> {}",
+        path.display(),
+        report.from,
+        report.to
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn start_engine(config: &Config) -> Result<Engine> {
+    Engine::start(config).with_context(|| {
+        format!(
+            "cannot start syncing into {}",
+            config.warehouse.path.display()
+        )
+    })
+}
+
+/// 0 when every pass completed, 1 otherwise.
+fn exit_code(reports: &[PassReport]) -> ExitCode {
+    if reports.iter().all(PassReport::succeeded) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Cancelled on the first SIGINT or SIGTERM; a second one exits at once (the checkpoint is
+/// committed with each page, so that is safe).
+pub fn cancel_on_signal() -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::warn!(
+            "shutting down: finishing the pages being written (signal again to exit now)"
+        );
+        token.cancel();
+        shutdown_signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    cancel
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse(text).map_err(|e| e.to_string())
+}
+
+/// A progress bar on a terminal: calls read of the service's total, and pages.
+struct ProgressBar(indicatif::ProgressBar);
+
+impl ProgressBar {
+    fn for_terminal() -> Option<Self> {
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let bar = indicatif::ProgressBar::new(0);
+        let style = indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} calls ({per_sec}) {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Some(ProgressBar(bar))
+    }
+
+    fn finish(self, report: &PassReport) {
+        self.0.finish_with_message(format!("{:?}", report.result));
+    }
+}
+
+impl PassProgress for ProgressBar {
+    fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>) {
+        if let Some(total) = total {
+            self.0.set_length(calls_seen.max(total));
+        }
+        self.0.set_position(calls_seen);
+        self.0.set_message(format!("{pages} pages"));
+    }
 }

@@ -27,6 +27,9 @@ pub struct TimestampError {
 }
 
 impl Timestamp {
+    /// 1970-01-01T00:00:00Z: where a schedule without a checkpoint starts.
+    pub const EPOCH: Timestamp = Timestamp(OffsetDateTime::UNIX_EPOCH);
+
     /// The current instant, at full precision.
     pub fn now() -> Self {
         Timestamp(OffsetDateTime::now_utc())

@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use crate::api::ListFilter;
 
+pub use raw::{Env, load_from};
 pub use secret::Secret;
 
 /// Everything callsync needs, validated.
@@ -136,6 +137,16 @@ pub struct LogConfig {
     /// A tracing `EnvFilter` directive such as `info` or `callsync=debug`.
     pub level: String,
     pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    /// `info`, text: for commands that run without a configuration.
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -1,11 +1,616 @@
-//! Scaffolding: replaced by the configuration loader.
+//! Loading: the TOML file and `CALLSYNC_` environment into a raw serde mirror, then one
+//! conversion into the typed [`Config`], where every check names its key.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::{Config, ConfigError};
+use croner::parser::{CronParser, Seconds, Year};
+use serde::Deserialize;
+use url::Url;
+use uuid::Uuid;
 
-pub(super) fn load(_path: Option<&Path>) -> Result<Config, ConfigError> {
-    Err(ConfigError::Parse(
-        "configuration loading is being built".into(),
-    ))
+use super::{
+    ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
+    MetricsConfig, OAuthConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
+};
+use crate::api::ListFilter;
+
+/// The process environment a configuration is read with; injectable so tests never touch
+/// the real one.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// Variables (only `CALLSYNC_*` are read).
+    pub vars: HashMap<String, String>,
+    /// systemd's `$CREDENTIALS_DIRECTORY`, if set.
+    pub credentials_dir: Option<PathBuf>,
+}
+
+impl Env {
+    pub fn from_process() -> Self {
+        Env {
+            vars: std::env::vars()
+                .filter(|(k, _)| k.starts_with("CALLSYNC_"))
+                .collect(),
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+        }
+    }
+}
+
+pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    load_from(path, &Env::from_process())
+}
+
+/// Loads `path` (or the first default path that exists) with `env`'s overrides.
+pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> {
+    let file = match path {
+        Some(path) => {
+            if !path.is_file() {
+                return Err(ConfigError::Read {
+                    path: path.to_owned(),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                });
+            }
+            path.to_owned()
+        }
+        None => DEFAULT_PATHS
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .ok_or_else(|| ConfigError::NotFound {
+                searched: DEFAULT_PATHS.join(", "),
+            })?,
+    };
+    let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
+        path: file.clone(),
+        source,
+    })?;
+    let raw = parse(&text, &file, env)?;
+    let mut config = convert(raw, env)?;
+    config.source = Some(file);
+    Ok(config)
+}
+
+const LIST_KEYS: [&str; 5] = [
+    "sync.schedules",
+    "sync.filter.status",
+    "sync.filter.progress",
+    "sync.filter.source",
+    "sync.filter.attempt_status",
+];
+
+fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
+    let mut environment = config::Environment::with_prefix("CALLSYNC")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
+        .list_separator(",")
+        .source(Some(env.vars.clone().into_iter().collect()));
+    for key in LIST_KEYS {
+        environment = environment.with_list_parse_key(key);
+    }
+    let built = config::Config::builder()
+        .add_source(config::File::from_str(text, config::FileFormat::Toml))
+        .add_source(environment)
+        .build()
+        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))?;
+    built
+        .try_deserialize()
+        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    api: RawApi,
+    #[serde(default)]
+    warehouse: RawWarehouse,
+    #[serde(default)]
+    sync: RawSync,
+    #[serde(default)]
+    log: RawLog,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawApi {
+    base_url: Option<String>,
+    access_token: Option<String>,
+    access_token_file: Option<PathBuf>,
+    request_timeout_secs: Option<u64>,
+    connect_timeout_secs: Option<u64>,
+    requests_per_second: Option<u32>,
+    detail_concurrency: Option<usize>,
+    #[serde(default)]
+    retry: RawRetry,
+    oauth: Option<RawOAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    max_attempts: Option<u32>,
+    max_elapsed_secs: Option<u64>,
+    initial_interval_ms: Option<u64>,
+    max_interval_secs: Option<u64>,
+    multiplier: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOAuth {
+    token_url: Option<String>,
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    client_secret_file: Option<PathBuf>,
+    scope: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWarehouse {
+    path: Option<PathBuf>,
+    busy_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSync {
+    schedules: Option<Vec<String>>,
+    lookback_secs: Option<u64>,
+    cron: Option<String>,
+    page_size: Option<i64>,
+    details: Option<String>,
+    concurrency: Option<usize>,
+    reconcile_cron: Option<String>,
+    reconcile_window: Option<String>,
+    shutdown_timeout_secs: Option<u64>,
+    #[serde(default)]
+    filter: RawFilter,
+}
+
+/// A list filter: a TOML array, or one comma-delimited string.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum StringList {
+    Many(Vec<String>),
+    One(String),
+}
+
+impl StringList {
+    fn into_vec(self) -> Vec<String> {
+        let items = match self {
+            StringList::Many(items) => items,
+            StringList::One(text) => text.split(',').map(str::to_owned).collect(),
+        };
+        items
+            .into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFilter {
+    status: Option<StringList>,
+    progress: Option<StringList>,
+    source: Option<StringList>,
+    attempt_status: Option<StringList>,
+    outcome: Option<String>,
+    external_id: Option<String>,
+    is_test_call: Option<bool>,
+    full_name: Option<String>,
+    first_name: Option<String>,
+    last_name: Option<String>,
+    phonetic_full_name: Option<String>,
+    phonetic_first_name: Option<String>,
+    phonetic_last_name: Option<String>,
+    email: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    level: Option<String>,
+    format: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
+}
+
+fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
+    Ok(Config {
+        api: api(raw.api, env)?,
+        warehouse: WarehouseConfig {
+            path: raw.warehouse.path.unwrap_or_else(|| "callsync.db".into()),
+            busy_timeout: secs(
+                "warehouse.busy_timeout_secs",
+                raw.warehouse.busy_timeout_secs,
+                30,
+                1..=3600,
+            )?,
+        },
+        sync: sync(raw.sync)?,
+        log: log(raw.log)?,
+        metrics: MetricsConfig {
+            listen: raw
+                .metrics
+                .listen
+                .map(|text| {
+                    text.parse::<SocketAddr>().map_err(|_| {
+                        ConfigError::invalid(
+                            "metrics.listen",
+                            format!("{text:?} is not a socket address such as \"127.0.0.1:9187\""),
+                        )
+                    })
+                })
+                .transpose()?,
+        },
+        source: None,
+    })
+}
+
+fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
+    let base_url = url(
+        "api.base_url",
+        raw.base_url.as_deref().ok_or_else(|| {
+            ConfigError::invalid(
+                "api.base_url",
+                "is required (the service's address, e.g. \"https://calls.example.com\")",
+            )
+        })?,
+    )?;
+    if base_url.path().trim_end_matches('/').ends_with("/api/v1") {
+        return Err(ConfigError::invalid(
+            "api.base_url",
+            format!("{base_url} must not end with /api/v1 (callsync appends it)"),
+        ));
+    }
+    let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
+    let auth = match (raw.oauth, static_token) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::invalid(
+                "api",
+                "configure either api.access_token (or access_token_file) or [api.oauth], not both",
+            ));
+        }
+        (Some(oauth), None) => AuthConfig::OAuth(oauth_config(oauth, env)?),
+        (None, Some(token)) => AuthConfig::Static(token),
+        (None, None) => match credential(env, "access_token", "api.access_token")? {
+            Some(token) => AuthConfig::Static(token),
+            None => {
+                return Err(ConfigError::invalid(
+                    "api",
+                    "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
+                ));
+            }
+        },
+    };
+    let retry = raw.retry;
+    let defaults = RetryConfig::default();
+    let multiplier = retry.multiplier.unwrap_or(defaults.multiplier);
+    if !(1.0..=10.0).contains(&multiplier) {
+        return Err(ConfigError::invalid(
+            "api.retry.multiplier",
+            format!("{multiplier} is outside 1.0..=10.0"),
+        ));
+    }
+    Ok(ApiConfig {
+        base_url,
+        auth,
+        request_timeout: secs(
+            "api.request_timeout_secs",
+            raw.request_timeout_secs,
+            30,
+            1..=600,
+        )?,
+        connect_timeout: secs(
+            "api.connect_timeout_secs",
+            raw.connect_timeout_secs,
+            10,
+            1..=300,
+        )?,
+        requests_per_second: match raw.requests_per_second.unwrap_or(20) {
+            0 => None,
+            n => Some(n),
+        },
+        detail_concurrency: range(
+            "api.detail_concurrency",
+            raw.detail_concurrency.unwrap_or(4),
+            1..=64,
+        )?,
+        retry: RetryConfig {
+            max_attempts: range(
+                "api.retry.max_attempts",
+                retry.max_attempts.unwrap_or(10),
+                1..=100,
+            )?,
+            max_elapsed: secs(
+                "api.retry.max_elapsed_secs",
+                retry.max_elapsed_secs,
+                120,
+                1..=3600,
+            )?,
+            initial_interval: Duration::from_millis(range(
+                "api.retry.initial_interval_ms",
+                retry.initial_interval_ms.unwrap_or(500),
+                1..=60_000,
+            )?),
+            max_interval: secs(
+                "api.retry.max_interval_secs",
+                retry.max_interval_secs,
+                30,
+                1..=600,
+            )?,
+            multiplier,
+        },
+    })
+}
+
+fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
+    let token_url = url(
+        "api.oauth.token_url",
+        raw.token_url
+            .as_deref()
+            .ok_or_else(|| ConfigError::invalid("api.oauth.token_url", "is required"))?,
+    )?;
+    let client_id = raw
+        .client_id
+        .filter(|id| !id.trim().is_empty())
+        .ok_or_else(|| ConfigError::invalid("api.oauth.client_id", "is required"))?;
+    let client_secret = match secret(
+        "api.oauth.client_secret",
+        raw.client_secret,
+        raw.client_secret_file,
+    )? {
+        Some(secret) => secret,
+        None => credential(env, "client_secret", "api.oauth.client_secret")?.ok_or_else(|| {
+            ConfigError::invalid(
+                "api.oauth.client_secret",
+                "is required (inline, client_secret_file, or the systemd credential client_secret)",
+            )
+        })?,
+    };
+    Ok(OAuthConfig {
+        token_url,
+        client_id,
+        client_secret,
+        scope: raw.scope.filter(|s| !s.trim().is_empty()),
+    })
+}
+
+fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
+    let mut schedules = Vec::new();
+    for text in raw.schedules.unwrap_or_default() {
+        let uid = Uuid::parse_str(text.trim()).map_err(|_| {
+            ConfigError::invalid(
+                "sync.schedules",
+                format!("{text:?} is not a schedule uid (a UUID)"),
+            )
+        })?;
+        if schedules.contains(&uid) {
+            return Err(ConfigError::invalid(
+                "sync.schedules",
+                format!("{uid} is listed twice"),
+            ));
+        }
+        schedules.push(uid);
+    }
+    let page_size = raw.page_size.unwrap_or(100);
+    if !(1..=100).contains(&page_size) {
+        return Err(ConfigError::invalid(
+            "sync.page_size",
+            format!("{page_size} is outside 1..=100"),
+        ));
+    }
+    let details = match raw.details.as_deref().unwrap_or("auto") {
+        "auto" => DetailsMode::Auto,
+        "always" => DetailsMode::Always,
+        "never" => DetailsMode::Never,
+        other => {
+            return Err(ConfigError::invalid(
+                "sync.details",
+                format!("{other:?} is not one of \"auto\", \"always\", \"never\""),
+            ));
+        }
+    };
+    Ok(SyncConfig {
+        schedules,
+        lookback: secs("sync.lookback_secs", raw.lookback_secs, 5, 0..=86_400)?,
+        cron: cron(
+            "sync.cron",
+            raw.cron.unwrap_or_else(|| "0 */5 * * * *".into()),
+        )?,
+        page_size: page_size as u32,
+        details,
+        concurrency: range("sync.concurrency", raw.concurrency.unwrap_or(4), 1..=64)?,
+        filter: filter(raw.filter),
+        reconcile_cron: raw
+            .reconcile_cron
+            .map(|c| cron("sync.reconcile_cron", c))
+            .transpose()?,
+        reconcile_window: duration(
+            "sync.reconcile_window",
+            raw.reconcile_window.as_deref().unwrap_or("7d"),
+        )?,
+        shutdown_timeout: secs(
+            "sync.shutdown_timeout_secs",
+            raw.shutdown_timeout_secs,
+            30,
+            1..=3600,
+        )?,
+    })
+}
+
+fn filter(raw: RawFilter) -> ListFilter {
+    let list = |l: Option<StringList>| l.map(StringList::into_vec).unwrap_or_default();
+    ListFilter {
+        status: list(raw.status),
+        progress: list(raw.progress),
+        source: list(raw.source),
+        attempt_status: list(raw.attempt_status),
+        outcome: raw.outcome,
+        external_id: raw.external_id,
+        is_test_call: raw.is_test_call,
+        full_name: raw.full_name,
+        first_name: raw.first_name,
+        last_name: raw.last_name,
+        phonetic_full_name: raw.phonetic_full_name,
+        phonetic_first_name: raw.phonetic_first_name,
+        phonetic_last_name: raw.phonetic_last_name,
+        email: raw.email,
+    }
+}
+
+fn log(raw: RawLog) -> Result<LogConfig, ConfigError> {
+    let level = raw.level.unwrap_or_else(|| "info".into());
+    tracing_subscriber::EnvFilter::try_new(&level).map_err(|e| {
+        ConfigError::invalid(
+            "log.level",
+            format!("{level:?} is not a log filter such as \"info\" or \"callsync=debug\": {e}"),
+        )
+    })?;
+    let format = match raw.format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            return Err(ConfigError::invalid(
+                "log.format",
+                format!("{other:?} is not one of \"text\", \"json\""),
+            ));
+        }
+    };
+    Ok(LogConfig { level, format })
+}
+
+fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(text.trim())
+        .map_err(|e| ConfigError::invalid(key, format!("{text:?} is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{text:?} must be an http:// or https:// URL with a host"),
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{text:?} must not have a query or a fragment"),
+        ));
+    }
+    Ok(url)
+}
+
+/// A 6-field cron expression (seconds first), checked with the scheduler's own parser.
+fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
+    let parser = CronParser::builder()
+        .seconds(Seconds::Required)
+        .year(Year::Disallowed)
+        .build();
+    parser.parse(&expr).map_err(|e| {
+        ConfigError::invalid(
+            key,
+            format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
+        )
+    })?;
+    Ok(expr)
+}
+
+/// `90s`, `15m`, `12h`, `7d`.
+fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let bad = || {
+        ConfigError::invalid(
+            key,
+            format!("{text:?} is not a duration such as 90s, 15m, 12h or 7d"),
+        )
+    };
+    let text = text.trim();
+    let unit_at = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(unit_at);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(bad()),
+    };
+    if secs == 0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn secs(
+    key: &str,
+    value: Option<u64>,
+    default: u64,
+    allowed: std::ops::RangeInclusive<u64>,
+) -> Result<Duration, ConfigError> {
+    range(key, value.unwrap_or(default), allowed).map(Duration::from_secs)
+}
+
+fn range<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    allowed: std::ops::RangeInclusive<T>,
+) -> Result<T, ConfigError> {
+    if allowed.contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
+        ))
+    }
+}
+
+/// A secret given inline or as `<key>_file`; never both. `None` when neither is set.
+fn secret(
+    key: &str,
+    inline: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<Option<Secret>, ConfigError> {
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            key,
+            format!("set either {key} or {key}_file, not both"),
+        )),
+        (Some(value), None) if value.trim().is_empty() => {
+            Err(ConfigError::invalid(key, "is empty"))
+        }
+        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()))),
+        (None, Some(path)) => read_secret(&format!("{key}_file"), &path).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `$CREDENTIALS_DIRECTORY/<name>` when systemd passed that credential.
+fn credential(env: &Env, name: &str, key: &str) -> Result<Option<Secret>, ConfigError> {
+    match &env.credentials_dir {
+        Some(dir) if dir.join(name).is_file() => read_secret(key, &dir.join(name)).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::invalid(key, format!("cannot read {}: {e}", path.display())))?;
+    let value = text.trim();
+    if value.is_empty() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{} is empty", path.display()),
+        ));
+    }
+    Ok(Secret::new(value.to_owned()))
 }

@@ -1,3 +1,203 @@
-//! The sync engine: walks a schedule's calls page by page into the warehouse.
+//! The sync engine: walks each schedule's calls page by page into the warehouse.
+//!
+//! [`Engine`] holds the API client and the single warehouse writer; [`Engine::run_pass`] runs
+//! one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs several concurrently. The
+//! paging decisions are pure (`cursor.rs`); the checkpoint is committed with each page, so a
+//! crash at any instant replays at most one page. The engine knows neither clap nor cron:
+//! the CLI and the daemon decide when passes run.
 
 pub mod cursor;
+mod error;
+mod lock;
+mod pass;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::api::{ApiClient, Timestamp};
+use crate::config::{Config, DetailsMode, SyncConfig};
+use crate::warehouse::{RunKind, RunStats, Warehouse};
+
+pub use error::{SyncError, error_chain};
+pub use lock::ScheduleLock;
+pub use writer::Writer;
+
+/// The client, the writer and the settings every pass shares.
+pub struct Engine {
+    client: ApiClient,
+    writer: Writer,
+    settings: SyncConfig,
+    detail_concurrency: usize,
+    warehouse_path: PathBuf,
+}
+
+/// What one pass reads and what it may do to the checkpoint.
+#[derive(Debug, Clone)]
+pub struct PassPlan {
+    pub kind: RunKind,
+    /// Read from here; `None` = the checkpoint minus the lookback (the incremental pass).
+    pub since: Option<Timestamp>,
+    /// Stop once the walk is past this instant.
+    pub until: Option<Timestamp>,
+    pub details: DetailsMode,
+}
+
+impl PassPlan {
+    pub fn incremental(config: &SyncConfig) -> Self {
+        PassPlan {
+            kind: RunKind::Incremental,
+            since: None,
+            until: None,
+            details: config.details,
+        }
+    }
+
+    pub fn backfill(
+        config: &SyncConfig,
+        since: Option<Timestamp>,
+        until: Option<Timestamp>,
+    ) -> Self {
+        PassPlan {
+            kind: RunKind::Backfill,
+            since: Some(since.unwrap_or(Timestamp::EPOCH)),
+            until,
+            details: config.details,
+        }
+    }
+
+    /// Re-reads a trailing window through the detail endpoint, for changes that did not
+    /// bump a call's `updated_at`.
+    pub fn reconcile(window: Duration) -> Self {
+        PassPlan {
+            kind: RunKind::Reconcile,
+            since: Some(Timestamp::now().saturating_sub(window)),
+            until: None,
+            details: DetailsMode::Always,
+        }
+    }
+
+    fn start(&self, checkpoint: Option<Timestamp>, lookback: Duration) -> Timestamp {
+        match (self.since, checkpoint) {
+            (Some(since), _) => since,
+            (None, Some(cursor)) => cursor.saturating_sub(lookback),
+            (None, None) => Timestamp::EPOCH,
+        }
+    }
+}
+
+/// Told about each page as a pass goes (a progress bar, or nothing).
+pub trait PassProgress: Send + Sync {
+    fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>);
+}
+
+/// No progress display.
+pub struct Quiet;
+
+impl PassProgress for Quiet {
+    fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PassResult {
+    Completed,
+    Interrupted,
+    Failed(String),
+}
+
+/// The outcome of one pass of one schedule.
+#[derive(Debug, Clone)]
+pub struct PassReport {
+    pub schedule: Uuid,
+    pub kind: RunKind,
+    pub stats: RunStats,
+    pub result: PassResult,
+    /// Where the walk got to (the next pass starts here, minus the lookback).
+    pub position: Option<Timestamp>,
+    pub duration: Duration,
+}
+
+impl PassReport {
+    pub fn succeeded(&self) -> bool {
+        self.result == PassResult::Completed
+    }
+
+    /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag.
+    fn log(&self) {
+        let s = &self.stats;
+        let lag = self
+            .position
+            .map(|p| Timestamp::now().since(p).as_secs_f64());
+        let duration_ms = self.duration.as_millis() as u64;
+        match &self.result {
+            PassResult::Completed => tracing::info!(
+                pages = s.pages,
+                calls_seen = s.calls_seen,
+                calls_written = s.calls_written,
+                requests = s.requests,
+                retries = s.retries,
+                duration_ms,
+                lag_secs = lag,
+                "pass completed"
+            ),
+            PassResult::Interrupted => tracing::warn!(
+                pages = s.pages,
+                calls_written = s.calls_written,
+                duration_ms,
+                "pass interrupted by shutdown; the next pass resumes from the last committed page"
+            ),
+            PassResult::Failed(error) => tracing::error!(
+                pages = s.pages, calls_written = s.calls_written, requests = s.requests,
+                retries = s.retries, duration_ms, error = %error,
+                "pass failed; the checkpoint stays at the last committed page"
+            ),
+        }
+    }
+}
+
+impl Engine {
+    /// Opens (and migrates) the warehouse, starts its writer, and builds the API client.
+    pub fn start(config: &Config) -> Result<Engine, SyncError> {
+        let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
+        let writer = Writer::start(warehouse).map_err(SyncError::WriterStart)?;
+        Ok(Engine {
+            client: ApiClient::new(&config.api)?,
+            writer,
+            settings: config.sync.clone(),
+            detail_concurrency: config.api.detail_concurrency.max(1),
+            warehouse_path: config.warehouse.path.clone(),
+        })
+    }
+
+    pub fn warehouse_path(&self) -> &Path {
+        &self.warehouse_path
+    }
+
+    pub fn settings(&self) -> &SyncConfig {
+        &self.settings
+    }
+
+    /// Runs `plan` for every schedule, `sync.concurrency` at a time; one schedule's failure
+    /// does not stop the others. Reports come back in the order given.
+    pub async fn sync_all(
+        &self,
+        schedules: &[Uuid],
+        plan: &PassPlan,
+        cancel: &CancellationToken,
+    ) -> Vec<PassReport> {
+        futures::stream::iter(schedules)
+            .map(|schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
+            .buffered(self.settings.concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// Waits for queued writes and closes the warehouse.
+    pub async fn close(self) {
+        self.writer.close().await;
+    }
+}

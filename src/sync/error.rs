@@ -1,0 +1,53 @@
+//! `SyncError`: why a pass of one schedule stopped.
+
+use std::path::PathBuf;
+
+use uuid::Uuid;
+
+use super::cursor::WalkError;
+use crate::api::ApiError;
+use crate::warehouse::WarehouseError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error(transparent)]
+    Warehouse(#[from] WarehouseError),
+    #[error("{request}: {source}")]
+    Walk {
+        request: String,
+        #[source]
+        source: WalkError,
+    },
+    #[error(
+        "schedule {schedule} is being synced by another callsync process (lock {}); wait for it to finish, or stop it",
+        path.display()
+    )]
+    Busy { schedule: Uuid, path: PathBuf },
+    #[error("cannot use the lock file {}: {source}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the warehouse writer thread: {0}")]
+    WriterStart(#[source] std::io::Error),
+    #[error("the warehouse writer stopped unexpectedly (see the error logged before this one)")]
+    WriterGone,
+}
+
+/// An error and its causes on one line, `a: b: c`, for logs and `sync_runs.error`.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,322 @@
+//! Reading the warehouse back: per-schedule status (`callsync status`) and snapshots (tests).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use rusqlite::types::Value;
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::Warehouse;
+use super::error::{SqlContext, WarehouseError};
+use super::runs::parse;
+use crate::api::Timestamp;
+
+/// What `callsync status` shows for one schedule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScheduleStatus {
+    pub schedule_uid: String,
+    /// RFC 3339; the next incremental pass reads from here (minus the lookback).
+    pub cursor: Option<String>,
+    pub last_run: Option<RunSummary>,
+    /// When the latest pass that succeeded finished (RFC 3339).
+    pub last_success_at: Option<String>,
+    pub calls: i64,
+    pub attempts: i64,
+    pub outcomes: i64,
+    pub variables: i64,
+    pub notifications: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub kind: String,
+    pub started_at: String,
+    /// `None` while running, or when the process died mid-pass.
+    pub finished_at: Option<String>,
+    pub pages: i64,
+    pub calls_seen: i64,
+    pub calls_written: i64,
+    pub requests: i64,
+    pub retries: i64,
+    pub error: Option<String>,
+}
+
+/// One row: column name → value.
+pub type Row = BTreeMap<String, Value>;
+
+/// Every row of the contract tables (without `synced_at`, which differs between equal
+/// warehouses), sorted by primary key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub calls: Vec<Row>,
+    pub call_custom_parameters: Vec<Row>,
+    pub call_attempts: Vec<Row>,
+    pub attempt_outcomes: Vec<Row>,
+    pub attempt_variables: Vec<Row>,
+    pub call_notifications: Vec<Row>,
+}
+
+impl Warehouse {
+    pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT schedule_uid FROM sync_checkpoints
+                 UNION SELECT schedule_uid FROM sync_runs
+                 UNION SELECT DISTINCT schedule_uid FROM calls
+                 ORDER BY 1",
+            )
+            .sql("listing schedules")?;
+        let schedules: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .and_then(Iterator::collect)
+            .sql("listing schedules")?;
+        schedules.iter().map(|s| self.schedule_status(s)).collect()
+    }
+
+    fn schedule_status(&self, schedule: &str) -> Result<ScheduleStatus, WarehouseError> {
+        let conn = &self.conn;
+        let cursor: Option<String> = conn
+            .query_row(
+                "SELECT cursor FROM sync_checkpoints WHERE schedule_uid = ?1",
+                [schedule],
+                |r| r.get(0),
+            )
+            .or_else(none_if_empty)
+            .sql("reading a checkpoint")?;
+        let last_run = conn
+            .query_row(
+                "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
+                   retries, error
+                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT 1",
+                [schedule],
+                |r| {
+                    Ok(Some(RunSummary {
+                        kind: r.get(0)?,
+                        started_at: r.get(1)?,
+                        finished_at: r.get(2)?,
+                        pages: r.get(3)?,
+                        calls_seen: r.get(4)?,
+                        calls_written: r.get(5)?,
+                        requests: r.get(6)?,
+                        retries: r.get(7)?,
+                        error: r.get(8)?,
+                    }))
+                },
+            )
+            .or_else(none_if_empty)
+            .sql("reading the last pass")?;
+        let last_success_at: Option<String> = conn
+            .query_row(
+                "SELECT max(finished_at) FROM sync_runs
+                 WHERE schedule_uid = ?1 AND finished_at IS NOT NULL AND error IS NULL",
+                [schedule],
+                |r| r.get(0),
+            )
+            .sql("reading the last successful pass")?;
+        let count = |sql: &str| -> Result<i64, WarehouseError> {
+            conn.query_row(sql, [schedule], |r| r.get(0))
+                .sql("counting rows")
+        };
+        let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
+            text.map(|t| parse(&t, what).map(|t| t.to_rfc3339()))
+                .transpose()
+        };
+        let last_run = last_run
+            .map(
+                |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
+                    run.started_at = parse(&run.started_at, "sync_runs.started_at")?.to_rfc3339();
+                    run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
+                    Ok(run)
+                },
+            )
+            .transpose()?;
+        Ok(ScheduleStatus {
+            schedule_uid: schedule.to_owned(),
+            cursor: rfc3339(cursor, "sync_checkpoints.cursor")?,
+            last_run,
+            last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
+            calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
+            attempts: count(
+                "SELECT count(*) FROM call_attempts WHERE call_uid IN
+                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            outcomes: count(
+                "SELECT count(*) FROM attempt_outcomes WHERE call_uid IN
+                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            variables: count(
+                "SELECT count(*) FROM attempt_variables WHERE call_uid IN
+                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            notifications: count(
+                "SELECT count(*) FROM call_notifications WHERE call_uid IN
+                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+            )?,
+        })
+    }
+
+    /// The contract tables' rows, for one schedule or all.
+    pub fn snapshot(&self, schedule: Option<Uuid>) -> Result<Snapshot, WarehouseError> {
+        let filter = schedule.map(|s| s.to_string());
+        let calls_of = "(SELECT uid FROM calls WHERE ?1 IS NULL OR schedule_uid = ?1)";
+        let read = |table: &str, parent: &str, order: &str| {
+            self.rows(
+                &format!("SELECT * FROM {table} WHERE {parent} IN {calls_of} ORDER BY {order}"),
+                filter.as_deref(),
+            )
+        };
+        Ok(Snapshot {
+            calls: read("calls", "uid", "uid")?,
+            call_custom_parameters: read("call_custom_parameters", "call_uid", "call_uid, name")?,
+            call_attempts: read("call_attempts", "call_uid", "uid")?,
+            attempt_outcomes: read("attempt_outcomes", "call_uid", "uid")?,
+            attempt_variables: read("attempt_variables", "call_uid", "uid")?,
+            call_notifications: read("call_notifications", "call_uid", "uid")?,
+        })
+    }
+
+    fn rows(&self, sql: &str, schedule: Option<&str>) -> Result<Vec<Row>, WarehouseError> {
+        let mut stmt = self.conn.prepare(sql).sql("reading a snapshot")?;
+        let names: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
+        stmt.query_map([schedule], |r| {
+            let mut row = Row::new();
+            for (i, name) in names.iter().enumerate() {
+                if name != "synced_at" {
+                    row.insert(name.clone(), r.get::<_, Value>(i)?);
+                }
+            }
+            Ok(row)
+        })
+        .and_then(Iterator::collect)
+        .sql("reading a snapshot")
+    }
+}
+
+impl Snapshot {
+    /// Up to 20 differences, `table key: column: left != right`, for readable test failures.
+    pub fn diff(&self, other: &Snapshot) -> Vec<String> {
+        let tables = [
+            ("calls", &self.calls, &other.calls),
+            (
+                "call_custom_parameters",
+                &self.call_custom_parameters,
+                &other.call_custom_parameters,
+            ),
+            ("call_attempts", &self.call_attempts, &other.call_attempts),
+            (
+                "attempt_outcomes",
+                &self.attempt_outcomes,
+                &other.attempt_outcomes,
+            ),
+            (
+                "attempt_variables",
+                &self.attempt_variables,
+                &other.attempt_variables,
+            ),
+            (
+                "call_notifications",
+                &self.call_notifications,
+                &other.call_notifications,
+            ),
+        ];
+        let mut out = Vec::new();
+        for (table, left, right) in tables {
+            diff_table(table, left, right, &mut out);
+        }
+        out.truncate(20);
+        out
+    }
+}
+
+fn diff_table(table: &str, left: &[Row], right: &[Row], out: &mut Vec<String>) {
+    let key = |row: &Row| {
+        ["uid", "call_uid", "name"]
+            .iter()
+            .filter_map(|k| row.get(*k).map(|v| format!("{v:?}")))
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let l: BTreeMap<String, &Row> = left.iter().map(|r| (key(r), r)).collect();
+    let r: BTreeMap<String, &Row> = right.iter().map(|r| (key(r), r)).collect();
+    for (k, lrow) in &l {
+        match r.get(k) {
+            None => out.push(format!("{table} {k}: only on the left")),
+            Some(rrow) => {
+                for (col, lv) in lrow.iter() {
+                    let rv = rrow.get(col);
+                    if rv != Some(lv) {
+                        out.push(format!("{table} {k}: {col}: {lv:?} != {rv:?}"));
+                    }
+                }
+            }
+        }
+    }
+    for k in r.keys().filter(|k| !l.contains_key(*k)) {
+        out.push(format!("{table} {k}: only on the right"));
+    }
+}
+
+/// `callsync status` as a table for a terminal.
+pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
+    if rows.is_empty() {
+        return "no schedule has been synced into this warehouse yet\n".to_owned();
+    }
+    let mut out = String::new();
+    for s in rows {
+        let lag = s
+            .cursor
+            .as_deref()
+            .and_then(|c| Timestamp::parse(c).ok())
+            .map(|c| format!("{}s", now.since(c).as_secs()))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(out, "schedule {}", s.schedule_uid);
+        let _ = writeln!(
+            out,
+            "  cursor       {}  (lag {lag})",
+            s.cursor.as_deref().unwrap_or("none")
+        );
+        match &s.last_run {
+            Some(run) => {
+                let result = match (&run.finished_at, &run.error) {
+                    (None, _) => "running, or the process died".to_owned(),
+                    (Some(_), Some(e)) => format!("FAILED: {e}"),
+                    (Some(_), None) => "ok".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  last pass    {} started {}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
+                    run.kind,
+                    run.started_at,
+                    run.pages,
+                    run.calls_seen,
+                    run.calls_written,
+                    run.requests,
+                    run.retries
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  last pass    none");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  last success {}",
+            s.last_success_at.as_deref().unwrap_or("never")
+        );
+        let _ = writeln!(
+            out,
+            "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
+            s.calls, s.attempts, s.outcomes, s.variables, s.notifications
+        );
+    }
+    out
+}
+
+fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {
+    match e {
+        rusqlite::Error::QueryReturnedNoRows => Ok(T::default()),
+        e => Err(e),
+    }
+}

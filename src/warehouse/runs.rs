@@ -1,0 +1,194 @@
+//! Checkpoints and `sync_runs`: where each schedule's next pass starts, and what passes did.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::Warehouse;
+use super::error::{SqlContext, WarehouseError};
+use crate::api::Timestamp;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub schedule_uid: Uuid,
+    /// The next incremental pass reads calls updated at or after this (minus the lookback).
+    pub cursor: Timestamp,
+    /// When the cursor was last written.
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunKind {
+    Incremental,
+    Backfill,
+    Reconcile,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Incremental => "incremental",
+            RunKind::Backfill => "backfill",
+            RunKind::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// The row id of a `sync_runs` row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunId(i64);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunStats {
+    pub pages: u64,
+    pub calls_seen: u64,
+    pub calls_written: u64,
+    pub requests: u64,
+    pub retries: u64,
+}
+
+impl Warehouse {
+    pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
+        read_checkpoint(&self.conn, schedule)
+    }
+
+    /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
+    /// Returns what was there before.
+    pub fn replace_checkpoint(
+        &mut self,
+        schedule: Uuid,
+        cursor: Option<Timestamp>,
+    ) -> Result<Option<Checkpoint>, WarehouseError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .sql("starting a checkpoint change")?;
+        let before = read_checkpoint(&tx, schedule)?;
+        match cursor {
+            Some(cursor) => write_checkpoint(&tx, schedule, cursor)?,
+            None => {
+                tx.execute(
+                    "DELETE FROM sync_checkpoints WHERE schedule_uid = ?1",
+                    [schedule.to_string()],
+                )
+                .sql("deleting a checkpoint")?;
+            }
+        }
+        tx.commit().sql("committing a checkpoint change")?;
+        Ok(before)
+    }
+
+    pub fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+    ) -> Result<RunId, WarehouseError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO sync_runs (schedule_uid, kind, started_at) VALUES (?1, ?2, ?3)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    schedule.to_string(),
+                    kind.as_str(),
+                    started_at.to_sqlite()
+                ])
+            })
+            .sql("recording the start of a pass")?;
+        Ok(RunId(self.conn.last_insert_rowid()))
+    }
+
+    pub fn finish_run(
+        &mut self,
+        run: RunId,
+        stats: &RunStats,
+        finished_at: Timestamp,
+        error: Option<&str>,
+    ) -> Result<(), WarehouseError> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.conn
+            .prepare_cached(
+                "UPDATE sync_runs SET finished_at = ?2, pages = ?3, calls_seen = ?4,
+                   calls_written = ?5, requests = ?6, retries = ?7, error = ?8
+                 WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run.0,
+                    finished_at.to_sqlite(),
+                    n(stats.pages),
+                    n(stats.calls_seen),
+                    n(stats.calls_written),
+                    n(stats.requests),
+                    n(stats.retries),
+                    error
+                ])
+            })
+            .sql("recording the end of a pass")?;
+        Ok(())
+    }
+}
+
+/// Moves the checkpoint to `cursor` unless it already is at or past it. Compares instants,
+/// not text.
+pub(super) fn advance_checkpoint(
+    conn: &Connection,
+    schedule: Uuid,
+    cursor: Timestamp,
+) -> Result<(), WarehouseError> {
+    match read_checkpoint(conn, schedule)? {
+        Some(stored) if stored.cursor >= cursor => Ok(()),
+        _ => write_checkpoint(conn, schedule, cursor),
+    }
+}
+
+fn write_checkpoint(
+    conn: &Connection,
+    schedule: Uuid,
+    cursor: Timestamp,
+) -> Result<(), WarehouseError> {
+    conn.prepare_cached(
+        "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
+           updated_at = excluded.updated_at",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            schedule.to_string(),
+            cursor.to_sqlite(),
+            Timestamp::now().to_sqlite()
+        ])
+    })
+    .sql("saving a checkpoint")?;
+    Ok(())
+}
+
+fn read_checkpoint(
+    conn: &Connection,
+    schedule: Uuid,
+) -> Result<Option<Checkpoint>, WarehouseError> {
+    let row: Option<(String, String)> = conn
+        .prepare_cached("SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = ?1")
+        .and_then(|mut s| {
+            s.query_row([schedule.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .sql("reading a checkpoint")?;
+    row.map(|(cursor, updated_at)| {
+        Ok(Checkpoint {
+            schedule_uid: schedule,
+            cursor: parse(&cursor, "sync_checkpoints.cursor")?,
+            updated_at: parse(&updated_at, "sync_checkpoints.updated_at")?,
+        })
+    })
+    .transpose()
+}
+
+pub(super) fn parse(text: &str, what: &'static str) -> Result<Timestamp, WarehouseError> {
+    Timestamp::parse_sqlite(text).map_err(|_| WarehouseError::BadTimestamp {
+        what,
+        value: text.to_owned(),
+    })
+}

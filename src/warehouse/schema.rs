@@ -1,0 +1,140 @@
+//! Opening the file: pragmas, persistent WAL, and the migrations in `migrations/`.
+
+use std::path::Path;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use include_dir::{Dir, include_dir};
+use rusqlite::{Connection, OpenFlags};
+use rusqlite_migration::{Migrations, SchemaVersion};
+
+use super::error::WarehouseError;
+
+static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
+
+static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
+    Migrations::from_directory(&MIGRATION_DIR)
+        .expect("migrations/ is embedded at build time and checked by a unit test")
+});
+
+/// The schema version this build writes.
+pub fn latest_version() -> usize {
+    MIGRATION_DIR.dirs().count()
+}
+
+/// Opens (creating) `path` for writing and applies pending migrations; returns the
+/// connection and the schema version found before migrating.
+pub fn open_for_writing(
+    path: &Path,
+    busy_timeout: Duration,
+) -> Result<(Connection, usize), WarehouseError> {
+    let open_err = |source| WarehouseError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let mut conn = Connection::open(path).map_err(open_err)?;
+    conn.busy_timeout(busy_timeout).map_err(open_err)?;
+    // WAL: readers never block the writer and never see half a transaction.
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_err)?;
+    persist_wal(&conn).map_err(open_err)?;
+    let before = version(&conn, path)?;
+    if before > latest_version() {
+        return Err(WarehouseError::TooNew {
+            path: path.to_owned(),
+            found: before,
+            supported: latest_version(),
+        });
+    }
+    MIGRATIONS
+        .to_latest(&mut conn)
+        .map_err(|source| WarehouseError::Migrate {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok((conn, before))
+}
+
+/// Opens an existing warehouse read-only (a BI group member may have no write permission).
+pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
+    let open_err = |source| WarehouseError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(open_err)?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(open_err)?;
+    let found = version(&conn, path)?;
+    let supported = latest_version();
+    let path = path.to_owned();
+    match found.cmp(&supported) {
+        std::cmp::Ordering::Equal => Ok(conn),
+        std::cmp::Ordering::Greater => Err(WarehouseError::TooNew {
+            path,
+            found,
+            supported,
+        }),
+        std::cmp::Ordering::Less => Err(WarehouseError::TooOld {
+            path,
+            found,
+            supported,
+        }),
+    }
+}
+
+fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
+    let found = MIGRATIONS
+        .current_version(conn)
+        .map_err(|source| WarehouseError::Migrate {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(match found {
+        SchemaVersion::NoneSet => 0,
+        SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
+    })
+}
+
+/// Keeps the `-wal` and `-shm` files when the last connection closes, so a reader with
+/// read-only permissions can still open the warehouse after the daemon stops.
+fn persist_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let mut on: std::ffi::c_int = 1;
+    // SAFETY: `conn.handle()` is a valid open database handle for the duration of the call;
+    // SQLITE_FCNTL_PERSIST_WAL reads and writes one c_int through the pointer, which points
+    // at a live local.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&raw mut on).cast(),
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rc),
+            Some("cannot keep the WAL persistent".into()),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_migrations_are_valid() {
+        MIGRATIONS.validate().unwrap();
+        assert_eq!(latest_version(), 1);
+    }
+}

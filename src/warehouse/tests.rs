@@ -1,0 +1,404 @@
+//! The warehouse on real files: idempotency, mirroring, checkpoints, transactions, WAL.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::*;
+use crate::api::{OutboundCall, Timestamp};
+
+const SCHEDULE: Uuid = Uuid::from_u128(0x5c4e_d01e);
+
+fn open(dir: &tempfile::TempDir) -> Warehouse {
+    Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap()
+}
+
+fn ts(s: &str) -> Timestamp {
+    Timestamp::parse(s).unwrap()
+}
+
+fn uid(n: u128) -> String {
+    Uuid::from_u128(n).to_string()
+}
+
+/// A call with `attempts` attempts, each with one outcome and one variable.
+fn call_json(n: u128, updated: &str, attempts: usize) -> Value {
+    let attempts: Vec<Value> = (0..attempts)
+        .map(|i| {
+            let a = n * 100 + i as u128;
+            json!({
+                "uid": uid(a), "status": "hangup",
+                "started_at": format!("2026-01-01T00:0{i}:00Z"),
+                "answered_at": if i == 0 { Value::Null } else { json!(format!("2026-01-01T00:0{i}:05Z")) },
+                "ended_at": format!("2026-01-01T00:0{i}:30Z"), "duration": 25 + i,
+                "transfer_started_at": null, "transfer_answered_at": null, "transfer_destination": null,
+                "error_details": null,
+                "call_outcomes": [{"uid": uid(a * 10 + 1), "name": format!("outcome-{i}"), "created_at": "2026-01-01T00:00:30Z"}],
+                "call_attempts_variables": [{"uid": uid(a * 10 + 2), "name": "v", "value": "x", "status": "confirmed"}]
+            })
+        })
+        .collect();
+    json!({
+        "uid": uid(n), "status": "pending", "progress": "in_queue", "is_test_call": false,
+        "retry_intervals": [60], "attempts_remaining": 2,
+        "created_at": "2026-01-01T00:00:00Z", "updated_at": updated,
+        "outbound_call_info": {"phone_number": "15550100", "full_name": "Ada", "custom_parameters": {"plan": "gold"}},
+        "outbound_call_attempts": attempts,
+        "call_notifications": [{"uid": uid(n * 7), "status": "delivered", "message_count": 1, "delivered_at": "2026-01-01T00:05:00Z"}]
+    })
+}
+
+fn call(v: Value) -> OutboundCall {
+    serde_json::from_value(v).unwrap()
+}
+
+fn write(w: &mut Warehouse, calls: &[OutboundCall], checkpoint: Option<&str>) -> PageWrite {
+    w.write_page(SCHEDULE, calls, checkpoint.map(ts), Timestamp::now())
+        .unwrap()
+}
+
+#[test]
+fn the_same_page_twice_writes_nothing_the_second_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let page = vec![
+        call(call_json(1, "2026-01-01T00:10:00Z", 2)),
+        call(call_json(2, "2026-01-01T00:11:00Z", 0)),
+    ];
+    assert_eq!(write(&mut w, &page, None).calls_written, 2);
+    let before = w.snapshot(None).unwrap();
+    let again = write(&mut w, &page, None);
+    assert_eq!((again.calls_written, again.calls_unchanged), (0, 2));
+    assert_eq!(w.snapshot(None).unwrap(), before);
+}
+
+#[test]
+fn a_change_within_the_same_second_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let mut v = call_json(1, "2026-01-01T00:10:00Z", 1);
+    write(&mut w, &[call(v.clone())], None);
+    v["progress"] = json!("answered");
+    assert_eq!(write(&mut w, &[call(v)], None).calls_written, 1);
+    let snap = w.snapshot(None).unwrap();
+    assert_eq!(snap.calls[0]["progress"], "answered".to_owned().into());
+}
+
+#[test]
+fn children_mirror_the_service_and_missing_keys_keep_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 3))],
+        None,
+    );
+    let s = w.snapshot(None).unwrap();
+    assert_eq!(
+        (
+            s.call_attempts.len(),
+            s.attempt_outcomes.len(),
+            s.attempt_variables.len()
+        ),
+        (3, 3, 3)
+    );
+    assert_eq!(s.calls[0]["attempt_count"], 3i64.into());
+    assert_eq!(
+        s.calls[0]["outcome_names"],
+        "outcome-0, outcome-1, outcome-2".to_owned().into()
+    );
+    assert_eq!(s.calls[0]["last_attempt_duration"], 27i64.into());
+    assert_eq!(s.calls[0]["answered"], 1i64.into());
+    assert_eq!(s.calls[0]["notification_count"], 1i64.into());
+
+    // The service drops the last attempt, and the first attempt's outcome: so do we.
+    let mut v = call_json(1, "2026-01-01T00:11:00Z", 2);
+    v["outbound_call_attempts"][0]["call_outcomes"] = json!([]);
+    v["call_notifications"] = json!([]);
+    write(&mut w, &[call(v.clone())], None);
+    let s = w.snapshot(None).unwrap();
+    assert_eq!(
+        (
+            s.call_attempts.len(),
+            s.attempt_outcomes.len(),
+            s.attempt_variables.len(),
+            s.call_notifications.len()
+        ),
+        (2, 1, 2, 0)
+    );
+    assert_eq!(s.calls[0]["outcome_names"], "outcome-1".to_owned().into());
+    assert_eq!(s.calls[0]["last_attempt_duration"], 26i64.into());
+
+    // A summary list item (no children keys) changes the call but keeps the children.
+    let mut summary = v.clone();
+    summary["updated_at"] = json!("2026-01-01T00:12:00Z");
+    for a in summary["outbound_call_attempts"].as_array_mut().unwrap() {
+        let a = a.as_object_mut().unwrap();
+        a.remove("call_outcomes");
+        a.remove("call_attempts_variables");
+    }
+    summary
+        .as_object_mut()
+        .unwrap()
+        .remove("call_notifications");
+    write(&mut w, &[call(summary.clone())], None);
+    let s2 = w.snapshot(None).unwrap();
+    assert_eq!(s2.attempt_outcomes, s.attempt_outcomes);
+    assert_eq!(s2.attempt_variables, s.attempt_variables);
+    summary
+        .as_object_mut()
+        .unwrap()
+        .remove("outbound_call_attempts");
+    write(&mut w, &[call(summary)], None);
+    assert_eq!(w.snapshot(None).unwrap().call_attempts, s.call_attempts);
+}
+
+#[test]
+fn the_checkpoint_moves_with_the_page_and_never_backwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None);
+    write(&mut w, &[], Some("2026-01-01T00:10:00Z"));
+    write(&mut w, &[], Some("2026-01-01T00:09:59.999999Z"));
+    let c = w.checkpoint(SCHEDULE).unwrap().unwrap();
+    assert_eq!(c.cursor, ts("2026-01-01T00:10:00Z"));
+    // `…10:00Z` sorts after `…10:00.5Z`-style text the wrong way; instants decide.
+    write(&mut w, &[], Some("2026-01-01T00:10:00.5Z"));
+    assert_eq!(
+        w.checkpoint(SCHEDULE).unwrap().unwrap().cursor,
+        ts("2026-01-01T00:10:00.5Z")
+    );
+    // The operator tool may move it back, and says what was there.
+    let before = w
+        .replace_checkpoint(SCHEDULE, Some(ts("2025-01-01T00:00:00Z")))
+        .unwrap();
+    assert_eq!(before.unwrap().cursor, ts("2026-01-01T00:10:00.5Z"));
+    assert_eq!(
+        w.checkpoint(SCHEDULE).unwrap().unwrap().cursor,
+        ts("2025-01-01T00:00:00Z")
+    );
+    w.replace_checkpoint(SCHEDULE, None).unwrap();
+    assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None);
+}
+
+#[test]
+fn a_failed_page_leaves_neither_rows_nor_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    // Make writing the second call fail inside the transaction.
+    w.conn
+        .execute_batch(
+            "CREATE TRIGGER fail_on_2 BEFORE INSERT ON calls WHEN NEW.external_id = 'boom'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+    let mut bad = call_json(2, "2026-01-01T00:11:00Z", 1);
+    bad["external_id"] = json!("boom");
+    let page = [call(call_json(1, "2026-01-01T00:10:00Z", 1)), call(bad)];
+    let err = w
+        .write_page(
+            SCHEDULE,
+            &page,
+            Some(ts("2026-01-01T00:11:00Z")),
+            Timestamp::now(),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("injected failure"), "{err}");
+    assert_eq!(w.snapshot(None).unwrap(), Snapshot::default());
+    assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None);
+}
+
+#[test]
+fn a_reader_never_sees_half_a_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let reader = rusqlite::Connection::open(dir.path().join("w.db")).unwrap();
+    let tx = w.conn.transaction().unwrap();
+    tx.execute_batch(
+        "INSERT INTO calls (uid, schedule_uid, status, created_at, updated_at, content_hash, synced_at)
+         VALUES ('a', 's', 'pending', '2026-01-01 00:00:00', '2026-01-01 00:00:00', 0, '2026-01-01 00:00:00')",
+    )
+    .unwrap();
+    let seen: i64 = reader
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(seen, 0, "uncommitted rows are invisible to readers");
+    tx.commit().unwrap();
+    let seen: i64 = reader
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(seen, 1);
+}
+
+#[test]
+fn wal_persists_so_read_only_users_can_open_after_the_writer_stops() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    {
+        let mut w = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
+        write(
+            &mut w,
+            &[call(call_json(1, "2026-01-01T00:10:00Z", 1))],
+            None,
+        );
+        let mode: String = w
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal");
+    }
+    assert!(dir.path().join("w.db-wal").exists(), "the WAL is kept");
+    assert!(dir.path().join("w.db-shm").exists());
+    for f in ["w.db", "w.db-wal", "w.db-shm"] {
+        std::fs::set_permissions(dir.path().join(f), std::fs::Permissions::from_mode(0o444))
+            .unwrap();
+    }
+    let r = Warehouse::open_read_only(&path).unwrap();
+    assert_eq!(r.snapshot(None).unwrap().calls.len(), 1);
+    assert_eq!(r.status().unwrap()[0].calls, 1);
+}
+
+#[test]
+fn a_warehouse_from_a_newer_callsync_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    drop(Warehouse::open(&path, Duration::from_secs(5)).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            err,
+            WarehouseError::TooNew {
+                found: 99,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade callsync"), "{err}");
+    assert!(Warehouse::open_read_only(&path).is_err());
+}
+
+#[test]
+fn migrate_reports_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let first = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+    assert_eq!((first.from, first.to), (0, 1));
+    let again = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+    assert_eq!((again.from, again.to), (1, 1));
+}
+
+#[test]
+fn status_reports_runs_checkpoints_and_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let run = w
+        .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T01:00:00Z"))
+        .unwrap();
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 2))],
+        Some("2026-01-01T00:10:00Z"),
+    );
+    let stats = RunStats {
+        pages: 1,
+        calls_seen: 1,
+        calls_written: 1,
+        requests: 3,
+        retries: 1,
+    };
+    w.finish_run(run, &stats, ts("2026-01-01T01:00:05Z"), None)
+        .unwrap();
+    let failed = w
+        .start_run(SCHEDULE, RunKind::Backfill, ts("2026-01-01T02:00:00Z"))
+        .unwrap();
+    w.finish_run(
+        failed,
+        &RunStats::default(),
+        ts("2026-01-01T02:00:01Z"),
+        Some("HTTP 503"),
+    )
+    .unwrap();
+    let status = w.status().unwrap();
+    assert_eq!(status.len(), 1);
+    let s = &status[0];
+    assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00Z"));
+    assert_eq!(s.last_success_at.as_deref(), Some("2026-01-01T01:00:05Z"));
+    let last = s.last_run.as_ref().unwrap();
+    assert_eq!(
+        (last.kind.as_str(), last.error.as_deref()),
+        ("backfill", Some("HTTP 503"))
+    );
+    assert_eq!(
+        (
+            s.calls,
+            s.attempts,
+            s.outcomes,
+            s.variables,
+            s.notifications
+        ),
+        (1, 2, 2, 2, 1)
+    );
+    let text = render_status(&status, ts("2026-01-01T00:11:00Z"));
+    assert!(text.contains("lag 60s"), "{text}");
+    assert!(text.contains("FAILED: HTTP 503"), "{text}");
+}
+
+#[test]
+fn snapshot_diff_names_table_key_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 0))],
+        None,
+    );
+    let a = w.snapshot(None).unwrap();
+    let mut v = call_json(1, "2026-01-01T00:10:00Z", 0);
+    v["status"] = json!("completed");
+    write(&mut w, &[call(v)], None);
+    let b = w.snapshot(None).unwrap();
+    let diff = a.diff(&b);
+    assert_eq!(diff.len(), 2, "{diff:?}"); // status and content_hash
+    assert!(
+        diff.iter()
+            .any(|d| d.starts_with("calls") && d.contains("status")),
+        "{diff:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Writing a page twice equals writing it once, whatever the page.
+    #[test]
+    fn writing_twice_equals_writing_once(
+        shape in prop::collection::vec((1u128..20, 0usize..4, 0u8..60), 0..12)
+    ) {
+        // A page lists each call once.
+        let mut seen = std::collections::HashSet::new();
+        let page: Vec<OutboundCall> = shape
+            .iter()
+            .filter(|(n, _, _)| seen.insert(*n))
+            .map(|(n, attempts, sec)| call(call_json(*n, &format!("2026-01-01T00:00:{sec:02}Z"), *attempts)))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let mut once = Warehouse::open(&dir.path().join("a.db"), Duration::from_secs(5)).unwrap();
+        let mut twice = Warehouse::open(&dir.path().join("b.db"), Duration::from_secs(5)).unwrap();
+        write(&mut once, &page, None);
+        write(&mut twice, &page, None);
+        let second = write(&mut twice, &page, None);
+        prop_assert_eq!(second.calls_written, 0);
+        prop_assert_eq!(once.snapshot(None).unwrap(), twice.snapshot(None).unwrap());
+    }
+}
