@@ -6,17 +6,19 @@
 //! their causes (`{:#}`).
 
 use std::io::IsTerminal;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
+use crate::simulator::{Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, Quiet};
 use crate::telemetry;
 use crate::warehouse::Warehouse;
@@ -55,6 +57,8 @@ enum Command {
     },
     /// Apply pending warehouse migrations, then exit
     Migrate,
+    /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
+    Simulate(SimulateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +72,35 @@ struct BackfillArgs {
     /// Stop after calls updated at this instant (RFC 3339, any offset) [default: now]
     #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
     until: Option<Timestamp>,
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Address to listen on (loopback only is sensible: it has no real security)
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Number of schedules to create
+    #[arg(long, default_value_t = 3)]
+    schedules: usize,
+    /// Calls per schedule to seed
+    #[arg(long, default_value_t = 200)]
+    calls: usize,
+    /// Precision of the service's timestamps
+    #[arg(long, value_enum, default_value_t = PrecisionArg::Micros)]
+    precision: PrecisionArg,
+    /// Move calls along over time (attempts, outcomes, notifications)
+    #[arg(long)]
+    dialer: bool,
+    /// Seed for the generated data
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PrecisionArg {
+    Seconds,
+    Millis,
+    Micros,
 }
 
 /// Runs the command line and returns the process exit code.
@@ -98,9 +131,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let config = config::load(cli.config.as_deref())?;
-    init_logging(&config.log)?;
-    runtime.block_on(dispatch(cli.command, config))
+    match cli.command {
+        Command::Simulate(args) => {
+            init_logging(&LogConfig::default())?;
+            runtime.block_on(simulate(args))
+        }
+        command => {
+            let config = config::load(cli.config.as_deref())?;
+            init_logging(&config.log)?;
+            runtime.block_on(dispatch(command, config))
+        }
+    }
 }
 
 fn init_logging(log: &LogConfig) -> Result<()> {
@@ -113,6 +154,7 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
+        Command::Simulate(_) => unreachable!("handled before the configuration is loaded"),
     }
 }
 
@@ -188,6 +230,29 @@ fn migrate(config: &Config) -> Result<ExitCode> {
         report.from,
         report.to
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
+    let options = SimulatorOptions {
+        schedules: args.schedules,
+        calls_per_schedule: args.calls,
+        precision: match args.precision {
+            PrecisionArg::Seconds => Precision::Seconds,
+            PrecisionArg::Millis => Precision::Millis,
+            PrecisionArg::Micros => Precision::Micros,
+        },
+        seed: args.seed,
+        dialer: args.dialer.then(Default::default),
+        ..SimulatorOptions::default()
+    };
+    let simulator = Simulator::start(args.listen, options)
+        .await
+        .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
+    println!("{}", simulator.summary());
+    println!("Press Ctrl-C to stop.");
+    cancel_on_signal().cancelled().await;
+    simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 

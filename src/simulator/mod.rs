@@ -1,1 +1,410 @@
-//! Scaffolding: the simulator module is being built.
+//! A faithful, stateful simulator of the Outbound Call Campaign Service, served on loopback.
+//!
+//! It stands in for the real service in every test, benchmark and the demo, so it follows
+//! the spec rule by rule (`routes.rs`, `query.rs`) and adds knobs to make life hard for a
+//! client: timestamp precision, a dialer that changes calls while a client pages
+//! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
+//! and child changes that do not bump `updated_at`. Tests read its ground truth with
+//! [`Simulator::truth`]. It reuses `api::models`; product code never imports it.
+
+mod dialer;
+mod faults;
+mod life;
+mod query;
+mod routes;
+mod seed;
+mod state;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use url::Url;
+use uuid::Uuid;
+
+use crate::api::OutboundCall;
+
+pub use faults::{FaultPlan, RequestRecord};
+pub use state::Precision;
+
+/// Every knob; `Default` is a small, well-behaved service.
+#[derive(Debug, Clone)]
+pub struct SimulatorOptions {
+    pub precision: Precision,
+    pub seed: u64,
+    /// Schedules created (enabled) at start, each with `calls_per_schedule` calls.
+    pub schedules: usize,
+    pub calls_per_schedule: usize,
+    /// List items' attempts omit `call_outcomes` and `call_attempts_variables`.
+    pub summary_list: bool,
+    /// Lifetime of tokens from the OAuth endpoint.
+    pub token_lifetime: Duration,
+    pub dialer: Option<DialerOptions>,
+    /// A change becomes visible only this long after the instant it is stamped with.
+    pub late_commit: Option<Duration>,
+    pub faults: FaultPlan,
+}
+
+impl Default for SimulatorOptions {
+    fn default() -> Self {
+        SimulatorOptions {
+            precision: Precision::Micros,
+            seed: 1,
+            schedules: 1,
+            calls_per_schedule: 100,
+            summary_list: false,
+            token_lifetime: Duration::from_secs(3600),
+            dialer: None,
+            late_commit: None,
+            faults: FaultPlan::default(),
+        }
+    }
+}
+
+/// The dialer: every `tick`, it moves `calls_per_tick` random calls of enabled schedules along.
+#[derive(Debug, Clone)]
+pub struct DialerOptions {
+    pub tick: Duration,
+    pub calls_per_tick: usize,
+    /// Also make child-only changes (an outcome, a delivered notification) that do NOT bump
+    /// the call's `updated_at`, as the service may.
+    pub child_changes_without_bump: bool,
+}
+
+impl Default for DialerOptions {
+    fn default() -> Self {
+        DialerOptions {
+            tick: Duration::from_millis(50),
+            calls_per_tick: 5,
+            child_changes_without_bump: false,
+        }
+    }
+}
+
+/// Broken list responses for one schedule, for error-handling tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadBody {
+    /// `200` with a body that is not JSON.
+    InvalidJson,
+    /// `200` with a call whose `attempts_remaining` is a string.
+    WrongTypes,
+    /// `200` with a call lacking `updated_at`.
+    MissingRequiredField,
+    /// `200` with an HTML error page (a misconfigured proxy).
+    HtmlErrorPage,
+}
+
+impl BadBody {
+    fn respond(self) -> Response {
+        let json = |body: String| {
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
+        };
+        match self {
+            BadBody::InvalidJson => json("{\"data\": [{\"uid\": ".into()),
+            BadBody::WrongTypes => json(
+                r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","attempts_remaining":"four","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#.into(),
+            ),
+            BadBody::MissingRequiredField => json(
+                r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","created_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#.into(),
+            ),
+            BadBody::HtmlErrorPage => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/html")],
+                "<html><body><h1>Service temporarily unavailable</h1></body></html>",
+            )
+                .into_response(),
+        }
+    }
+}
+
+/// What handlers share.
+pub(crate) struct Shared {
+    state: Mutex<state::State>,
+    base_url: Url,
+    client_id: String,
+    client_secret: String,
+    static_token: String,
+    summary_list: bool,
+    token_lifetime: Duration,
+    late_commit: Option<Duration>,
+    tokens: Mutex<HashMap<String, Instant>>,
+    faults: Mutex<FaultPlan>,
+    fault_counter: AtomicUsize,
+    broken: Mutex<HashMap<Uuid, BadBody>>,
+    requests: Mutex<Vec<RequestRecord>>,
+    rng: Mutex<StdRng>,
+    dialer_running: AtomicBool,
+}
+
+/// Locks a mutex even if a panicking test thread poisoned it: the data stays usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, state::State> {
+        lock(&self.state)
+    }
+
+    fn rng(&self) -> MutexGuard<'_, StdRng> {
+        lock(&self.rng)
+    }
+
+    fn faults(&self) -> FaultPlan {
+        lock(&self.faults).clone()
+    }
+
+    fn next_fault_index(&self) -> usize {
+        self.fault_counter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn broken(&self, schedule: Uuid) -> Option<BadBody> {
+        lock(&self.broken).get(&schedule).copied()
+    }
+
+    fn log_request(&self, record: RequestRecord) {
+        lock(&self.requests).push(record);
+    }
+
+    fn issue_token(&self) -> (String, Duration) {
+        let token = format!("sim-{}", Uuid::new_v4().simple());
+        lock(&self.tokens).insert(token.clone(), Instant::now() + self.token_lifetime);
+        (token, self.token_lifetime)
+    }
+
+    /// `Ok` when the header carries the static token or an unexpired issued one.
+    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), &'static str> {
+        let value = header
+            .and_then(|h| h.to_str().ok())
+            .ok_or("missing Authorization header")?;
+        let token = value
+            .strip_prefix("Bearer ")
+            .ok_or("the Authorization header must be `Bearer <token>`")?;
+        if token == self.static_token {
+            return Ok(());
+        }
+        match lock(&self.tokens).get(token) {
+            Some(expiry) if Instant::now() < *expiry => Ok(()),
+            Some(_) => Err("the access token has expired"),
+            None => Err("the access token is not valid"),
+        }
+    }
+}
+
+/// A running simulator; dropping it does not stop it, [`Simulator::shutdown`] does.
+pub struct Simulator {
+    shared: Arc<Shared>,
+    schedules: Vec<Uuid>,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct SimulatorError {
+    addr: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
+impl Simulator {
+    pub async fn start(
+        listen: SocketAddr,
+        options: SimulatorOptions,
+    ) -> Result<Simulator, SimulatorError> {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| SimulatorError {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimulatorError {
+            addr: listen,
+            source,
+        })?;
+        let base_url = Url::parse(&format!("http://{addr}"))
+            .unwrap_or_else(|_| unreachable!("a socket address makes a valid URL"));
+        let mut rng = StdRng::seed_from_u64(options.seed);
+        let mut state = state::State::new(options.precision);
+        let schedules = seed::populate(
+            &mut state,
+            options.seed,
+            options.schedules,
+            options.calls_per_schedule,
+        );
+        let shared = Arc::new(Shared {
+            state: Mutex::new(state),
+            base_url,
+            client_id: "callsync-test-client".into(),
+            client_secret: format!("secret-{}", rng.random::<u64>()),
+            static_token: format!("static-{}", rng.random::<u64>()),
+            summary_list: options.summary_list,
+            token_lifetime: options.token_lifetime,
+            late_commit: options.late_commit,
+            tokens: Mutex::new(HashMap::new()),
+            faults: Mutex::new(options.faults.clone()),
+            fault_counter: AtomicUsize::new(0),
+            broken: Mutex::new(HashMap::new()),
+            requests: Mutex::new(Vec::new()),
+            rng: Mutex::new(rng),
+            dialer_running: AtomicBool::new(options.dialer.is_some()),
+        });
+        let stop = CancellationToken::new();
+        let app = routes::router(shared.clone());
+        let server_stop = stop.clone();
+        let mut tasks = vec![tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(server_stop.cancelled_owned())
+                .await;
+        })];
+        if let Some(dialer) = options.dialer {
+            tasks.push(tokio::spawn(dialer::run(
+                shared.clone(),
+                dialer,
+                stop.clone(),
+            )));
+        }
+        Ok(Simulator {
+            shared,
+            schedules,
+            stop,
+            tasks,
+        })
+    }
+
+    /// The spec's `{base_url}`, e.g. `http://127.0.0.1:41234`.
+    pub fn base_url(&self) -> &Url {
+        &self.shared.base_url
+    }
+
+    pub fn token_url(&self) -> Url {
+        let mut url = self.shared.base_url.clone();
+        url.set_path("/oauth/token");
+        url
+    }
+
+    pub fn client_id(&self) -> &str {
+        &self.shared.client_id
+    }
+
+    pub fn client_secret(&self) -> &str {
+        &self.shared.client_secret
+    }
+
+    /// A static bearer token that never expires (what `api.access_token` would hold).
+    pub fn access_token(&self) -> String {
+        self.shared.static_token.clone()
+    }
+
+    pub fn schedule_uids(&self) -> Vec<Uuid> {
+        self.schedules.clone()
+    }
+
+    /// Every visible call of `schedule` exactly as `GET /outbound_calls/{uid}` returns it.
+    pub fn truth(&self, schedule: Uuid) -> Vec<OutboundCall> {
+        let mut state = self.shared.state();
+        state.apply_due();
+        state.calls_of(schedule)
+    }
+
+    /// Waits until every late commit made so far is visible.
+    pub async fn settle(&self) {
+        let until = self.shared.state().settled_at();
+        if let Some(until) = until {
+            let wait = until.since(crate::api::Timestamp::now());
+            tokio::time::sleep(wait + Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn set_faults(&self, plan: FaultPlan) {
+        *lock(&self.shared.faults) = plan;
+    }
+
+    pub fn set_dialer_running(&self, on: bool) {
+        self.shared.dialer_running.store(on, Ordering::SeqCst);
+        // A tick may be half way: take the lock once so it has finished when we return.
+        drop(self.shared.state());
+    }
+
+    pub fn break_schedule(&self, schedule: Uuid, bad: Option<BadBody>) {
+        let mut broken = lock(&self.shared.broken);
+        match bad {
+            Some(bad) => broken.insert(schedule, bad),
+            None => broken.remove(&schedule),
+        };
+    }
+
+    /// `n` new calls sharing one `updated_at` (a bulk upload, without HTTP).
+    pub fn bulk_create_now(&self, schedule: Uuid, n: usize) -> Vec<Uuid> {
+        let mut state = self.shared.state();
+        let mut rng = self.shared.rng();
+        let intervals = state
+            .schedules
+            .get(&schedule)
+            .map(|s| s.schedule.retry_intervals.clone())
+            .unwrap_or_default();
+        let now = state.now();
+        (0..n)
+            .map(|i| {
+                let uid = Uuid::from_u128(rng.random());
+                let call = life::new_call(uid, &seed::contact(&mut *rng, i), &intervals, now);
+                state.insert_call(schedule, call, "api");
+                uid
+            })
+            .collect()
+    }
+
+    /// Bumps the calls' `updated_at` to now (a concurrent update).
+    pub fn touch_calls(&self, uids: &[Uuid]) {
+        let mut state = self.shared.state();
+        let now = state.now();
+        for uid in uids {
+            if let Some(mut call) = state.latest(*uid).cloned() {
+                call.updated_at = now;
+                state.update_call(call, None);
+            }
+        }
+    }
+
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// What `callsync simulate` prints: where it listens and how to reach it.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "simulator listening on {}\n  base_url      = \"{}\"\n  access_token  = \"{}\"\n  token_url     = \"{}\"\n  client_id     = \"{}\"\n  client_secret = \"{}\"\n  schedules     = [",
+            self.base_url(),
+            self.base_url(),
+            self.access_token(),
+            self.token_url(),
+            self.client_id(),
+            self.client_secret()
+        );
+        let uids: Vec<String> = self.schedules.iter().map(|u| format!("\"{u}\"")).collect();
+        out.push_str(&uids.join(", "));
+        out.push(']');
+        out
+    }
+
+    /// Stops serving and the dialer.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The fault plan and the middleware that applies it, logs every request and checks auth.
+//!
+//! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
+//! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the
+//! connection closes before the response is complete).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rand::Rng;
+
+use super::Shared;
+use super::routes::error;
+
+/// Faults injected into `/api/v1` requests; every rate is a probability per request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FaultPlan {
+    /// 500, 502 (an HTML page) or 503, in turn.
+    pub error_5xx_rate: f64,
+    /// 429 Too Many Requests with `Retry-After: retry_after_secs`.
+    pub rate_429: f64,
+    pub retry_after_secs: u64,
+    /// Answer correctly, but only after `slow_delay`.
+    pub slow_rate: f64,
+    pub slow_delay: Duration,
+    /// Close the connection half way through the body.
+    pub truncate_rate: f64,
+}
+
+/// One request as the simulator saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub method: String,
+    pub path: String,
+    /// The raw (still encoded) query string.
+    pub query: String,
+    pub status: u16,
+}
+
+enum Fault {
+    Status(u16),
+    TooMany,
+    Slow,
+    Truncate,
+}
+
+pub async fn middleware(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().unwrap_or_default().to_owned();
+    let response = handle(&shared, request, next, &path).await;
+    shared.log_request(RequestRecord {
+        method,
+        path,
+        query,
+        status: response.status().as_u16(),
+    });
+    response
+}
+
+async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Response {
+    if !path.starts_with("/api/v1/") {
+        return next.run(request).await;
+    }
+    if let Err(problem) = shared.check_bearer(request.headers().get(header::AUTHORIZATION)) {
+        return error(StatusCode::UNAUTHORIZED, "Unauthorized", problem);
+    }
+    match shared.roll_fault() {
+        Some(Fault::Status(502)) => (
+            StatusCode::BAD_GATEWAY,
+            [(header::CONTENT_TYPE, "text/html")],
+            "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>",
+        )
+            .into_response(),
+        Some(Fault::Status(code)) => error(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "Server error",
+            "the simulator injected this failure",
+        ),
+        Some(Fault::TooMany) => {
+            let mut response = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many requests",
+                "slow down",
+            );
+            let secs = shared.faults().retry_after_secs;
+            if let Ok(value) = secs.to_string().parse() {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
+        Some(Fault::Slow) => {
+            tokio::time::sleep(shared.faults().slow_delay).await;
+            next.run(request).await
+        }
+        Some(Fault::Truncate) => truncate(next.run(request).await).await,
+        None => next.run(request).await,
+    }
+}
+
+/// The same response, but its body stops half way and the connection is closed.
+async fn truncate(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let half = Bytes::copy_from_slice(&bytes[..bytes.len() / 2]);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(half),
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "injected: connection closed mid-body",
+        )),
+    ];
+    Response::from_parts(parts, Body::from_stream(futures::stream::iter(chunks)))
+}
+
+impl Shared {
+    fn roll_fault(&self) -> Option<Fault> {
+        let plan = self.faults();
+        let mut rng = self.rng();
+        let mut roll = |rate: f64| rate > 0.0 && rng.random_bool(rate.min(1.0));
+        if roll(plan.error_5xx_rate) {
+            let code = [500, 502, 503][self.next_fault_index() % 3];
+            return Some(Fault::Status(code));
+        }
+        if roll(plan.rate_429) {
+            return Some(Fault::TooMany);
+        }
+        if roll(plan.truncate_rate) {
+            return Some(Fault::Truncate);
+        }
+        if roll(plan.slow_rate) {
+            return Some(Fault::Slow);
+        }
+        None
+    }
+}

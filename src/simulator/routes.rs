@@ -1,0 +1,499 @@
+//! The HTTP face: axum handlers for the spec's eight endpoints and an OAuth token endpoint.
+//!
+//! Strict where the spec is silent (our documented choices): an unlisted query parameter is
+//! `400 Unexpected field: <name>`; a malformed integer, boolean or zone-less timestamp, a
+//! page below 1 or a page_size outside 1..=100 is a 400; creating calls on an enabled
+//! schedule without `force=true` is a 409; every error body has the spec's error shape.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use url::form_urlencoded;
+use uuid::Uuid;
+
+use super::Shared;
+use super::life;
+use super::query::{ListParams, parse_list_query, parse_post_query};
+use crate::api::{
+    BulkCreated, CallPage, ErrorBody, NewCall, NewCallsBulk, NewSchedule, Pagination,
+    PaginationLinks, Schedule, SchedulePatch, Timestamp,
+};
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/oauth/token", post(token))
+        .route("/api/v1/call_flows/{uid}", get(call_flow))
+        .route("/api/v1/campaigns", post(create_campaign))
+        .route("/api/v1/campaigns/{uid}/schedules", post(create_schedule))
+        .route("/api/v1/schedules/{uid}", patch(patch_schedule))
+        .route(
+            "/api/v1/schedules/{uid}/outbound_calls",
+            get(list_calls).post(create_call),
+        )
+        .route(
+            "/api/v1/schedules/{uid}/outbound_calls/bulk",
+            post(bulk_create),
+        )
+        .route("/api/v1/outbound_calls/{uid}", get(get_call))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            super::faults::middleware,
+        ))
+        .with_state(shared)
+}
+
+/// A response in the spec's error shape.
+pub fn error(status: StatusCode, title: &str, detail: impl Into<String>) -> Response {
+    Fail(status, ErrorBody::new(title, detail)).into_response()
+}
+
+/// A failed request: its status and the spec's error body.
+pub struct Fail(StatusCode, ErrorBody);
+
+impl IntoResponse for Fail {
+    fn into_response(self) -> Response {
+        (self.0, Json(self.1)).into_response()
+    }
+}
+
+type Reply = Result<Response, Fail>;
+
+fn fail(status: StatusCode, title: &str, detail: impl Into<String>) -> Fail {
+    Fail(status, ErrorBody::new(title, detail))
+}
+
+fn bad_request(body: ErrorBody) -> Fail {
+    Fail(StatusCode::BAD_REQUEST, body)
+}
+
+fn not_found_error(what: impl std::fmt::Display) -> Fail {
+    fail(StatusCode::NOT_FOUND, "Not found", format!("no {what}"))
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "Not found", "no such endpoint")
+}
+
+fn parse_uid(text: &str, what: &str) -> Result<Uuid, Fail> {
+    Uuid::parse_str(text).map_err(|_| not_found_error(format!("{what} {text}")))
+}
+
+/// Parses a JSON body, or answers 400 in the spec's shape.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Fail> {
+    serde_json::from_slice(body).map_err(|e| {
+        bad_request(
+            ErrorBody::new("Invalid request", "the body is not valid for this endpoint")
+                .with_error("Invalid body", e.to_string(), None),
+        )
+    })
+}
+
+async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: String) -> Response {
+    let form: std::collections::HashMap<String, String> = form_urlencoded::parse(body.as_bytes())
+        .into_owned()
+        .collect();
+    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "unsupported_grant_type"})),
+        )
+            .into_response();
+    }
+    let (id, secret) = basic_auth(&headers).unwrap_or_else(|| {
+        (
+            form.get("client_id").cloned().unwrap_or_default(),
+            form.get("client_secret").cloned().unwrap_or_default(),
+        )
+    });
+    if id != shared.client_id || secret != shared.client_secret {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": "invalid_client"})),
+        )
+            .into_response();
+    }
+    let (token, lifetime) = shared.issue_token();
+    Json(json!({
+        "access_token": token,
+        "token_type": "Bearer",
+        "expires_in": lifetime.as_secs().max(1),
+    }))
+    .into_response()
+}
+
+fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
+    use base64_lite::decode;
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let encoded = value.strip_prefix("Basic ")?;
+    let decoded = String::from_utf8(decode(encoded.trim())?).ok()?;
+    let (id, secret) = decoded.split_once(':')?;
+    Some((id.to_owned(), secret.to_owned()))
+}
+
+/// Just enough base64 for HTTP Basic credentials.
+mod base64_lite {
+    pub fn decode(text: &str) -> Option<Vec<u8>> {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = Vec::new();
+        let mut buffer = 0u32;
+        let mut bits = 0;
+        for c in text.bytes().filter(|c| *c != b'=') {
+            let v = ALPHABET.iter().position(|a| *a == c)? as u32;
+            buffer = (buffer << 6) | v;
+            bits += 6;
+            if bits >= 8 {
+                bits -= 8;
+                out.push((buffer >> bits) as u8);
+            }
+        }
+        Some(out)
+    }
+}
+
+async fn call_flow(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -> Reply {
+    let uid = parse_uid(&uid, "call flow")?;
+    match shared.state().call_flows.get(&uid) {
+        Some(flow) => Ok(Json(flow.clone()).into_response()),
+        None => Err(not_found_error(format!("call flow {uid}"))),
+    }
+}
+
+async fn create_campaign(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Reply {
+    let value: Value = json_body(&body)?;
+    if value.get("is_enabled").is_some() {
+        return Err(bad_request(
+            ErrorBody::new("Invalid request", "is_enabled cannot be set on creation").with_error(
+                "Invalid value",
+                "is_enabled is not allowed when creating a campaign",
+                Some("/is_enabled".into()),
+            ),
+        ));
+    }
+    let new: crate::api::NewCampaign = match serde_json::from_value(value) {
+        Ok(n) => n,
+        Err(e) => {
+            return Err(bad_request(ErrorBody::new(
+                "Invalid request",
+                e.to_string(),
+            )));
+        }
+    };
+    let mut state = shared.state();
+    let now = state.now();
+    let mut campaign = super::seed::campaign(&mut *shared.rng(), now);
+    campaign.name = new.name;
+    campaign.kind = new.kind;
+    campaign.direction = new.direction.unwrap_or_else(|| "outbound".into());
+    state.campaigns.insert(campaign.uid, campaign.clone());
+    Ok((StatusCode::CREATED, Json(campaign)).into_response())
+}
+
+async fn create_schedule(
+    State(shared): State<Arc<Shared>>,
+    Path(uid): Path<String>,
+    body: axum::body::Bytes,
+) -> Reply {
+    let campaign = parse_uid(&uid, "campaign")?;
+    let new: NewSchedule = json_body(&body)?;
+    let mut state = shared.state();
+    if !state.campaigns.contains_key(&campaign) {
+        return Err(not_found_error(format!("campaign {campaign}")));
+    }
+    let now = state.now();
+    let schedule = Schedule {
+        uid: Uuid::new_v4(),
+        name: new.name,
+        starts_at: new.starts_at,
+        ends_at: new.ends_at,
+        retry_type: new.retry_type,
+        retry_intervals: new.retry_intervals,
+        is_enabled: false,
+        is_auto: false,
+        created_at: now,
+        updated_at: now,
+        extra: Default::default(),
+    };
+    state.add_schedule(schedule.clone());
+    Ok((StatusCode::CREATED, Json(schedule)).into_response())
+}
+
+async fn patch_schedule(
+    State(shared): State<Arc<Shared>>,
+    Path(uid): Path<String>,
+    body: axum::body::Bytes,
+) -> Reply {
+    let uid = parse_uid(&uid, "schedule")?;
+    let patch: SchedulePatch = json_body(&body)?;
+    let mut state = shared.state();
+    let now = state.now();
+    match state.schedules.get_mut(&uid) {
+        Some(s) => {
+            if let Some(enabled) = patch.is_enabled {
+                s.schedule.is_enabled = enabled;
+                s.schedule.updated_at = now;
+            }
+            Ok(Json(s.schedule.clone()).into_response())
+        }
+        None => Err(not_found_error(format!("schedule {uid}"))),
+    }
+}
+
+/// Checks the schedule exists and accepts new calls (disabled, or `force=true`).
+fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<Vec<i64>, Fail> {
+    let state = shared.state();
+    let Some(s) = state.schedules.get(&schedule) else {
+        return Err(not_found_error(format!("schedule {schedule}")));
+    };
+    if s.schedule.is_enabled && !force {
+        return Err(fail(
+            StatusCode::CONFLICT,
+            "Schedule is enabled",
+            "calls can be added only while the schedule is disabled, unless force=true is sent",
+        ));
+    }
+    Ok(s.schedule.retry_intervals.clone())
+}
+
+fn validate_call(call: &NewCall, index: Option<usize>) -> Vec<(String, String, String)> {
+    let pointer = |field: &str| match index {
+        Some(i) => format!("/outbound_calls/{i}/{field}"),
+        None => format!("/{field}"),
+    };
+    let mut problems = Vec::new();
+    if let Some(problem) = life::phone_problem(&call.phone_number) {
+        problems.push((
+            "Invalid phone number".to_owned(),
+            format!("{:?} {problem}", call.phone_number),
+            pointer("phone_number"),
+        ));
+    }
+    for (name, value) in &call.custom_parameters {
+        if name.ends_with("_at") && Timestamp::parse(value).is_err() {
+            problems.push((
+                "Invalid custom parameter".to_owned(),
+                format!("{name} must be an ISO 8601 datetime with a timezone"),
+                pointer(&format!("custom_parameters/{name}")),
+            ));
+        }
+    }
+    problems
+}
+
+fn invalid_entries(problems: Vec<(String, String, String)>) -> Fail {
+    let n = problems.len();
+    let body = problems.into_iter().fold(
+        ErrorBody::new(
+            "Invalid request",
+            format!("{n} invalid value(s); nothing was created"),
+        ),
+        |body, (title, detail, pointer)| body.with_error(title, detail, Some(pointer)),
+    );
+    bad_request(body)
+}
+
+async fn create_call(
+    State(shared): State<Arc<Shared>>,
+    Path(uid): Path<String>,
+    RawQuery(query): RawQuery,
+    body: axum::body::Bytes,
+) -> Reply {
+    let schedule = parse_uid(&uid, "schedule")?;
+    let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
+    let new: NewCall = json_body(&body)?;
+    let intervals = check_creatable(&shared, schedule, force)?;
+    let problems = validate_call(&new, None);
+    if !problems.is_empty() {
+        return Err(invalid_entries(problems));
+    }
+    let mut state = shared.state();
+    let now = state.now();
+    let call = life::new_call(Uuid::new_v4(), &new, &intervals, now);
+    state.insert_call(schedule, call.clone(), "api");
+    // The single-create response keys custom parameters by their numeric id.
+    let mut response = call;
+    response.outbound_call_info.custom_parameters = response
+        .outbound_call_info
+        .custom_parameters
+        .into_iter()
+        .map(|(name, value)| (state.parameter_id(&name).to_string(), value))
+        .collect();
+    Ok((StatusCode::CREATED, Json(response)).into_response())
+}
+
+async fn bulk_create(
+    State(shared): State<Arc<Shared>>,
+    Path(uid): Path<String>,
+    RawQuery(query): RawQuery,
+    body: axum::body::Bytes,
+) -> Reply {
+    let schedule = parse_uid(&uid, "schedule")?;
+    let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
+    let bulk: NewCallsBulk = json_body(&body)?;
+    if !(1..=1000).contains(&bulk.outbound_calls.len()) {
+        return Err(bad_request(
+            ErrorBody::new("Invalid request", "send 1 to 1,000 outbound_calls").with_error(
+                "Invalid size",
+                format!("{} entries", bulk.outbound_calls.len()),
+                Some("/outbound_calls".into()),
+            ),
+        ));
+    }
+    let intervals = check_creatable(&shared, schedule, force)?;
+    let problems: Vec<_> = bulk
+        .outbound_calls
+        .iter()
+        .enumerate()
+        .flat_map(|(i, call)| validate_call(call, Some(i)))
+        .collect();
+    if !problems.is_empty() {
+        return Err(invalid_entries(problems));
+    }
+    let mut state = shared.state();
+    // One request, one instant: every call of a bulk upload shares its updated_at.
+    let now = state.now();
+    let uids: Vec<Uuid> = bulk
+        .outbound_calls
+        .iter()
+        .map(|new| {
+            let call = life::new_call(Uuid::new_v4(), new, &intervals, now);
+            let uid = call.uid;
+            state.insert_call(schedule, call, "api");
+            uid
+        })
+        .collect();
+    Ok((StatusCode::CREATED, Json(BulkCreated { data: uids })).into_response())
+}
+
+async fn get_call(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -> Reply {
+    let uid = parse_uid(&uid, "outbound call")?;
+    let mut state = shared.state();
+    state.apply_due();
+    match state.calls.get(&uid) {
+        Some(c) => Ok(Json(c.call.clone()).into_response()),
+        None => Err(not_found_error(format!("outbound call {uid}"))),
+    }
+}
+
+async fn list_calls(
+    State(shared): State<Arc<Shared>>,
+    Path(uid): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Reply {
+    let schedule = parse_uid(&uid, "schedule")?;
+    let params = parse_list_query(query.as_deref()).map_err(bad_request)?;
+    if let Some(bad) = shared.broken(schedule) {
+        return Ok(super::BadBody::respond(bad));
+    }
+    let page = {
+        let mut state = shared.state();
+        state.apply_due();
+        if !state.schedules.contains_key(&schedule) {
+            return Err(not_found_error(format!("schedule {schedule}")));
+        }
+        select_page(&state, schedule, &params, shared.summary_list)
+    };
+    let (data, total) = page;
+    let pagination = pagination(&shared, schedule, &params, total);
+    Ok(Json(CallPage {
+        data,
+        pagination: Some(pagination),
+        extra: Default::default(),
+    })
+    .into_response())
+}
+
+/// The page's calls and the total number of matches.
+fn select_page(
+    state: &super::state::State,
+    schedule: Uuid,
+    params: &ListParams,
+    summary: bool,
+) -> (Vec<crate::api::OutboundCall>, u64) {
+    let size = params.page_size as usize;
+    let skip = (params.page as usize - 1).saturating_mul(size);
+    let candidates: Vec<&super::state::CallState> = match params.updated_after {
+        Some(after) => state
+            .keys_from(schedule, after)
+            .iter()
+            .filter_map(|(_, uid)| state.calls.get(uid))
+            .collect(),
+        None => {
+            // Without updated_after (not shown by the spec): creation order, then uid.
+            let mut all: Vec<&super::state::CallState> = state
+                .keys_from(schedule, Timestamp::EPOCH)
+                .iter()
+                .filter_map(|(_, uid)| state.calls.get(uid))
+                .collect();
+            all.sort_by_key(|c| (c.call.created_at, c.call.uid));
+            all
+        }
+    };
+    let unfiltered = params.filter_is_empty();
+    let (total, page): (u64, Vec<_>) = if unfiltered {
+        (
+            candidates.len() as u64,
+            candidates.into_iter().skip(skip).take(size).collect(),
+        )
+    } else {
+        let matching: Vec<_> = candidates
+            .into_iter()
+            .filter(|c| params.matches(c))
+            .collect();
+        (
+            matching.len() as u64,
+            matching.into_iter().skip(skip).take(size).collect(),
+        )
+    };
+    let data = page
+        .into_iter()
+        .map(|c| {
+            let mut call = c.call.clone();
+            if summary {
+                for attempt in call.outbound_call_attempts.iter_mut().flatten() {
+                    attempt.call_outcomes = None;
+                    attempt.call_attempts_variables = None;
+                }
+            }
+            call
+        })
+        .collect();
+    (data, total)
+}
+
+fn pagination(shared: &Shared, schedule: Uuid, params: &ListParams, total: u64) -> Pagination {
+    let size = u64::from(params.page_size);
+    let pages = total.div_ceil(size);
+    let page = u64::from(params.page);
+    let link = |p: u64| {
+        let mut url = shared.base_url.clone();
+        url.set_path(&format!("/api/v1/schedules/{schedule}/outbound_calls"));
+        {
+            let mut q = url.query_pairs_mut();
+            for (k, v) in &params.raw_pairs {
+                if k != "page" {
+                    q.append_pair(k, v);
+                }
+            }
+            q.append_pair("page", &p.to_string());
+        }
+        url.to_string()
+    };
+    Pagination {
+        total_count: total,
+        total_pages: pages,
+        page_size: size,
+        current_page: page,
+        links: PaginationLinks {
+            self_link: Some(link(page)),
+            next: (page < pages).then(|| link(page + 1)),
+            prev: (page > 1 && pages > 0).then(|| link((page - 1).min(pages))),
+            last: Some(link(pages.max(1))),
+        },
+    }
+}

@@ -1,0 +1,201 @@
+//! The service's truth: campaigns, schedules, calls with their children, and the clock.
+//!
+//! Calls are stored as the detail endpoint returns them. Each schedule keeps its calls'
+//! `(updated_at, uid)` keys in a sorted vector, so a list request with `updated_after` is a
+//! binary search, whatever the number of calls. Late commits wait in `pending` until their
+//! time comes; until then the list and detail endpoints show the previous version.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::api::{CallFlow, Campaign, OutboundCall, Schedule, Timestamp};
+
+/// The precision of the service's timestamps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Precision {
+    Seconds,
+    Millis,
+    #[default]
+    Micros,
+}
+
+impl Precision {
+    pub fn unit_nanos(self) -> i128 {
+        match self {
+            Precision::Seconds => 1_000_000_000,
+            Precision::Millis => 1_000_000,
+            Precision::Micros => 1_000,
+        }
+    }
+}
+
+pub struct ScheduleState {
+    pub schedule: Schedule,
+    /// `(updated_at, uid)` of the visible version of every call, sorted.
+    index: Vec<(Timestamp, Uuid)>,
+}
+
+pub struct CallState {
+    pub call: OutboundCall,
+    pub schedule: Uuid,
+    /// How the call was created (`api` or `quick_call_api`), for the `source` filter.
+    pub source: &'static str,
+}
+
+/// A change stamped in the past that is not visible yet (a late commit).
+struct Pending {
+    visible_at: Timestamp,
+    call: OutboundCall,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub precision: Precision,
+    pub campaigns: HashMap<Uuid, Campaign>,
+    pub call_flows: HashMap<Uuid, CallFlow>,
+    pub schedules: HashMap<Uuid, ScheduleState>,
+    /// Schedule uids in creation order.
+    pub schedule_order: Vec<Uuid>,
+    pub calls: HashMap<Uuid, CallState>,
+    /// Every call uid, for picking one at random.
+    pub all_calls: Vec<Uuid>,
+    pending: Vec<Pending>,
+    /// Custom parameter name → the numeric id the single-create response uses.
+    pub parameter_ids: BTreeMap<String, u32>,
+}
+
+impl State {
+    pub fn new(precision: Precision) -> Self {
+        State {
+            precision,
+            ..State::default()
+        }
+    }
+
+    /// The service's clock, at its precision.
+    pub fn now(&self) -> Timestamp {
+        Timestamp::now().truncated(self.precision.unit_nanos())
+    }
+
+    pub fn add_schedule(&mut self, schedule: Schedule) {
+        self.schedule_order.push(schedule.uid);
+        self.schedules.insert(
+            schedule.uid,
+            ScheduleState {
+                schedule,
+                index: Vec::new(),
+            },
+        );
+    }
+
+    /// Adds a new call (visible at once).
+    pub fn insert_call(&mut self, schedule: Uuid, call: OutboundCall, source: &'static str) {
+        if let Some(s) = self.schedules.get_mut(&schedule) {
+            index_insert(&mut s.index, (call.updated_at, call.uid));
+        }
+        self.all_calls.push(call.uid);
+        self.calls.insert(
+            call.uid,
+            CallState {
+                call,
+                schedule,
+                source,
+            },
+        );
+    }
+
+    /// Replaces a call's visible version now, or after `late` when set (a late commit).
+    pub fn update_call(&mut self, call: OutboundCall, late: Option<Duration>) {
+        match late {
+            Some(delay) => self.pending.push(Pending {
+                visible_at: Timestamp::now().saturating_add(delay),
+                call,
+            }),
+            None => self.make_visible(call),
+        }
+    }
+
+    /// The newest version of a call, pending or visible: what the next change builds on.
+    pub fn latest(&self, uid: Uuid) -> Option<&OutboundCall> {
+        self.pending
+            .iter()
+            .rev()
+            .find(|p| p.call.uid == uid)
+            .map(|p| &p.call)
+            .or_else(|| self.calls.get(&uid).map(|c| &c.call))
+    }
+
+    /// Makes late commits whose time has come visible.
+    pub fn apply_due(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let now = Timestamp::now();
+        let (due, waiting): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.visible_at <= now);
+        self.pending = waiting;
+        for p in due {
+            self.make_visible(p.call);
+        }
+    }
+
+    /// The time at which every pending change will be visible.
+    pub fn settled_at(&self) -> Option<Timestamp> {
+        self.pending.iter().map(|p| p.visible_at).max()
+    }
+
+    fn make_visible(&mut self, call: OutboundCall) {
+        let Some(state) = self.calls.get_mut(&call.uid) else {
+            return;
+        };
+        let old_key = (state.call.updated_at, state.call.uid);
+        let new_key = (call.updated_at, call.uid);
+        let schedule = state.schedule;
+        state.call = call;
+        if old_key != new_key
+            && let Some(s) = self.schedules.get_mut(&schedule)
+        {
+            if let Ok(at) = s.index.binary_search(&old_key) {
+                s.index.remove(at);
+            }
+            index_insert(&mut s.index, new_key);
+        }
+    }
+
+    /// Uids of the schedule's calls with `updated_at >= after`, in (updated_at, uid) order.
+    pub fn keys_from(&self, schedule: Uuid, after: Timestamp) -> &[(Timestamp, Uuid)] {
+        match self.schedules.get(&schedule) {
+            Some(s) => {
+                let start = s.index.partition_point(|(t, _)| *t < after);
+                &s.index[start..]
+            }
+            None => &[],
+        }
+    }
+
+    /// Every call of the schedule, as the detail endpoint shows it, in index order.
+    pub fn calls_of(&self, schedule: Uuid) -> Vec<OutboundCall> {
+        self.keys_from(schedule, Timestamp::EPOCH)
+            .iter()
+            .filter_map(|(_, uid)| self.calls.get(uid).map(|c| c.call.clone()))
+            .collect()
+    }
+
+    /// The numeric id of a custom parameter name, assigned on first use.
+    pub fn parameter_id(&mut self, name: &str) -> u32 {
+        let next = self.parameter_ids.len() as u32 + 1001;
+        *self.parameter_ids.entry(name.to_owned()).or_insert(next)
+    }
+}
+
+fn index_insert(index: &mut Vec<(Timestamp, Uuid)>, key: (Timestamp, Uuid)) {
+    // New keys are usually the newest: appending is the common, cheap case.
+    if index.last().is_none_or(|last| *last < key) {
+        index.push(key);
+    } else if let Err(at) = index.binary_search(&key) {
+        index.insert(at, key);
+    }
+}

@@ -1,0 +1,172 @@
+//! callsync's `spawn_app`: a simulator on 127.0.0.1:0, a warehouse in a temp dir, a config
+//! pointing at both, and the checks every test ends with.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use callsync::api::Timestamp;
+use callsync::config::{
+    ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
+    RetryConfig, Secret, SyncConfig, WarehouseConfig,
+};
+use callsync::simulator::{Simulator, SimulatorOptions};
+use callsync::sync::{Engine, PassPlan, PassReport};
+use callsync::warehouse::{Snapshot, Warehouse};
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub struct TestEnv {
+    pub sim: Simulator,
+    pub dir: TempDir,
+    pub config: Config,
+}
+
+/// How the client authenticates in a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    Static,
+    OAuth,
+}
+
+impl TestEnv {
+    pub async fn start(options: SimulatorOptions) -> TestEnv {
+        Self::start_with(options, Auth::Static).await
+    }
+
+    pub async fn start_with(options: SimulatorOptions, auth: Auth) -> TestEnv {
+        let sim = Simulator::start("127.0.0.1:0".parse().unwrap(), options)
+            .await
+            .expect("simulator starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config = test_config(&sim, dir.path().join("warehouse.db"), auth);
+        TestEnv { sim, dir, config }
+    }
+
+    pub fn schedules(&self) -> Vec<Uuid> {
+        self.sim.schedule_uids()
+    }
+
+    /// One incremental pass of `schedules`, as `callsync sync` runs it.
+    pub async fn pass(&self, schedules: &[Uuid]) -> Vec<PassReport> {
+        let engine = Engine::start(&self.config).expect("engine starts");
+        let plan = PassPlan::incremental(engine.settings());
+        let reports = engine
+            .sync_all(schedules, &plan, &CancellationToken::new())
+            .await;
+        engine.close().await;
+        reports
+    }
+
+    /// A pass that must succeed for every schedule.
+    pub async fn pass_ok(&self, schedules: &[Uuid]) -> Vec<PassReport> {
+        let reports = self.pass(schedules).await;
+        for r in &reports {
+            assert!(
+                r.succeeded(),
+                "pass of {} failed: {:?}",
+                r.schedule,
+                r.result
+            );
+        }
+        reports
+    }
+
+    pub fn snapshot(&self, schedule: Uuid) -> Snapshot {
+        Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
+            .expect("warehouse opens")
+            .snapshot(Some(schedule))
+            .expect("snapshot")
+    }
+
+    /// The warehouse holds exactly what the service shows: every call, every child row,
+    /// nothing missing, nothing extra.
+    pub fn assert_matches_truth(&self, schedules: &[Uuid]) {
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let mut expected =
+            Warehouse::open(&scratch.path().join("truth.db"), Duration::from_secs(5))
+                .expect("scratch warehouse");
+        for schedule in schedules {
+            let truth = self.sim.truth(*schedule);
+            expected
+                .write_page(*schedule, &truth, None, Timestamp::now())
+                .expect("truth written");
+            let want = expected.snapshot(Some(*schedule)).expect("snapshot");
+            let got = self.snapshot(*schedule);
+            let diff = got.diff(&want);
+            assert!(
+                diff.is_empty(),
+                "warehouse differs from the service for schedule {schedule} ({} truth calls):\n{}",
+                truth.len(),
+                diff.join("\n")
+            );
+        }
+        self.assert_no_bad_requests();
+    }
+
+    /// The client never sends a request the service rejects as malformed.
+    pub fn assert_no_bad_requests(&self) {
+        let bad: Vec<_> = self
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.status == 400)
+            .collect();
+        assert!(bad.is_empty(), "the client caused 400s: {bad:#?}");
+    }
+
+    pub fn warehouse_path(&self) -> PathBuf {
+        self.config.warehouse.path.clone()
+    }
+}
+
+pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
+    let auth = match auth {
+        Auth::Static => AuthConfig::Static(Secret::new(sim.access_token())),
+        Auth::OAuth => AuthConfig::OAuth(OAuthConfig {
+            token_url: sim.token_url(),
+            client_id: sim.client_id().to_owned(),
+            client_secret: Secret::new(sim.client_secret()),
+            scope: None,
+        }),
+    };
+    Config {
+        api: ApiConfig {
+            base_url: sim.base_url().clone(),
+            auth,
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            requests_per_second: None,
+            detail_concurrency: 4,
+            retry: RetryConfig {
+                max_attempts: 12,
+                max_elapsed: Duration::from_secs(30),
+                initial_interval: Duration::from_millis(5),
+                max_interval: Duration::from_millis(100),
+                multiplier: 2.0,
+            },
+        },
+        warehouse: WarehouseConfig {
+            path: warehouse,
+            busy_timeout: Duration::from_secs(10),
+        },
+        sync: SyncConfig {
+            schedules: sim.schedule_uids(),
+            lookback: Duration::from_secs(5),
+            cron: "0 */5 * * * *".into(),
+            page_size: 100,
+            details: DetailsMode::Auto,
+            concurrency: 4,
+            filter: Default::default(),
+            reconcile_cron: None,
+            reconcile_window: Duration::from_secs(7 * 86_400),
+            shutdown_timeout: Duration::from_secs(10),
+        },
+        log: LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        },
+        metrics: MetricsConfig::default(),
+        source: None,
+    }
+}

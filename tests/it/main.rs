@@ -1,0 +1,9 @@
+//! The one integration-test binary: the simulator on loopback, real SQLite files.
+
+mod harness;
+// Incremental sync against the simulator in every setting (ties, churn, faults, …).
+mod sync;
+// SIGKILL at random instants: the checkpoint is never ahead of the data.
+mod crash;
+// backfill: ranges, checkpoint rules, the per-schedule lock.
+mod backfill;

@@ -1,0 +1,220 @@
+//! Incremental sync against the simulator: after churn and a final pass, the warehouse equals
+//! the service's truth, in every setting the service can throw at us.
+
+use std::time::Duration;
+
+use callsync::simulator::{BadBody, DialerOptions, FaultPlan, Precision, SimulatorOptions};
+use callsync::sync::PassResult;
+
+use crate::harness::{Auth, TestEnv};
+
+fn options(schedules: usize, calls: usize) -> SimulatorOptions {
+    SimulatorOptions {
+        schedules,
+        calls_per_schedule: calls,
+        seed: 7,
+        ..SimulatorOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_schedules_sync_exactly_and_a_second_pass_writes_nothing() {
+    let env = TestEnv::start(options(3, 250)).await;
+    let schedules = env.schedules();
+    let first = env.pass_ok(&schedules).await;
+    assert_eq!(
+        first.iter().map(|r| r.stats.calls_written).sum::<u64>(),
+        750
+    );
+    env.assert_matches_truth(&schedules);
+
+    let before: Vec<_> = schedules.iter().map(|s| env.snapshot(*s)).collect();
+    let second = env.pass_ok(&schedules).await;
+    for r in &second {
+        assert_eq!(r.stats.calls_written, 0, "idempotent: {r:?}");
+    }
+    let after: Vec<_> = schedules.iter().map(|s| env.snapshot(*s)).collect();
+    assert_eq!(before, after);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_schedule_syncs_to_nothing() {
+    let env = TestEnv::start(options(1, 0)).await;
+    let schedules = env.schedules();
+    let reports = env.pass_ok(&schedules).await;
+    assert_eq!(reports[0].stats.calls_seen, 0);
+    env.assert_matches_truth(&schedules);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tie_groups_at_second_precision_of_every_shape() {
+    let env = TestEnv::start(SimulatorOptions {
+        precision: Precision::Seconds,
+        ..options(4, 0)
+    })
+    .await;
+    let s = env.schedules();
+    // A 1,000-call bulk upload (one updated_at), then more data after it.
+    env.sim.bulk_create_now(s[0], 1000);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.sim.bulk_create_now(s[0], 37);
+    // A tie group ending exactly on a page edge at the end of the data.
+    env.sim.bulk_create_now(s[1], 200);
+    // A tie group ending exactly on a page edge before more data.
+    env.sim.bulk_create_now(s[2], 300);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.sim.bulk_create_now(s[2], 5);
+    // s[3] stays empty.
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+
+    // More ties arriving later, on top of a synced warehouse.
+    env.sim.bulk_create_now(s[1], 100);
+    env.sim.bulk_create_now(s[3], 1000);
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dialer_updating_calls_while_we_page_loses_nothing() {
+    let env = TestEnv::start(SimulatorOptions {
+        precision: Precision::Seconds,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            ..DialerOptions::default()
+        }),
+        ..options(2, 600)
+    })
+    .await;
+    let s = env.schedules();
+    for _ in 0..3 {
+        env.pass_ok(&s).await;
+    }
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_commits_within_the_lookback_are_caught() {
+    let env = TestEnv::start(SimulatorOptions {
+        late_commit: Some(Duration::from_secs(1)),
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(10),
+            calls_per_tick: 3,
+            ..DialerOptions::default()
+        }),
+        ..options(2, 300)
+    })
+    .await;
+    let s = env.schedules();
+    for _ in 0..3 {
+        env.pass_ok(&s).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    env.sim.set_dialer_running(false);
+    // Every late change becomes visible within δ; the lookback (5 s) covers it.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_and_three_second_tokens_are_ridden_out() {
+    let env = TestEnv::start_with(
+        SimulatorOptions {
+            token_lifetime: Duration::from_secs(3),
+            faults: FaultPlan {
+                error_5xx_rate: 0.1,
+                rate_429: 0.05,
+                retry_after_secs: 1,
+                slow_rate: 0.05,
+                slow_delay: Duration::from_millis(200),
+                truncate_rate: 0.05,
+            },
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(20),
+                calls_per_tick: 3,
+                ..DialerOptions::default()
+            }),
+            ..options(2, 400)
+        },
+        Auth::OAuth,
+    )
+    .await;
+    let s = env.schedules();
+    let mut retries = 0;
+    for _ in 0..3 {
+        let reports = env.pass_ok(&s).await;
+        retries += reports.iter().map(|r| r.stats.retries).sum::<u64>();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    assert!(
+        retries > 0,
+        "faults were injected, so some requests were retried"
+    );
+    env.sim.set_dialer_running(false);
+    env.sim.set_faults(FaultPlan::default());
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summary_lists_are_completed_from_the_detail_endpoint() {
+    let env = TestEnv::start(SimulatorOptions {
+        summary_list: true,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 10,
+            ..DialerOptions::default()
+        }),
+        ..options(1, 200)
+    })
+    .await;
+    let s = env.schedules();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
+    for bad in [
+        BadBody::InvalidJson,
+        BadBody::WrongTypes,
+        BadBody::MissingRequiredField,
+        BadBody::HtmlErrorPage,
+    ] {
+        let mut env = TestEnv::start(options(2, 150)).await;
+        env.config.api.retry.max_attempts = 2;
+        let s = env.schedules();
+        env.sim.break_schedule(s[0], Some(bad));
+        let reports = env.pass(&s).await;
+        let PassResult::Failed(error) = &reports[0].result else {
+            panic!(
+                "{bad:?}: the broken schedule must fail, got {:?}",
+                reports[0]
+            );
+        };
+        assert!(
+            error.contains(&format!("/schedules/{}/outbound_calls", s[0])),
+            "{bad:?}: the error names the request: {error}"
+        );
+        assert!(
+            reports[1].succeeded(),
+            "{bad:?}: the other schedule goes on"
+        );
+        assert_eq!(
+            env.snapshot(s[0]).calls.len(),
+            0,
+            "{bad:?}: nothing written"
+        );
+        env.assert_matches_truth(&s[1..]);
+
+        env.sim.break_schedule(s[0], None);
+        env.pass_ok(&s).await;
+        env.assert_matches_truth(&s);
+    }
+}
