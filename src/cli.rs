@@ -109,7 +109,9 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
+            let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
+            eprintln!("error: {}", crate::sync::error_chain(dyn_err));
             if err.downcast_ref::<ConfigError>().is_some()
                 || err.downcast_ref::<UsageError>().is_some()
             {

@@ -614,3 +614,6 @@ fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
     }
     Ok(Secret::new(value.to_owned()))
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,38 +13,6 @@ use uuid::Uuid;
 
 use crate::harness::TestEnv;
 
-fn write_config(env: &TestEnv) -> std::path::PathBuf {
-    let schedules: Vec<String> = env.schedules().iter().map(|s| format!("\"{s}\"")).collect();
-    let text = format!(
-        r#"
-[api]
-base_url = "{base}"
-access_token = "{token}"
-
-[api.retry]
-initial_interval_ms = 5
-max_interval_secs = 1
-
-[warehouse]
-path = "{db}"
-
-[sync]
-schedules = [{schedules}]
-page_size = 25
-
-[log]
-level = "warn"
-"#,
-        base = env.sim.base_url(),
-        token = env.sim.access_token(),
-        db = env.warehouse_path().display(),
-        schedules = schedules.join(", "),
-    );
-    let path = env.dir.path().join("callsync.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
-}
-
 /// Every call the service shows with `updated_at` before the schedule's checkpoint is in the
 /// warehouse in exactly that version.
 fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
@@ -94,7 +62,7 @@ async fn sigkill_at_random_instants_never_leaves_the_checkpoint_ahead() {
         ..SimulatorOptions::default()
     })
     .await;
-    let config = write_config(&env);
+    let config = env.write_config("page_size = 25\n");
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let mut killed = 0;
     for _round in 0..15 {

@@ -118,6 +118,30 @@ impl TestEnv {
     pub fn warehouse_path(&self) -> PathBuf {
         self.config.warehouse.path.clone()
     }
+
+    /// A TOML configuration for the `callsync` binary pointing at this simulator and
+    /// warehouse; `sync_extra` lines go into `[sync]`.
+    pub fn write_config(&self, sync_extra: &str) -> PathBuf {
+        let schedules: Vec<String> = self
+            .schedules()
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect();
+        let text = format!(
+            "[api]\nbase_url = \"{base}\"\naccess_token = \"{token}\"\n\n\
+             [api.retry]\ninitial_interval_ms = 5\nmax_interval_secs = 1\n\n\
+             [warehouse]\npath = \"{db}\"\n\n\
+             [sync]\nschedules = [{schedules}]\n{sync_extra}\n\
+             [log]\nlevel = \"warn\"\n",
+            base = self.sim.base_url(),
+            token = self.sim.access_token(),
+            db = self.warehouse_path().display(),
+            schedules = schedules.join(", "),
+        );
+        let path = self.dir.path().join("callsync.toml");
+        std::fs::write(&path, text).expect("config written");
+        path
+    }
 }
 
 pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {

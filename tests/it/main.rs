@@ -7,3 +7,5 @@ mod sync;
 mod crash;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
 mod backfill;
+// The binary: subcommands, exit codes, one-line errors.
+mod cli;

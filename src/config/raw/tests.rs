@@ -1,0 +1,350 @@
+//! One test per rejected key, each asserting the exact one-line message; overrides, secrets,
+//! defaults, and the example file.
+
+use std::collections::HashMap;
+
+use super::*;
+
+const SCHEDULE: &str = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+
+fn minimal() -> String {
+    format!(
+        "[api]\nbase_url = \"https://calls.example.com\"\naccess_token = \"tok\"\n[sync]\nschedules = [\"{SCHEDULE}\"]\n"
+    )
+}
+
+fn env(vars: &[(&str, &str)]) -> Env {
+    Env {
+        vars: vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+        credentials_dir: None,
+    }
+}
+
+fn load_text(text: &str, env: &Env) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("callsync.toml");
+    std::fs::write(&path, text).unwrap();
+    load_from(Some(&path), env)
+}
+
+fn error_of(text: &str) -> String {
+    load_text(text, &Env::default()).unwrap_err().to_string()
+}
+
+/// `minimal()` with `line` added to `[section]` (or replacing a line that starts the same).
+fn with(section: &str, line: &str) -> String {
+    let key = line.split('=').next().unwrap().trim();
+    let base: String = minimal()
+        .lines()
+        .filter(|l| !l.starts_with(&format!("{key} ")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if base.contains(&format!("[{section}]\n")) {
+        base.replace(&format!("[{section}]\n"), &format!("[{section}]\n{line}\n"))
+    } else {
+        format!("{base}[{section}]\n{line}\n")
+    }
+}
+
+#[test]
+fn defaults_fill_everything_not_given() {
+    let c = load_text(&minimal(), &Env::default()).unwrap();
+    assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
+    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "tok"));
+    assert_eq!(c.api.request_timeout, Duration::from_secs(30));
+    assert_eq!(c.api.requests_per_second, Some(20));
+    assert_eq!(c.api.retry, RetryConfig::default());
+    assert_eq!(c.warehouse.path, PathBuf::from("callsync.db"));
+    assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);
+    assert_eq!(
+        (c.sync.page_size, c.sync.lookback),
+        (100, Duration::from_secs(5))
+    );
+    assert_eq!(c.sync.cron, "0 */5 * * * *");
+    assert_eq!(c.sync.details, DetailsMode::Auto);
+    assert_eq!(c.sync.reconcile_window, Duration::from_secs(7 * 86_400));
+    assert_eq!(
+        (c.log.level.as_str(), c.log.format),
+        ("info", LogFormat::Text)
+    );
+    assert_eq!(c.metrics.listen, None);
+}
+
+#[test]
+fn every_invalid_value_is_one_line_naming_its_key() {
+    let cases: Vec<(String, &str)> = vec![
+        (
+            with("sync", "page_size = 0"),
+            "config: sync.page_size: 0 is outside 1..=100",
+        ),
+        (
+            with("sync", "page_size = 101"),
+            "config: sync.page_size: 101 is outside 1..=100",
+        ),
+        (
+            with("sync", "schedules = [\"not-a-uuid\"]"),
+            "config: sync.schedules: \"not-a-uuid\" is not a schedule uid (a UUID)",
+        ),
+        (
+            with(
+                "sync",
+                &format!("schedules = [\"{SCHEDULE}\", \"{SCHEDULE}\"]"),
+            ),
+            "config: sync.schedules: 0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11 is listed twice",
+        ),
+        (
+            with("sync", "cron = \"*/5 * * * *\""),
+            "config: sync.cron: \"*/5 * * * *\" is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\")",
+        ),
+        (
+            with("sync", "cron = \"0 */5 * * * * * *\""),
+            "config: sync.cron: \"0 */5 * * * * * *\" is not a 6-field cron expression",
+        ),
+        (
+            with("sync", "reconcile_cron = \"every night\""),
+            "config: sync.reconcile_cron: \"every night\" is not a 6-field cron expression",
+        ),
+        (
+            with("sync", "details = \"sometimes\""),
+            "config: sync.details: \"sometimes\" is not one of \"auto\", \"always\", \"never\"",
+        ),
+        (
+            with("sync", "reconcile_window = \"7 days\""),
+            "config: sync.reconcile_window: \"7 days\" is not a duration such as 90s, 15m, 12h or 7d",
+        ),
+        (
+            with("sync", "concurrency = 0"),
+            "config: sync.concurrency: 0 is outside 1..=64",
+        ),
+        (
+            with("api", "base_url = \"calls.example.com\""),
+            "config: api.base_url: \"calls.example.com\" is not a URL",
+        ),
+        (
+            with("api", "base_url = \"ftp://calls.example.com\""),
+            "config: api.base_url: \"ftp://calls.example.com\" must be an http:// or https:// URL with a host",
+        ),
+        (
+            with("api", "base_url = \"https://calls.example.com/api/v1\""),
+            "config: api.base_url: https://calls.example.com/api/v1 must not end with /api/v1 (callsync appends it)",
+        ),
+        (
+            with("api", "detail_concurrency = 65"),
+            "config: api.detail_concurrency: 65 is outside 1..=64",
+        ),
+        (
+            with("api", "access_token_file = \"/nonexistent/token\""),
+            "config: api.access_token: set either api.access_token or api.access_token_file, not both",
+        ),
+        (
+            with("log", "format = \"xml\""),
+            "config: log.format: \"xml\" is not one of \"text\", \"json\"",
+        ),
+        (
+            with("log", "level = \"info,=[\""),
+            "config: log.level: \"info,=[\" is not a log filter",
+        ),
+        (
+            with("metrics", "listen = \"localhost\""),
+            "config: metrics.listen: \"localhost\" is not a socket address",
+        ),
+        (
+            with("sync.filter", "colour = \"red\""),
+            "unknown field `colour`",
+        ),
+        (with("sync", "pagesize = 10"), "unknown field `pagesize`"),
+        (
+            "[api]\nbase_url = \"https://x.example\"\n".to_owned(),
+            "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
+        ),
+        (
+            format!(
+                "{}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret = \"s\"\n",
+                minimal()
+            ),
+            "config: api: configure either api.access_token (or access_token_file) or [api.oauth], not both",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = error_of(&text);
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}\nfor:\n{text}"
+        );
+        assert_eq!(message.lines().count(), 1, "one line: {message:?}");
+    }
+}
+
+#[test]
+fn secrets_from_files_and_systemd_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "from-file\n").unwrap();
+    let base = "[api]\nbase_url = \"https://x.example\"\n";
+    let c = load_text(
+        &format!("{base}access_token_file = \"{}\"\n", token.display()),
+        &Env::default(),
+    )
+    .unwrap();
+    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-file"));
+
+    let missing = error_of(&format!(
+        "{base}access_token_file = \"/nonexistent/token\"\n"
+    ));
+    assert!(
+        missing.starts_with("config: api.access_token_file: cannot read /nonexistent/token"),
+        "{missing}"
+    );
+    std::fs::write(&token, "\n").unwrap();
+    let empty = error_of(&format!(
+        "{base}access_token_file = \"{}\"\n",
+        token.display()
+    ));
+    assert_eq!(
+        empty,
+        format!(
+            "config: api.access_token_file: {} is empty",
+            token.display()
+        )
+    );
+
+    // systemd's LoadCredential=: $CREDENTIALS_DIRECTORY/access_token, then client_secret.
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("access_token"), "from-credential").unwrap();
+    std::fs::write(creds.path().join("client_secret"), "oauth-secret").unwrap();
+    let env = Env {
+        credentials_dir: Some(creds.path().to_owned()),
+        ..Env::default()
+    };
+    let c = load_text(base, &env).unwrap();
+    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-credential"));
+    let oauth =
+        format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\n");
+    let c = load_text(&oauth, &env).unwrap();
+    assert!(
+        matches!(&c.api.auth, AuthConfig::OAuth(o) if o.client_secret.expose() == "oauth-secret")
+    );
+}
+
+#[test]
+fn secrets_never_reach_debug_output() {
+    let c = load_text(
+        &with("api", "access_token = \"hunter2-token\""),
+        &Env::default(),
+    )
+    .unwrap();
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("hunter2-token"), "{debug}");
+    assert!(debug.contains("[redacted]"));
+    let oauth = "[api]\nbase_url = \"https://x.example\"\n[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret = \"s3cr3t-value\"\n";
+    let debug = format!("{:?}", load_text(oauth, &Env::default()).unwrap());
+    assert!(!debug.contains("s3cr3t-value"), "{debug}");
+}
+
+#[test]
+fn environment_overrides_nested_keys_lists_and_numbers() {
+    let e = env(&[
+        ("CALLSYNC_API__ACCESS_TOKEN", "env-token"),
+        ("CALLSYNC_SYNC__PAGE_SIZE", "50"),
+        ("CALLSYNC_API__RETRY__MAX_ATTEMPTS", "3"),
+        (
+            "CALLSYNC_SYNC__SCHEDULES",
+            "0b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11,0b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11",
+        ),
+        ("CALLSYNC_SYNC__FILTER__STATUS", "pending,completed"),
+        ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
+    ]);
+    let c = load_text(&minimal(), &e).unwrap();
+    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "env-token"));
+    assert_eq!(c.sync.page_size, 50);
+    assert_eq!(c.api.retry.max_attempts, 3);
+    assert_eq!(c.sync.schedules.len(), 2);
+    assert_eq!(c.sync.filter.status, vec!["pending", "completed"]);
+    assert_eq!(c.sync.filter.is_test_call, Some(false));
+
+    let typo = load_text(&minimal(), &env(&[("CALLSYNC_SYNC__PAGESIZE", "50")]))
+        .unwrap_err()
+        .to_string();
+    assert!(typo.contains("unknown field `pagesize`"), "{typo}");
+}
+
+#[test]
+fn filters_take_arrays_or_comma_strings() {
+    let c = load_text(
+        &with(
+            "sync.filter",
+            "status = \"pending, completed\"\nprogress = [\"answered\"]\nfull_name = \"ada\"",
+        ),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!(c.sync.filter.status, vec!["pending", "completed"]);
+    assert_eq!(c.sync.filter.progress, vec!["answered"]);
+    assert_eq!(c.sync.filter.full_name.as_deref(), Some("ada"));
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let err = load_from(
+        Some(Path::new("/nonexistent/callsync.toml")),
+        &Env::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        "config: cannot read /nonexistent/callsync.toml: no such file"
+    );
+}
+
+#[test]
+fn the_example_file_loads_and_documents_every_key() {
+    let example = include_str!("../../../config/callsync.example.toml");
+    let c = load_text(example, &Env::default()).unwrap();
+    assert_eq!(c.sync.page_size, 100);
+    // Every key the loader accepts appears in the example (commented or not).
+    let keys = [
+        "base_url",
+        "access_token",
+        "access_token_file",
+        "request_timeout_secs",
+        "connect_timeout_secs",
+        "requests_per_second",
+        "detail_concurrency",
+        "max_attempts",
+        "max_elapsed_secs",
+        "initial_interval_ms",
+        "max_interval_secs",
+        "multiplier",
+        "token_url",
+        "client_id",
+        "client_secret",
+        "client_secret_file",
+        "scope",
+        "path",
+        "busy_timeout_secs",
+        "schedules",
+        "lookback_secs",
+        "cron",
+        "page_size",
+        "details",
+        "concurrency",
+        "reconcile_cron",
+        "reconcile_window",
+        "shutdown_timeout_secs",
+        "level",
+        "format",
+        "listen",
+    ];
+    for key in keys.iter().chain(ListFilter::NAMES.iter()) {
+        assert!(
+            example.lines().any(|l| l
+                .trim_start_matches(['#', ' '])
+                .starts_with(&format!("{key} ="))),
+            "config/callsync.example.toml does not document `{key}`"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! The `callsync` binary: subcommands, exit codes, one-line errors, `--config` anywhere.
+
+use std::path::Path;
+use std::process::Output;
+
+use callsync::simulator::SimulatorOptions;
+
+use crate::harness::TestEnv;
+
+async fn callsync(args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("callsync runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn help_lists_every_subcommand() {
+    let out = callsync(&["--help"]).await;
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for command in ["sync", "backfill", "status", "migrate", "simulate"] {
+        assert!(
+            text.contains(&format!("  {command} ")),
+            "{command} missing from:\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_bad_config_exits_2_with_one_line_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("callsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\naccess_token = \"secret-token\"\n[warehouse]\npath = \"{}\"\n[sync]\npage_size = 500\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    for args in [
+        vec!["--config", c, "sync"],
+        vec!["sync", "--config", c],
+        vec!["--config", c, "migrate"],
+    ] {
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(
+            err, "error: config: sync.page_size: 500 is outside 1..=100\n",
+            "{args:?}"
+        );
+        assert!(!err.contains("secret-token"));
+    }
+    assert!(!db.exists(), "nothing is written on a bad config");
+    let missing = callsync(&["--config", "/nonexistent.toml", "status"]).await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        stderr(&missing),
+        "error: config: cannot read /nonexistent.toml: no such file\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_status_and_migrate_through_the_binary() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 120,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+
+    let out = callsync(&["migrate", "--config", c]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "warehouse {}: schema version 0 -> 1\n",
+            env.warehouse_path().display()
+        )
+    );
+
+    let out = callsync(&["--config", c, "sync"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    env.assert_matches_truth(&env.schedules());
+
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let rows = status.as_array().expect("an array");
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row["calls"], 120);
+        assert_eq!(row["last_run"]["kind"], "incremental");
+        assert_eq!(row["last_run"]["error"], serde_json::Value::Null);
+        assert!(row["cursor"].is_string());
+    }
+    let out = callsync(&["--config", c, "status"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("120 calls"), "{text}");
+
+    // One schedule the service does not know: that one fails, the run exits 1.
+    let unknown = "0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11";
+    let out = callsync(&["--config", c, "sync", "--schedule", unknown]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("404") && err.contains(unknown), "{err}");
+}
+
+#[tokio::test]
+async fn sync_without_schedules_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\naccess_token = \"t\"\n[warehouse]\npath = \"{}\"\n",
+            Path::new(dir.path()).join("w.db").display()
+        ),
+    )
+    .unwrap();
+    let out = callsync(&["--config", config.to_str().unwrap(), "sync"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: no schedules to sync: list them in sync.schedules or pass --schedule UID\n"
+    );
+}
