@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rand::Rng;
 
 use super::Shared;
@@ -115,14 +116,18 @@ async fn truncate(response: Response) -> Response {
     };
     let half = Bytes::copy_from_slice(&bytes[..bytes.len() / 2]);
     parts.headers.remove(header::CONTENT_LENGTH);
-    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
-        Ok(half),
+    // The first half goes out with the headers; a moment later the stream fails and the
+    // server drops the connection, so the client sees a status and then a broken body.
+    let first: Result<Bytes, std::io::Error> = Ok(half);
+    let broken = futures::stream::once(async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
         Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionAborted,
             "injected: connection closed mid-body",
-        )),
-    ];
-    Response::from_parts(parts, Body::from_stream(futures::stream::iter(chunks)))
+        ))
+    });
+    let body = futures::stream::iter([first]).chain(broken);
+    Response::from_parts(parts, Body::from_stream(body))
 }
 
 impl Shared {

@@ -9,3 +9,5 @@ mod crash;
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.
 mod cli;
+// The simulator, probed over HTTP rule by rule.
+mod simulator;

@@ -1,0 +1,709 @@
+//! The simulator, probed over real HTTP rule by rule against the spec and our documented
+//! choices: it must be as faithful as the client, since it stands in for the service.
+
+use std::time::Duration;
+
+use callsync::api::{CallPage, OutboundCall, Timestamp};
+use callsync::simulator::{DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+async fn start(options: SimulatorOptions) -> Simulator {
+    Simulator::start("127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .expect("simulator starts")
+}
+
+fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().build().expect("client")
+}
+
+struct Probe {
+    sim: Simulator,
+    http: reqwest::Client,
+}
+
+impl Probe {
+    async fn new(options: SimulatorOptions) -> Probe {
+        Probe {
+            sim: start(options).await,
+            http: client(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!(
+            "{}{}",
+            self.sim.base_url().as_str().trim_end_matches('/'),
+            path
+        )
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(self.sim.access_token())
+            .send()
+            .await
+            .expect("request");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn send(&self, method: reqwest::Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(self.sim.access_token())
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn list(&self, query: &str) -> CallPage {
+        let schedule = self.sim.schedule_uids()[0];
+        let (status, body) = self
+            .get(&format!(
+                "/api/v1/schedules/{schedule}/outbound_calls?{query}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        serde_json::from_value(body).expect("a page")
+    }
+
+    fn truth(&self) -> Vec<OutboundCall> {
+        self.sim.truth(self.sim.schedule_uids()[0])
+    }
+}
+
+fn error_titles(body: &Value) -> Vec<String> {
+    body["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| e["title"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_request_needs_a_valid_bearer_token() {
+    let p = Probe::new(SimulatorOptions {
+        token_lifetime: Duration::from_secs(1),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let path = p.url(&format!(
+        "/api/v1/schedules/{}/outbound_calls",
+        p.sim.schedule_uids()[0]
+    ));
+    let missing = p.http.get(&path).send().await.unwrap();
+    assert_eq!(missing.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["title"], "Unauthorized");
+    assert_eq!(body["detail"], "missing Authorization header");
+    let wrong = p.http.get(&path).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
+    // OAuth client credentials, in the form body or as HTTP Basic.
+    let token: Value = p
+        .http
+        .post(p.sim.token_url())
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", p.sim.client_id()),
+            ("client_secret", p.sim.client_secret()),
+        ])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (token["token_type"].as_str(), token["expires_in"].as_u64()),
+        (Some("Bearer"), Some(1))
+    );
+    let access = token["access_token"].as_str().unwrap().to_owned();
+    let ok = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let basic = p
+        .http
+        .post(p.sim.token_url())
+        .basic_auth(p.sim.client_id(), Some(p.sim.client_secret()))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status(), StatusCode::OK);
+    let bad = p
+        .http
+        .post(p.sim.token_url())
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("client_id", "x"),
+            ("client_secret", "y"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        bad.json::<Value>().await.unwrap()["error"],
+        "invalid_client"
+    );
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
+    assert_eq!(expired.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        expired.json::<Value>().await.unwrap()["detail"],
+        "the access token has expired"
+    );
+}
+
+#[tokio::test]
+async fn pagination_defaults_links_and_ends() {
+    let p = Probe::new(SimulatorOptions {
+        calls_per_schedule: 120,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let first = p.list("updated_after=2000-01-01T00:00:00Z").await;
+    let pg = first.pagination.clone().unwrap();
+    assert_eq!(
+        (
+            first.data.len(),
+            pg.total_count,
+            pg.total_pages,
+            pg.page_size,
+            pg.current_page
+        ),
+        (50, 120, 3, 50, 1)
+    );
+    assert!(pg.links.prev.is_none());
+    let next = pg.links.next.unwrap();
+    assert!(
+        next.starts_with("http://127.0.0.1:")
+            && next.contains("page=2")
+            && next.contains("updated_after="),
+        "{next}"
+    );
+    assert!(pg.links.last.unwrap().contains("page=3"));
+    let last = p.list("updated_after=2000-01-01T00:00:00Z&page=3").await;
+    assert_eq!(last.data.len(), 20);
+    assert!(last.pagination.as_ref().unwrap().links.next.is_none());
+    assert!(
+        last.pagination
+            .unwrap()
+            .links
+            .prev
+            .unwrap()
+            .contains("page=2")
+    );
+    let beyond = p.list("updated_after=2000-01-01T00:00:00Z&page=9").await;
+    assert!(beyond.data.is_empty());
+}
+
+#[tokio::test]
+async fn updated_after_is_inclusive_ascending_and_decodes_offsets() {
+    let p = Probe::new(SimulatorOptions {
+        calls_per_schedule: 60,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let truth = p.truth();
+    let pivot = truth[30].updated_at;
+    let page = p
+        .list(&format!(
+            "page_size=100&updated_after={}",
+            pivot.to_rfc3339()
+        ))
+        .await;
+    assert_eq!(
+        page.data.first().map(|c| c.updated_at),
+        Some(pivot),
+        "inclusive"
+    );
+    let keys: Vec<_> = page.data.iter().map(|c| (c.updated_at, c.uid)).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "ordered by updated_at, then uid");
+    assert_eq!(
+        page.data.len(),
+        truth.iter().filter(|c| c.updated_at >= pivot).count()
+    );
+    // The same instant with a +02:00 offset, `+` sent as %2B.
+    let shifted = pivot
+        .as_offset_date_time()
+        .to_offset(time::macros::offset!(+2));
+    let text = shifted
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let same = p
+        .list(&format!(
+            "page_size=100&updated_after={}",
+            text.replace('+', "%2B")
+        ))
+        .await;
+    assert_eq!(same.data, page.data);
+}
+
+#[tokio::test]
+async fn malformed_queries_are_400s_in_the_spec_shape() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let schedule = p.sim.schedule_uids()[0];
+    for (query, title) in [
+        ("foo=1", "Unexpected field: foo"),
+        ("page_size=101", "Invalid value"),
+        ("page_size=0", "Invalid value"),
+        ("page=0", "Invalid value"),
+        ("page=two", "Invalid value"),
+        ("is_test_call=yes", "Invalid value"),
+        ("updated_after=2026-01-01T00:00:00", "Invalid value"),
+    ] {
+        let (status, body) = p
+            .get(&format!(
+                "/api/v1/schedules/{schedule}/outbound_calls?{query}"
+            ))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(body["title"], "Invalid request", "{query}");
+        assert_eq!(error_titles(&body), vec![title.to_owned()], "{query}");
+    }
+    let (status, body) = p
+        .get("/api/v1/outbound_calls/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
+        .await;
+    assert_eq!(
+        (status, body["title"].as_str()),
+        (StatusCode::NOT_FOUND, Some("Not found"))
+    );
+}
+
+#[tokio::test]
+async fn every_filter_follows_its_matching_rule() {
+    let p = Probe::new(SimulatorOptions {
+        calls_per_schedule: 300,
+        seed: 3,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let truth = p.truth();
+    let count = |f: &dyn Fn(&OutboundCall) -> bool| truth.iter().filter(|c| f(c)).count() as u64;
+    let attempts = |c: &OutboundCall| c.outbound_call_attempts.clone().unwrap_or_default();
+    let some = &truth[7];
+    let name = some.outbound_call_info.last_name.clone().unwrap();
+    let cases: Vec<(String, u64)> = vec![
+        (
+            "status=completed".into(),
+            count(&|c| c.status == "completed"),
+        ),
+        ("status=pending,completed".into(), truth.len() as u64),
+        (
+            "progress=answered".into(),
+            count(&|c| c.progress.as_deref() == Some("answered")),
+        ),
+        (
+            "is_test_call=true".into(),
+            count(&|c| c.is_test_call == Some(true)),
+        ),
+        (
+            format!("external_id={}", some.external_id.clone().unwrap()),
+            1,
+        ),
+        (
+            format!("last_name={}", name.to_uppercase()),
+            count(&|c| {
+                c.outbound_call_info
+                    .last_name
+                    .as_deref()
+                    .is_some_and(|n| n.to_lowercase().contains(&name.to_lowercase()))
+            }),
+        ),
+        (
+            "attempt_status=busy".into(),
+            count(&|c| attempts(c).iter().any(|a| a.status == "busy")),
+        ),
+        (
+            "outcome=interested".into(),
+            count(&|c| {
+                attempts(c)
+                    .iter()
+                    .flat_map(|a| a.call_outcomes.clone().unwrap_or_default())
+                    .any(|o| o.name == "interested")
+            }),
+        ),
+    ];
+    let total = |page: &CallPage| page.pagination.as_ref().unwrap().total_count;
+    for (query, expected) in cases {
+        assert!(expected > 0, "{query}: the seed must exercise the filter");
+        let page = p
+            .list(&format!("updated_after=2000-01-01T00:00:00Z&{query}"))
+            .await;
+        assert_eq!(total(&page), expected, "{query}");
+    }
+    let api = total(&p.list("source=api").await);
+    let quick = total(&p.list("source=quick_call_api").await);
+    assert_eq!(api + quick, truth.len() as u64);
+    assert!(quick > 0);
+}
+
+#[tokio::test]
+async fn campaigns_schedules_and_call_creation_follow_the_spec() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    use reqwest::Method;
+    let (status, body) = p
+        .send(
+            Method::POST,
+            "/api/v1/campaigns",
+            json!({"name": "c", "type": "scheduled_call", "is_enabled": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["errors"][0]["source"]["pointer"], "/is_enabled");
+    let (status, campaign) = p
+        .send(
+            Method::POST,
+            "/api/v1/campaigns",
+            json!({"name": "c", "type": "scheduled_call"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        (
+            campaign["is_enabled"].as_bool(),
+            campaign["direction"].as_str()
+        ),
+        (Some(false), Some("outbound"))
+    );
+
+    let (status, schedule) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/campaigns/{}/schedules", campaign["uid"].as_str().unwrap()),
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60, 120, 300]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        (
+            schedule["is_enabled"].as_bool(),
+            schedule["is_auto"].as_bool()
+        ),
+        (Some(false), Some(false))
+    );
+    let s = schedule["uid"].as_str().unwrap().to_owned();
+
+    let new_call = json!({"phone_number": "+15550100", "full_name": "Ada Lovelace", "external_id": "e1",
+                          "custom_parameters": {"plan": "gold"}});
+    let (status, call) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls"),
+            new_call.clone(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{call}");
+    assert_eq!(call["attempts_remaining"], 4);
+    assert_eq!(call["outbound_call_info"]["phone_number"], "15550100");
+    let keys: Vec<&String> = call["outbound_call_info"]["custom_parameters"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert!(
+        keys.iter().all(|k| k.parse::<u32>().is_ok()),
+        "keyed by numeric id: {keys:?}"
+    );
+    let (_, detail) = p
+        .get(&format!(
+            "/api/v1/outbound_calls/{}",
+            call["uid"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(
+        detail["outbound_call_info"]["custom_parameters"]["plan"],
+        "gold"
+    );
+    assert_eq!(
+        (detail["status"].as_str(), detail["progress"].as_str()),
+        (Some("pending"), Some("in_queue"))
+    );
+
+    // Bulk: all or nothing, errors point at their entry.
+    let bad =
+        json!({"outbound_calls": [new_call, {"phone_number": "555"}, {"phone_number": "+1555x"}]});
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls/bulk"),
+            bad,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let pointers: Vec<&str> = body["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["source"]["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        pointers,
+        vec![
+            "/outbound_calls/1/phone_number",
+            "/outbound_calls/2/phone_number"
+        ]
+    );
+    assert_eq!(p.sim.truth(s.parse().unwrap()).len(), 1, "nothing created");
+    let good =
+        json!({"outbound_calls": [{"phone_number": "+15550101"}, {"phone_number": "+15550102"}]});
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls/bulk"),
+            good,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let uids = body["data"].as_array().unwrap();
+    assert_eq!(uids.len(), 2);
+    let truth = p.sim.truth(s.parse().unwrap());
+    let bulk: Vec<&OutboundCall> = truth
+        .iter()
+        .filter(|c| uids.contains(&json!(c.uid.to_string())))
+        .collect();
+    assert_eq!(
+        bulk[0].updated_at, bulk[1].updated_at,
+        "one bulk request, one updated_at"
+    );
+
+    // Enabled: creation needs force=true (409 otherwise, our documented choice).
+    let (status, enabled) = p
+        .send(
+            Method::PATCH,
+            &format!("/api/v1/schedules/{s}"),
+            json!({"is_enabled": true}),
+        )
+        .await;
+    assert_eq!(
+        (status, enabled["is_enabled"].as_bool()),
+        (StatusCode::OK, Some(true))
+    );
+    let one = json!({"phone_number": "+15550103"});
+    let (status, _) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls"),
+            one.clone(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, _) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls?force=true"),
+            one,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn call_flows_lead_to_their_campaign() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let (status, _) = p
+        .get("/api/v1/call_flows/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn precision_summary_lists_and_details() {
+    let p = Probe::new(SimulatorOptions {
+        precision: Precision::Seconds,
+        summary_list: true,
+        calls_per_schedule: 200,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let page = p
+        .list("updated_after=2000-01-01T00:00:00Z&page_size=100")
+        .await;
+    for call in &page.data {
+        assert_eq!(
+            call.updated_at.unix_nanos() % 1_000_000_000,
+            0,
+            "second precision"
+        );
+    }
+    let dialled = page
+        .data
+        .iter()
+        .find(|c| {
+            !c.outbound_call_attempts
+                .as_deref()
+                .unwrap_or_default()
+                .is_empty()
+        })
+        .expect("some calls were dialled");
+    assert!(
+        dialled.lacks_attempt_children(),
+        "summary list items omit children"
+    );
+    let (_, detail) = p
+        .get(&format!("/api/v1/outbound_calls/{}", dialled.uid))
+        .await;
+    let detail: OutboundCall = serde_json::from_value(detail).unwrap();
+    assert!(
+        !detail.lacks_attempt_children(),
+        "the detail endpoint has them"
+    );
+}
+
+#[tokio::test]
+async fn faults_at_full_rate() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let path = format!(
+        "/api/v1/schedules/{}/outbound_calls",
+        p.sim.schedule_uids()[0]
+    );
+    p.sim.set_faults(FaultPlan {
+        error_5xx_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let r = p
+            .http
+            .get(p.url(&path))
+            .bearer_auth(p.sim.access_token())
+            .send()
+            .await
+            .unwrap();
+        let html = r.headers()[reqwest::header::CONTENT_TYPE] == "text/html";
+        seen.push((r.status().as_u16(), html));
+    }
+    seen.sort();
+    assert_eq!(seen, vec![(500, false), (502, true), (503, false)]);
+    p.sim.set_faults(FaultPlan {
+        rate_429: 1.0,
+        retry_after_secs: 7,
+        ..FaultPlan::default()
+    });
+    let r = p
+        .http
+        .get(p.url(&path))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status(), r.headers()["retry-after"].to_str().unwrap()),
+        (StatusCode::TOO_MANY_REQUESTS, "7")
+    );
+    p.sim.set_faults(FaultPlan {
+        truncate_rate: 1.0,
+        ..FaultPlan::default()
+    });
+    let r = p
+        .http
+        .get(p.url(&path))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the status arrives");
+    assert!(r.bytes().await.is_err(), "then the body is cut off");
+    p.sim.set_faults(FaultPlan::default());
+    assert_eq!(p.get(&path).await.0, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
+    let p = Probe::new(SimulatorOptions {
+        calls_per_schedule: 200,
+        late_commit: Some(Duration::from_millis(800)),
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            ..DialerOptions::default()
+        }),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let before = p.truth();
+    let started = Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p.sim.set_dialer_running(false);
+    let stopped = p.truth();
+    assert!(
+        stopped.iter().all(|c| c.updated_at < started),
+        "changes are not visible before δ"
+    );
+    p.sim.settle().await;
+    let after = p.truth();
+    let moved: Vec<_> = after.iter().filter(|c| c.updated_at >= started).collect();
+    assert!(!moved.is_empty(), "the dialer changed calls");
+    for call in moved {
+        let old = before.iter().find(|b| b.uid == call.uid).unwrap();
+        assert!(
+            call.outbound_call_attempts.as_ref().unwrap().len()
+                > old.outbound_call_attempts.as_ref().unwrap().len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_changes_can_leave_updated_at_alone() {
+    let p = Probe::new(SimulatorOptions {
+        calls_per_schedule: 100,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            child_changes_without_bump: true,
+        }),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let before = p.truth();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    p.sim.set_dialer_running(false);
+    let after = p.truth();
+    let silent = after.iter().filter(|c| {
+        before
+            .iter()
+            .any(|b| b.uid == c.uid && b.updated_at == c.updated_at && b != *c)
+    });
+    assert!(
+        silent.count() > 0,
+        "some calls changed without a new updated_at"
+    );
+}
+
+#[tokio::test]
+async fn the_generator_seeds_what_was_asked() {
+    let sim = start(SimulatorOptions {
+        schedules: 3,
+        calls_per_schedule: 250,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let uids = sim.schedule_uids();
+    assert_eq!(uids.len(), 3);
+    for s in uids {
+        let calls = sim.truth(s);
+        assert_eq!(calls.len(), 250);
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.outbound_call_info.custom_parameters.contains_key("plan"))
+        );
+    }
+}
