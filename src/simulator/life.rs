@@ -86,7 +86,9 @@ pub fn dial(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
         .choose(rng)
         .unwrap_or(&"hangup");
     let answered = status == "hangup";
-    let started = now.saturating_sub(std::time::Duration::from_secs(rng.random_range(30..300)));
+    let started = now
+        .saturating_sub(std::time::Duration::from_secs(rng.random_range(30..300)))
+        .max(call.created_at);
     let duration = if answered {
         rng.random_range(5..240)
     } else {

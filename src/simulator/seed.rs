@@ -143,27 +143,34 @@ fn seed_calls(
         .get(&schedule)
         .map(|s| s.schedule.retry_intervals.clone())
         .unwrap_or_default();
-    // Sorted creation times, so the index is built by appending.
-    let mut times: Vec<i128> = (0..n)
-        .map(|_| from.unix_nanos() + rng.random_range(0..span.max(1)))
-        .collect();
-    times.sort_unstable();
-    for (i, t) in times.into_iter().enumerate() {
-        let at = Timestamp::from_unix_nanos(t)
+    let mut calls = Vec::with_capacity(n);
+    for i in 0..n {
+        let offset = rng.random_range(0..span.max(1));
+        let at = Timestamp::from_unix_nanos(from.unix_nanos() + offset)
             .unwrap_or(from)
             .truncated(unit);
         let uid = Uuid::from_u128(rng.random());
         let mut call = life::new_call(uid, &contact(rng, i), &intervals, at);
         call.is_test_call = Some(rng.random_bool(0.02));
-        // About a third of the calls have been dialled already.
+        // About a third of the calls have been dialled already, minutes after creation.
         if rng.random_bool(0.35) {
-            life::dial(&mut call, at, rng);
+            let dialled = at
+                .saturating_add(Duration::from_secs(rng.random_range(60..3600)))
+                .min(to)
+                .truncated(unit);
+            life::dial(&mut call, dialled, rng);
+            call.updated_at = dialled;
         }
         let source = if rng.random_bool(0.1) {
             "quick_call_api"
         } else {
             "api"
         };
+        calls.push((call, source));
+    }
+    // In index order, so the index is built by appending.
+    calls.sort_unstable_by_key(|(c, _)| (c.updated_at, c.uid));
+    for (call, source) in calls {
         state.insert_call(schedule, call, source);
     }
 }
