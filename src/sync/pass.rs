@@ -350,17 +350,28 @@ struct RecentRows {
 
 impl RecentRows {
     fn keep_fresh(&mut self, calls: Vec<OutboundCall>, position: Timestamp) -> Vec<OutboundCall> {
-        self.rows.retain(|_, (at, _)| *at >= position);
-        calls
+        let keyed: Vec<(OutboundCall, u64)> = calls
             .into_iter()
-            .filter(|call| {
+            .map(|call| {
                 let hash = call.content_hash();
-                let unchanged = self.rows.get(&call.uid) == Some(&(call.updated_at, hash));
-                if call.updated_at >= position {
-                    self.rows.insert(call.uid, (call.updated_at, hash));
-                }
-                !unchanged
+                (call, hash)
             })
+            .collect();
+        let fresh: Vec<bool> = keyed
+            .iter()
+            .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
+            .collect();
+        // Only rows at or after the new position can be listed again.
+        self.rows.retain(|_, (at, _)| *at >= position);
+        for (call, hash) in &keyed {
+            if call.updated_at >= position {
+                self.rows.insert(call.uid, (call.updated_at, *hash));
+            }
+        }
+        keyed
+            .into_iter()
+            .zip(fresh)
+            .filter_map(|((call, _), fresh)| fresh.then_some(call))
             .collect()
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use callsync::api::Timestamp;
+use callsync::api::{OutboundCall, Timestamp};
 use callsync::config::{
     ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
     RetryConfig, Secret, SyncConfig, WarehouseConfig,
@@ -82,26 +82,29 @@ impl TestEnv {
     /// The warehouse holds exactly what the service shows: every call, every child row,
     /// nothing missing, nothing extra.
     pub fn assert_matches_truth(&self, schedules: &[Uuid]) {
+        for schedule in schedules {
+            self.assert_holds(*schedule, &self.sim.truth(*schedule));
+        }
+        self.assert_no_bad_requests();
+    }
+
+    /// The warehouse's rows for `schedule` are exactly those of `calls`.
+    pub fn assert_holds(&self, schedule: Uuid, calls: &[OutboundCall]) {
         let scratch = tempfile::tempdir().expect("temp dir");
         let mut expected =
             Warehouse::open(&scratch.path().join("truth.db"), Duration::from_secs(5))
                 .expect("scratch warehouse");
-        for schedule in schedules {
-            let truth = self.sim.truth(*schedule);
-            expected
-                .write_page(*schedule, &truth, None, Timestamp::now())
-                .expect("truth written");
-            let want = expected.snapshot(Some(*schedule)).expect("snapshot");
-            let got = self.snapshot(*schedule);
-            let diff = got.diff(&want);
-            assert!(
-                diff.is_empty(),
-                "warehouse differs from the service for schedule {schedule} ({} truth calls):\n{}",
-                truth.len(),
-                diff.join("\n")
-            );
-        }
-        self.assert_no_bad_requests();
+        expected
+            .write_page(schedule, calls, None, Timestamp::now())
+            .expect("truth written");
+        let want = expected.snapshot(Some(schedule)).expect("snapshot");
+        let diff = self.snapshot(schedule).diff(&want);
+        assert!(
+            diff.is_empty(),
+            "warehouse differs from the service for schedule {schedule} ({} calls expected):\n{}",
+            calls.len(),
+            diff.join("\n")
+        );
     }
 
     /// The client never sends a request the service rejects as malformed.

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use callsync::config::DetailsMode;
 use callsync::simulator::{BadBody, DialerOptions, FaultPlan, Precision, SimulatorOptions};
 use callsync::sync::PassResult;
 
@@ -122,7 +123,7 @@ async fn late_commits_within_the_lookback_are_caught() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_and_three_second_tokens_are_ridden_out() {
-    let env = TestEnv::start_with(
+    let mut env = TestEnv::start_with(
         SimulatorOptions {
             token_lifetime: Duration::from_secs(3),
             faults: FaultPlan {
@@ -143,6 +144,8 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
         Auth::OAuth,
     )
     .await;
+    // Small pages: over a hundred requests, so faults are certain to hit some.
+    env.config.sync.page_size = 20;
     let s = env.schedules();
     let mut retries = 0;
     for _ in 0..3 {
@@ -217,4 +220,72 @@ async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
         env.pass_ok(&s).await;
         env.assert_matches_truth(&s);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_filters_reach_the_service() {
+    let mut env = TestEnv::start(options(1, 300)).await;
+    env.config.sync.filter.is_test_call = Some(false);
+    env.config.sync.filter.status = vec!["completed".into()];
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    let expected: Vec<_> = env
+        .sim
+        .truth(s[0])
+        .into_iter()
+        .filter(|c| c.is_test_call == Some(false) && c.status == "completed")
+        .collect();
+    assert!(!expected.is_empty());
+    env.assert_holds(s[0], &expected);
+    let lists: Vec<_> = env
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/outbound_calls"))
+        .collect();
+    assert!(!lists.is_empty());
+    for r in lists {
+        assert!(
+            r.query.contains("status=completed") && r.query.contains("is_test_call=false"),
+            "{r:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn details_modes_decide_detail_requests() {
+    let detail_requests = |env: &TestEnv| {
+        env.sim
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/api/v1/outbound_calls/"))
+            .count()
+    };
+    // never: summary list items are written as they are; attempts known, outcomes unknown.
+    let mut env = TestEnv::start(SimulatorOptions {
+        summary_list: true,
+        ..options(1, 150)
+    })
+    .await;
+    env.config.sync.details = DetailsMode::Never;
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    assert_eq!(detail_requests(&env), 0);
+    let snap = env.snapshot(s[0]);
+    let truth = env.sim.truth(s[0]);
+    let attempts: usize = truth
+        .iter()
+        .map(|c| c.outbound_call_attempts.as_ref().map_or(0, Vec::len))
+        .sum();
+    assert!(attempts > 0);
+    assert_eq!(snap.call_attempts.len(), attempts);
+    assert_eq!(snap.attempt_outcomes.len(), 0, "outcomes were never listed");
+
+    // always: one detail request per call, and the warehouse equals the truth.
+    let mut env = TestEnv::start(options(1, 150)).await;
+    env.config.sync.details = DetailsMode::Always;
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    assert_eq!(detail_requests(&env), 150);
+    env.assert_matches_truth(&s);
 }
