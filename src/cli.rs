@@ -41,6 +41,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run as a daemon: a pass of every schedule now, then on sync.cron, until SIGTERM
+    Run,
     /// Run one incremental pass of every configured schedule (or those given), then exit
     Sync {
         /// Sync only this schedule (repeatable); default: every schedule in sync.schedules
@@ -152,12 +154,25 @@ fn init_logging(log: &LogConfig) -> Result<()> {
 
 async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
     match command {
+        Command::Run => run_daemon(config).await,
         Command::Sync { schedules } => sync(config, schedules).await,
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
         Command::Simulate(_) => unreachable!("handled before the configuration is loaded"),
     }
+}
+
+async fn run_daemon(config: Config) -> Result<ExitCode> {
+    if config.sync.schedules.is_empty() {
+        return Err(UsageError("no schedules to sync: list them in sync.schedules".into()).into());
+    }
+    let cancel = cancel_on_signal();
+    let path = config.warehouse.path.clone();
+    crate::daemon::run(config, cancel.cancelled_owned())
+        .await
+        .with_context(|| format!("the daemon could not start on {}", path.display()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn sync(config: Config, only: Vec<Uuid>) -> Result<ExitCode> {

@@ -11,3 +11,5 @@ mod backfill;
 mod cli;
 // The simulator, probed over HTTP rule by rule.
 mod simulator;
+// callsync run: cron ticks, overlap, backoff, SIGTERM.
+mod daemon;

@@ -1,0 +1,180 @@
+//! `callsync run`: ticks on a 1-second cron, no overlapping passes, backoff for a failing
+//! schedule, and a SIGTERM mid-pass that exits 0 in time and loses nothing.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use callsync::api::Timestamp;
+use callsync::simulator::{BadBody, DialerOptions, FaultPlan, SimulatorOptions};
+use uuid::Uuid;
+
+use crate::harness::TestEnv;
+
+struct Run {
+    started: Timestamp,
+    finished: Option<Timestamp>,
+    error: Option<String>,
+}
+
+fn runs(env: &TestEnv, schedule: Uuid) -> Vec<Run> {
+    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
+    let mut stmt = conn
+        .prepare("SELECT started_at, finished_at, error FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id")
+        .expect("prepare");
+    stmt.query_map([schedule.to_string()], |r| {
+        let started: String = r.get(0)?;
+        let finished: Option<String> = r.get(1)?;
+        Ok(Run {
+            started: Timestamp::parse_sqlite(&started).expect("timestamp"),
+            finished: finished.map(|f| Timestamp::parse_sqlite(&f).expect("timestamp")),
+            error: r.get(2)?,
+        })
+    })
+    .expect("query")
+    .collect::<Result<_, _>>()
+    .expect("rows")
+}
+
+/// Runs the daemon in-process for `secs`, then shuts it down; returns how long shutdown took.
+async fn run_for(env: &TestEnv, secs: u64) -> Duration {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = env.config.clone();
+    let daemon = tokio::spawn(callsync::daemon::run(config, async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let asked = Instant::now();
+    stop.send(()).expect("daemon alive");
+    daemon.await.expect("joined").expect("daemon ran");
+    asked.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 150,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(20),
+            calls_per_tick: 2,
+            ..DialerOptions::default()
+        }),
+        // Some passes take longer than a tick, so ticks must be skipped.
+        faults: FaultPlan {
+            slow_rate: 0.3,
+            slow_delay: Duration::from_millis(700),
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    env.config.sync.page_size = 50;
+    let took = run_for(&env, 5).await;
+    assert!(
+        took < env.config.sync.shutdown_timeout,
+        "shutdown took {took:?}"
+    );
+    for schedule in env.schedules() {
+        let runs = runs(&env, schedule);
+        assert!(
+            runs.len() >= 3,
+            "{} passes in 5 s of a 1-second cron",
+            runs.len()
+        );
+        for pair in runs.windows(2) {
+            let previous_end = pair[0].finished.expect("finished");
+            assert!(
+                pair[1].started >= previous_end,
+                "passes of one schedule overlapped"
+            );
+        }
+        assert!(
+            runs.iter().all(|r| r.finished.is_some()),
+            "every run was closed"
+        );
+    }
+    env.sim.set_dialer_running(false);
+    env.sim.set_faults(FaultPlan::default());
+    env.pass_ok(&env.schedules()).await;
+    env.assert_matches_truth(&env.schedules());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 50,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    env.config.api.retry.max_attempts = 1;
+    let s = env.schedules();
+    env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
+    run_for(&env, 6).await;
+    let broken = runs(&env, s[0]);
+    let healthy = runs(&env, s[1]);
+    assert!(
+        healthy.len() >= 5,
+        "the healthy schedule kept its cadence: {}",
+        healthy.len()
+    );
+    assert!(healthy.iter().all(|r| r.error.is_none()));
+    assert!(broken.iter().all(|r| r.error.is_some()));
+    assert!(
+        broken.len() < healthy.len() - 1,
+        "the failing schedule backed off: {} vs {} passes",
+        broken.len(),
+        healthy.len()
+    );
+    env.assert_matches_truth(&s[1..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 3000,
+        faults: FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(50),
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config =
+        env.write_config("page_size = 20\ncron = \"0 0 * * * *\"\nshutdown_timeout_secs = 10\n");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .arg("--config")
+        .arg(&config)
+        .arg("run")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("callsync starts");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pid = child.id().expect("running").to_string();
+    let asked = Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exits within shutdown_timeout_secs")
+        .expect("exit status");
+    assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    for schedule in env.schedules() {
+        let runs = runs(&env, schedule);
+        let last = runs.last().expect("a pass ran");
+        assert!(last.finished.is_some(), "the interrupted pass was closed");
+        assert_eq!(last.error.as_deref(), Some("interrupted by shutdown"));
+    }
+    env.sim.set_faults(FaultPlan::default());
+    env.pass_ok(&env.schedules()).await;
+    env.assert_matches_truth(&env.schedules());
+}
