@@ -88,8 +88,8 @@ impl TestEnv {
         self.assert_no_bad_requests();
     }
 
-    /// The warehouse's rows for `schedule` are exactly those of `calls`.
-    pub fn assert_holds(&self, schedule: Uuid, calls: &[OutboundCall]) {
+    /// Differences between the warehouse's rows for `schedule` and those of `calls`.
+    pub fn diff_from(&self, schedule: Uuid, calls: &[OutboundCall]) -> Vec<String> {
         let scratch = tempfile::tempdir().expect("temp dir");
         let mut expected =
             Warehouse::open(&scratch.path().join("truth.db"), Duration::from_secs(5))
@@ -98,7 +98,12 @@ impl TestEnv {
             .write_page(schedule, calls, None, Timestamp::now())
             .expect("truth written");
         let want = expected.snapshot(Some(schedule)).expect("snapshot");
-        let diff = self.snapshot(schedule).diff(&want);
+        self.snapshot(schedule).diff(&want)
+    }
+
+    /// The warehouse's rows for `schedule` are exactly those of `calls`.
+    pub fn assert_holds(&self, schedule: Uuid, calls: &[OutboundCall]) {
+        let diff = self.diff_from(schedule, calls);
         assert!(
             diff.is_empty(),
             "warehouse differs from the service for schedule {schedule} ({} calls expected):\n{}",

@@ -289,3 +289,59 @@ async fn details_modes_decide_detail_requests() {
     assert_eq!(detail_requests(&env), 150);
     env.assert_matches_truth(&s);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_catches_changes_that_did_not_bump_updated_at() {
+    let env = TestEnv::start(SimulatorOptions {
+        summary_list: true,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            child_changes_without_bump: true,
+        }),
+        ..options(1, 200)
+    })
+    .await;
+    let s = env.schedules();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+
+    // Child-only changes now: invisible to an incremental pass (same updated_at, and the
+    // summary list does not show children).
+    env.sim.set_dialer_running(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    assert!(
+        !env.diff_from(s[0], &env.sim.truth(s[0])).is_empty(),
+        "an incremental pass cannot see child-only changes"
+    );
+    let engine = callsync::sync::Engine::start(&env.config).expect("engine");
+    let plan = callsync::sync::PassPlan::reconcile(Duration::from_secs(8 * 86_400));
+    let report = engine
+        .run_pass(
+            s[0],
+            &plan,
+            &tokio_util::sync::CancellationToken::new(),
+            &callsync::sync::Quiet,
+        )
+        .await;
+    engine.close().await;
+    assert!(report.succeeded(), "{report:?}");
+    assert!(
+        report.stats.calls_written > 0,
+        "the reconcile pass fixed calls"
+    );
+    env.assert_matches_truth(&s);
+    let kind: String = rusqlite::Connection::open(env.warehouse_path())
+        .unwrap()
+        .query_row(
+            "SELECT kind FROM sync_runs ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(kind, "reconcile");
+}
