@@ -48,7 +48,13 @@ enum Command {
         /// Sync only this schedule (repeatable); default: every schedule in sync.schedules
         #[arg(long = "schedule", value_name = "UID")]
         schedules: Vec<Uuid>,
+        /// Fetch and report what would be written; write nothing
+        #[arg(long)]
+        dry_run: bool,
     },
+    /// Inspect or move a schedule's checkpoint (where its next pass starts)
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
     /// Re-read one schedule from a point in time and upsert what it finds
     Backfill(BackfillArgs),
     /// Show each schedule's checkpoint, last pass, lag and row counts
@@ -61,6 +67,28 @@ enum Command {
     Migrate,
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum CheckpointCommand {
+    /// Print the checkpoint of every schedule, or of one
+    Show {
+        #[arg(long, value_name = "UID")]
+        schedule: Option<Uuid>,
+    },
+    /// Move a schedule's cursor (backwards too), printing what was there before
+    Set {
+        #[arg(long, value_name = "UID")]
+        schedule: Uuid,
+        /// The new cursor (RFC 3339, any offset)
+        #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+        cursor: Timestamp,
+    },
+    /// Delete a schedule's checkpoint: its next pass reads everything again
+    Reset {
+        #[arg(long, value_name = "UID")]
+        schedule: Uuid,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -155,7 +183,8 @@ fn init_logging(log: &LogConfig) -> Result<()> {
 async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
     match command {
         Command::Run => run_daemon(config).await,
-        Command::Sync { schedules } => sync(config, schedules).await,
+        Command::Sync { schedules, dry_run } => sync(config, schedules, dry_run).await,
+        Command::Checkpoint(command) => checkpoint(&config, command),
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
@@ -175,7 +204,7 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn sync(config: Config, only: Vec<Uuid>) -> Result<ExitCode> {
+async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode> {
     let schedules = if only.is_empty() {
         config.sync.schedules.clone()
     } else {
@@ -187,11 +216,36 @@ async fn sync(config: Config, only: Vec<Uuid>) -> Result<ExitCode> {
         )
         .into());
     }
-    let engine = start_engine(&config)?;
+    let engine = if dry_run {
+        Engine::start_dry_run(&config).with_context(|| {
+            format!(
+                "cannot read {} for a dry run",
+                config.warehouse.path.display()
+            )
+        })?
+    } else {
+        start_engine(&config)?
+    };
     let cancel = cancel_on_signal();
     let plan = PassPlan::incremental(engine.settings());
     let reports = engine.sync_all(&schedules, &plan, &cancel).await;
     engine.close().await;
+    if dry_run {
+        for r in &reports {
+            println!(
+                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}",
+                r.schedule,
+                r.stats.calls_written,
+                r.stats.calls_seen,
+                r.stats.pages,
+                r.stats.requests,
+                match &r.result {
+                    crate::sync::PassResult::Failed(e) => format!("; FAILED: {e}"),
+                    _ => String::new(),
+                }
+            );
+        }
+    }
     Ok(exit_code(&reports))
 }
 
@@ -235,6 +289,65 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    let describe = |c: Option<crate::warehouse::Checkpoint>| {
+        c.map_or("none".to_owned(), |c| c.cursor.to_rfc3339())
+    };
+    match command {
+        CheckpointCommand::Show { schedule } => {
+            let warehouse = Warehouse::open_read_only(path)
+                .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+            let schedules = match schedule {
+                Some(s) => vec![s],
+                None => warehouse
+                    .status()?
+                    .iter()
+                    .filter_map(|s| s.schedule_uid.parse().ok())
+                    .collect(),
+            };
+            for s in schedules {
+                let c = warehouse.checkpoint(s)?;
+                let written = c.as_ref().map(|c| c.updated_at.to_rfc3339());
+                println!(
+                    "schedule {s}: cursor {} (written {})",
+                    describe(c),
+                    written.as_deref().unwrap_or("never")
+                );
+            }
+        }
+        CheckpointCommand::Set { schedule, cursor } => {
+            let before = replace_checkpoint(config, schedule, Some(cursor))?;
+            println!(
+                "schedule {schedule}: cursor was {}, now {}",
+                describe(before),
+                cursor.to_rfc3339()
+            );
+        }
+        CheckpointCommand::Reset { schedule } => {
+            let before = replace_checkpoint(config, schedule, None)?;
+            println!(
+                "schedule {schedule}: cursor was {}, now none (the next pass reads everything)",
+                describe(before)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Moves a checkpoint while holding the schedule's lock, so no pass moves it meanwhile.
+fn replace_checkpoint(
+    config: &Config,
+    schedule: Uuid,
+    cursor: Option<Timestamp>,
+) -> Result<Option<crate::warehouse::Checkpoint>> {
+    let path = &config.warehouse.path;
+    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
+    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)
+        .with_context(|| format!("cannot open the warehouse {}", path.display()))?;
+    Ok(warehouse.replace_checkpoint(schedule, cursor)?)
 }
 
 fn migrate(config: &Config) -> Result<ExitCode> {

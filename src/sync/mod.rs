@@ -34,6 +34,8 @@ pub struct Engine {
     settings: SyncConfig,
     detail_concurrency: usize,
     warehouse_path: PathBuf,
+    /// Fetch and compare, but write nothing (no rows, no checkpoint, no `sync_runs`).
+    dry_run: bool,
 }
 
 /// What one pass reads and what it may do to the checkpoint.
@@ -163,6 +165,20 @@ impl Engine {
     /// Opens (and migrates) the warehouse, starts its writer, and builds the API client.
     pub fn start(config: &Config) -> Result<Engine, SyncError> {
         let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
+        Self::with_warehouse(config, warehouse, false)
+    }
+
+    /// An engine whose passes fetch and count what they would write, and write nothing.
+    pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
+        let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
+        Self::with_warehouse(config, warehouse, true)
+    }
+
+    fn with_warehouse(
+        config: &Config,
+        warehouse: Warehouse,
+        dry_run: bool,
+    ) -> Result<Engine, SyncError> {
         let writer = Writer::start(warehouse).map_err(SyncError::WriterStart)?;
         Ok(Engine {
             client: ApiClient::new(&config.api)?,
@@ -170,6 +186,7 @@ impl Engine {
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),
             warehouse_path: config.warehouse.path.clone(),
+            dry_run,
         })
     }
 

@@ -41,6 +41,14 @@ pub(super) struct Tally {
     pub total: Option<u64>,
 }
 
+fn outcome(end: WalkEnd) -> PassResult {
+    match end {
+        WalkEnd::Finished => PassResult::Completed,
+        WalkEnd::Interrupted => PassResult::Interrupted,
+        WalkEnd::Failed(err) => PassResult::Failed(error_chain(&err)),
+    }
+}
+
 async fn settle(write: Pending<PageWrite>, tally: &mut Tally) -> Result<(), SyncError> {
     tally.calls_written += write.wait().await?.calls_written;
     Ok(())
@@ -59,36 +67,33 @@ impl Engine {
         let span = tracing::info_span!("pass", schedule = %schedule, kind = plan.kind.as_str());
         let _entered = span.enter();
         let started = Instant::now();
-        let started_at = Timestamp::now();
         let counters = Counters::default();
         let mut tally = Tally::default();
         let mut position = None;
-        let result = match ScheduleLock::acquire(self.warehouse_path(), schedule) {
-            Ok(_lock) => {
-                let kind = plan.kind;
-                match self
-                    .writer
-                    .call(move |w| w.start_run(schedule, kind, started_at))
-                    .await
-                {
-                    Ok(run) => {
-                        let end = self
-                            .walk(
-                                schedule,
-                                plan,
-                                cancel,
-                                progress,
-                                &counters,
-                                &mut tally,
-                                &mut position,
-                            )
-                            .await;
-                        self.close_run(run, end, &counters, &tally).await
-                    }
-                    Err(err) => PassResult::Failed(error_chain(&err)),
-                }
-            }
-            Err(err) => PassResult::Failed(error_chain(&err)),
+        let result = if self.dry_run {
+            let end = self
+                .walk(
+                    schedule,
+                    plan,
+                    cancel,
+                    progress,
+                    &counters,
+                    &mut tally,
+                    &mut position,
+                )
+                .await;
+            outcome(end)
+        } else {
+            self.recorded_pass(
+                schedule,
+                plan,
+                cancel,
+                progress,
+                &counters,
+                &mut tally,
+                &mut position,
+            )
+            .await
         };
         let stats = stats(&counters, &tally);
         let report = PassReport {
@@ -103,6 +108,38 @@ impl Engine {
         report
     }
 
+    /// A pass under the schedule's lock, recorded in `sync_runs`.
+    #[allow(clippy::too_many_arguments)]
+    async fn recorded_pass(
+        &self,
+        schedule: Uuid,
+        plan: &PassPlan,
+        cancel: &CancellationToken,
+        progress: &dyn PassProgress,
+        counters: &Counters,
+        tally: &mut Tally,
+        position: &mut Option<Timestamp>,
+    ) -> PassResult {
+        let _lock = match ScheduleLock::acquire(self.warehouse_path(), schedule) {
+            Ok(lock) => lock,
+            Err(err) => return PassResult::Failed(error_chain(&err)),
+        };
+        let (kind, started_at) = (plan.kind, Timestamp::now());
+        match self
+            .writer
+            .call(move |w| w.start_run(schedule, kind, started_at))
+            .await
+        {
+            Ok(run) => {
+                let end = self
+                    .walk(schedule, plan, cancel, progress, counters, tally, position)
+                    .await;
+                self.close_run(run, end, counters, tally).await
+            }
+            Err(err) => PassResult::Failed(error_chain(&err)),
+        }
+    }
+
     /// Closes the `sync_runs` row with the outcome; a failure here is the pass's failure.
     async fn close_run(
         &self,
@@ -111,16 +148,11 @@ impl Engine {
         counters: &Counters,
         tally: &Tally,
     ) -> PassResult {
-        let (result, error_text) = match end {
-            WalkEnd::Finished => (PassResult::Completed, None),
-            WalkEnd::Interrupted => (
-                PassResult::Interrupted,
-                Some("interrupted by shutdown".to_owned()),
-            ),
-            WalkEnd::Failed(err) => {
-                let text = error_chain(&err);
-                (PassResult::Failed(text.clone()), Some(text))
-            }
+        let result = outcome(end);
+        let error_text = match &result {
+            PassResult::Completed => None,
+            PassResult::Interrupted => Some("interrupted by shutdown".to_owned()),
+            PassResult::Failed(text) => Some(text.clone()),
         };
         let stats = stats(counters, tally);
         let closed = self
@@ -201,9 +233,19 @@ impl Engine {
             // The checkpoint is written in the same transaction as the page it follows from:
             // it can never be ahead of the data.
             let now = Timestamp::now();
+            let dry_run = self.dry_run;
             match self
                 .writer
-                .submit(move |w| w.write_page(schedule, &calls, checkpoint, now))
+                .submit(move |w| {
+                    if dry_run {
+                        w.count_changes(schedule, &calls).map(|n| PageWrite {
+                            calls_written: n,
+                            calls_unchanged: calls.len() as u64 - n,
+                        })
+                    } else {
+                        w.write_page(schedule, &calls, checkpoint, now)
+                    }
+                })
                 .await
             {
                 Ok(pending) => in_flight = Some(pending),

@@ -59,6 +59,18 @@ impl Warehouse {
         })
     }
 
+    /// For a dry run: the existing file read-only, or an empty in-memory warehouse when
+    /// there is no file yet. Nothing is ever written to disk.
+    pub fn open_for_dry_run(path: &Path) -> Result<Warehouse, WarehouseError> {
+        if path.exists() {
+            return Self::open_read_only(path);
+        }
+        Ok(Warehouse {
+            conn: schema::open_in_memory()?,
+            path: path.to_owned(),
+        })
+    }
+
     /// Applies pending migrations and says from which version to which.
     pub fn migrate(path: &Path, busy_timeout: Duration) -> Result<MigrationReport, WarehouseError> {
         let (_, from) = schema::open_for_writing(path, busy_timeout)?;

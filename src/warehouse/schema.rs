@@ -59,6 +59,22 @@ pub fn open_for_writing(
     Ok((conn, before))
 }
 
+/// A private in-memory warehouse with the current schema (a dry run without a file).
+pub fn open_in_memory() -> Result<Connection, WarehouseError> {
+    let path = Path::new(":memory:");
+    let mut conn = Connection::open_in_memory().map_err(|source| WarehouseError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    MIGRATIONS
+        .to_latest(&mut conn)
+        .map_err(|source| WarehouseError::Migrate {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(conn)
+}
+
 /// Opens an existing warehouse read-only (a BI group member may have no write permission).
 pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
     let open_err = |source| WarehouseError::Open {

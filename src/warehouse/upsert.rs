@@ -6,7 +6,7 @@
 //! precision a call can change twice within one second. The per-call summary columns are
 //! recomputed in SQL from the child tables, so they always agree with them.
 
-use rusqlite::{Transaction, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
 use super::error::{SqlContext, WarehouseError};
@@ -45,6 +45,39 @@ impl Warehouse {
     }
 }
 
+impl Warehouse {
+    /// How many of `calls` `write_page` would write (new or changed content); writes nothing.
+    pub fn count_changes(
+        &self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+    ) -> Result<u64, WarehouseError> {
+        let mut changed = 0;
+        for call in calls {
+            let row = rows::call(schedule, call);
+            if stored_fingerprint(&self.conn, &row.uid)?
+                != Some((row.content_hash, row.schedule_uid))
+            {
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+/// The stored content hash and schedule of a call, if it is stored.
+fn stored_fingerprint(
+    conn: &rusqlite::Connection,
+    uid: &str,
+) -> Result<Option<(i64, String)>, WarehouseError> {
+    conn.prepare_cached("SELECT content_hash, schedule_uid FROM calls WHERE uid = ?1")
+        .and_then(|mut s| {
+            s.query_row([uid], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .sql("reading a stored call")
+}
+
 /// Upserts one call and its children; `false` when its content was already stored.
 fn write_call(
     tx: &Transaction<'_>,
@@ -53,17 +86,7 @@ fn write_call(
     synced_at: &str,
 ) -> Result<bool, WarehouseError> {
     let row = rows::call(schedule, call);
-    let stored: Option<(i64, String)> = tx
-        .prepare_cached("SELECT content_hash, schedule_uid FROM calls WHERE uid = ?1")
-        .and_then(|mut s| {
-            s.query_row([&row.uid], |r| Ok((r.get(0)?, r.get(1)?)))
-                .map(Some)
-                .or_else(|e| match e {
-                    rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                    e => Err(e),
-                })
-        })
-        .sql("reading a stored call")?;
+    let stored = stored_fingerprint(tx, &row.uid)?;
     if stored.as_ref() == Some(&(row.content_hash, row.schedule_uid.clone())) {
         return Ok(false);
     }

@@ -137,3 +137,93 @@ async fn sync_without_schedules_is_a_usage_error() {
         "error: no schedules to sync: list them in sync.schedules or pass --schedule UID\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_reports_and_writes_nothing() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 80,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0];
+
+    let out = callsync(&["--config", c, "sync", "--dry-run"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("schedule {s}: would write 80 of 80 calls seen")),
+        "{text}"
+    );
+    assert!(
+        !env.warehouse_path().exists(),
+        "a dry run creates no warehouse"
+    );
+
+    assert!(callsync(&["--config", c, "sync"]).await.status.success());
+    let before = env.snapshot(s);
+    env.sim.bulk_create_now(s, 10);
+    let out = callsync(&["--config", c, "sync", "--dry-run"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("would write 10 of "), "{text}");
+    assert_eq!(env.snapshot(s), before, "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_can_be_shown_moved_and_reset() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 30,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+    assert!(callsync(&["--config", c, "sync"]).await.status.success());
+    let last = env
+        .sim
+        .truth(env.schedules()[0])
+        .iter()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap();
+
+    let out = callsync(&["--config", c, "checkpoint", "show"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("schedule {s}: cursor {last} (written ")),
+        "{text}"
+    );
+
+    let out = callsync(&[
+        "--config",
+        c,
+        "checkpoint",
+        "set",
+        "--schedule",
+        &s,
+        "--cursor",
+        "2026-01-01T01:00:00+01:00",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("schedule {s}: cursor was {last}, now 2026-01-01T00:00:00Z\n")
+    );
+    let out = callsync(&["--config", c, "checkpoint", "reset", "--schedule", &s]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "schedule {s}: cursor was 2026-01-01T00:00:00Z, now none (the next pass reads everything)\n"
+        )
+    );
+    let out = callsync(&["--config", c, "checkpoint", "show", "--schedule", &s]).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("schedule {s}: cursor none (written never)\n")
+    );
+}
