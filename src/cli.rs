@@ -41,6 +41,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Try it: a simulator, the daemon against it for a few seconds, then what an analyst sees
+    Demo {
+        /// Where to write the demo's config and warehouse
+        #[arg(long, default_value = "demo")]
+        dir: PathBuf,
+    },
     /// Run as a daemon: a pass of every schedule now, then on sync.cron, until SIGTERM
     Run,
     /// Run one incremental pass of every configured schedule (or those given), then exit
@@ -168,6 +174,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             init_logging(&LogConfig::default())?;
             runtime.block_on(simulate(args))
         }
+        Command::Demo { dir } => {
+            init_logging(&LogConfig {
+                level: "warn".into(),
+                ..LogConfig::default()
+            })?;
+            runtime.block_on(crate::demo::run(&dir))?;
+            Ok(ExitCode::SUCCESS)
+        }
         command => {
             let config = config::load(cli.config.as_deref())?;
             init_logging(&config.log)?;
@@ -188,7 +202,9 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
-        Command::Simulate(_) => unreachable!("handled before the configuration is loaded"),
+        Command::Simulate(_) | Command::Demo { .. } => {
+            unreachable!("handled before the configuration is loaded")
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod demo;
 pub mod simulator;
 pub mod sync;
 pub mod telemetry;

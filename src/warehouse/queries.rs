@@ -57,7 +57,54 @@ pub struct Snapshot {
     pub call_notifications: Vec<Row>,
 }
 
+/// What an analyst looks at first, read from the BI views.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Overview {
+    /// `(status, progress, calls)`, most first.
+    pub by_status: Vec<(String, String, i64)>,
+    /// `(outcome name, count)`, most first, at most 10.
+    pub top_outcomes: Vec<(String, i64)>,
+    /// `(schedule_uid, dialled calls, answered calls)`.
+    pub answer_rates: Vec<(String, i64, i64)>,
+}
+
 impl Warehouse {
+    pub fn overview(&self) -> Result<Overview, WarehouseError> {
+        let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
+            let mut stmt = self.conn.prepare(sql).sql("reading the overview")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(Iterator::collect)
+                .sql("reading the overview")
+        };
+        let text = |v: Value| match v {
+            Value::Text(t) => t,
+            Value::Integer(i) => i.to_string(),
+            _ => String::new(),
+        };
+        Ok(Overview {
+            by_status: query(
+                "SELECT status, coalesce(progress, ''), count(*) FROM call_results
+                 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2",
+            )?
+            .into_iter()
+            .map(|(a, b, n)| (a, text(b), n))
+            .collect(),
+            top_outcomes: query(
+                "SELECT name, '', count(*) FROM outcome_results GROUP BY name ORDER BY 3 DESC, 1 LIMIT 10",
+            )?
+            .into_iter()
+            .map(|(a, _, n)| (a, n))
+            .collect(),
+            answer_rates: query(
+                "SELECT schedule_uid, count(*), sum(answered) FROM call_results
+                 WHERE attempt_count > 0 GROUP BY schedule_uid ORDER BY schedule_uid",
+            )?
+            .into_iter()
+            .map(|(a, dialled, answered)| (a, match dialled { Value::Integer(i) => i, _ => 0 }, answered))
+            .collect(),
+        })
+    }
+
     pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
         let mut stmt = self
             .conn

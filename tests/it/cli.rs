@@ -227,3 +227,30 @@ async fn checkpoints_can_be_shown_moved_and_reset() {
         format!("schedule {s}: cursor none (written never)\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        callsync(&["demo", "--dir", demo.to_str().unwrap()]),
+    )
+    .await
+    .expect("the demo finishes within a minute");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for section in [
+        "Calls by status and progress",
+        "Top outcomes",
+        "Answer rate per schedule",
+        "sqlite3 ",
+    ] {
+        assert!(text.contains(section), "{section} missing from:\n{text}");
+    }
+    let rows: i64 = rusqlite::Connection::open(demo.join("callsync.db"))
+        .unwrap()
+        .query_row("SELECT count(*) FROM call_results", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1200);
+}

@@ -13,3 +13,5 @@ mod cli;
 mod simulator;
 // callsync run: cron ticks, overlap, backoff, SIGTERM.
 mod daemon;
+// The systemd units: verify is silent, exposure is low.
+mod systemd;

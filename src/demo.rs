@@ -1,0 +1,145 @@
+//! `callsync demo`: the whole thing on one machine in under a minute.
+//!
+//! Starts the simulator on loopback with a few schedules and the dialer running, writes a
+//! configuration for it under `./demo/`, runs the daemon against it for a short while with a
+//! progress line per tick, then prints what an analyst looks at first — read from the BI
+//! views — and how to open `./demo/callsync.db`.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::config::{self, Config};
+use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
+use crate::warehouse::{Overview, Warehouse};
+
+/// How long the daemon runs in the demo.
+const RUN_FOR: Duration = Duration::from_secs(12);
+
+pub async fn run(dir: &Path) -> Result<()> {
+    let sim = Simulator::start(
+        "127.0.0.1:0".parse().context("loopback address")?,
+        SimulatorOptions {
+            schedules: 3,
+            calls_per_schedule: 400,
+            seed: 2026,
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(100),
+                calls_per_tick: 6,
+                ..DialerOptions::default()
+            }),
+            ..SimulatorOptions::default()
+        },
+    )
+    .await
+    .context("cannot start the simulator")?;
+    let config = write_config(dir, &sim)?;
+    println!("callsync demo");
+    println!(
+        "  simulator  {} (3 schedules, 1,200 calls, dialer running)",
+        sim.base_url()
+    );
+    println!("  config     {}", dir.join("callsync.toml").display());
+    println!("  warehouse  {}", config.warehouse.path.display());
+    println!(
+        "  running the daemon for {} s (a pass every 2 s)…",
+        RUN_FOR.as_secs()
+    );
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let path = config.warehouse.path.clone();
+    let daemon = tokio::spawn(crate::daemon::run(config, async {
+        let _ = stopped.await;
+    }));
+    let mut ticker = tokio::time::interval(Duration::from_secs(2));
+    ticker.tick().await;
+    for _ in 0..RUN_FOR.as_secs() / 2 {
+        ticker.tick().await;
+        println!("  {}", progress_line(&path));
+    }
+    let _ = stop.send(());
+    daemon
+        .await
+        .context("the daemon task failed")?
+        .context("the daemon failed")?;
+    sim.shutdown().await;
+
+    let overview = Warehouse::open_read_only(&path)
+        .and_then(|w| w.overview())
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    print!("{}", render(&overview, &path));
+    Ok(())
+}
+
+fn write_config(dir: &Path, sim: &Simulator) -> Result<Config> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let db = dir.join("callsync.db");
+    for stale in ["callsync.db", "callsync.db-wal", "callsync.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(stale));
+    }
+    let schedules: Vec<String> = sim
+        .schedule_uids()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    let text = format!(
+        "# Written by `callsync demo` for its in-process simulator (gone when the demo ends).\n\
+         [api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n\
+         [warehouse]\npath = \"{}\"\n\n\
+         [sync]\nschedules = [{}]\ncron = \"*/2 * * * * *\"\nlookback_secs = 2\n\n\
+         [log]\nlevel = \"warn\"\n",
+        sim.base_url(),
+        sim.access_token(),
+        db.display(),
+        schedules.join(", ")
+    );
+    let file: PathBuf = dir.join("callsync.toml");
+    std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(config::load(Some(&file))?)
+}
+
+fn progress_line(path: &Path) -> String {
+    match Warehouse::open_read_only(path).and_then(|w| w.status()) {
+        Ok(rows) => {
+            let calls: i64 = rows.iter().map(|r| r.calls).sum();
+            let attempts: i64 = rows.iter().map(|r| r.attempts).sum();
+            let passes = rows.iter().filter(|r| r.last_run.is_some()).count();
+            format!(
+                "{calls} calls, {attempts} attempts in the warehouse ({passes} schedules synced)"
+            )
+        }
+        Err(_) => "waiting for the first pass…".to_owned(),
+    }
+}
+
+fn render(o: &Overview, path: &Path) -> String {
+    let mut out = String::from("\nCalls by status and progress (call_results)\n");
+    for (status, progress, n) in &o.by_status {
+        let _ = writeln!(out, "  {status:<10} {progress:<12} {n:>6}");
+    }
+    out.push_str("\nTop outcomes (outcome_results)\n");
+    for (name, n) in &o.top_outcomes {
+        let _ = writeln!(out, "  {name:<20} {n:>6}");
+    }
+    out.push_str("\nAnswer rate per schedule (dialled calls)\n");
+    for (schedule, dialled, answered) in &o.answer_rates {
+        let rate = if *dialled > 0 {
+            100.0 * *answered as f64 / *dialled as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "  {schedule}  {answered:>5} / {dialled:<5} {rate:5.1}%"
+        );
+    }
+    let db = path.display();
+    let _ = write!(
+        out,
+        "\nOpen the warehouse:\n  sqlite3 {db} 'SELECT status, progress, count(*) FROM call_results GROUP BY 1, 2'\n  \
+         datasette {db}        (pip install datasette)\nThe tables and views are described in README.md, \"The warehouse\".\n"
+    );
+    out
+}
