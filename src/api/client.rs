@@ -142,7 +142,10 @@ impl ApiClient {
             .tokens
             .bearer(&inner.http, &inner.retry, counters)
             .await?;
-        match self.send_once(name, url, query, token.expose()).await {
+        match self
+            .send_once(name, url, query, token.expose(), counters)
+            .await
+        {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
                 tracing::info!(request = name, "token rejected; fetching a new one");
                 inner.tokens.invalidate(&token).await;
@@ -153,7 +156,8 @@ impl ApiClient {
                 counters
                     .requests
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.send_once(name, url, query, fresh.expose()).await
+                self.send_once(name, url, query, fresh.expose(), counters)
+                    .await
             }
             other => other,
         }
@@ -165,6 +169,7 @@ impl ApiClient {
         url: &Url,
         query: &[(&'static str, String)],
         token: &str,
+        counters: &Counters,
     ) -> Result<Body, ApiError> {
         let inner = &self.inner;
         if let Some(limiter) = &inner.limiter {
@@ -187,6 +192,7 @@ impl ApiClient {
             .await
             .map_err(transport("request failed (connection, timeout or TLS)"))?;
         let status = response.status();
+        counters.record_status(status.as_u16());
         let headers = response.headers().clone();
         let bytes = response
             .bytes()

@@ -23,9 +23,23 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 pub struct Counters {
     pub requests: AtomicU64,
     pub retries: AtomicU64,
+    /// Responses by HTTP status.
+    statuses: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
 }
 
 impl Counters {
+    pub fn record_status(&self, status: u16) {
+        let mut statuses = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        *statuses.entry(status).or_default() += 1;
+    }
+
+    pub fn statuses(&self) -> std::collections::BTreeMap<u16, u64> {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::Relaxed)
     }

@@ -8,6 +8,7 @@
 //! takes no new ticks, lets each running pass commit the page it is writing, and returns
 //! within `sync.shutdown_timeout`. The configuration is read once; restart to change it.
 
+mod metrics;
 mod notify;
 mod scheduler;
 
@@ -32,6 +33,12 @@ pub enum DaemonError {
     Sync(#[from] SyncError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
+    #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
+    Metrics {
+        listen: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Ticks a failing schedule sits out at most.
@@ -59,6 +66,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         clock.clone(),
     )
     .await?;
+    let metrics = Arc::new(metrics::Metrics::new(
+        config.sync.schedules.clone(),
+        clock.interval(),
+    ));
+    let cancel = CancellationToken::new();
+    if let Some(listen) = config.metrics.listen {
+        metrics::serve(listen, metrics.clone(), cancel.clone())
+            .await
+            .map_err(|source| DaemonError::Metrics { listen, source })?;
+    }
     notify::ready();
     tracing::info!(
         schedules = config.sync.schedules.len(),
@@ -74,7 +91,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             .map(|s| (*s, Slot::default()))
             .collect(),
     ));
-    let cancel = CancellationToken::new();
     let mut passes = JoinSet::new();
     // A pass of every schedule at start-up.
     let _ = tick_tx.try_send(Tick::Sync);
@@ -95,6 +111,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             Some(done) = passes.join_next(), if !passes.is_empty() => {
                 if let Ok(report) = done {
                     settle(&slots, &report);
+                    metrics.record(&report);
                 }
             }
             _ = heartbeat.tick() => match clock.missed(Duration::from_secs(30)) {
@@ -115,6 +132,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         while let Some(done) = passes.join_next().await {
             if let Ok(report) = done {
                 settle(&slots, &report);
+                metrics.record(&report);
             }
         }
     })

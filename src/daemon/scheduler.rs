@@ -60,6 +60,17 @@ impl TickClock {
         })
     }
 
+    /// The time between two firings (the first two from now).
+    pub fn interval(&self) -> Duration {
+        let now = Utc::now();
+        let next = self.cron.find_next_occurrence(&now, false).ok();
+        let after = next.and_then(|n| self.cron.find_next_occurrence(&n, false).ok());
+        match (next, after) {
+            (Some(a), Some(b)) => (b - a).to_std().unwrap_or(Duration::from_secs(300)),
+            _ => Duration::from_secs(300),
+        }
+    }
+
     pub fn fired(&self) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Utc::now();
     }

@@ -117,6 +117,8 @@ pub struct PassReport {
     pub schedule: Uuid,
     pub kind: RunKind,
     pub stats: RunStats,
+    /// Responses by HTTP status, for metrics.
+    pub statuses: std::collections::BTreeMap<u16, u64>,
     pub result: PassResult,
     /// Where the walk got to (the next pass starts here, minus the lookback).
     pub position: Option<Timestamp>,

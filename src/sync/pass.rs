@@ -100,6 +100,7 @@ impl Engine {
             schedule,
             kind: plan.kind,
             stats,
+            statuses: counters.statuses(),
             result,
             position,
             duration: started.elapsed(),

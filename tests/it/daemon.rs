@@ -178,3 +178,85 @@ async fn sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
     env.pass_ok(&env.schedules()).await;
     env.assert_matches_truth(&env.schedules());
 }
+
+fn free_port() -> std::net::SocketAddr {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    socket.local_addr().expect("address")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_healthz_serve_the_right_figures() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 60,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let listen = free_port();
+    env.config.metrics.listen = Some(listen);
+    env.config.sync.cron = "* * * * * *".into();
+    env.config.api.retry.max_attempts = 1;
+    let s = env.schedules();
+    env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let http = reqwest::Client::new();
+    let metrics = http
+        .get(format!("http://{listen}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let health = http
+        .get(format!("http://{listen}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    let health_status = health.status();
+    let health_text = health.text().await.unwrap();
+    stop.send(()).unwrap();
+    daemon.await.unwrap().unwrap();
+
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line_start} missing from:\n{metrics}"))
+    };
+    let completed = runs(&env, s[1])
+        .iter()
+        .filter(|r| r.error.is_none() && r.finished.is_some())
+        .count();
+    let metric_completed =
+        value("callsync_passes_total{kind=\"incremental\",result=\"completed\"}");
+    assert!(
+        metric_completed >= 3.0 && metric_completed <= completed as f64,
+        "{metric_completed} vs {completed}"
+    );
+    assert!(value("callsync_passes_total{kind=\"incremental\",result=\"failed\"}") >= 1.0);
+    assert!(value("callsync_calls_written_total") >= 60.0);
+    assert!(value("callsync_requests_total{status=\"200\"}") >= 3.0);
+    assert!(
+        value(&format!(
+            "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
+            s[1]
+        )) > 1.7e9
+    );
+    assert!(!metrics.contains(&format!(
+        "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
+        s[0]
+    )));
+    // The broken schedule has not synced for 3 one-second intervals.
+    assert_eq!(health_status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        health_text.contains(&s[0].to_string()) && !health_text.contains(&s[1].to_string()),
+        "{health_text}"
+    );
+}
