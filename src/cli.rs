@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
 use crate::simulator::{Precision, Simulator, SimulatorOptions};
-use crate::sync::{Engine, PassPlan, PassProgress, PassReport, Quiet};
+use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::telemetry;
 use crate::warehouse::Warehouse;
 
@@ -79,11 +79,13 @@ enum Command {
 enum CheckpointCommand {
     /// Print the checkpoint of every schedule, or of one
     Show {
+        /// Only this schedule; default: every schedule in the warehouse
         #[arg(long, value_name = "UID")]
         schedule: Option<Uuid>,
     },
     /// Move a schedule's cursor (backwards too), printing what was there before
     Set {
+        /// The schedule whose checkpoint moves
         #[arg(long, value_name = "UID")]
         schedule: Uuid,
         /// The new cursor (RFC 3339, any offset)
@@ -92,6 +94,7 @@ enum CheckpointCommand {
     },
     /// Delete a schedule's checkpoint: its next pass reads everything again
     Reset {
+        /// The schedule whose checkpoint is deleted
         #[arg(long, value_name = "UID")]
         schedule: Uuid,
     },
@@ -213,6 +216,7 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
         return Err(UsageError("no schedules to sync: list them in sync.schedules".into()).into());
     }
     let cancel = cancel_on_signal();
+    refuse_reload_on_sighup();
     let path = config.warehouse.path.clone();
     crate::daemon::run(config, cancel.cancelled_owned())
         .await
@@ -275,9 +279,10 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
     let cancel = cancel_on_signal();
     let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
     let bar = ProgressBar::for_terminal();
+    let log = ProgressLog::every(Duration::from_secs(10));
     let progress: &dyn PassProgress = match &bar {
         Some(bar) => bar,
-        None => &Quiet,
+        None => &log,
     };
     let report = engine
         .run_pass(args.schedule, &plan, &cancel, progress)
@@ -438,6 +443,26 @@ pub fn cancel_on_signal() -> CancellationToken {
     cancel
 }
 
+/// The configuration is read once: a reload would have to re-plan running passes, and a
+/// restart is already safe at any instant. Without this handler SIGHUP would kill the
+/// daemon mid-page, so it is caught and answered with the way to apply a new configuration.
+fn refuse_reload_on_sighup() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut hangup) = signal(SignalKind::hangup()) {
+            tokio::spawn(async move {
+                while hangup.recv().await.is_some() {
+                    tracing::warn!(
+                        "SIGHUP ignored: callsync does not reload its configuration; \
+                         restart it to apply changes (systemctl restart callsync; safe at any time)"
+                    );
+                }
+            });
+        }
+    }
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -483,7 +508,42 @@ impl ProgressBar {
     }
 
     fn finish(self, report: &PassReport) {
-        self.0.finish_with_message(format!("{:?}", report.result));
+        let hint = match report.result {
+            PassResult::Completed => "",
+            _ => "; run it again to finish",
+        };
+        self.0.finish_with_message(format!(
+            "{} pages, {}{hint}",
+            report.stats.pages, report.result
+        ));
+    }
+}
+
+/// Without a terminal (systemd, cron, a pipe): a log line now and then, so a long backfill
+/// shows it is moving.
+struct ProgressLog {
+    every: Duration,
+    last: std::sync::Mutex<Instant>,
+}
+
+impl ProgressLog {
+    fn every(every: Duration) -> Self {
+        ProgressLog {
+            every,
+            last: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl PassProgress for ProgressLog {
+    fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.elapsed() >= self.every {
+            *last = Instant::now();
+            tracing::info!(pages, calls_seen, total, "progress");
+        }
     }
 }
 

@@ -4,9 +4,10 @@
 //! channel). It opens the engine, tells systemd READY, runs a pass of every schedule, then
 //! one per `sync.cron` tick (and a reconciliation per `sync.reconcile_cron` tick). A tick
 //! that finds a schedule's previous pass still running skips it; a failing schedule backs
-//! off (it sits out 1, 2, 4 … up to 32 ticks) without slowing the others. On shutdown it
-//! takes no new ticks, lets each running pass commit the page it is writing, and returns
-//! within `sync.shutdown_timeout`. The configuration is read once; restart to change it.
+//! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
+//! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
+//! page it is writing, and returns within `sync.shutdown_timeout`. The configuration is read
+//! once; restart to change it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
 mod metrics;
 mod notify;
@@ -199,7 +200,7 @@ fn settle(slots: &Slots, report: &PassReport) {
         crate::sync::PassResult::Interrupted => {}
     }
     notify::status(&format!(
-        "last pass: {} {} {:?}, {} calls written",
+        "last pass: {} {} {}, {} calls written",
         report.schedule,
         report.kind.as_str(),
         report.result,

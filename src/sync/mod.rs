@@ -111,6 +111,16 @@ pub enum PassResult {
     Failed(String),
 }
 
+impl std::fmt::Display for PassResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PassResult::Completed => f.write_str("completed"),
+            PassResult::Interrupted => f.write_str("interrupted by shutdown"),
+            PassResult::Failed(error) => write!(f, "failed: {error}"),
+        }
+    }
+}
+
 /// The outcome of one pass of one schedule.
 #[derive(Debug, Clone)]
 pub struct PassReport {

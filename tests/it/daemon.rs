@@ -132,7 +132,7 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
+async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 3000,
@@ -156,6 +156,16 @@ async fn sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
         .expect("callsync starts");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let pid = child.id().expect("running").to_string();
+    let hangup = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill");
+    assert!(hangup.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        child.try_wait().expect("wait").is_none(),
+        "SIGHUP does not stop the daemon"
+    );
     let asked = Instant::now();
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
