@@ -22,6 +22,9 @@ pub fn latest_version() -> usize {
     MIGRATION_DIR.dirs().count()
 }
 
+/// Page cache of the writer connection, in KiB (SQLite's negative `cache_size` form).
+const WRITER_CACHE_KIB: i64 = -64 * 1024;
+
 /// Opens (creating) `path` for writing and applies pending migrations; returns the
 /// connection and the schema version found before migrating.
 pub fn open_for_writing(
@@ -41,6 +44,13 @@ pub fn open_for_writing(
         .map_err(open_err)?;
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(open_err)?;
+    // The writer looks up every call and child of a page by key: with SQLite's 2 MiB default
+    // cache those lookups become a pread each once the file outgrows it.
+    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+        .map_err(open_err)?;
+    // Every statement of a page write stays prepared (rusqlite keeps 16 by default, about as
+    // many as a page write uses).
+    conn.set_prepared_statement_cache_capacity(64);
     persist_wal(&conn).map_err(open_err)?;
     let before = version(&conn, path)?;
     if before > latest_version() {
