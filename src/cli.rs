@@ -260,8 +260,8 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
                 r.stats.pages,
                 r.stats.requests,
                 match &r.result {
-                    crate::sync::PassResult::Failed(e) => format!("; FAILED: {e}"),
-                    _ => String::new(),
+                    PassResult::Completed => String::new(),
+                    other => format!("; {other}"),
                 }
             );
         }

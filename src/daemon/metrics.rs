@@ -58,6 +58,7 @@ impl Metrics {
         let result = match report.result {
             PassResult::Completed => "completed",
             PassResult::Interrupted => "interrupted",
+            PassResult::Skipped(_) => "skipped",
             PassResult::Failed(_) => "failed",
         };
         *f.passes.entry((report.kind.as_str(), result)).or_default() += 1;

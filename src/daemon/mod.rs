@@ -197,7 +197,7 @@ fn settle(slots: &Slots, report: &PassReport) {
             slot.failures = 0;
             slot.skip_ticks = 0;
         }
-        crate::sync::PassResult::Interrupted => {}
+        crate::sync::PassResult::Interrupted | crate::sync::PassResult::Skipped(_) => {}
     }
     notify::status(&format!(
         "last pass: {} {} {}, {} calls written",

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
-use crate::warehouse::{RunKind, RunStats, Warehouse};
+use crate::warehouse::{INTERRUPTED, RunKind, RunStats, Warehouse};
 
 pub use error::{SyncError, error_chain};
 pub use lock::ScheduleLock;
@@ -92,9 +92,12 @@ impl PassPlan {
     }
 }
 
-/// Told about each page as a pass goes (a progress bar, or nothing).
+/// Told about each page as a pass goes (a progress bar, the daemon's health, or nothing).
 pub trait PassProgress: Send + Sync {
+    /// A page was read and handed to the writer.
     fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>);
+    /// A page of `schedule` and its checkpoint were committed.
+    fn committed(&self, _schedule: Uuid) {}
 }
 
 /// No progress display.
@@ -108,6 +111,9 @@ impl PassProgress for Quiet {
 pub enum PassResult {
     Completed,
     Interrupted,
+    /// Not started: another process holds the schedule's lock (a backfill, say). Nothing
+    /// was read or written, and nothing is wrong with the schedule.
+    Skipped(String),
     Failed(String),
 }
 
@@ -115,7 +121,8 @@ impl std::fmt::Display for PassResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PassResult::Completed => f.write_str("completed"),
-            PassResult::Interrupted => f.write_str("interrupted by shutdown"),
+            PassResult::Interrupted => f.write_str(INTERRUPTED),
+            PassResult::Skipped(reason) => write!(f, "skipped: {reason}"),
             PassResult::Failed(error) => write!(f, "failed: {error}"),
         }
     }
@@ -141,32 +148,35 @@ impl PassReport {
     }
 
     /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag.
-    fn log(&self) {
+    fn log(&self, dry_run: bool) {
         let s = &self.stats;
-        let lag = self
+        let lag_secs = self
             .position
             .map(|p| Timestamp::now().since(p).as_secs_f64());
         let duration_ms = self.duration.as_millis() as u64;
+        // In a dry run nothing is written: the same figure is what *would* be.
+        let (calls_written, would_write) = if dry_run {
+            (None, Some(s.calls_written))
+        } else {
+            (Some(s.calls_written), None)
+        };
+        macro_rules! pass_line {
+            ($level:ident, $($rest:tt)+) => {
+                tracing::$level!(
+                    pages = s.pages, calls_seen = s.calls_seen, calls_written, would_write,
+                    requests = s.requests, retries = s.retries, duration_ms, lag_secs, $($rest)+
+                )
+            };
+        }
         match &self.result {
-            PassResult::Completed => tracing::info!(
-                pages = s.pages,
-                calls_seen = s.calls_seen,
-                calls_written = s.calls_written,
-                requests = s.requests,
-                retries = s.retries,
-                duration_ms,
-                lag_secs = lag,
-                "pass completed"
-            ),
-            PassResult::Interrupted => tracing::warn!(
-                pages = s.pages,
-                calls_written = s.calls_written,
-                duration_ms,
+            PassResult::Completed => pass_line!(info, "pass completed"),
+            PassResult::Interrupted => pass_line!(
+                warn,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
             ),
-            PassResult::Failed(error) => tracing::error!(
-                pages = s.pages, calls_written = s.calls_written, requests = s.requests,
-                retries = s.retries, duration_ms, error = %error,
+            PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),
+            PassResult::Failed(error) => pass_line!(
+                error, error = %error,
                 "pass failed; the checkpoint stays at the last committed page"
             ),
         }

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
@@ -20,7 +21,7 @@ use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::api::{ApiClient, CallPage, Counters, ListQuery, OutboundCall, Timestamp};
 use crate::config::DetailsMode;
-use crate::warehouse::{PageWrite, RunStats};
+use crate::warehouse::{INTERRUPTED, PageWrite, RunStats};
 
 /// How the page loop ended.
 enum WalkEnd {
@@ -49,8 +50,15 @@ fn outcome(end: WalkEnd) -> PassResult {
     }
 }
 
-async fn settle(write: Pending<PageWrite>, tally: &mut Tally) -> Result<(), SyncError> {
+/// Waits for a page handed to the writer to commit (with its checkpoint).
+async fn settle(
+    write: Pending<PageWrite>,
+    tally: &mut Tally,
+    schedule: Uuid,
+    progress: &dyn PassProgress,
+) -> Result<(), SyncError> {
     tally.calls_written += write.wait().await?.calls_written;
+    progress.committed(schedule);
     Ok(())
 }
 
@@ -64,8 +72,21 @@ impl Engine {
         cancel: &CancellationToken,
         progress: &dyn PassProgress,
     ) -> PassReport {
+        // `instrument`, not `span.enter()`: a guard held across `.await` would leak the span
+        // into whatever task the thread runs next, and log lines would name the wrong schedule.
         let span = tracing::info_span!("pass", schedule = %schedule, kind = plan.kind.as_str());
-        let _entered = span.enter();
+        self.run_pass_in_span(schedule, plan, cancel, progress)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_pass_in_span(
+        &self,
+        schedule: Uuid,
+        plan: &PassPlan,
+        cancel: &CancellationToken,
+        progress: &dyn PassProgress,
+    ) -> PassReport {
         let started = Instant::now();
         let counters = Counters::default();
         let mut tally = Tally::default();
@@ -105,7 +126,7 @@ impl Engine {
             position,
             duration: started.elapsed(),
         };
-        report.log();
+        report.log(self.dry_run);
         report
     }
 
@@ -123,6 +144,7 @@ impl Engine {
     ) -> PassResult {
         let _lock = match ScheduleLock::acquire(self.warehouse_path(), schedule) {
             Ok(lock) => lock,
+            Err(busy @ SyncError::Busy { .. }) => return PassResult::Skipped(busy.to_string()),
             Err(err) => return PassResult::Failed(error_chain(&err)),
         };
         let (kind, started_at) = (plan.kind, Timestamp::now());
@@ -152,8 +174,8 @@ impl Engine {
         let result = outcome(end);
         let error_text = match &result {
             PassResult::Completed => None,
-            PassResult::Interrupted => Some("interrupted by shutdown".to_owned()),
-            PassResult::Failed(text) => Some(text.clone()),
+            PassResult::Interrupted => Some(INTERRUPTED.to_owned()),
+            PassResult::Skipped(text) | PassResult::Failed(text) => Some(text.clone()),
         };
         let stats = stats(counters, tally);
         let closed = self
@@ -226,7 +248,7 @@ impl Engine {
                 }
             };
             if let Some(previous) = in_flight.take()
-                && let Err(err) = settle(previous, tally).await
+                && let Err(err) = settle(previous, tally, schedule, progress).await
             {
                 end = WalkEnd::Failed(err);
                 break;
@@ -264,7 +286,7 @@ impl Engine {
         }
         // The last page handed over is always committed (or its failure reported).
         if let Some(last) = in_flight.take()
-            && let Err(err) = settle(last, tally).await
+            && let Err(err) = settle(last, tally, schedule, progress).await
             && !matches!(end, WalkEnd::Failed(_))
         {
             end = WalkEnd::Failed(err);

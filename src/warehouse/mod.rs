@@ -20,7 +20,7 @@ use rusqlite::Connection;
 pub use error::WarehouseError;
 pub use queries::{Overview, Row, RunSummary, ScheduleStatus, Snapshot, render_status};
 pub use rows::e164;
-pub use runs::{Checkpoint, RunId, RunKind, RunStats};
+pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunStats};
 
 pub struct Warehouse {
     conn: Connection,

@@ -328,6 +328,9 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             Some(run) => {
                 let result = match (&run.finished_at, &run.error) {
                     (None, _) => "running, or the process died".to_owned(),
+                    (Some(_), Some(e)) if e == super::INTERRUPTED => {
+                        "interrupted by shutdown (the next pass resumes)".to_owned()
+                    }
                     (Some(_), Some(e)) => format!("FAILED: {e}"),
                     (Some(_), None) => "ok".to_owned(),
                 };

@@ -8,6 +8,10 @@ use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use crate::api::Timestamp;
 
+/// The `sync_runs.error` of a pass stopped by shutdown: not a failure, the next pass resumes
+/// from its last committed page.
+pub const INTERRUPTED: &str = "interrupted by shutdown";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub schedule_uid: Uuid,
