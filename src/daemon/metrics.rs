@@ -2,14 +2,15 @@
 //!
 //! Figures come from the pass reports the daemon already receives: passes by kind and result,
 //! pages, calls written, requests by status, retries, and per schedule the last success and
-//! the lag (how far the cursor is behind now). `/healthz` fails (503) when a schedule has not
-//! completed a pass for `STALE_INTERVALS` cron intervals.
+//! the lag (how far the cursor is behind now). `/healthz` fails (503) when a schedule has
+//! neither completed a pass nor committed a page for `STALE_INTERVALS` sync ticks in a row —
+//! counted in ticks, not seconds, so a cron with long quiet hours is not flagged overnight —
+//! or when the scheduler itself has stopped firing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -18,10 +19,11 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::Timestamp;
 use crate::sync::{PassReport, PassResult};
 
-/// Cron intervals without a completed pass after which a schedule is unhealthy.
+/// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = 3;
 
 #[derive(Default)]
@@ -33,24 +35,50 @@ struct Figures {
     retries: u64,
     last_success: BTreeMap<Uuid, Timestamp>,
     position: BTreeMap<Uuid, Timestamp>,
+    freshness: BTreeMap<Uuid, Freshness>,
+}
+
+/// Progress of one schedule between sync ticks.
+#[derive(Default)]
+struct Freshness {
+    /// A pass completed or a page committed since the last tick.
+    progressed: bool,
+    /// Ticks in a row that found no progress.
+    idle_ticks: u32,
 }
 
 pub struct Metrics {
     figures: Mutex<Figures>,
     schedules: Vec<Uuid>,
-    started: Timestamp,
-    /// A schedule is stale after this long without a completed pass.
-    stale_after: Duration,
 }
 
 impl Metrics {
-    pub fn new(schedules: Vec<Uuid>, cron_interval: Duration) -> Self {
+    pub fn new(schedules: Vec<Uuid>) -> Self {
         Metrics {
             figures: Mutex::default(),
             schedules,
-            started: Timestamp::now(),
-            stale_after: cron_interval * STALE_INTERVALS,
         }
+    }
+
+    /// A sync tick fired: every schedule without progress since the previous one ages.
+    pub fn sync_tick(&self) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        for schedule in &self.schedules {
+            let fresh = f.freshness.entry(*schedule).or_default();
+            if std::mem::take(&mut fresh.progressed) {
+                fresh.idle_ticks = 0;
+            } else {
+                fresh.idle_ticks += 1;
+            }
+        }
+    }
+
+    /// A page of `schedule` was committed.
+    pub fn progressed(&self, schedule: Uuid) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = f.freshness.entry(schedule).or_default();
+        fresh.progressed = true;
+        fresh.idle_ticks = 0;
     }
 
     pub fn record(&self, report: &PassReport) {
@@ -70,6 +98,9 @@ impl Metrics {
         }
         if report.result == PassResult::Completed {
             f.last_success.insert(report.schedule, Timestamp::now());
+            let fresh = f.freshness.entry(report.schedule).or_default();
+            fresh.progressed = true;
+            fresh.idle_ticks = 0;
         }
         if let Some(position) = report.position {
             f.position.insert(report.schedule, position);
@@ -135,14 +166,15 @@ impl Metrics {
         out
     }
 
-    /// Schedules without a completed pass for too long.
-    pub fn stale(&self, now: Timestamp) -> Vec<Uuid> {
+    /// Schedules without progress for `STALE_INTERVALS` sync ticks.
+    pub fn stale(&self) -> Vec<Uuid> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
             .iter()
             .filter(|s| {
-                let since = f.last_success.get(s).copied().unwrap_or(self.started);
-                now.since(since) > self.stale_after
+                f.freshness
+                    .get(s)
+                    .is_some_and(|h| h.idle_ticks >= STALE_INTERVALS)
             })
             .copied()
             .collect()
@@ -157,6 +189,7 @@ fn seconds(t: Timestamp) -> String {
 pub async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
+    clock: TickClock,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -164,7 +197,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
-        .with_state(metrics);
+        .with_state(Health { metrics, clock });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())
@@ -173,23 +206,33 @@ pub async fn serve(
     Ok(())
 }
 
-async fn metrics_page(State(metrics): State<Arc<Metrics>>) -> String {
-    metrics.render(Timestamp::now())
+#[derive(Clone)]
+struct Health {
+    metrics: Arc<Metrics>,
+    clock: TickClock,
 }
 
-async fn healthz(State(metrics): State<Arc<Metrics>>) -> (StatusCode, String) {
-    let stale = metrics.stale(Timestamp::now());
-    if stale.is_empty() {
-        (StatusCode::OK, "ok\n".into())
-    } else {
-        let list: Vec<String> = stale.iter().map(Uuid::to_string).collect();
-        (
+async fn metrics_page(State(health): State<Health>) -> String {
+    health.metrics.render(Timestamp::now())
+}
+
+async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
+    if let Some(due) = health.clock.missed(STALL_GRACE) {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "not synced for {} cron intervals: {}\n",
-                STALE_INTERVALS,
-                list.join(", ")
-            ),
-        )
+            format!("the scheduler has not fired since {due}: no passes are starting\n"),
+        );
     }
+    let stale = health.metrics.stale();
+    if stale.is_empty() {
+        return (StatusCode::OK, "ok\n".into());
+    }
+    let list: Vec<String> = stale.iter().map(Uuid::to_string).collect();
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "no progress for {STALE_INTERVALS} sync ticks: {}\n",
+            list.join(", ")
+        ),
+    )
 }

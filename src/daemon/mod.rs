@@ -15,16 +15,17 @@ mod scheduler;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::sync::{Engine, PassPlan, PassReport, Quiet, SyncError};
+use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
+use crate::warehouse::RunKind;
 
 pub use scheduler::{SchedulerError, Tick};
 
@@ -45,16 +46,6 @@ pub enum DaemonError {
 /// Ticks a failing schedule sits out at most.
 const MAX_BACKOFF_TICKS: u32 = 32;
 
-/// Each schedule's place in the daemon: running now, and how long it sits out.
-#[derive(Debug, Default)]
-struct Slot {
-    running: bool,
-    failures: u32,
-    skip_ticks: u32,
-}
-
-type Slots = Arc<Mutex<HashMap<Uuid, Slot>>>;
-
 /// Runs until `shutdown` completes. Errors only when it cannot start at all.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let engine = Arc::new(Engine::start(&config)?);
@@ -67,13 +58,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         clock.clone(),
     )
     .await?;
-    let metrics = Arc::new(metrics::Metrics::new(
-        config.sync.schedules.clone(),
-        clock.interval(),
-    ));
+    let metrics = Arc::new(metrics::Metrics::new(config.sync.schedules.clone()));
     let cancel = CancellationToken::new();
     if let Some(listen) = config.metrics.listen {
-        metrics::serve(listen, metrics.clone(), cancel.clone())
+        metrics::serve(listen, metrics.clone(), clock.clone(), cancel.clone())
             .await
             .map_err(|source| DaemonError::Metrics { listen, source })?;
     }
@@ -82,17 +70,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         schedules = config.sync.schedules.len(),
         cron = %config.sync.cron,
         reconcile_cron = config.sync.reconcile_cron.as_deref().unwrap_or("off"),
+        concurrency = config.sync.concurrency,
         "callsync daemon started"
     );
-    let slots: Slots = Arc::new(Mutex::new(
-        config
-            .sync
-            .schedules
-            .iter()
-            .map(|s| (*s, Slot::default()))
-            .collect(),
-    ));
-    let mut passes = JoinSet::new();
+    let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
     // A pass of every schedule at start-up.
     let _ = tick_tx.try_send(Tick::Sync);
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
@@ -102,20 +83,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            Some(tick) = ticks.recv() => {
-                let plan = match tick {
-                    Tick::Sync => PassPlan::incremental(&config.sync),
-                    Tick::Reconcile => PassPlan::reconcile(config.sync.reconcile_window),
-                };
-                start_due_passes(&engine, &slots, &plan, &cancel, &mut passes);
+            Some(tick) = ticks.recv() => dispatcher.on_tick(tick),
+            Some(done) = dispatcher.passes.join_next_with_id(), if !dispatcher.passes.is_empty() => {
+                dispatcher.on_done(done);
             }
-            Some(done) = passes.join_next(), if !passes.is_empty() => {
-                if let Ok(report) = done {
-                    settle(&slots, &report);
-                    metrics.record(&report);
-                }
-            }
-            _ = heartbeat.tick() => match clock.missed(Duration::from_secs(30)) {
+            _ = heartbeat.tick() => match clock.missed(scheduler::STALL_GRACE) {
                 // Fed only while ticks really fire: a stalled scheduler gets us restarted.
                 None => if watchdog_every.is_some() { notify::watchdog() },
                 Some(due) => tracing::error!(%due, "the scheduler missed a tick; not feeding the watchdog"),
@@ -123,18 +95,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     }
     tracing::info!(
-        running = passes.len(),
+        running = dispatcher.passes.len(),
         "shutting down: letting running passes commit their page"
     );
     notify::stopping();
     let _ = cron.shutdown().await;
     cancel.cancel();
     let drained = tokio::time::timeout(config.sync.shutdown_timeout, async {
-        while let Some(done) = passes.join_next().await {
-            if let Ok(report) = done {
-                settle(&slots, &report);
-                metrics.record(&report);
-            }
+        while let Some(done) = dispatcher.passes.join_next_with_id().await {
+            dispatcher.on_done(done);
         }
     })
     .await;
@@ -142,70 +111,214 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tracing::warn!(
             "shutdown timeout reached with passes still running; their last committed page stands"
         );
-        passes.abort_all();
+        dispatcher.passes.abort_all();
     }
+    drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
     }
     Ok(())
 }
 
-/// Starts a pass for every schedule that is neither running nor backing off.
-fn start_due_passes(
-    engine: &Arc<Engine>,
-    slots: &Slots,
-    plan: &PassPlan,
-    cancel: &CancellationToken,
-    passes: &mut JoinSet<PassReport>,
-) {
-    let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
-    for (schedule, slot) in slots.iter_mut() {
-        if slot.running {
-            tracing::warn!(%schedule, kind = plan.kind.as_str(), "tick skipped: the previous pass is still running");
-            continue;
+/// Each schedule's place in the daemon.
+#[derive(Debug, Default)]
+struct Slot {
+    /// The kind of the pass running now: passes of one schedule never overlap.
+    running: Option<RunKind>,
+    /// A reconciliation tick found the schedule busy or backing off: it runs as soon as the
+    /// schedule is free, rather than being lost (the sync and reconcile crons often fire in
+    /// the same second).
+    reconcile_due: bool,
+    failures: u32,
+    skip_ticks: u32,
+}
+
+/// Starts passes on ticks and takes their reports: the only owner of the slots.
+struct Dispatcher {
+    engine: Arc<Engine>,
+    incremental: PassPlan,
+    reconcile_window: Duration,
+    /// Schedules in the configured order (a `BTreeMap` would reorder them).
+    slots: Vec<(Uuid, Slot)>,
+    /// `sync.concurrency` passes at a time, whatever the number of schedules.
+    permits: Arc<Semaphore>,
+    passes: JoinSet<PassReport>,
+    /// Which schedule each task runs, to free its slot even if the task panicked.
+    tasks: HashMap<tokio::task::Id, Uuid>,
+    metrics: Arc<metrics::Metrics>,
+    cancel: CancellationToken,
+}
+
+impl Dispatcher {
+    fn new(
+        engine: Arc<Engine>,
+        config: &Config,
+        metrics: Arc<metrics::Metrics>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Dispatcher {
+            engine,
+            incremental: PassPlan::incremental(&config.sync),
+            reconcile_window: config.sync.reconcile_window,
+            slots: config
+                .sync
+                .schedules
+                .iter()
+                .map(|s| (*s, Slot::default()))
+                .collect(),
+            permits: Arc::new(Semaphore::new(config.sync.concurrency.max(1))),
+            passes: JoinSet::new(),
+            tasks: HashMap::new(),
+            metrics,
+            cancel,
         }
-        if slot.skip_ticks > 0 {
-            slot.skip_ticks -= 1;
-            tracing::info!(%schedule, failures = slot.failures, ticks_left = slot.skip_ticks, "tick skipped: backing off after failures");
-            continue;
+    }
+
+    fn on_tick(&mut self, tick: Tick) {
+        if tick == Tick::Sync {
+            self.metrics.sync_tick();
         }
-        slot.running = true;
-        let engine = engine.clone();
-        let plan = plan.clone();
-        let cancel = cancel.clone();
+        for i in 0..self.slots.len() {
+            let (schedule, slot) = &mut self.slots[i];
+            let schedule = *schedule;
+            let start = match (tick, slot.running) {
+                (Tick::Sync, Some(running)) => {
+                    tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
+                    None
+                }
+                (Tick::Reconcile, Some(_)) => {
+                    slot.reconcile_due = true;
+                    tracing::info!(%schedule, "reconciliation queued: it starts when the running pass ends");
+                    None
+                }
+                (Tick::Sync, None) if slot.skip_ticks > 0 => {
+                    slot.skip_ticks -= 1;
+                    tracing::info!(%schedule, failures = slot.failures, ticks_left = slot.skip_ticks, "tick skipped: backing off after failures");
+                    None
+                }
+                (Tick::Reconcile, None) if slot.skip_ticks > 0 => {
+                    slot.reconcile_due = true;
+                    tracing::info!(%schedule, "reconciliation queued: the schedule is backing off after failures");
+                    None
+                }
+                (Tick::Sync, None) => Some(RunKind::Incremental),
+                (Tick::Reconcile, None) => Some(RunKind::Reconcile),
+            };
+            if let Some(kind) = start {
+                self.start(i, kind);
+            }
+        }
+    }
+
+    /// Records a finished (or panicked) pass, frees its slot, and starts a reconciliation
+    /// that was waiting for it.
+    fn on_done(&mut self, done: Result<(tokio::task::Id, PassReport), tokio::task::JoinError>) {
+        let (id, result) = match done {
+            Ok((id, report)) => {
+                self.metrics.record(&report);
+                notify::status(&format!(
+                    "last pass: {} {} {}, {} calls written",
+                    report.schedule,
+                    report.kind.as_str(),
+                    report.result,
+                    report.stats.calls_written
+                ));
+                (id, report.result)
+            }
+            // Cancelled at the shutdown timeout, or a bug: either way the slot must not stay
+            // taken forever, and a panic counts as a failure.
+            Err(err) => {
+                let reason = if err.is_panic() {
+                    tracing::error!(schedule = ?self.tasks.get(&err.id()), "a pass panicked; this is a bug in callsync, please report it");
+                    PassResult::Failed("the pass panicked".to_owned())
+                } else {
+                    PassResult::Interrupted
+                };
+                (err.id(), reason)
+            }
+        };
+        let Some(schedule) = self.tasks.remove(&id) else {
+            return;
+        };
+        let Some(i) = self.slots.iter().position(|(s, _)| *s == schedule) else {
+            return;
+        };
+        let slot = &mut self.slots[i].1;
+        slot.running = None;
+        match result {
+            PassResult::Failed(_) => {
+                slot.failures += 1;
+                slot.skip_ticks = backoff_ticks(slot.failures);
+            }
+            PassResult::Completed => {
+                if slot.failures > 0 {
+                    tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
+                }
+                slot.failures = 0;
+                slot.skip_ticks = 0;
+            }
+            PassResult::Interrupted | PassResult::Skipped(_) => {}
+        }
+        if slot.reconcile_due && slot.skip_ticks == 0 && !self.cancel.is_cancelled() {
+            self.start(i, RunKind::Reconcile);
+        }
+    }
+
+    fn start(&mut self, i: usize, kind: RunKind) {
+        let (schedule, slot) = &mut self.slots[i];
         let schedule = *schedule;
-        passes.spawn(async move { engine.run_pass(schedule, &plan, &cancel, &Quiet).await });
+        slot.running = Some(kind);
+        let plan = match kind {
+            RunKind::Reconcile => {
+                slot.reconcile_due = false;
+                // The window ends now, when the pass starts, not when its tick fired.
+                PassPlan::reconcile(self.reconcile_window)
+            }
+            _ => self.incremental.clone(),
+        };
+        let engine = self.engine.clone();
+        let permits = self.permits.clone();
+        let cancel = self.cancel.clone();
+        let progress = Health(self.metrics.clone());
+        let task = self.passes.spawn(async move {
+            // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
+            // queueing passes; shutdown does not wait for a pass that never started.
+            let _permit = tokio::select! {
+                permit = permits.acquire_owned() => permit.ok(),
+                () = cancel.cancelled() => None,
+            };
+            if cancel.is_cancelled() {
+                return not_started(schedule, plan.kind);
+            }
+            engine.run_pass(schedule, &plan, &cancel, &progress).await
+        });
+        self.tasks.insert(task.id(), schedule);
     }
 }
 
-/// Records a finished pass: frees the slot, and sets or clears the backoff.
-fn settle(slots: &Slots, report: &PassReport) {
-    let mut slots = slots.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(slot) = slots.get_mut(&report.schedule) else {
-        return;
-    };
-    slot.running = false;
-    match &report.result {
-        crate::sync::PassResult::Failed(_) => {
-            slot.failures += 1;
-            slot.skip_ticks = backoff_ticks(slot.failures);
-        }
-        crate::sync::PassResult::Completed => {
-            if slot.failures > 0 {
-                tracing::info!(schedule = %report.schedule, "schedule recovered; back to the normal cadence");
-            }
-            slot.failures = 0;
-            slot.skip_ticks = 0;
-        }
-        crate::sync::PassResult::Interrupted | crate::sync::PassResult::Skipped(_) => {}
+/// The report of a pass that shutdown stopped before it began: nothing read, nothing written.
+fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
+    PassReport {
+        schedule,
+        kind,
+        stats: Default::default(),
+        statuses: Default::default(),
+        result: PassResult::Interrupted,
+        position: None,
+        duration: Duration::ZERO,
     }
-    notify::status(&format!(
-        "last pass: {} {} {}, {} calls written",
-        report.schedule,
-        report.kind.as_str(),
-        report.result,
-        report.stats.calls_written
-    ));
+}
+
+/// Tells `/healthz` a schedule is making progress each time one of its pages commits, so a
+/// long pass (a week-long reconciliation) is not mistaken for a stalled schedule.
+struct Health(Arc<metrics::Metrics>);
+
+impl PassProgress for Health {
+    fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
+
+    fn committed(&self, schedule: Uuid) {
+        self.0.progressed(schedule);
+    }
 }
 
 /// Ticks to sit out after `failures` failures in a row: 0, 1, 3, 7 … capped.

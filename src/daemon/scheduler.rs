@@ -14,6 +14,9 @@ use croner::parser::{CronParser, Seconds};
 use tokio::sync::mpsc;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
+/// How late a firing may be before the scheduler counts as stalled.
+pub const STALL_GRACE: Duration = Duration::from_secs(30);
+
 /// What a cron job asks the daemon to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tick {
@@ -58,17 +61,6 @@ impl TickClock {
             cron: Arc::new(parsed),
             last: Arc::new(Mutex::new(Utc::now())),
         })
-    }
-
-    /// The time between two firings (the first two from now).
-    pub fn interval(&self) -> Duration {
-        let now = Utc::now();
-        let next = self.cron.find_next_occurrence(&now, false).ok();
-        let after = next.and_then(|n| self.cron.find_next_occurrence(&n, false).ok());
-        match (next, after) {
-            (Some(a), Some(b)) => (b - a).to_std().unwrap_or(Duration::from_secs(300)),
-            _ => Duration::from_secs(300),
-        }
     }
 
     pub fn fired(&self) {

@@ -270,3 +270,143 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         "{health_text}"
     );
 }
+
+/// The passes of every schedule, in the order they started.
+fn all_runs(env: &TestEnv) -> Vec<(Uuid, String, Run)> {
+    let mut all: Vec<(Uuid, String, Run)> = Vec::new();
+    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
+    for schedule in env.schedules() {
+        let mut stmt = conn
+            .prepare("SELECT kind FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id")
+            .expect("prepare");
+        let kinds: Vec<String> = stmt
+            .query_map([schedule.to_string()], |r| r.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        all.extend(
+            kinds
+                .into_iter()
+                .zip(runs(env, schedule))
+                .map(|(kind, run)| (schedule, kind, run)),
+        );
+    }
+    all.sort_by_key(|(_, _, run)| run.started);
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 100,
+        summary_list: true,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            child_changes_without_bump: true,
+        }),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    // Child-only changes: only a reconciliation can see them.
+    env.sim.set_dialer_running(true);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.sim.set_dialer_running(false);
+    env.pass_ok(&s).await;
+    assert!(!env.diff_from(s[0], &env.sim.truth(s[0])).is_empty());
+
+    // Every reconcile tick coincides with a sync tick.
+    env.config.sync.cron = "* * * * * *".into();
+    env.config.sync.reconcile_cron = Some("*/2 * * * * *".into());
+    env.config.sync.reconcile_window = Duration::from_secs(8 * 86_400);
+    run_for(&env, 5).await;
+    for schedule in &s {
+        let kinds: Vec<String> = all_runs(&env)
+            .into_iter()
+            .filter(|(sch, _, run)| sch == schedule && run.error.is_none())
+            .map(|(_, kind, _)| kind)
+            .collect();
+        assert!(
+            kinds.iter().any(|k| k == "reconcile"),
+            "a reconciliation ran for {schedule}: {kinds:?}"
+        );
+        assert!(
+            kinds.iter().filter(|k| *k == "incremental").count() >= 4,
+            "sync ticks kept firing for {schedule}: {kinds:?}"
+        );
+    }
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_concurrency_bounds_the_passes_running_at_once() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 3,
+        calls_per_schedule: 100,
+        faults: FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(30),
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    env.config.sync.page_size = 20;
+    env.config.sync.concurrency = 1;
+    run_for(&env, 4).await;
+    let all = all_runs(&env);
+    assert!(all.len() >= 3, "{} passes", all.len());
+    for pair in all.windows(2) {
+        let (previous, next) = (&pair[0].2, &pair[1].2);
+        assert!(
+            next.started >= previous.finished.expect("finished"),
+            "two passes ran at once with sync.concurrency = 1"
+        );
+    }
+    env.sim.set_faults(FaultPlan::default());
+    env.pass_ok(&env.schedules()).await;
+    env.assert_matches_truth(&env.schedules());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 50,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    let s = env.schedules();
+    // A backfill of s[0] in another process holds its lock for the first 3 seconds.
+    let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(held);
+        Timestamp::now()
+    });
+    run_for(&env, 6).await;
+    let released = release.await.expect("released");
+    let held_runs = runs(&env, s[0]);
+    assert!(
+        held_runs.iter().all(|r| r.error.is_none()),
+        "a skipped pass is not a failure"
+    );
+    assert!(
+        held_runs.iter().all(|r| r.started >= released),
+        "no pass of a held schedule starts"
+    );
+    // No backoff: passes resume on the next ticks after the lock is released.
+    assert!(
+        held_runs.len() >= 2,
+        "{} passes after release",
+        held_runs.len()
+    );
+    env.assert_matches_truth(&s);
+}

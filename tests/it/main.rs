@@ -15,3 +15,5 @@ mod simulator;
 mod daemon;
 // The systemd units: verify is silent, exposure is low.
 mod systemd;
+// Log lines: each pass line carries its own schedule's span, never another's.
+mod logs;
