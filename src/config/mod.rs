@@ -166,8 +166,9 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("config: {0}")]
-    Parse(String),
+    /// A problem with the file as a whole: its syntax, or a key it should not have.
+    #[error("config: {}: {problem}", path.display())]
+    File { path: PathBuf, problem: String },
     #[error("config: {key}: {problem}")]
     Invalid { key: String, problem: String },
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use super::{
     MetricsConfig, OAuthConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
 };
 use crate::api::ListFilter;
+use strict::strict;
 
 /// The process environment a configuration is read with; injectable so tests never touch
 /// the real one.
@@ -94,10 +96,59 @@ fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
         .build()
-        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))?;
-    built
-        .try_deserialize()
-        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))
+        .map_err(|e| describe(e, file))?;
+    built.try_deserialize().map_err(|e| describe(e, file))
+}
+
+/// `config`'s error as one line naming the key, without the crate's "for key `…`" suffix.
+fn describe(err: config::ConfigError, file: &Path) -> ConfigError {
+    use config::ConfigError as E;
+    let (key, problem) = match err {
+        E::At {
+            error,
+            key: Some(key),
+            ..
+        } => (Some(key), message(*error)),
+        E::Type {
+            unexpected,
+            expected,
+            key: Some(key),
+            ..
+        } => (Some(key), format!("expected {expected}, got {unexpected}")),
+        other => (None, message(other)),
+    };
+    match unknown_key(key.as_deref(), &problem) {
+        Some(unknown) => ConfigError::File {
+            path: file.to_owned(),
+            problem: unknown,
+        },
+        None => match key {
+            Some(key) => ConfigError::invalid(key, problem),
+            None => ConfigError::File {
+                path: file.to_owned(),
+                problem,
+            },
+        },
+    }
+}
+
+fn message(err: config::ConfigError) -> String {
+    match err {
+        config::ConfigError::Message(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// serde's "unknown field `x`, expected one of …" under `parent` as "unknown key parent.x;
+/// expected one of …": the full key is what a reader searches the file for.
+fn unknown_key(parent: Option<&str>, problem: &str) -> Option<String> {
+    let (field, rest) = problem.strip_prefix("unknown field `")?.split_once('`')?;
+    let key = match parent {
+        Some(parent) => format!("{parent}.{field}"),
+        None => field.to_owned(),
+    };
+    let rest = rest.strip_prefix(", ").unwrap_or(rest);
+    Some(format!("unknown key {key}; {rest}"))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,10 +172,14 @@ struct RawApi {
     base_url: Option<String>,
     access_token: Option<String>,
     access_token_file: Option<PathBuf>,
-    request_timeout_secs: Option<u64>,
-    connect_timeout_secs: Option<u64>,
-    requests_per_second: Option<u32>,
-    detail_concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "strict")]
+    request_timeout_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    connect_timeout_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    requests_per_second: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    detail_concurrency: Option<i64>,
     #[serde(default)]
     retry: RawRetry,
     oauth: Option<RawOAuth>,
@@ -133,10 +188,15 @@ struct RawApi {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRetry {
-    max_attempts: Option<u32>,
-    max_elapsed_secs: Option<u64>,
-    initial_interval_ms: Option<u64>,
-    max_interval_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_attempts: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_elapsed_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    initial_interval_ms: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_interval_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
     multiplier: Option<f64>,
 }
 
@@ -154,21 +214,26 @@ struct RawOAuth {
 #[serde(deny_unknown_fields)]
 struct RawWarehouse {
     path: Option<PathBuf>,
-    busy_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    busy_timeout_secs: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSync {
     schedules: Option<Vec<String>>,
-    lookback_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    lookback_secs: Option<i64>,
     cron: Option<String>,
+    #[serde(default, deserialize_with = "strict")]
     page_size: Option<i64>,
     details: Option<String>,
-    concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "strict")]
+    concurrency: Option<i64>,
     reconcile_cron: Option<String>,
     reconcile_window: Option<String>,
-    shutdown_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    shutdown_timeout_secs: Option<i64>,
     #[serde(default)]
     filter: RawFilter,
 }
@@ -204,6 +269,7 @@ struct RawFilter {
     attempt_status: Option<StringList>,
     outcome: Option<String>,
     external_id: Option<String>,
+    #[serde(default, deserialize_with = "strict")]
     is_test_call: Option<bool>,
     full_name: Option<String>,
     first_name: Option<String>,
@@ -319,30 +385,28 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             10,
             1..=300,
         )?,
-        requests_per_second: match raw.requests_per_second.unwrap_or(20) {
+        requests_per_second: match bounded(
+            "api.requests_per_second",
+            raw.requests_per_second,
+            20,
+            0..=i64::from(u32::MAX),
+        )? {
             0 => None,
             n => Some(n),
         },
-        detail_concurrency: range(
-            "api.detail_concurrency",
-            raw.detail_concurrency.unwrap_or(4),
-            1..=64,
-        )?,
+        detail_concurrency: bounded("api.detail_concurrency", raw.detail_concurrency, 4, 1..=64)?,
         retry: RetryConfig {
-            max_attempts: range(
-                "api.retry.max_attempts",
-                retry.max_attempts.unwrap_or(10),
-                1..=100,
-            )?,
+            max_attempts: bounded("api.retry.max_attempts", retry.max_attempts, 10, 1..=100)?,
             max_elapsed: secs(
                 "api.retry.max_elapsed_secs",
                 retry.max_elapsed_secs,
                 120,
                 1..=3600,
             )?,
-            initial_interval: Duration::from_millis(range(
+            initial_interval: Duration::from_millis(bounded(
                 "api.retry.initial_interval_ms",
-                retry.initial_interval_ms.unwrap_or(500),
+                retry.initial_interval_ms,
+                500,
                 1..=60_000,
             )?),
             max_interval: secs(
@@ -405,13 +469,6 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
         }
         schedules.push(uid);
     }
-    let page_size = raw.page_size.unwrap_or(100);
-    if !(1..=100).contains(&page_size) {
-        return Err(ConfigError::invalid(
-            "sync.page_size",
-            format!("{page_size} is outside 1..=100"),
-        ));
-    }
     let details = match raw.details.as_deref().unwrap_or("auto") {
         "auto" => DetailsMode::Auto,
         "always" => DetailsMode::Always,
@@ -430,9 +487,9 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             "sync.cron",
             raw.cron.unwrap_or_else(|| "0 */5 * * * *".into()),
         )?,
-        page_size: page_size as u32,
+        page_size: bounded("sync.page_size", raw.page_size, 100, 1..=100)?,
         details,
-        concurrency: range("sync.concurrency", raw.concurrency.unwrap_or(4), 1..=64)?,
+        concurrency: bounded("sync.concurrency", raw.concurrency, 4, 1..=64)?,
         filter: filter(raw.filter),
         reconcile_cron: raw
             .reconcile_cron
@@ -552,26 +609,32 @@ fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
 
 fn secs(
     key: &str,
-    value: Option<u64>,
-    default: u64,
-    allowed: std::ops::RangeInclusive<u64>,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
 ) -> Result<Duration, ConfigError> {
-    range(key, value.unwrap_or(default), allowed).map(Duration::from_secs)
+    bounded(key, value, default, allowed).map(Duration::from_secs)
 }
 
-fn range<T: PartialOrd + std::fmt::Display>(
+/// `value` (or `default`) checked against `allowed`, in the type the typed config holds.
+fn bounded<T: TryFrom<i64>>(
     key: &str,
-    value: T,
-    allowed: std::ops::RangeInclusive<T>,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
 ) -> Result<T, ConfigError> {
-    if allowed.contains(&value) {
-        Ok(value)
-    } else {
-        Err(ConfigError::invalid(
+    let value = value.unwrap_or(default);
+    let outside = || {
+        ConfigError::invalid(
             key,
             format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
-        ))
+        )
+    };
+    if !allowed.contains(&value) {
+        return Err(outside());
     }
+    // Every `allowed` fits its `T`; this only keeps a wrong range from panicking.
+    T::try_from(value).map_err(|_| outside())
 }
 
 /// A secret given inline or as `<key>_file`; never both. `None` when neither is set.
@@ -615,5 +678,6 @@ fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
     Ok(Secret::new(value.to_owned()))
 }
 
+mod strict;
 #[cfg(test)]
 mod tests;

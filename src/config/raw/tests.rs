@@ -24,14 +24,25 @@ fn env(vars: &[(&str, &str)]) -> Env {
 }
 
 fn load_text(text: &str, env: &Env) -> Result<Config, ConfigError> {
+    load_text_at(text, env).0
+}
+
+/// Loads `text` from a temporary file; the file's path comes back for messages naming it.
+fn load_text_at(text: &str, env: &Env) -> (Result<Config, ConfigError>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("callsync.toml");
     std::fs::write(&path, text).unwrap();
-    load_from(Some(&path), env)
+    (load_from(Some(&path), env), path.display().to_string())
+}
+
+/// The error `text` gives with `env`, the temporary file's path written as `<file>`.
+fn env_error_of(text: &str, env: &Env) -> String {
+    let (result, path) = load_text_at(text, env);
+    result.unwrap_err().to_string().replace(&path, "<file>")
 }
 
 fn error_of(text: &str) -> String {
-    load_text(text, &Env::default()).unwrap_err().to_string()
+    env_error_of(text, &Env::default())
 }
 
 /// `minimal()` with `line` added to `[section]` (or replacing a line that starts the same).
@@ -153,9 +164,16 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             with("sync.filter", "colour = \"red\""),
-            "unknown field `colour`",
+            "config: <file>: unknown key sync.filter.colour; expected one of `status`, ",
         ),
-        (with("sync", "pagesize = 10"), "unknown field `pagesize`"),
+        (
+            with("sync", "pagesize = 10"),
+            "config: <file>: unknown key sync.pagesize; expected one of `schedules`, ",
+        ),
+        (
+            "[api]\nbase_url = \"https://x.example\"\naccess_token = \"t\"\n[sink]\n".to_owned(),
+            "config: <file>: unknown key sink; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`",
+        ),
         (
             "[api]\nbase_url = \"https://x.example\"\n".to_owned(),
             "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
@@ -176,6 +194,78 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         );
         assert_eq!(message.lines().count(), 1, "one line: {message:?}");
     }
+}
+
+#[test]
+fn scalar_keys_take_only_their_own_kind() {
+    let cases = [
+        (
+            with("sync", "page_size = 0.5"),
+            "config: sync.page_size: expected an integer, got 0.5",
+        ),
+        (
+            with("sync", "page_size = true"),
+            "config: sync.page_size: expected an integer, got true",
+        ),
+        (
+            with("sync", "page_size = 100.9"),
+            "config: sync.page_size: expected an integer, got 100.9",
+        ),
+        (
+            with("sync", "page_size = 50.0"),
+            "config: sync.page_size: expected an integer, got 50.0",
+        ),
+        (
+            with("sync", "page_size = [50]"),
+            "config: sync.page_size: expected an integer, got a list",
+        ),
+        (
+            with("sync", "page_size = \"fifty\""),
+            "config: sync.page_size: expected an integer, got \"fifty\"",
+        ),
+        (
+            with("sync", "concurrency = 2.7"),
+            "config: sync.concurrency: expected an integer, got 2.7",
+        ),
+        (
+            with("sync", "lookback_secs = 1.5"),
+            "config: sync.lookback_secs: expected an integer, got 1.5",
+        ),
+        (
+            with("api", "requests_per_second = 0.5"),
+            "config: api.requests_per_second: expected an integer, got 0.5",
+        ),
+        (
+            with("api.retry", "max_attempts = false"),
+            "config: api.retry.max_attempts: expected an integer, got false",
+        ),
+        (
+            with("api.retry", "multiplier = true"),
+            "config: api.retry.multiplier: expected a number, got true",
+        ),
+        (
+            with("sync.filter", "is_test_call = 0"),
+            "config: sync.filter.is_test_call: expected true or false, got 0",
+        ),
+        (
+            with("warehouse", "busy_timeout_secs = -5"),
+            "config: warehouse.busy_timeout_secs: -5 is outside 1..=3600",
+        ),
+        (
+            with("api", "requests_per_second = 4294967296"),
+            "config: api.requests_per_second: 4294967296 is outside 0..=4294967295",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(&text), expected, "for:\n{text}");
+    }
+    // An integer is a number; an integer string (what the environment gives) is an integer.
+    let c = load_text(
+        &with("api.retry", "multiplier = 3\nmax_attempts = \"7\""),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!((c.api.retry.multiplier, c.api.retry.max_attempts), (3.0, 7));
 }
 
 #[test]
@@ -268,7 +358,7 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
     let typo = load_text(&minimal(), &env(&[("CALLSYNC_SYNC__PAGESIZE", "50")]))
         .unwrap_err()
         .to_string();
-    assert!(typo.contains("unknown field `pagesize`"), "{typo}");
+    assert!(typo.contains("unknown key sync.pagesize"), "{typo}");
 }
 
 #[test]
