@@ -74,24 +74,13 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
     Ok(config)
 }
 
-const LIST_KEYS: [&str; 5] = [
-    "sync.schedules",
-    "sync.filter.status",
-    "sync.filter.progress",
-    "sync.filter.source",
-    "sync.filter.attempt_status",
-];
-
 fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
-    let mut environment = config::Environment::with_prefix("CALLSYNC")
+    // Values stay strings: `config`'s `try_parsing` would turn a token "007" into 7. Keys
+    // that are numbers, booleans or lists parse their own string (`strict`, `StringList`).
+    let environment = config::Environment::with_prefix("CALLSYNC")
         .prefix_separator("_")
         .separator("__")
-        .try_parsing(true)
-        .list_separator(",")
         .source(Some(env.vars.clone().into_iter().collect()));
-    for key in LIST_KEYS {
-        environment = environment.with_list_parse_key(key);
-    }
     let built = config::Config::builder()
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
@@ -221,7 +210,7 @@ struct RawWarehouse {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSync {
-    schedules: Option<Vec<String>>,
+    schedules: Option<StringList>,
     #[serde(default, deserialize_with = "strict")]
     lookback_secs: Option<i64>,
     cron: Option<String>,
@@ -238,12 +227,39 @@ struct RawSync {
     filter: RawFilter,
 }
 
-/// A list filter: a TOML array, or one comma-delimited string.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// A list key: a TOML array, or one comma-delimited string (as an environment variable is).
+#[derive(Debug)]
 enum StringList {
     Many(Vec<String>),
     One(String),
+}
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StringListVisitor)
+    }
+}
+
+struct StringListVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StringListVisitor {
+    type Value = StringList;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of strings or one comma-separated string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<StringList, E> {
+        Ok(StringList::One(text.to_owned()))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StringList, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<String>()? {
+            items.push(item);
+        }
+        Ok(StringList::Many(items))
+    }
 }
 
 impl StringList {
@@ -454,8 +470,8 @@ fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
 
 fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
     let mut schedules = Vec::new();
-    for text in raw.schedules.unwrap_or_default() {
-        let uid = Uuid::parse_str(text.trim()).map_err(|_| {
+    for text in raw.schedules.map(StringList::into_vec).unwrap_or_default() {
+        let uid = Uuid::parse_str(&text).map_err(|_| {
             ConfigError::invalid(
                 "sync.schedules",
                 format!("{text:?} is not a schedule uid (a UUID)"),

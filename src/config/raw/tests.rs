@@ -340,25 +340,92 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
         ("CALLSYNC_API__ACCESS_TOKEN", "env-token"),
         ("CALLSYNC_SYNC__PAGE_SIZE", "50"),
         ("CALLSYNC_API__RETRY__MAX_ATTEMPTS", "3"),
+        ("CALLSYNC_API__RETRY__MULTIPLIER", "1.5"),
         (
             "CALLSYNC_SYNC__SCHEDULES",
             "0b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11,0b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11",
         ),
         ("CALLSYNC_SYNC__FILTER__STATUS", "pending,completed"),
+        ("CALLSYNC_SYNC__FILTER__PROGRESS", "answered"),
         ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
     assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "env-token"));
     assert_eq!(c.sync.page_size, 50);
     assert_eq!(c.api.retry.max_attempts, 3);
-    assert_eq!(c.sync.schedules.len(), 2);
+    assert_eq!(c.api.retry.multiplier, 1.5);
+    assert_eq!(
+        c.sync.schedules,
+        vec![
+            Uuid::parse_str("0b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11").unwrap(),
+            Uuid::parse_str("0b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11").unwrap(),
+        ]
+    );
     assert_eq!(c.sync.filter.status, vec!["pending", "completed"]);
+    assert_eq!(c.sync.filter.progress, vec!["answered"]);
     assert_eq!(c.sync.filter.is_test_call, Some(false));
 
     let typo = load_text(&minimal(), &env(&[("CALLSYNC_SYNC__PAGESIZE", "50")]))
         .unwrap_err()
         .to_string();
     assert!(typo.contains("unknown key sync.pagesize"), "{typo}");
+}
+
+#[test]
+fn environment_values_reach_string_keys_verbatim() {
+    // Strings that look like numbers or booleans: none may be rewritten (007 is not 7).
+    let e = env(&[
+        ("CALLSYNC_API__ACCESS_TOKEN", "007"),
+        ("CALLSYNC_SYNC__FILTER__EXTERNAL_ID", "007"),
+        ("CALLSYNC_SYNC__FILTER__OUTCOME", "1e3"),
+        ("CALLSYNC_SYNC__FILTER__FULL_NAME", "+123"),
+        ("CALLSYNC_SYNC__FILTER__EMAIL", "TRUE"),
+        ("CALLSYNC_SYNC__FILTER__SOURCE", "0x10"),
+    ]);
+    let c = load_text(&minimal(), &e).unwrap();
+    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "007"));
+    let f = &c.sync.filter;
+    assert_eq!(f.external_id.as_deref(), Some("007"));
+    assert_eq!(f.outcome.as_deref(), Some("1e3"));
+    assert_eq!(f.full_name.as_deref(), Some("+123"));
+    assert_eq!(f.email.as_deref(), Some("TRUE"));
+    assert_eq!(f.source, vec!["0x10"]);
+
+    for token in ["1e3", "+123", " 42 "] {
+        let e = env(&[("CALLSYNC_API__ACCESS_TOKEN", token)]);
+        let c = load_text(&minimal(), &e).unwrap();
+        // A secret is trimmed like one read from a file, and otherwise untouched.
+        assert!(
+            matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == token.trim()),
+            "{token}"
+        );
+    }
+
+    let oauth = "[api]\nbase_url = \"https://x.example\"\n[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_secret = \"s\"\n";
+    let c = load_text(oauth, &env(&[("CALLSYNC_API__OAUTH__CLIENT_ID", "000123")])).unwrap();
+    assert!(matches!(&c.api.auth, AuthConfig::OAuth(o) if o.client_id == "000123"));
+}
+
+#[test]
+fn environment_numbers_are_checked_like_the_file() {
+    let too_big = env_error_of(&minimal(), &env(&[("CALLSYNC_SYNC__PAGE_SIZE", "500")]));
+    assert!(
+        too_big.ends_with("sync.page_size: 500 is outside 1..=100"),
+        "{too_big}"
+    );
+    let float = env_error_of(&minimal(), &env(&[("CALLSYNC_SYNC__PAGE_SIZE", "1e3")]));
+    assert!(
+        float.ends_with("sync.page_size: expected an integer, got \"1e3\""),
+        "{float}"
+    );
+    let flag = env_error_of(
+        &minimal(),
+        &env(&[("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "yes")]),
+    );
+    assert!(
+        flag.ends_with("sync.filter.is_test_call: expected true or false, got \"yes\""),
+        "{flag}"
+    );
 }
 
 #[test]
