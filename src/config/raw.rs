@@ -85,14 +85,20 @@ fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
         .build()
-        .map_err(|e| describe(e, file))?;
-    built.try_deserialize().map_err(|e| describe(e, file))
+        .map_err(|e| describe(e, file, text))?;
+    built.try_deserialize().map_err(|e| describe(e, file, text))
 }
 
 /// `config`'s error as one line naming the key, without the crate's "for key `…`" suffix.
-fn describe(err: config::ConfigError, file: &Path) -> ConfigError {
+fn describe(err: config::ConfigError, file: &Path, text: &str) -> ConfigError {
     use config::ConfigError as E;
     let (key, problem) = match err {
+        E::FileParse { cause, .. } => {
+            return ConfigError::File {
+                path: file.to_owned(),
+                problem: syntax_error(&*cause, text),
+            };
+        }
         E::At {
             error,
             key: Some(key),
@@ -118,6 +124,28 @@ fn describe(err: config::ConfigError, file: &Path) -> ConfigError {
                 problem,
             },
         },
+    }
+}
+
+/// Where the TOML is broken and how, without the parser's quote of the line: that line may
+/// hold a secret (`access_token = "…` with its quote missing).
+fn syntax_error(cause: &(dyn std::error::Error + 'static), text: &str) -> String {
+    let Some(toml) = cause.downcast_ref::<toml::de::Error>() else {
+        // `config`'s own checks on a number the parser accepted ("number too large…").
+        return format!("not valid TOML: {cause}");
+    };
+    let problem = toml
+        .message()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match toml.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("not valid TOML at line {line}, column {column}: {problem}")
+        }
+        None => format!("not valid TOML: {problem}"),
     }
 }
 

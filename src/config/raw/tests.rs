@@ -444,6 +444,42 @@ fn filters_take_arrays_or_comma_strings() {
 }
 
 #[test]
+fn a_toml_syntax_error_is_one_line_with_its_place_and_never_the_text() {
+    let cases = [
+        (
+            "[api]\naccess_token = \"TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 33: invalid basic string, expected `\"`",
+        ),
+        (
+            "[api]\naccess_token = 'TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 33: invalid literal string, expected `'`",
+        ),
+        (
+            "[api]\naccess_token = TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 16: invalid boolean, expected `true`",
+        ),
+        (
+            "[api]\naccess_token = \"\"\"TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 3, column 1: invalid multi-line basic string, expected `\"`",
+        ),
+        (
+            "# é\n[api]\naccess_token = \"a\"\naccess_token = \"TOPSECRET-abc123\"\n",
+            "config: <file>: not valid TOML at line 4, column 1: duplicate key",
+        ),
+        (
+            "[sync]\npage_size = 99999999999999999999\n",
+            "config: <file>: not valid TOML: number too large to fit in target type",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = error_of(text);
+        assert_eq!(message, expected, "for:\n{text}");
+        assert!(!message.contains("TOPSECRET"), "{message}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+    }
+}
+
+#[test]
 fn a_missing_file_is_a_clear_error() {
     let err = load_from(
         Some(Path::new("/nonexistent/callsync.toml")),
