@@ -20,7 +20,7 @@ use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
 use crate::simulator::{Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
-use crate::telemetry;
+use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
 
 #[derive(Debug, Parser)]
@@ -151,15 +151,21 @@ pub fn main() -> ExitCode {
             // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
             eprintln!("error: {}", crate::sync::error_chain(dyn_err));
-            if err.downcast_ref::<ConfigError>().is_some()
-                || err.downcast_ref::<UsageError>().is_some()
-            {
+            if is_configuration_error(&err) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
             }
         }
     }
+}
+
+/// Exit code 2: the configuration, the environment or the command line is wrong, wherever in
+/// the chain of causes that was found (a library error may carry a `ConfigError`).
+fn is_configuration_error(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.is::<ConfigError>() || cause.is::<UsageError>() || cause.is::<TelemetryError>()
+    })
 }
 
 /// A usage problem found after parsing (exit code 2).

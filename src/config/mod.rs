@@ -171,6 +171,9 @@ pub enum ConfigError {
     File { path: PathBuf, problem: String },
     #[error("config: {key}: {problem}")]
     Invalid { key: String, problem: String },
+    /// A `CALLSYNC_*` variable is wrong: an unknown key, or a bad value for its key.
+    #[error("config: {var}: {problem}")]
+    Env { var: String, problem: String },
 }
 
 impl ConfigError {

@@ -29,11 +29,14 @@ pub struct Env {
     pub credentials_dir: Option<PathBuf>,
 }
 
+/// The prefix of the variables that override keys.
+const PREFIX: &str = "CALLSYNC_";
+
 impl Env {
     pub fn from_process() -> Self {
         Env {
             vars: std::env::vars()
-                .filter(|(k, _)| k.starts_with("CALLSYNC_"))
+                .filter(|(k, _)| k.starts_with(PREFIX))
                 .collect(),
             credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
         }
@@ -69,7 +72,7 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
         source,
     })?;
     let raw = parse(&text, &file, env)?;
-    let mut config = convert(raw, env)?;
+    let mut config = convert(raw, env).map_err(|e| blame_variable(e, env))?;
     config.source = Some(file);
     Ok(config)
 }
@@ -85,12 +88,15 @@ fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
         .build()
-        .map_err(|e| describe(e, file, text))?;
-    built.try_deserialize().map_err(|e| describe(e, file, text))
+        .map_err(|e| describe(e, file, text, env))?;
+    built
+        .try_deserialize()
+        .map_err(|e| describe(e, file, text, env))
 }
 
-/// `config`'s error as one line naming the key, without the crate's "for key `…`" suffix.
-fn describe(err: config::ConfigError, file: &Path, text: &str) -> ConfigError {
+/// `config`'s error as one line naming the key (and the variable that set it, if one did),
+/// without the crate's "for key `…`" suffix.
+fn describe(err: config::ConfigError, file: &Path, text: &str, env: &Env) -> ConfigError {
     use config::ConfigError as E;
     let (key, problem) = match err {
         E::FileParse { cause, .. } => {
@@ -112,19 +118,53 @@ fn describe(err: config::ConfigError, file: &Path, text: &str) -> ConfigError {
         } => (Some(key), format!("expected {expected}, got {unexpected}")),
         other => (None, message(other)),
     };
-    match unknown_key(key.as_deref(), &problem) {
-        Some(unknown) => ConfigError::File {
-            path: file.to_owned(),
-            problem: unknown,
-        },
-        None => match key {
-            Some(key) => ConfigError::invalid(key, problem),
+    if let Some((key, problem)) = unknown_key(key.as_deref(), &problem) {
+        return match variable_for(env, &key) {
+            Some(var) => ConfigError::Env {
+                var: var.to_owned(),
+                problem,
+            },
             None => ConfigError::File {
                 path: file.to_owned(),
                 problem,
             },
+        };
+    }
+    match key {
+        Some(key) => blame_variable(ConfigError::invalid(key, problem), env),
+        None => ConfigError::File {
+            path: file.to_owned(),
+            problem,
         },
     }
+}
+
+/// An invalid key set by a `CALLSYNC_*` variable is reported as that variable's: the file
+/// may not even mention the key.
+fn blame_variable(err: ConfigError, env: &Env) -> ConfigError {
+    match err {
+        ConfigError::Invalid { key, problem } => match variable_for(env, &key) {
+            Some(var) => ConfigError::Env {
+                var: var.to_owned(),
+                problem: format!("{key}: {problem}"),
+            },
+            None => ConfigError::Invalid { key, problem },
+        },
+        other => other,
+    }
+}
+
+/// The variable that sets `key` (`CALLSYNC_SYNC__PAGE_SIZE` for `sync.page_size`), read the
+/// way `config::Environment` reads it: case-insensitive, `__` between levels.
+fn variable_for<'e>(env: &'e Env, key: &str) -> Option<&'e str> {
+    env.vars
+        .keys()
+        .find(|var| {
+            var.get(..PREFIX.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+                && var[PREFIX.len()..].to_lowercase().replace("__", ".") == key
+        })
+        .map(String::as_str)
 }
 
 /// Where the TOML is broken and how, without the parser's quote of the line: that line may
@@ -156,16 +196,17 @@ fn message(err: config::ConfigError) -> String {
     }
 }
 
-/// serde's "unknown field `x`, expected one of …" under `parent` as "unknown key parent.x;
-/// expected one of …": the full key is what a reader searches the file for.
-fn unknown_key(parent: Option<&str>, problem: &str) -> Option<String> {
+/// serde's "unknown field `x`, expected one of …" under `parent` as the full key and
+/// "unknown key parent.x; expected one of …": the full key is what a reader searches for.
+fn unknown_key(parent: Option<&str>, problem: &str) -> Option<(String, String)> {
     let (field, rest) = problem.strip_prefix("unknown field `")?.split_once('`')?;
     let key = match parent {
         Some(parent) => format!("{parent}.{field}"),
         None => field.to_owned(),
     };
     let rest = rest.strip_prefix(", ").unwrap_or(rest);
-    Some(format!("unknown key {key}; {rest}"))
+    let problem = format!("unknown key {key}; {rest}");
+    Some((key, problem))
 }
 
 #[derive(Debug, Default, Deserialize)]

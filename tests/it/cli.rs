@@ -8,9 +8,16 @@ use callsync::simulator::SimulatorOptions;
 use crate::harness::TestEnv;
 
 async fn callsync(args: &[&str]) -> Output {
+    callsync_with_env(args, &[]).await
+}
+
+/// `callsync args` with `vars` set (and no RUST_LOG or CREDENTIALS_DIRECTORY of our own).
+async fn callsync_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .args(args)
         .env_remove("RUST_LOG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .envs(vars.iter().copied())
         .output()
         .await
         .expect("callsync runs")
@@ -68,6 +75,48 @@ async fn a_bad_config_exits_2_with_one_line_and_writes_nothing() {
         stderr(&missing),
         "error: config: cannot read /nonexistent.toml: no such file\n"
     );
+}
+
+#[tokio::test]
+async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("ok.toml");
+    let valid = format!(
+        "[api]\nbase_url = \"https://x.example\"\naccess_token = \"TOPSECRET-abc123\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11\"]\n",
+        db.display()
+    );
+    std::fs::write(&config, &valid).unwrap();
+    let c = config.to_str().unwrap();
+
+    let out = callsync_with_env(&["--config", c, "sync"], &[("CALLSYNC_SYNC__BOGUS", "1")]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `filter`\n"
+    );
+
+    let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "foo=[")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: cannot set up logging: RUST_LOG=\"foo=[\" is not a valid filter"),
+        "{err}"
+    );
+    assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // The closing quote missing: the line with the token must not be quoted back.
+    std::fs::write(&config, valid.replace("abc123\"", "abc123")).unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: {c}: not valid TOML at line 3, column 33: invalid basic string, expected `\"`\n"
+        )
+    );
+    assert!(!db.exists(), "nothing is written on a bad configuration");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
