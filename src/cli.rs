@@ -75,6 +75,17 @@ enum Command {
     Simulate(SimulateArgs),
 }
 
+impl Command {
+    /// Only these need credentials: `status`, `checkpoint` and `migrate` read or change the
+    /// warehouse alone, so a BI-group user without the daemon's secret can run them.
+    fn talks_to_the_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Run | Command::Sync { .. } | Command::Backfill(_)
+        )
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum CheckpointCommand {
     /// Print the checkpoint of every schedule, or of one
@@ -204,6 +215,10 @@ fn init_logging(log: &LogConfig) -> Result<()> {
 }
 
 async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
+    if command.talks_to_the_service() {
+        // Before anything is opened or written; the others run without the service's secret.
+        config.api.credentials()?;
+    }
     match command {
         Command::Run => run_daemon(config).await,
         Command::Sync { schedules, dry_run } => sync(config, schedules, dry_run).await,

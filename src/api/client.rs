@@ -51,7 +51,9 @@ struct Inner {
 }
 
 impl ApiClient {
+    /// Fails without credentials ([`ApiConfig::credentials`]): every request needs them.
     pub fn new(config: &ApiConfig) -> Result<Self, ApiError> {
+        let tokens = TokenSource::new(config.credentials()?);
         // reqwest is built without a default crypto provider (no OpenSSL, no C toolchain beyond
         // a C compiler): install ring once per process. An error means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -69,7 +71,7 @@ impl ApiClient {
             inner: Arc::new(Inner {
                 http,
                 base_url: config.base_url.clone(),
-                tokens: TokenSource::new(&config.auth),
+                tokens,
                 retry: RetryPolicy::new(config.retry.clone()),
                 limiter,
             }),

@@ -434,17 +434,11 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
                 "configure either api.access_token (or access_token_file) or [api.oauth], not both",
             ));
         }
-        (Some(oauth), None) => AuthConfig::OAuth(oauth_config(oauth, env)?),
-        (None, Some(token)) => AuthConfig::Static(token),
-        (None, None) => match credential(env, "access_token", "api.access_token")? {
-            Some(token) => AuthConfig::Static(token),
-            None => {
-                return Err(ConfigError::invalid(
-                    "api",
-                    "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
-                ));
-            }
-        },
+        (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
+        (None, Some(token)) => Some(AuthConfig::Static(token)),
+        (None, None) => {
+            credential(env, "access_token", "api.access_token")?.map(AuthConfig::Static)
+        }
     };
     let retry = raw.retry;
     let defaults = RetryConfig::default();

@@ -167,6 +167,97 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert!(err.contains("404") && err.contains(unknown), "{err}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_commands_that_talk_to_the_service_need_credentials() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    // The file as the README installs it: the token reaches only the daemon, through
+    // systemd's LoadCredential=, so an operator or a BI-group user runs without it.
+    let with_token = std::fs::read_to_string(env.write_config("")).unwrap();
+    let without: String = with_token
+        .lines()
+        .filter(|l| !l.starts_with("access_token"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let config = env.dir.path().join("no-secret.toml");
+    std::fs::write(&config, without).unwrap();
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+
+    for command in [
+        vec!["sync"],
+        vec!["sync", "--dry-run"],
+        vec!["backfill", "--schedule", &s],
+        vec!["run"],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            "error: config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table\n",
+            "{args:?}"
+        );
+    }
+    assert!(!env.warehouse_path().exists(), "nothing is written");
+    assert!(
+        env.sim.requests().is_empty(),
+        "the service is not contacted"
+    );
+
+    let out = callsync(&["--config", c, "migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "warehouse {}: schema version 0 -> 1\n",
+            env.warehouse_path().display()
+        )
+    );
+
+    // The daemon's view: the same file, the token as a systemd credential.
+    let credentials = tempfile::tempdir().unwrap();
+    std::fs::write(
+        credentials.path().join("access_token"),
+        env.sim.access_token(),
+    )
+    .unwrap();
+    let out = callsync_with_env(
+        &["--config", c, "sync"],
+        &[(
+            "CREDENTIALS_DIRECTORY",
+            credentials.path().to_str().unwrap(),
+        )],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(status[0]["schedule_uid"], s.as_str());
+    assert_eq!(status[0]["calls"], 20);
+
+    let last = env
+        .sim
+        .truth(env.schedules()[0])
+        .iter()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap();
+    let out = callsync(&["--config", c, "checkpoint", "show"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("schedule {s}: cursor {last} (written ")),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn sync_without_schedules_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();

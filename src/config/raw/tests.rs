@@ -64,7 +64,7 @@ fn with(section: &str, line: &str) -> String {
 fn defaults_fill_everything_not_given() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "tok"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, Some(20));
     assert_eq!(c.api.retry, RetryConfig::default());
@@ -175,10 +175,6 @@ fn every_invalid_value_is_one_line_naming_its_key() {
             "config: <file>: unknown key sink; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`",
         ),
         (
-            "[api]\nbase_url = \"https://x.example\"\n".to_owned(),
-            "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
-        ),
-        (
             format!(
                 "{}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret = \"s\"\n",
                 minimal()
@@ -279,7 +275,7 @@ fn secrets_from_files_and_systemd_credentials() {
         &Env::default(),
     )
     .unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-file"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-file"));
 
     let missing = error_of(&format!(
         "{base}access_token_file = \"/nonexistent/token\"\n"
@@ -310,12 +306,41 @@ fn secrets_from_files_and_systemd_credentials() {
         ..Env::default()
     };
     let c = load_text(base, &env).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-credential"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-credential"));
     let oauth =
         format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\n");
     let c = load_text(&oauth, &env).unwrap();
     assert!(
-        matches!(&c.api.auth, AuthConfig::OAuth(o) if o.client_secret.expose() == "oauth-secret")
+        matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
+    );
+}
+
+#[test]
+fn credentials_are_optional_until_a_command_asks_for_them() {
+    let base = "[api]\nbase_url = \"https://x.example\"\n";
+    let c = load_text(base, &Env::default()).unwrap();
+    assert!(c.api.auth.is_none());
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table"
+    );
+    let c = load_text(&minimal(), &Env::default()).unwrap();
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
+
+    // A secret that is configured but missing or empty still stops every command at load.
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("access_token"), " \n").unwrap();
+    let env = Env {
+        credentials_dir: Some(creds.path().to_owned()),
+        ..Env::default()
+    };
+    let (result, _) = load_text_at(base, &env);
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        format!(
+            "config: api.access_token: {} is empty",
+            creds.path().join("access_token").display()
+        )
     );
 }
 
@@ -350,7 +375,7 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
         ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "env-token"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "env-token"));
     assert_eq!(c.sync.page_size, 50);
     assert_eq!(c.api.retry.max_attempts, 3);
     assert_eq!(c.api.retry.multiplier, 1.5);
@@ -378,7 +403,7 @@ fn environment_values_reach_string_keys_verbatim() {
         ("CALLSYNC_SYNC__FILTER__SOURCE", "0x10"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "007"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "007"));
     let f = &c.sync.filter;
     assert_eq!(f.external_id.as_deref(), Some("007"));
     assert_eq!(f.outcome.as_deref(), Some("1e3"));
@@ -391,14 +416,14 @@ fn environment_values_reach_string_keys_verbatim() {
         let c = load_text(&minimal(), &e).unwrap();
         // A secret is trimmed like one read from a file, and otherwise untouched.
         assert!(
-            matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == token.trim()),
+            matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == token.trim()),
             "{token}"
         );
     }
 
     let oauth = "[api]\nbase_url = \"https://x.example\"\n[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_secret = \"s\"\n";
     let c = load_text(oauth, &env(&[("CALLSYNC_API__OAUTH__CLIENT_ID", "000123")])).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::OAuth(o) if o.client_id == "000123"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_id == "000123"));
 }
 
 #[test]
