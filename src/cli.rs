@@ -317,8 +317,8 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
 
 fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let path = &config.warehouse.path;
-    let warehouse = Warehouse::open_read_only(path)
-        .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+    // Every error opening it names the path already.
+    let warehouse = Warehouse::open_read_only(path)?;
     let rows = warehouse
         .status()
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
@@ -340,8 +340,7 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
     };
     match command {
         CheckpointCommand::Show { schedule } => {
-            let warehouse = Warehouse::open_read_only(path)
-                .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+            let warehouse = Warehouse::open_read_only(path)?;
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse

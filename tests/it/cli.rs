@@ -259,6 +259,42 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
 }
 
 #[tokio::test]
+async fn status_before_the_first_sync_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"{}\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let expected = format!(
+        "error: there is no warehouse at {} yet: run `callsync sync` or start the daemon to create it (or check warehouse.path)\n",
+        db.display()
+    );
+    for command in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["checkpoint", "show"],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&out), expected, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec!["c.toml"], "a read-only command creates nothing");
+}
+
+#[tokio::test]
 async fn sync_without_schedules_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
