@@ -115,9 +115,13 @@ fn describe(err: config::ConfigError, file: &Path, text: &str, env: &Env) -> Con
             expected,
             key: Some(key),
             ..
-        } => (Some(key), format!("expected {expected}, got {unexpected}")),
+        } => (
+            Some(key),
+            format!("invalid type: {unexpected}, expected {expected}"),
+        ),
         other => (None, message(other)),
     };
+    let problem = reword_invalid_type(&problem).unwrap_or(problem);
     if let Some((key, problem)) = unknown_key(key.as_deref(), &problem) {
         return match variable_for(env, &key) {
             Some(var) => ConfigError::Env {
@@ -196,6 +200,20 @@ fn message(err: config::ConfigError) -> String {
     }
 }
 
+/// serde's "invalid type: string \"…\", expected a table" as "expected a table, got a
+/// string": the text given to a table's key may be a secret meant for one of its keys.
+fn reword_invalid_type(problem: &str) -> Option<String> {
+    let (got, expected) = problem
+        .strip_prefix("invalid type: ")?
+        .rsplit_once(", expected ")?;
+    let got = if got.starts_with("string ") {
+        "a string"
+    } else {
+        got
+    };
+    Some(format!("expected {expected}, got {got}"))
+}
+
 /// serde's "unknown field `x`, expected one of …" under `parent` as the full key and
 /// "unknown key parent.x; expected one of …": the full key is what a reader searches for.
 fn unknown_key(parent: Option<&str>, problem: &str) -> Option<(String, String)> {
@@ -210,7 +228,7 @@ fn unknown_key(parent: Option<&str>, problem: &str) -> Option<(String, String)> 
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawConfig {
     #[serde(default)]
     api: RawApi,
@@ -225,7 +243,7 @@ struct RawConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawApi {
     base_url: Option<String>,
     access_token: Option<String>,
@@ -244,7 +262,7 @@ struct RawApi {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawRetry {
     #[serde(default, deserialize_with = "strict")]
     max_attempts: Option<i64>,
@@ -259,7 +277,7 @@ struct RawRetry {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawOAuth {
     token_url: Option<String>,
     client_id: Option<String>,
@@ -269,7 +287,7 @@ struct RawOAuth {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawWarehouse {
     path: Option<PathBuf>,
     #[serde(default, deserialize_with = "strict")]
@@ -277,7 +295,7 @@ struct RawWarehouse {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawSync {
     schedules: Option<StringList>,
     #[serde(default, deserialize_with = "strict")]
@@ -346,7 +364,7 @@ impl StringList {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawFilter {
     status: Option<StringList>,
     progress: Option<StringList>,
@@ -366,14 +384,14 @@ struct RawFilter {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawLog {
     level: Option<String>,
     format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawMetrics {
     listen: Option<String>,
 }

@@ -244,6 +244,22 @@ fn scalar_keys_take_only_their_own_kind() {
             "config: sync.filter.is_test_call: expected true or false, got 0",
         ),
         (
+            with("api", "oauth = \"TOPSECRET-abc123\""),
+            "config: api.oauth: expected a table, got a string",
+        ),
+        (
+            "api = 5\n".to_owned(),
+            "config: api: expected a table, got integer `5`",
+        ),
+        (
+            with("api", "access_token = { value = \"TOPSECRET-abc123\" }"),
+            "config: api.access_token: expected a string, got map",
+        ),
+        (
+            with("sync", "schedules = 5"),
+            "config: sync.schedules: expected a list of strings or one comma-separated string, got integer `5`",
+        ),
+        (
             with("warehouse", "busy_timeout_secs = -5"),
             "config: warehouse.busy_timeout_secs: -5 is outside 1..=3600",
         ),
@@ -462,6 +478,10 @@ fn errors_from_the_environment_name_the_variable() {
         (
             ("CALLSYNC_API__ACCESS_TOKEN", " "),
             "config: CALLSYNC_API__ACCESS_TOKEN: api.access_token: is empty".to_owned(),
+        ),
+        (
+            ("CALLSYNC_API__OAUTH", "TOPSECRET-abc123"),
+            "config: CALLSYNC_API__OAUTH: api.oauth: expected a table, got a string".to_owned(),
         ),
         (
             ("CALLSYNC_METRICS__LISTEN", "localhost"),
