@@ -33,18 +33,30 @@ pub struct Env {
 const PREFIX: &str = "CALLSYNC_";
 
 impl Env {
-    pub fn from_process() -> Self {
-        Env {
-            vars: std::env::vars()
-                .filter(|(k, _)| k.starts_with(PREFIX))
-                .collect(),
-            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+    /// The `CALLSYNC_*` variables; one that is not UTF-8 is an error naming it.
+    pub fn from_process() -> Result<Self, ConfigError> {
+        let mut vars = HashMap::new();
+        // `vars_os`: `std::env::vars` panics on any variable that is not UTF-8, even one
+        // that is none of callsync's business.
+        for (key, value) in std::env::vars_os() {
+            let Some(key) = key.to_str().filter(|k| k.starts_with(PREFIX)) else {
+                continue;
+            };
+            let value = value.into_string().map_err(|_| ConfigError::Env {
+                var: key.to_owned(),
+                problem: "is not valid UTF-8 text; set it to text or unset it".into(),
+            })?;
+            vars.insert(key.to_owned(), value);
         }
+        Ok(Env {
+            vars,
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+        })
     }
 }
 
 pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-    load_from(path, &Env::from_process())
+    load_from(path, &Env::from_process()?)
 }
 
 /// Loads `path` (or the first default path that exists) with `env`'s overrides.

@@ -295,6 +295,38 @@ async fn status_before_the_first_sync_says_so_and_creates_nothing() {
 }
 
 #[tokio::test]
+async fn variables_that_are_not_utf8_never_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"{}\"\n",
+            dir.path().join("w.db").display()
+        ),
+    )
+    .unwrap();
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"\xff");
+    let run = |var: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+            .args(["--config", config.to_str().unwrap(), "migrate"])
+            .env_remove("RUST_LOG")
+            .env(var, not_utf8)
+            .output()
+    };
+    // Another program's variable is none of callsync's business.
+    let out = run("SOMEONE_ELSES").await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run("CALLSYNC_API__ACCESS_TOKEN").await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: CALLSYNC_API__ACCESS_TOKEN: is not valid UTF-8 text; set it to text or unset it\n"
+    );
+}
+
+#[tokio::test]
 async fn sync_without_schedules_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
