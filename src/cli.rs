@@ -20,7 +20,7 @@ use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
 use crate::simulator::{Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
-use crate::telemetry;
+use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
 
 #[derive(Debug, Parser)]
@@ -73,6 +73,17 @@ enum Command {
     Migrate,
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
+}
+
+impl Command {
+    /// Only these need credentials: `status`, `checkpoint` and `migrate` read or change the
+    /// warehouse alone, so a BI-group user without the daemon's secret can run them.
+    fn talks_to_the_service(&self) -> bool {
+        matches!(
+            self,
+            Command::Run | Command::Sync { .. } | Command::Backfill(_)
+        )
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -151,15 +162,21 @@ pub fn main() -> ExitCode {
             // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
             eprintln!("error: {}", crate::sync::error_chain(dyn_err));
-            if err.downcast_ref::<ConfigError>().is_some()
-                || err.downcast_ref::<UsageError>().is_some()
-            {
+            if is_configuration_error(&err) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
             }
         }
     }
+}
+
+/// Exit code 2: the configuration, the environment or the command line is wrong, wherever in
+/// the chain of causes that was found (a library error may carry a `ConfigError`).
+fn is_configuration_error(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause.is::<ConfigError>() || cause.is::<UsageError>() || cause.is::<TelemetryError>()
+    })
 }
 
 /// A usage problem found after parsing (exit code 2).
@@ -198,6 +215,10 @@ fn init_logging(log: &LogConfig) -> Result<()> {
 }
 
 async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
+    if command.talks_to_the_service() {
+        // Before anything is opened or written; the others run without the service's secret.
+        config.api.credentials()?;
+    }
     match command {
         Command::Run => run_daemon(config).await,
         Command::Sync { schedules, dry_run } => sync(config, schedules, dry_run).await,
@@ -296,8 +317,8 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
 
 fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let path = &config.warehouse.path;
-    let warehouse = Warehouse::open_read_only(path)
-        .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+    // Every error opening it names the path already.
+    let warehouse = Warehouse::open_read_only(path)?;
     let rows = warehouse
         .status()
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
@@ -319,8 +340,7 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
     };
     match command {
         CheckpointCommand::Show { schedule } => {
-            let warehouse = Warehouse::open_read_only(path)
-                .with_context(|| format!("cannot read the warehouse {}", path.display()))?;
+            let warehouse = Warehouse::open_read_only(path)?;
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse

@@ -10,24 +10,22 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::{LogConfig, LogFormat};
 
+/// A bad log filter: a configuration error (exit code 2), named by where it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[error(
         "log.level = {level:?} is not a valid filter (e.g. info, debug, callsync=debug): {reason}"
     )]
     BadLevel { level: String, reason: String },
+    #[error(
+        "RUST_LOG={level:?} is not a valid filter (e.g. info, debug, callsync=debug): {reason}; fix or unset RUST_LOG"
+    )]
+    BadRustLog { level: String, reason: String },
 }
 
 /// Installs the global subscriber; a second call keeps the first one (tests call it often).
 pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(from_env) if !from_env.trim().is_empty() => from_env,
-        _ => log.level.clone(),
-    };
-    let filter = EnvFilter::try_new(&filter).map_err(|e| TelemetryError::BadLevel {
-        level: filter.clone(),
-        reason: e.to_string(),
-    })?;
+    let filter = env_filter(log, std::env::var("RUST_LOG").ok())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -47,23 +45,56 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
     Ok(())
 }
 
+/// `rust_log` when set and not blank (it wins over the configuration), else `log.level`.
+fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, TelemetryError> {
+    match rust_log.filter(|level| !level.trim().is_empty()) {
+        Some(level) => EnvFilter::try_new(&level).map_err(|e| TelemetryError::BadRustLog {
+            reason: e.to_string(),
+            level,
+        }),
+        None => EnvFilter::try_new(&log.level).map_err(|e| TelemetryError::BadLevel {
+            level: log.level.clone(),
+            reason: e.to_string(),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_bad_level_is_a_clear_error_and_init_twice_is_fine() {
+    fn a_bad_filter_names_where_it_came_from_and_init_twice_is_fine() {
         let bad = LogConfig {
             level: "info,=[".into(),
             format: LogFormat::Text,
         };
-        if std::env::var_os("RUST_LOG").is_none() {
-            let err = init(&bad).unwrap_err();
-            assert!(
-                err.to_string().starts_with("log.level = \"info,=[\""),
-                "{err}"
-            );
-        }
+        let err = env_filter(&bad, None).unwrap_err().to_string();
+        assert!(
+            err.starts_with("log.level = \"info,=[\" is not a valid filter"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        // RUST_LOG wins, so its mistake is its own, not log.level's.
+        let err = env_filter(&LogConfig::default(), Some("foo=[".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("RUST_LOG=\"foo=[\" is not a valid filter"),
+            "{err}"
+        );
+        assert!(err.ends_with("; fix or unset RUST_LOG"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(
+            env_filter(&bad, Some("debug".into())).unwrap().to_string(),
+            "debug"
+        );
+        assert_eq!(
+            env_filter(&LogConfig::default(), Some(" ".into()))
+                .unwrap()
+                .to_string(),
+            "info"
+        );
         init(&LogConfig::default()).unwrap();
         init(&LogConfig::default()).unwrap();
     }

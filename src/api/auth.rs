@@ -2,11 +2,14 @@
 //!
 //! An OAuth token is cached until shortly before it expires and fetched by one task at a time
 //! (the others wait for it). A 401 makes the client call [`TokenSource::invalidate`] and retry
-//! once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error.
+//! once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error, and
+//! neither does what a server echoes of them: error bodies pass through [`redact`] (the token
+//! endpoint's keep only `error` and `error_description`).
 
 use std::time::{Duration, Instant};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use serde::Deserialize;
 use tokio::sync::Mutex;
 
 use super::error::{ApiError, hint_for};
@@ -135,16 +138,15 @@ async fn fetch_token(
             source,
         })?;
     if !status.is_success() {
-        // An OAuth error body ({"error": "invalid_client"}) is not the service's error shape;
-        // show its text, which never contains our secret.
+        // A server that echoes the form it was sent would put the client secret into the
+        // error, and so into the log: only the error fields are kept, without the secret.
+        let secrets = [config.client_secret.expose()];
+        let said = oauth_error(&body, &secrets);
         return Err(ApiError::Status {
             request,
             status,
-            body: serde_json::from_slice::<ErrorBody>(&body)
-                .ok()
-                .filter(|b| b.title.is_some())
-                .map(Box::new),
-            raw_excerpt: Some(excerpt(&body)),
+            raw_excerpt: said.is_none().then(|| excerpt(&body, &secrets)),
+            body: said.map(Box::new),
             retry_after: None,
             hint: if status.as_u16() == 400 || status.as_u16() == 401 {
                 "; check api.oauth.client_id, client_secret and scope"
@@ -169,13 +171,177 @@ async fn fetch_token(
     })
 }
 
-/// The first line of a body, at most 200 characters, for error messages.
-pub(crate) fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
+/// An OAuth error response (RFC 6749 §5.2), or one in the service's shape.
+#[derive(Deserialize)]
+struct OAuthError {
+    error: Option<String>,
+    error_description: Option<String>,
+    title: Option<String>,
+    detail: Option<String>,
+}
+
+/// The error and its description from a token endpoint's JSON error body, `secrets` removed;
+/// `None` when the body says neither.
+fn oauth_error(body: &[u8], secrets: &[&str]) -> Option<ErrorBody> {
+    let parsed: OAuthError = serde_json::from_slice(body).ok()?;
+    let title = parsed.error.or(parsed.title);
+    let detail = parsed.error_description.or(parsed.detail);
+    if title.is_none() && detail.is_none() {
+        return None;
+    }
+    Some(ErrorBody {
+        title: title.map(|t| redact(&t, secrets)),
+        detail: detail.map(|d| redact(&d, secrets)),
+        errors: Vec::new(),
+    })
+}
+
+/// `body`'s strings with `secrets` removed: a service that echoes the request (its
+/// Authorization header) must not put our token into an error or a log line.
+pub(crate) fn redact_error_body(mut body: ErrorBody, secrets: &[&str]) -> ErrorBody {
+    let clean = |text: &mut Option<String>| {
+        if let Some(t) = text.as_mut() {
+            *t = redact(t, secrets);
+        }
+    };
+    clean(&mut body.title);
+    clean(&mut body.detail);
+    for e in &mut body.errors {
+        clean(&mut e.title);
+        clean(&mut e.detail);
+        if let Some(source) = e.source.as_mut() {
+            clean(&mut source.pointer);
+        }
+    }
+    body
+}
+
+/// `text` with every spelling of each secret a server could echo — as sent in a form, as
+/// written inside a JSON string, or plain — replaced by `[redacted]`.
+pub(crate) fn redact(text: &str, secrets: &[&str]) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| !s.is_empty()) {
+        let form: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+        let json = serde_json::to_string(secret).unwrap_or_default();
+        let json = json.trim_matches('"');
+        for spelling in [form.as_str(), json, secret] {
+            if !spelling.is_empty() {
+                out = out.replace(spelling, "[redacted]");
+            }
+        }
+    }
+    out
+}
+
+/// The first line of a body, at most 200 characters, `secrets` removed, for error messages.
+pub(crate) fn excerpt(body: &[u8], secrets: &[&str]) -> String {
+    // Redacted before it is cut, so no prefix of a secret survives at the cut.
+    let text = redact(&String::from_utf8_lossy(body), secrets);
     let line = text.trim().lines().next().unwrap_or("").trim();
     let mut out: String = line.chars().take(200).collect();
     if out.len() < line.len() {
         out.push('…');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::http::StatusCode;
+    use axum::routing::post;
+    use url::Url;
+
+    use super::*;
+
+    /// Characters that form and JSON encoding both change: the echo differs from the value.
+    const SECRET: &str = "s3cr3t+/ value\"x";
+
+    /// A token endpoint answering every request with `reply(the form it was sent)`.
+    async fn token_endpoint(reply: fn(String) -> (StatusCode, String)) -> Url {
+        let app = Router::new().route(
+            "/token",
+            post(move |form: String| async move { reply(form) }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/token").parse().unwrap()
+    }
+
+    /// The error a token request to an endpoint answering with `reply` ends in.
+    async fn token_error(reply: fn(String) -> (StatusCode, String)) -> (String, Url) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let token_url = token_endpoint(reply).await;
+        let config = OAuthConfig {
+            token_url: token_url.clone(),
+            client_id: "callsync".into(),
+            client_secret: Secret::new(SECRET),
+            scope: None,
+        };
+        let http = reqwest::Client::builder().build().unwrap();
+        match fetch_token(&http, &config).await {
+            Ok(_) => panic!("the token endpoint refused, yet a token came back"),
+            Err(err) => (err.to_string(), token_url),
+        }
+    }
+
+    const FORM_SENT: &str =
+        "grant_type=client_credentials&client_id=callsync&client_secret=[redacted]";
+
+    #[tokio::test]
+    async fn an_echoed_form_never_puts_the_client_secret_into_the_error() {
+        let (message, url) = token_error(|form| (StatusCode::UNAUTHORIZED, form)).await;
+        assert_eq!(
+            message,
+            format!(
+                "POST {url} (OAuth token): HTTP 401 Unauthorized: unexpected body: {FORM_SENT}; check api.oauth.client_id, client_secret and scope"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_json_error_keeps_only_error_and_description_without_the_secret() {
+        let (message, url) = token_error(|form| {
+            let body = serde_json::json!({
+                "error": "invalid_client",
+                "error_description": format!("client_secret {SECRET} is wrong"),
+                "received": form,
+            });
+            (StatusCode::UNAUTHORIZED, body.to_string())
+        })
+        .await;
+        assert_eq!(
+            message,
+            format!(
+                "POST {url} (OAuth token): HTTP 401 Unauthorized: invalid_client: client_secret [redacted] is wrong; check api.oauth.client_id, client_secret and scope"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn json_of_another_shape_is_excerpted_without_the_secret() {
+        let (message, url) = token_error(|form| {
+            let body = serde_json::json!({ "received": form, "secret": SECRET });
+            (StatusCode::INTERNAL_SERVER_ERROR, body.to_string())
+        })
+        .await;
+        assert_eq!(
+            message,
+            format!(
+                "POST {url} (OAuth token): HTTP 500 Internal Server Error: unexpected body: {{\"received\":\"{FORM_SENT}\",\"secret\":\"[redacted]\"}}"
+            )
+        );
+    }
+
+    #[test]
+    fn redaction_covers_every_spelling_and_keeps_the_rest() {
+        let form: String = url::form_urlencoded::byte_serialize(SECRET.as_bytes()).collect();
+        let text = format!("a {SECRET} b {form} c {}", serde_json::json!(SECRET));
+        assert_eq!(
+            redact(&text, &[SECRET]),
+            "a [redacted] b [redacted] c \"[redacted]\""
+        );
+        assert_eq!(redact("nothing here", &[SECRET, ""]), "nothing here");
+    }
 }

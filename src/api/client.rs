@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use url::Url;
 use uuid::Uuid;
 
-use super::auth::{TokenSource, excerpt};
+use super::auth::{TokenSource, excerpt, redact_error_body};
 use super::error::{ApiError, hint_for};
 use super::filter::ListFilter;
 use super::models::{CallPage, ErrorBody, OutboundCall, SingleObject};
@@ -51,7 +51,9 @@ struct Inner {
 }
 
 impl ApiClient {
+    /// Fails without credentials ([`ApiConfig::credentials`]): every request needs them.
     pub fn new(config: &ApiConfig) -> Result<Self, ApiError> {
+        let tokens = TokenSource::new(config.credentials()?);
         // reqwest is built without a default crypto provider (no OpenSSL, no C toolchain beyond
         // a C compiler): install ring once per process. An error means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -69,7 +71,7 @@ impl ApiClient {
             inner: Arc::new(Inner {
                 http,
                 base_url: config.base_url.clone(),
-                tokens: TokenSource::new(&config.auth),
+                tokens,
                 retry: RetryPolicy::new(config.retry.clone()),
                 limiter,
             }),
@@ -204,7 +206,7 @@ impl ApiClient {
                 bytes,
             });
         }
-        Err(status_error(name, status, &headers, &bytes))
+        Err(status_error(name, status, &headers, &bytes, token))
     }
 }
 
@@ -222,10 +224,20 @@ fn decode<T: DeserializeOwned>(name: &str, body: &Body) -> Result<T, ApiError> {
     })
 }
 
-fn status_error(name: &str, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> ApiError {
+/// The error for a non-2xx response; `token` (the one sent) is removed from what the body
+/// says, in case the service echoes the request.
+fn status_error(
+    name: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    token: &str,
+) -> ApiError {
+    let secrets = [token];
     let parsed = serde_json::from_slice::<ErrorBody>(body)
         .ok()
-        .filter(|b| b.title.is_some() || b.detail.is_some() || !b.errors.is_empty());
+        .filter(|b| b.title.is_some() || b.detail.is_some() || !b.errors.is_empty())
+        .map(|b| redact_error_body(b, &secrets));
     if status.is_client_error() {
         // A 4xx is our fault or our credentials': log everything the service said about it.
         tracing::error!(
@@ -242,7 +254,7 @@ fn status_error(name: &str, status: StatusCode, headers: &HeaderMap, body: &[u8]
         status,
         raw_excerpt: parsed
             .is_none()
-            .then(|| excerpt(body))
+            .then(|| excerpt(body, &secrets))
             .filter(|e| !e.is_empty()),
         body: parsed.map(Box::new),
         retry_after: retry_after(headers),
@@ -297,12 +309,40 @@ mod tests {
     }
 
     #[test]
+    fn an_echoed_token_never_reaches_the_error() {
+        let json = status_error(
+            "GET /x",
+            StatusCode::UNAUTHORIZED,
+            &HeaderMap::new(),
+            br#"{"title": "Unauthorized", "detail": "token tok-123 expired", "errors": [{"detail": "Bearer tok-123"}]}"#,
+            "tok-123",
+        );
+        assert_eq!(
+            json.to_string(),
+            "GET /x: HTTP 401 Unauthorized: Unauthorized: token [redacted] expired; [-] Bearer [redacted]; \
+             check api.access_token or the [api.oauth] credentials (is the token expired or revoked?)"
+        );
+        let text = status_error(
+            "GET /x",
+            StatusCode::BAD_REQUEST,
+            &HeaderMap::new(),
+            b"Authorization: Bearer tok-123",
+            "tok-123",
+        );
+        assert_eq!(
+            text.to_string(),
+            "GET /x: HTTP 400 Bad Request: unexpected body: Authorization: Bearer [redacted]"
+        );
+    }
+
+    #[test]
     fn non_json_error_pages_keep_an_excerpt() {
         let err = status_error(
             "GET /x",
             StatusCode::BAD_GATEWAY,
             &HeaderMap::new(),
             b"<html><body>502 Bad Gateway</body></html>\n<p>nginx</p>",
+            "tok",
         );
         assert_eq!(
             err.to_string(),

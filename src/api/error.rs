@@ -8,9 +8,14 @@ use std::time::Duration;
 use reqwest::StatusCode;
 
 use super::models::ErrorBody;
+use crate::config::ConfigError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The client cannot be built from this configuration (no credentials).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
     #[error(
         "cannot set up the HTTPS client: {source}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
     )]
@@ -73,7 +78,8 @@ impl ApiError {
             ApiError::Decode { source, .. } => {
                 !matches!(source.classify(), serde_json::error::Category::Data)
             }
-            ApiError::ClientSetup { .. }
+            ApiError::Config(_)
+            | ApiError::ClientSetup { .. }
             | ApiError::Protocol { .. }
             | ApiError::RetriesExhausted { .. } => false,
         }

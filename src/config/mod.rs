@@ -37,7 +37,9 @@ pub struct Config {
 pub struct ApiConfig {
     /// The service's `{base_url}`; `/api/v1/...` is appended.
     pub base_url: Url,
-    pub auth: AuthConfig,
+    /// `None` when none is configured: only the commands that talk to the service need one,
+    /// and they ask [`ApiConfig::credentials`] before doing anything.
+    pub auth: Option<AuthConfig>,
     /// Whole-request timeout.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -46,6 +48,20 @@ pub struct ApiConfig {
     /// Detail requests in flight at once per schedule.
     pub detail_concurrency: usize,
     pub retry: RetryConfig,
+}
+
+impl ApiConfig {
+    /// The credentials, or the configuration error a command that talks to the service stops
+    /// with. `status`, `checkpoint` and `migrate` never call this: a BI-group user without
+    /// the daemon's secret can run them.
+    pub fn credentials(&self) -> Result<&AuthConfig, ConfigError> {
+        self.auth.as_ref().ok_or_else(|| {
+            ConfigError::invalid(
+                "api",
+                "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
+            )
+        })
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -166,10 +182,14 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    #[error("config: {0}")]
-    Parse(String),
+    /// A problem with the file as a whole: its syntax, or a key it should not have.
+    #[error("config: {}: {problem}", path.display())]
+    File { path: PathBuf, problem: String },
     #[error("config: {key}: {problem}")]
     Invalid { key: String, problem: String },
+    /// A `CALLSYNC_*` variable is wrong: an unknown key, or a bad value for its key.
+    #[error("config: {var}: {problem}")]
+    Env { var: String, problem: String },
 }
 
 impl ConfigError {

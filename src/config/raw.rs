@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use super::{
     MetricsConfig, OAuthConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
 };
 use crate::api::ListFilter;
+use strict::strict;
 
 /// The process environment a configuration is read with; injectable so tests never touch
 /// the real one.
@@ -27,19 +29,34 @@ pub struct Env {
     pub credentials_dir: Option<PathBuf>,
 }
 
+/// The prefix of the variables that override keys.
+const PREFIX: &str = "CALLSYNC_";
+
 impl Env {
-    pub fn from_process() -> Self {
-        Env {
-            vars: std::env::vars()
-                .filter(|(k, _)| k.starts_with("CALLSYNC_"))
-                .collect(),
-            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+    /// The `CALLSYNC_*` variables; one that is not UTF-8 is an error naming it.
+    pub fn from_process() -> Result<Self, ConfigError> {
+        let mut vars = HashMap::new();
+        // `vars_os`: `std::env::vars` panics on any variable that is not UTF-8, even one
+        // that is none of callsync's business.
+        for (key, value) in std::env::vars_os() {
+            let Some(key) = key.to_str().filter(|k| k.starts_with(PREFIX)) else {
+                continue;
+            };
+            let value = value.into_string().map_err(|_| ConfigError::Env {
+                var: key.to_owned(),
+                problem: "is not valid UTF-8 text; set it to text or unset it".into(),
+            })?;
+            vars.insert(key.to_owned(), value);
         }
+        Ok(Env {
+            vars,
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+        })
     }
 }
 
 pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-    load_from(path, &Env::from_process())
+    load_from(path, &Env::from_process()?)
 }
 
 /// Loads `path` (or the first default path that exists) with `env`'s overrides.
@@ -67,41 +84,163 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
         source,
     })?;
     let raw = parse(&text, &file, env)?;
-    let mut config = convert(raw, env)?;
+    let mut config = convert(raw, env).map_err(|e| blame_variable(e, env))?;
     config.source = Some(file);
     Ok(config)
 }
 
-const LIST_KEYS: [&str; 5] = [
-    "sync.schedules",
-    "sync.filter.status",
-    "sync.filter.progress",
-    "sync.filter.source",
-    "sync.filter.attempt_status",
-];
-
 fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
-    let mut environment = config::Environment::with_prefix("CALLSYNC")
+    // Values stay strings: `config`'s `try_parsing` would turn a token "007" into 7. Keys
+    // that are numbers, booleans or lists parse their own string (`strict`, `StringList`).
+    let environment = config::Environment::with_prefix("CALLSYNC")
         .prefix_separator("_")
         .separator("__")
-        .try_parsing(true)
-        .list_separator(",")
         .source(Some(env.vars.clone().into_iter().collect()));
-    for key in LIST_KEYS {
-        environment = environment.with_list_parse_key(key);
-    }
     let built = config::Config::builder()
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
         .build()
-        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))?;
+        .map_err(|e| describe(e, file, text, env))?;
     built
         .try_deserialize()
-        .map_err(|e| ConfigError::Parse(format!("{}: {e}", file.display())))
+        .map_err(|e| describe(e, file, text, env))
+}
+
+/// `config`'s error as one line naming the key (and the variable that set it, if one did),
+/// without the crate's "for key `…`" suffix.
+fn describe(err: config::ConfigError, file: &Path, text: &str, env: &Env) -> ConfigError {
+    use config::ConfigError as E;
+    let (key, problem) = match err {
+        E::FileParse { cause, .. } => {
+            return ConfigError::File {
+                path: file.to_owned(),
+                problem: syntax_error(&*cause, text),
+            };
+        }
+        E::At {
+            error,
+            key: Some(key),
+            ..
+        } => (Some(key), message(*error)),
+        E::Type {
+            unexpected,
+            expected,
+            key: Some(key),
+            ..
+        } => (
+            Some(key),
+            format!("invalid type: {unexpected}, expected {expected}"),
+        ),
+        other => (None, message(other)),
+    };
+    let problem = reword_invalid_type(&problem).unwrap_or(problem);
+    if let Some((key, problem)) = unknown_key(key.as_deref(), &problem) {
+        return match variable_for(env, &key) {
+            Some(var) => ConfigError::Env {
+                var: var.to_owned(),
+                problem,
+            },
+            None => ConfigError::File {
+                path: file.to_owned(),
+                problem,
+            },
+        };
+    }
+    match key {
+        Some(key) => blame_variable(ConfigError::invalid(key, problem), env),
+        None => ConfigError::File {
+            path: file.to_owned(),
+            problem,
+        },
+    }
+}
+
+/// An invalid key set by a `CALLSYNC_*` variable is reported as that variable's: the file
+/// may not even mention the key.
+fn blame_variable(err: ConfigError, env: &Env) -> ConfigError {
+    match err {
+        ConfigError::Invalid { key, problem } => match variable_for(env, &key) {
+            Some(var) => ConfigError::Env {
+                var: var.to_owned(),
+                problem: format!("{key}: {problem}"),
+            },
+            None => ConfigError::Invalid { key, problem },
+        },
+        other => other,
+    }
+}
+
+/// The variable that sets `key` (`CALLSYNC_SYNC__PAGE_SIZE` for `sync.page_size`), read the
+/// way `config::Environment` reads it: case-insensitive, `__` between levels.
+fn variable_for<'e>(env: &'e Env, key: &str) -> Option<&'e str> {
+    env.vars
+        .keys()
+        .find(|var| {
+            var.get(..PREFIX.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+                && var[PREFIX.len()..].to_lowercase().replace("__", ".") == key
+        })
+        .map(String::as_str)
+}
+
+/// Where the TOML is broken and how, without the parser's quote of the line: that line may
+/// hold a secret (`access_token = "…` with its quote missing).
+fn syntax_error(cause: &(dyn std::error::Error + 'static), text: &str) -> String {
+    let Some(toml) = cause.downcast_ref::<toml::de::Error>() else {
+        // `config`'s own checks on a number the parser accepted ("number too large…").
+        return format!("not valid TOML: {cause}");
+    };
+    let problem = toml
+        .message()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match toml.span().and_then(|span| text.get(..span.start)) {
+        Some(before) => {
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+            format!("not valid TOML at line {line}, column {column}: {problem}")
+        }
+        None => format!("not valid TOML: {problem}"),
+    }
+}
+
+fn message(err: config::ConfigError) -> String {
+    match err {
+        config::ConfigError::Message(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// serde's "invalid type: string \"…\", expected a table" as "expected a table, got a
+/// string": the text given to a table's key may be a secret meant for one of its keys.
+fn reword_invalid_type(problem: &str) -> Option<String> {
+    let (got, expected) = problem
+        .strip_prefix("invalid type: ")?
+        .rsplit_once(", expected ")?;
+    let got = if got.starts_with("string ") {
+        "a string"
+    } else {
+        got
+    };
+    Some(format!("expected {expected}, got {got}"))
+}
+
+/// serde's "unknown field `x`, expected one of …" under `parent` as the full key and
+/// "unknown key parent.x; expected one of …": the full key is what a reader searches for.
+fn unknown_key(parent: Option<&str>, problem: &str) -> Option<(String, String)> {
+    let (field, rest) = problem.strip_prefix("unknown field `")?.split_once('`')?;
+    let key = match parent {
+        Some(parent) => format!("{parent}.{field}"),
+        None => field.to_owned(),
+    };
+    let rest = rest.strip_prefix(", ").unwrap_or(rest);
+    let problem = format!("unknown key {key}; {rest}");
+    Some((key, problem))
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawConfig {
     #[serde(default)]
     api: RawApi,
@@ -116,32 +255,41 @@ struct RawConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawApi {
     base_url: Option<String>,
     access_token: Option<String>,
     access_token_file: Option<PathBuf>,
-    request_timeout_secs: Option<u64>,
-    connect_timeout_secs: Option<u64>,
-    requests_per_second: Option<u32>,
-    detail_concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "strict")]
+    request_timeout_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    connect_timeout_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    requests_per_second: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    detail_concurrency: Option<i64>,
     #[serde(default)]
     retry: RawRetry,
     oauth: Option<RawOAuth>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawRetry {
-    max_attempts: Option<u32>,
-    max_elapsed_secs: Option<u64>,
-    initial_interval_ms: Option<u64>,
-    max_interval_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_attempts: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_elapsed_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    initial_interval_ms: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_interval_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
     multiplier: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawOAuth {
     token_url: Option<String>,
     client_id: Option<String>,
@@ -151,34 +299,66 @@ struct RawOAuth {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawWarehouse {
     path: Option<PathBuf>,
-    busy_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    busy_timeout_secs: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawSync {
-    schedules: Option<Vec<String>>,
-    lookback_secs: Option<u64>,
+    schedules: Option<StringList>,
+    #[serde(default, deserialize_with = "strict")]
+    lookback_secs: Option<i64>,
     cron: Option<String>,
+    #[serde(default, deserialize_with = "strict")]
     page_size: Option<i64>,
     details: Option<String>,
-    concurrency: Option<usize>,
+    #[serde(default, deserialize_with = "strict")]
+    concurrency: Option<i64>,
     reconcile_cron: Option<String>,
     reconcile_window: Option<String>,
-    shutdown_timeout_secs: Option<u64>,
+    #[serde(default, deserialize_with = "strict")]
+    shutdown_timeout_secs: Option<i64>,
     #[serde(default)]
     filter: RawFilter,
 }
 
-/// A list filter: a TOML array, or one comma-delimited string.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// A list key: a TOML array, or one comma-delimited string (as an environment variable is).
+#[derive(Debug)]
 enum StringList {
     Many(Vec<String>),
     One(String),
+}
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(StringListVisitor)
+    }
+}
+
+struct StringListVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StringListVisitor {
+    type Value = StringList;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of strings or one comma-separated string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<StringList, E> {
+        Ok(StringList::One(text.to_owned()))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StringList, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<String>()? {
+            items.push(item);
+        }
+        Ok(StringList::Many(items))
+    }
 }
 
 impl StringList {
@@ -196,7 +376,7 @@ impl StringList {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawFilter {
     status: Option<StringList>,
     progress: Option<StringList>,
@@ -204,6 +384,7 @@ struct RawFilter {
     attempt_status: Option<StringList>,
     outcome: Option<String>,
     external_id: Option<String>,
+    #[serde(default, deserialize_with = "strict")]
     is_test_call: Option<bool>,
     full_name: Option<String>,
     first_name: Option<String>,
@@ -215,14 +396,14 @@ struct RawFilter {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawLog {
     level: Option<String>,
     format: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, expecting = "a table")]
 struct RawMetrics {
     listen: Option<String>,
 }
@@ -283,17 +464,11 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
                 "configure either api.access_token (or access_token_file) or [api.oauth], not both",
             ));
         }
-        (Some(oauth), None) => AuthConfig::OAuth(oauth_config(oauth, env)?),
-        (None, Some(token)) => AuthConfig::Static(token),
-        (None, None) => match credential(env, "access_token", "api.access_token")? {
-            Some(token) => AuthConfig::Static(token),
-            None => {
-                return Err(ConfigError::invalid(
-                    "api",
-                    "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
-                ));
-            }
-        },
+        (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
+        (None, Some(token)) => Some(AuthConfig::Static(token)),
+        (None, None) => {
+            credential(env, "access_token", "api.access_token")?.map(AuthConfig::Static)
+        }
     };
     let retry = raw.retry;
     let defaults = RetryConfig::default();
@@ -319,30 +494,28 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             10,
             1..=300,
         )?,
-        requests_per_second: match raw.requests_per_second.unwrap_or(20) {
+        requests_per_second: match bounded(
+            "api.requests_per_second",
+            raw.requests_per_second,
+            20,
+            0..=i64::from(u32::MAX),
+        )? {
             0 => None,
             n => Some(n),
         },
-        detail_concurrency: range(
-            "api.detail_concurrency",
-            raw.detail_concurrency.unwrap_or(4),
-            1..=64,
-        )?,
+        detail_concurrency: bounded("api.detail_concurrency", raw.detail_concurrency, 4, 1..=64)?,
         retry: RetryConfig {
-            max_attempts: range(
-                "api.retry.max_attempts",
-                retry.max_attempts.unwrap_or(10),
-                1..=100,
-            )?,
+            max_attempts: bounded("api.retry.max_attempts", retry.max_attempts, 10, 1..=100)?,
             max_elapsed: secs(
                 "api.retry.max_elapsed_secs",
                 retry.max_elapsed_secs,
                 120,
                 1..=3600,
             )?,
-            initial_interval: Duration::from_millis(range(
+            initial_interval: Duration::from_millis(bounded(
                 "api.retry.initial_interval_ms",
-                retry.initial_interval_ms.unwrap_or(500),
+                retry.initial_interval_ms,
+                500,
                 1..=60_000,
             )?),
             max_interval: secs(
@@ -390,8 +563,8 @@ fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
 
 fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
     let mut schedules = Vec::new();
-    for text in raw.schedules.unwrap_or_default() {
-        let uid = Uuid::parse_str(text.trim()).map_err(|_| {
+    for text in raw.schedules.map(StringList::into_vec).unwrap_or_default() {
+        let uid = Uuid::parse_str(&text).map_err(|_| {
             ConfigError::invalid(
                 "sync.schedules",
                 format!("{text:?} is not a schedule uid (a UUID)"),
@@ -404,13 +577,6 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             ));
         }
         schedules.push(uid);
-    }
-    let page_size = raw.page_size.unwrap_or(100);
-    if !(1..=100).contains(&page_size) {
-        return Err(ConfigError::invalid(
-            "sync.page_size",
-            format!("{page_size} is outside 1..=100"),
-        ));
     }
     let details = match raw.details.as_deref().unwrap_or("auto") {
         "auto" => DetailsMode::Auto,
@@ -430,9 +596,9 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             "sync.cron",
             raw.cron.unwrap_or_else(|| "0 */5 * * * *".into()),
         )?,
-        page_size: page_size as u32,
+        page_size: bounded("sync.page_size", raw.page_size, 100, 1..=100)?,
         details,
-        concurrency: range("sync.concurrency", raw.concurrency.unwrap_or(4), 1..=64)?,
+        concurrency: bounded("sync.concurrency", raw.concurrency, 4, 1..=64)?,
         filter: filter(raw.filter),
         reconcile_cron: raw
             .reconcile_cron
@@ -552,26 +718,32 @@ fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
 
 fn secs(
     key: &str,
-    value: Option<u64>,
-    default: u64,
-    allowed: std::ops::RangeInclusive<u64>,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
 ) -> Result<Duration, ConfigError> {
-    range(key, value.unwrap_or(default), allowed).map(Duration::from_secs)
+    bounded(key, value, default, allowed).map(Duration::from_secs)
 }
 
-fn range<T: PartialOrd + std::fmt::Display>(
+/// `value` (or `default`) checked against `allowed`, in the type the typed config holds.
+fn bounded<T: TryFrom<i64>>(
     key: &str,
-    value: T,
-    allowed: std::ops::RangeInclusive<T>,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
 ) -> Result<T, ConfigError> {
-    if allowed.contains(&value) {
-        Ok(value)
-    } else {
-        Err(ConfigError::invalid(
+    let value = value.unwrap_or(default);
+    let outside = || {
+        ConfigError::invalid(
             key,
             format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
-        ))
+        )
+    };
+    if !allowed.contains(&value) {
+        return Err(outside());
     }
+    // Every `allowed` fits its `T`; this only keeps a wrong range from panicking.
+    T::try_from(value).map_err(|_| outside())
 }
 
 /// A secret given inline or as `<key>_file`; never both. `None` when neither is set.
@@ -615,5 +787,6 @@ fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
     Ok(Secret::new(value.to_owned()))
 }
 
+mod strict;
 #[cfg(test)]
 mod tests;

@@ -184,26 +184,30 @@ impl PassReport {
 }
 
 impl Engine {
-    /// Opens (and migrates) the warehouse, starts its writer, and builds the API client.
+    /// Builds the API client, then opens (and migrates) the warehouse and starts its writer.
     pub fn start(config: &Config) -> Result<Engine, SyncError> {
+        // The client first: a configuration it refuses (no credentials) creates no warehouse.
+        let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
-        Self::with_warehouse(config, warehouse, false)
+        Self::with_parts(config, client, warehouse, false)
     }
 
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
+        let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
-        Self::with_warehouse(config, warehouse, true)
+        Self::with_parts(config, client, warehouse, true)
     }
 
-    fn with_warehouse(
+    fn with_parts(
         config: &Config,
+        client: ApiClient,
         warehouse: Warehouse,
         dry_run: bool,
     ) -> Result<Engine, SyncError> {
         let writer = Writer::start(warehouse).map_err(SyncError::WriterStart)?;
         Ok(Engine {
-            client: ApiClient::new(&config.api)?,
+            client,
             writer,
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),

@@ -4,6 +4,11 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WarehouseError {
+    #[error(
+        "there is no warehouse at {} yet: run `callsync sync` or start the daemon to create it (or check warehouse.path)",
+        path.display()
+    )]
+    Missing { path: PathBuf },
     #[error("cannot open the warehouse {}: {source}; check the path and its directory's permissions", path.display())]
     Open {
         path: PathBuf,

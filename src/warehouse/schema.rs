@@ -87,6 +87,13 @@ pub fn open_in_memory() -> Result<Connection, WarehouseError> {
 
 /// Opens an existing warehouse read-only (a BI group member may have no write permission).
 pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
+    // SQLite's "unable to open database file" would not say that the file is simply not
+    // there yet; a path that cannot even be checked is left to SQLite's own error.
+    if let Ok(false) = path.try_exists() {
+        return Err(WarehouseError::Missing {
+            path: path.to_owned(),
+        });
+    }
     let open_err = |source| WarehouseError::Open {
         path: path.to_owned(),
         source,

@@ -289,6 +289,23 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
 }
 
 #[test]
+fn reading_a_warehouse_that_does_not_exist_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let Err(err) = Warehouse::open_read_only(&path) else {
+        panic!("a missing warehouse opened");
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "there is no warehouse at {} yet: run `callsync sync` or start the daemon to create it (or check warehouse.path)",
+            path.display()
+        )
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
 fn migrate_reports_versions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");

@@ -8,9 +8,16 @@ use callsync::simulator::SimulatorOptions;
 use crate::harness::TestEnv;
 
 async fn callsync(args: &[&str]) -> Output {
+    callsync_with_env(args, &[]).await
+}
+
+/// `callsync args` with `vars` set (and no RUST_LOG or CREDENTIALS_DIRECTORY of our own).
+async fn callsync_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .args(args)
         .env_remove("RUST_LOG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .envs(vars.iter().copied())
         .output()
         .await
         .expect("callsync runs")
@@ -70,6 +77,48 @@ async fn a_bad_config_exits_2_with_one_line_and_writes_nothing() {
     );
 }
 
+#[tokio::test]
+async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("ok.toml");
+    let valid = format!(
+        "[api]\nbase_url = \"https://x.example\"\naccess_token = \"TOPSECRET-abc123\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11\"]\n",
+        db.display()
+    );
+    std::fs::write(&config, &valid).unwrap();
+    let c = config.to_str().unwrap();
+
+    let out = callsync_with_env(&["--config", c, "sync"], &[("CALLSYNC_SYNC__BOGUS", "1")]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `filter`\n"
+    );
+
+    let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "foo=[")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: cannot set up logging: RUST_LOG=\"foo=[\" is not a valid filter"),
+        "{err}"
+    );
+    assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // The closing quote missing: the line with the token must not be quoted back.
+    std::fs::write(&config, valid.replace("abc123\"", "abc123")).unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: {c}: not valid TOML at line 3, column 33: invalid basic string, expected `\"`\n"
+        )
+    );
+    assert!(!db.exists(), "nothing is written on a bad configuration");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_status_and_migrate_through_the_binary() {
     let env = TestEnv::start(SimulatorOptions {
@@ -116,6 +165,165 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("404") && err.contains(unknown), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_commands_that_talk_to_the_service_need_credentials() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    // The file as the README installs it: the token reaches only the daemon, through
+    // systemd's LoadCredential=, so an operator or a BI-group user runs without it.
+    let with_token = std::fs::read_to_string(env.write_config("")).unwrap();
+    let without: String = with_token
+        .lines()
+        .filter(|l| !l.starts_with("access_token"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let config = env.dir.path().join("no-secret.toml");
+    std::fs::write(&config, without).unwrap();
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+
+    for command in [
+        vec!["sync"],
+        vec!["sync", "--dry-run"],
+        vec!["backfill", "--schedule", &s],
+        vec!["run"],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            "error: config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table\n",
+            "{args:?}"
+        );
+    }
+    assert!(!env.warehouse_path().exists(), "nothing is written");
+    assert!(
+        env.sim.requests().is_empty(),
+        "the service is not contacted"
+    );
+
+    let out = callsync(&["--config", c, "migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "warehouse {}: schema version 0 -> 1\n",
+            env.warehouse_path().display()
+        )
+    );
+
+    // The daemon's view: the same file, the token as a systemd credential.
+    let credentials = tempfile::tempdir().unwrap();
+    std::fs::write(
+        credentials.path().join("access_token"),
+        env.sim.access_token(),
+    )
+    .unwrap();
+    let out = callsync_with_env(
+        &["--config", c, "sync"],
+        &[(
+            "CREDENTIALS_DIRECTORY",
+            credentials.path().to_str().unwrap(),
+        )],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(status[0]["schedule_uid"], s.as_str());
+    assert_eq!(status[0]["calls"], 20);
+
+    let last = env
+        .sim
+        .truth(env.schedules()[0])
+        .iter()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap();
+    let out = callsync(&["--config", c, "checkpoint", "show"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("schedule {s}: cursor {last} (written ")),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn status_before_the_first_sync_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"{}\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let expected = format!(
+        "error: there is no warehouse at {} yet: run `callsync sync` or start the daemon to create it (or check warehouse.path)\n",
+        db.display()
+    );
+    for command in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["checkpoint", "show"],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&out), expected, "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec!["c.toml"], "a read-only command creates nothing");
+}
+
+#[tokio::test]
+async fn variables_that_are_not_utf8_never_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"{}\"\n",
+            dir.path().join("w.db").display()
+        ),
+    )
+    .unwrap();
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"\xff");
+    let run = |var: &'static str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+            .args(["--config", config.to_str().unwrap(), "migrate"])
+            .env_remove("RUST_LOG")
+            .env(var, not_utf8)
+            .output()
+    };
+    // Another program's variable is none of callsync's business.
+    let out = run("SOMEONE_ELSES").await.unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run("CALLSYNC_API__ACCESS_TOKEN").await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: CALLSYNC_API__ACCESS_TOKEN: is not valid UTF-8 text; set it to text or unset it\n"
+    );
 }
 
 #[tokio::test]

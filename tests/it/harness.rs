@@ -165,7 +165,7 @@ pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
     Config {
         api: ApiConfig {
             base_url: sim.base_url().clone(),
-            auth,
+            auth: Some(auth),
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             requests_per_second: None,

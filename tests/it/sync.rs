@@ -345,3 +345,25 @@ async fn reconciliation_catches_changes_that_did_not_bump_updated_at() {
         .unwrap();
     assert_eq!(kind, "reconcile");
 }
+
+#[tokio::test]
+async fn an_engine_without_credentials_is_refused_before_the_warehouse_exists() {
+    let env = TestEnv::start(options(1, 1)).await;
+    let mut config = env.config.clone();
+    config.api.auth = None;
+    for dry_run in [false, true] {
+        let started = if dry_run {
+            callsync::sync::Engine::start_dry_run(&config)
+        } else {
+            callsync::sync::Engine::start(&config)
+        };
+        let Err(err) = started else {
+            panic!("an engine without credentials started (dry run: {dry_run})");
+        };
+        assert_eq!(
+            err.to_string(),
+            "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table"
+        );
+    }
+    assert!(!config.warehouse.path.exists(), "no warehouse created");
+}

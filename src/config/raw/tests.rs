@@ -24,14 +24,25 @@ fn env(vars: &[(&str, &str)]) -> Env {
 }
 
 fn load_text(text: &str, env: &Env) -> Result<Config, ConfigError> {
+    load_text_at(text, env).0
+}
+
+/// Loads `text` from a temporary file; the file's path comes back for messages naming it.
+fn load_text_at(text: &str, env: &Env) -> (Result<Config, ConfigError>, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("callsync.toml");
     std::fs::write(&path, text).unwrap();
-    load_from(Some(&path), env)
+    (load_from(Some(&path), env), path.display().to_string())
+}
+
+/// The error `text` gives with `env`, the temporary file's path written as `<file>`.
+fn env_error_of(text: &str, env: &Env) -> String {
+    let (result, path) = load_text_at(text, env);
+    result.unwrap_err().to_string().replace(&path, "<file>")
 }
 
 fn error_of(text: &str) -> String {
-    load_text(text, &Env::default()).unwrap_err().to_string()
+    env_error_of(text, &Env::default())
 }
 
 /// `minimal()` with `line` added to `[section]` (or replacing a line that starts the same).
@@ -53,7 +64,7 @@ fn with(section: &str, line: &str) -> String {
 fn defaults_fill_everything_not_given() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "tok"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, Some(20));
     assert_eq!(c.api.retry, RetryConfig::default());
@@ -153,12 +164,15 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             with("sync.filter", "colour = \"red\""),
-            "unknown field `colour`",
+            "config: <file>: unknown key sync.filter.colour; expected one of `status`, ",
         ),
-        (with("sync", "pagesize = 10"), "unknown field `pagesize`"),
         (
-            "[api]\nbase_url = \"https://x.example\"\n".to_owned(),
-            "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
+            with("sync", "pagesize = 10"),
+            "config: <file>: unknown key sync.pagesize; expected one of `schedules`, ",
+        ),
+        (
+            "[api]\nbase_url = \"https://x.example\"\naccess_token = \"t\"\n[sink]\n".to_owned(),
+            "config: <file>: unknown key sink; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`",
         ),
         (
             format!(
@@ -179,6 +193,94 @@ fn every_invalid_value_is_one_line_naming_its_key() {
 }
 
 #[test]
+fn scalar_keys_take_only_their_own_kind() {
+    let cases = [
+        (
+            with("sync", "page_size = 0.5"),
+            "config: sync.page_size: expected an integer, got 0.5",
+        ),
+        (
+            with("sync", "page_size = true"),
+            "config: sync.page_size: expected an integer, got true",
+        ),
+        (
+            with("sync", "page_size = 100.9"),
+            "config: sync.page_size: expected an integer, got 100.9",
+        ),
+        (
+            with("sync", "page_size = 50.0"),
+            "config: sync.page_size: expected an integer, got 50.0",
+        ),
+        (
+            with("sync", "page_size = [50]"),
+            "config: sync.page_size: expected an integer, got a list",
+        ),
+        (
+            with("sync", "page_size = \"fifty\""),
+            "config: sync.page_size: expected an integer, got \"fifty\"",
+        ),
+        (
+            with("sync", "concurrency = 2.7"),
+            "config: sync.concurrency: expected an integer, got 2.7",
+        ),
+        (
+            with("sync", "lookback_secs = 1.5"),
+            "config: sync.lookback_secs: expected an integer, got 1.5",
+        ),
+        (
+            with("api", "requests_per_second = 0.5"),
+            "config: api.requests_per_second: expected an integer, got 0.5",
+        ),
+        (
+            with("api.retry", "max_attempts = false"),
+            "config: api.retry.max_attempts: expected an integer, got false",
+        ),
+        (
+            with("api.retry", "multiplier = true"),
+            "config: api.retry.multiplier: expected a number, got true",
+        ),
+        (
+            with("sync.filter", "is_test_call = 0"),
+            "config: sync.filter.is_test_call: expected true or false, got 0",
+        ),
+        (
+            with("api", "oauth = \"TOPSECRET-abc123\""),
+            "config: api.oauth: expected a table, got a string",
+        ),
+        (
+            "api = 5\n".to_owned(),
+            "config: api: expected a table, got integer `5`",
+        ),
+        (
+            with("api", "access_token = { value = \"TOPSECRET-abc123\" }"),
+            "config: api.access_token: expected a string, got map",
+        ),
+        (
+            with("sync", "schedules = 5"),
+            "config: sync.schedules: expected a list of strings or one comma-separated string, got integer `5`",
+        ),
+        (
+            with("warehouse", "busy_timeout_secs = -5"),
+            "config: warehouse.busy_timeout_secs: -5 is outside 1..=3600",
+        ),
+        (
+            with("api", "requests_per_second = 4294967296"),
+            "config: api.requests_per_second: 4294967296 is outside 0..=4294967295",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(&text), expected, "for:\n{text}");
+    }
+    // An integer is a number; an integer string (what the environment gives) is an integer.
+    let c = load_text(
+        &with("api.retry", "multiplier = 3\nmax_attempts = \"7\""),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!((c.api.retry.multiplier, c.api.retry.max_attempts), (3.0, 7));
+}
+
+#[test]
 fn secrets_from_files_and_systemd_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
@@ -189,7 +291,7 @@ fn secrets_from_files_and_systemd_credentials() {
         &Env::default(),
     )
     .unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-file"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-file"));
 
     let missing = error_of(&format!(
         "{base}access_token_file = \"/nonexistent/token\"\n"
@@ -220,12 +322,41 @@ fn secrets_from_files_and_systemd_credentials() {
         ..Env::default()
     };
     let c = load_text(base, &env).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "from-credential"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-credential"));
     let oauth =
         format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\n");
     let c = load_text(&oauth, &env).unwrap();
     assert!(
-        matches!(&c.api.auth, AuthConfig::OAuth(o) if o.client_secret.expose() == "oauth-secret")
+        matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
+    );
+}
+
+#[test]
+fn credentials_are_optional_until_a_command_asks_for_them() {
+    let base = "[api]\nbase_url = \"https://x.example\"\n";
+    let c = load_text(base, &Env::default()).unwrap();
+    assert!(c.api.auth.is_none());
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api: no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table"
+    );
+    let c = load_text(&minimal(), &Env::default()).unwrap();
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
+
+    // A secret that is configured but missing or empty still stops every command at load.
+    let creds = tempfile::tempdir().unwrap();
+    std::fs::write(creds.path().join("access_token"), " \n").unwrap();
+    let env = Env {
+        credentials_dir: Some(creds.path().to_owned()),
+        ..Env::default()
+    };
+    let (result, _) = load_text_at(base, &env);
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        format!(
+            "config: api.access_token: {} is empty",
+            creds.path().join("access_token").display()
+        )
     );
 }
 
@@ -250,25 +381,126 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
         ("CALLSYNC_API__ACCESS_TOKEN", "env-token"),
         ("CALLSYNC_SYNC__PAGE_SIZE", "50"),
         ("CALLSYNC_API__RETRY__MAX_ATTEMPTS", "3"),
+        ("CALLSYNC_API__RETRY__MULTIPLIER", "1.5"),
         (
             "CALLSYNC_SYNC__SCHEDULES",
             "0b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11,0b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11",
         ),
         ("CALLSYNC_SYNC__FILTER__STATUS", "pending,completed"),
+        ("CALLSYNC_SYNC__FILTER__PROGRESS", "answered"),
         ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, AuthConfig::Static(t) if t.expose() == "env-token"));
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "env-token"));
     assert_eq!(c.sync.page_size, 50);
     assert_eq!(c.api.retry.max_attempts, 3);
-    assert_eq!(c.sync.schedules.len(), 2);
+    assert_eq!(c.api.retry.multiplier, 1.5);
+    assert_eq!(
+        c.sync.schedules,
+        vec![
+            Uuid::parse_str("0b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11").unwrap(),
+            Uuid::parse_str("0b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11").unwrap(),
+        ]
+    );
     assert_eq!(c.sync.filter.status, vec!["pending", "completed"]);
+    assert_eq!(c.sync.filter.progress, vec!["answered"]);
     assert_eq!(c.sync.filter.is_test_call, Some(false));
+}
 
-    let typo = load_text(&minimal(), &env(&[("CALLSYNC_SYNC__PAGESIZE", "50")]))
-        .unwrap_err()
-        .to_string();
-    assert!(typo.contains("unknown field `pagesize`"), "{typo}");
+#[test]
+fn environment_values_reach_string_keys_verbatim() {
+    // Strings that look like numbers or booleans: none may be rewritten (007 is not 7).
+    let e = env(&[
+        ("CALLSYNC_API__ACCESS_TOKEN", "007"),
+        ("CALLSYNC_SYNC__FILTER__EXTERNAL_ID", "007"),
+        ("CALLSYNC_SYNC__FILTER__OUTCOME", "1e3"),
+        ("CALLSYNC_SYNC__FILTER__FULL_NAME", "+123"),
+        ("CALLSYNC_SYNC__FILTER__EMAIL", "TRUE"),
+        ("CALLSYNC_SYNC__FILTER__SOURCE", "0x10"),
+    ]);
+    let c = load_text(&minimal(), &e).unwrap();
+    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "007"));
+    let f = &c.sync.filter;
+    assert_eq!(f.external_id.as_deref(), Some("007"));
+    assert_eq!(f.outcome.as_deref(), Some("1e3"));
+    assert_eq!(f.full_name.as_deref(), Some("+123"));
+    assert_eq!(f.email.as_deref(), Some("TRUE"));
+    assert_eq!(f.source, vec!["0x10"]);
+
+    for token in ["1e3", "+123", " 42 "] {
+        let e = env(&[("CALLSYNC_API__ACCESS_TOKEN", token)]);
+        let c = load_text(&minimal(), &e).unwrap();
+        // A secret is trimmed like one read from a file, and otherwise untouched.
+        assert!(
+            matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == token.trim()),
+            "{token}"
+        );
+    }
+
+    let oauth = "[api]\nbase_url = \"https://x.example\"\n[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_secret = \"s\"\n";
+    let c = load_text(oauth, &env(&[("CALLSYNC_API__OAUTH__CLIENT_ID", "000123")])).unwrap();
+    assert!(matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_id == "000123"));
+}
+
+#[test]
+fn errors_from_the_environment_name_the_variable() {
+    let sync_keys = "`schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `filter`";
+    let cases = [
+        (
+            ("CALLSYNC_SYNC__BOGUS", "1"),
+            format!(
+                "config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of {sync_keys}"
+            ),
+        ),
+        (
+            ("CALLSYNC_SYNC__PAGESIZE", "50"),
+            format!(
+                "config: CALLSYNC_SYNC__PAGESIZE: unknown key sync.pagesize; expected one of {sync_keys}"
+            ),
+        ),
+        (
+            ("CALLSYNC_BOGUS", "1"),
+            "config: CALLSYNC_BOGUS: unknown key bogus; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`".to_owned(),
+        ),
+        (
+            ("CALLSYNC_SYNC__PAGE_SIZE", "500"),
+            "config: CALLSYNC_SYNC__PAGE_SIZE: sync.page_size: 500 is outside 1..=100".to_owned(),
+        ),
+        (
+            ("CALLSYNC_SYNC__PAGE_SIZE", "1e3"),
+            "config: CALLSYNC_SYNC__PAGE_SIZE: sync.page_size: expected an integer, got \"1e3\""
+                .to_owned(),
+        ),
+        (
+            ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "yes"),
+            "config: CALLSYNC_SYNC__FILTER__IS_TEST_CALL: sync.filter.is_test_call: expected true or false, got \"yes\"".to_owned(),
+        ),
+        (
+            ("CALLSYNC_API__ACCESS_TOKEN", " "),
+            "config: CALLSYNC_API__ACCESS_TOKEN: api.access_token: is empty".to_owned(),
+        ),
+        (
+            ("CALLSYNC_API__OAUTH", "TOPSECRET-abc123"),
+            "config: CALLSYNC_API__OAUTH: api.oauth: expected a table, got a string".to_owned(),
+        ),
+        (
+            ("CALLSYNC_METRICS__LISTEN", "localhost"),
+            "config: CALLSYNC_METRICS__LISTEN: metrics.listen: \"localhost\" is not a socket address such as \"127.0.0.1:9187\"".to_owned(),
+        ),
+    ];
+    for ((var, value), expected) in cases {
+        let message = env_error_of(&minimal(), &env(&[(var, value)]));
+        assert_eq!(message, expected, "{var}={value}");
+    }
+    // The same problem in the file names the key, as before; a variable that fixes the
+    // file's value wins.
+    let file = with("sync", "page_size = 500");
+    assert_eq!(
+        error_of(&file),
+        "config: sync.page_size: 500 is outside 1..=100"
+    );
+    let c = load_text(&file, &env(&[("CALLSYNC_SYNC__PAGE_SIZE", "50")])).unwrap();
+    assert_eq!(c.sync.page_size, 50);
 }
 
 #[test]
@@ -284,6 +516,42 @@ fn filters_take_arrays_or_comma_strings() {
     assert_eq!(c.sync.filter.status, vec!["pending", "completed"]);
     assert_eq!(c.sync.filter.progress, vec!["answered"]);
     assert_eq!(c.sync.filter.full_name.as_deref(), Some("ada"));
+}
+
+#[test]
+fn a_toml_syntax_error_is_one_line_with_its_place_and_never_the_text() {
+    let cases = [
+        (
+            "[api]\naccess_token = \"TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 33: invalid basic string, expected `\"`",
+        ),
+        (
+            "[api]\naccess_token = 'TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 33: invalid literal string, expected `'`",
+        ),
+        (
+            "[api]\naccess_token = TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 2, column 16: invalid boolean, expected `true`",
+        ),
+        (
+            "[api]\naccess_token = \"\"\"TOPSECRET-abc123\n",
+            "config: <file>: not valid TOML at line 3, column 1: invalid multi-line basic string, expected `\"`",
+        ),
+        (
+            "# é\n[api]\naccess_token = \"a\"\naccess_token = \"TOPSECRET-abc123\"\n",
+            "config: <file>: not valid TOML at line 4, column 1: duplicate key",
+        ),
+        (
+            "[sync]\npage_size = 99999999999999999999\n",
+            "config: <file>: not valid TOML: number too large to fit in target type",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = error_of(text);
+        assert_eq!(message, expected, "for:\n{text}");
+        assert!(!message.contains("TOPSECRET"), "{message}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+    }
 }
 
 #[test]
