@@ -52,16 +52,53 @@ fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, Te
             reason: e.to_string(),
             level,
         }),
-        None => EnvFilter::try_new(&log.level).map_err(|e| TelemetryError::BadLevel {
-            level: log.level.clone(),
-            reason: e.to_string(),
-        }),
+        None => {
+            let filter = EnvFilter::try_new(&log.level).map_err(|e| TelemetryError::BadLevel {
+                level: log.level.clone(),
+                reason: e.to_string(),
+            })?;
+            Ok(quiet_dependencies(filter, &log.level))
+        }
+    }
+}
+
+/// The cron crate logs its own start-up at INFO ("Uninited", "Job creator created"), which
+/// means nothing to an operator; it speaks at WARN unless `log.level` names it.
+fn quiet_dependencies(filter: EnvFilter, level: &str) -> EnvFilter {
+    const CRON: &str = "tokio_cron_scheduler";
+    match format!("{CRON}=warn").parse() {
+        Ok(directive) if !level.contains(CRON) => filter.add_directive(directive),
+        _ => filter,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cron_crate_is_quiet_unless_named() {
+        let log = |level: &str| LogConfig {
+            level: level.into(),
+            format: LogFormat::Text,
+        };
+        assert_eq!(
+            env_filter(&log("info"), None).unwrap().to_string(),
+            "tokio_cron_scheduler=warn,info"
+        );
+        assert_eq!(
+            env_filter(&log("info,tokio_cron_scheduler=debug"), None)
+                .unwrap()
+                .to_string(),
+            "tokio_cron_scheduler=debug,info"
+        );
+        assert_eq!(
+            env_filter(&log("info"), Some("debug".into()))
+                .unwrap()
+                .to_string(),
+            "debug"
+        );
+    }
 
     #[test]
     fn a_bad_filter_names_where_it_came_from_and_init_twice_is_fine() {
@@ -93,7 +130,7 @@ mod tests {
             env_filter(&LogConfig::default(), Some(" ".into()))
                 .unwrap()
                 .to_string(),
-            "info"
+            "tokio_cron_scheduler=warn,info"
         );
         init(&LogConfig::default()).unwrap();
         init(&LogConfig::default()).unwrap();
