@@ -15,6 +15,36 @@ use uuid::Uuid;
 
 use super::timestamp::Timestamp;
 
+/// Readings of values a service may send for "nothing" where the spec shows a value.
+mod tolerant {
+    use serde::{Deserialize, Deserializer};
+
+    use super::Timestamp;
+
+    /// `null` reads as the empty value (`"custom_parameters": null` is no parameters).
+    pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Default + Deserialize<'de>,
+    {
+        Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+    }
+
+    /// `null` and a blank string (`"cooldown_until": ""`) read as no timestamp; any other
+    /// string must be a timestamp.
+    pub fn blank_timestamp_as_none<'de, D>(deserializer: D) -> Result<Option<Timestamp>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        match Option::<String>::deserialize(deserializer)? {
+            Some(text) if !text.trim().is_empty() => Timestamp::parse(&text)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
+            _ => Ok(None),
+        }
+    }
+}
+
 /// Fields of a JSON object that the models do not know, in the order the service sent them.
 pub type Extra = Map<String, Value>;
 
@@ -73,7 +103,7 @@ pub struct OutboundCall {
     pub progress: Option<String>,
     #[serde(default)]
     pub is_test_call: Option<bool>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub cooldown_until: Option<Timestamp>,
     /// Type not shown by the spec (always null there): kept as raw JSON.
     #[serde(default)]
@@ -87,7 +117,7 @@ pub struct OutboundCall {
     pub attempts_remaining: Option<i64>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::null_as_default")]
     pub outbound_call_info: OutboundCallInfo,
     /// `None` when the key is absent: the attempts are then unknown, not empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -149,11 +179,11 @@ pub struct OutboundCallInfo {
     pub phonetic_last_name: Option<String>,
     #[serde(default)]
     pub email: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub event_date_time: Option<Timestamp>,
     #[serde(default)]
     pub external_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::null_as_default")]
     pub custom_parameters: CustomParameters,
     #[serde(flatten)]
     pub extra: Extra,
@@ -163,25 +193,25 @@ pub struct OutboundCallInfo {
 pub struct Attempt {
     pub uid: Uuid,
     pub status: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub started_at: Option<Timestamp>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub answered_at: Option<Timestamp>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub ended_at: Option<Timestamp>,
     /// Unit not shown by the spec; stored as the service sends it.
     #[serde(default)]
     pub duration: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub created_at: Option<Timestamp>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub updated_at: Option<Timestamp>,
     /// Structure not shown by the spec: kept as raw JSON.
     #[serde(default)]
     pub error_details: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub transfer_started_at: Option<Timestamp>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub transfer_answered_at: Option<Timestamp>,
     #[serde(default)]
     pub transfer_destination: Option<String>,
@@ -199,7 +229,7 @@ pub struct Attempt {
 pub struct Outcome {
     pub uid: Uuid,
     pub name: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub created_at: Option<Timestamp>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -214,7 +244,7 @@ pub struct AttemptVariable {
     pub value: Option<Value>,
     #[serde(default)]
     pub status: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub created_at: Option<Timestamp>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -227,7 +257,7 @@ pub struct Notification {
     pub status: Option<String>,
     #[serde(default)]
     pub message_count: Option<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "tolerant::blank_timestamp_as_none")]
     pub delivered_at: Option<Timestamp>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -515,6 +545,29 @@ mod tests {
         let mut expected = value;
         expected["updated_at"] = json!("2026-01-31T09:05:00.250Z");
         assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn null_and_blank_mean_nothing_but_wrong_values_are_errors() {
+        let mut value = spec_call();
+        value["outbound_call_info"]["custom_parameters"] = Value::Null;
+        value["cooldown_until"] = json!("");
+        value["outbound_call_attempts"][0]["transfer_started_at"] = json!("  ");
+        let call: OutboundCall = serde_json::from_value(value.clone()).unwrap();
+        assert!(call.outbound_call_info.custom_parameters.is_empty());
+        assert_eq!(call.cooldown_until, None);
+        let attempts = call.outbound_call_attempts.as_deref().unwrap();
+        assert_eq!(attempts[0].transfer_started_at, None);
+
+        value["outbound_call_info"] = Value::Null;
+        let call: OutboundCall = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(call.outbound_call_info, OutboundCallInfo::default());
+
+        for wrong in [json!("soon"), json!(5), json!("2026-11-22T10:00:00")] {
+            value["cooldown_until"] = wrong.clone();
+            let read = serde_json::from_value::<OutboundCall>(value.clone());
+            assert!(read.is_err(), "{wrong} must be rejected");
+        }
     }
 
     #[test]
