@@ -691,6 +691,9 @@ fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
     Ok(expr)
 }
 
+/// Ten years: any longer window is a mistake (and would overflow the arithmetic on instants).
+const MAX_DURATION_SECS: u64 = 3650 * 86_400;
+
 /// `90s`, `15m`, `12h`, `7d`.
 fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let bad = || {
@@ -703,17 +706,21 @@ fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let unit_at = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (number, unit) = text.split_at(unit_at);
     let n: u64 = number.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+    let unit_secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         _ => return Err(bad()),
     };
-    if secs == 0 {
-        return Err(bad());
+    match n.checked_mul(unit_secs) {
+        Some(0) => Err(bad()),
+        Some(secs) if secs <= MAX_DURATION_SECS => Ok(Duration::from_secs(secs)),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!("{text:?} is longer than 3650d; to re-read more, use `callsync backfill`"),
+        )),
     }
-    Ok(Duration::from_secs(secs))
 }
 
 fn secs(

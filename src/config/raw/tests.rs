@@ -127,6 +127,10 @@ fn every_invalid_value_is_one_line_naming_its_key() {
             "config: sync.reconcile_window: \"7 days\" is not a duration such as 90s, 15m, 12h or 7d",
         ),
         (
+            with("sync", "reconcile_window = \"213503982334601d\""),
+            "config: sync.reconcile_window: \"213503982334601d\" is longer than 3650d; to re-read more, use `callsync backfill`",
+        ),
+        (
             with("sync", "concurrency = 0"),
             "config: sync.concurrency: 0 is outside 1..=64",
         ),
