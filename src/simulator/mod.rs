@@ -14,6 +14,7 @@ mod query;
 mod routes;
 mod seed;
 mod state;
+mod validate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -4,6 +4,8 @@
 //! `400 Unexpected field: <name>`; a malformed integer, boolean or zone-less timestamp, a
 //! page below 1 or a page_size outside 1..=100 is a 400; creating calls on an enabled
 //! schedule without `force=true` is a 409; every error body has the spec's error shape.
+//! Call-creation bodies are checked field by field in `validate.rs`, so every problem points at
+//! its field.
 
 use std::sync::Arc;
 
@@ -19,9 +21,10 @@ use uuid::Uuid;
 use super::Shared;
 use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
+use super::validate::{self, Problem};
 use crate::api::{
-    BulkCreated, CallPage, ErrorBody, NewCall, NewCallsBulk, NewSchedule, Pagination,
-    PaginationLinks, Schedule, SchedulePatch, Timestamp,
+    BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
+    SchedulePatch, Timestamp,
 };
 
 pub fn router(shared: Arc<Shared>) -> Router {
@@ -84,12 +87,15 @@ fn parse_uid(text: &str, what: &str) -> Result<Uuid, Fail> {
     Uuid::parse_str(text).map_err(|_| not_found_error(format!("{what} {text}")))
 }
 
-/// Parses a JSON body, or answers 400 in the spec's shape.
+/// Parses a JSON body, or answers 400 in the spec's shape. Bodies that are not JSON at all
+/// point at the whole document (`""`); the call-creation endpoints parse a `Value` here and
+/// check its fields in `validate`, so that their errors point at each field.
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Fail> {
     serde_json::from_slice(body).map_err(|e| {
+        let pointer = e.is_syntax() || e.is_eof();
         bad_request(
             ErrorBody::new("Invalid request", "the body is not valid for this endpoint")
-                .with_error("Invalid body", e.to_string(), None),
+                .with_error("Invalid body", e.to_string(), pointer.then(String::new)),
         )
     })
 }
@@ -260,39 +266,14 @@ fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<Vec<i
     Ok(s.schedule.retry_intervals.clone())
 }
 
-fn validate_call(call: &NewCall, index: Option<usize>) -> Vec<(String, String, String)> {
-    let pointer = |field: &str| match index {
-        Some(i) => format!("/outbound_calls/{i}/{field}"),
-        None => format!("/{field}"),
-    };
-    let mut problems = Vec::new();
-    if let Some(problem) = life::phone_problem(&call.phone_number) {
-        problems.push((
-            "Invalid phone number".to_owned(),
-            format!("{:?} {problem}", call.phone_number),
-            pointer("phone_number"),
-        ));
-    }
-    for (name, value) in &call.custom_parameters {
-        if name.ends_with("_at") && Timestamp::parse(value).is_err() {
-            problems.push((
-                "Invalid custom parameter".to_owned(),
-                format!("{name} must be an ISO 8601 datetime with a timezone"),
-                pointer(&format!("custom_parameters/{name}")),
-            ));
-        }
-    }
-    problems
-}
-
-fn invalid_entries(problems: Vec<(String, String, String)>) -> Fail {
+fn invalid_entries(problems: Vec<Problem>) -> Fail {
     let n = problems.len();
     let body = problems.into_iter().fold(
         ErrorBody::new(
             "Invalid request",
             format!("{n} invalid value(s); nothing was created"),
         ),
-        |body, (title, detail, pointer)| body.with_error(title, detail, Some(pointer)),
+        |body, p| body.with_error(p.title, p.detail, Some(p.pointer)),
     );
     bad_request(body)
 }
@@ -305,12 +286,9 @@ async fn create_call(
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
-    let new: NewCall = json_body(&body)?;
+    let body: Value = json_body(&body)?;
     let intervals = check_creatable(&shared, schedule, force)?;
-    let problems = validate_call(&new, None);
-    if !problems.is_empty() {
-        return Err(invalid_entries(problems));
-    }
+    let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
     let now = state.now();
     let call = life::new_call(Uuid::new_v4(), &new, &intervals, now);
@@ -334,31 +312,13 @@ async fn bulk_create(
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
-    let bulk: NewCallsBulk = json_body(&body)?;
-    if !(1..=1000).contains(&bulk.outbound_calls.len()) {
-        return Err(bad_request(
-            ErrorBody::new("Invalid request", "send 1 to 1,000 outbound_calls").with_error(
-                "Invalid size",
-                format!("{} entries", bulk.outbound_calls.len()),
-                Some("/outbound_calls".into()),
-            ),
-        ));
-    }
+    let body: Value = json_body(&body)?;
     let intervals = check_creatable(&shared, schedule, force)?;
-    let problems: Vec<_> = bulk
-        .outbound_calls
-        .iter()
-        .enumerate()
-        .flat_map(|(i, call)| validate_call(call, Some(i)))
-        .collect();
-    if !problems.is_empty() {
-        return Err(invalid_entries(problems));
-    }
+    let entries = validate::bulk(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
     // One request, one instant: every call of a bulk upload shares its updated_at.
     let now = state.now();
-    let uids: Vec<Uuid> = bulk
-        .outbound_calls
+    let uids: Vec<Uuid> = entries
         .iter()
         .map(|new| {
             let call = life::new_call(Uuid::new_v4(), new, &intervals, now);

@@ -707,3 +707,147 @@ async fn the_generator_seeds_what_was_asked() {
         );
     }
 }
+
+/// `(title, pointer)` of every error item, in order.
+fn problems(body: &Value) -> Vec<(String, String)> {
+    body["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["title"].as_str().unwrap_or("").to_owned(),
+                        e["source"]["pointer"]
+                            .as_str()
+                            .unwrap_or("(none)")
+                            .to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn create_bodies_are_checked_field_by_field_with_pointers() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    use reqwest::Method;
+    let schedule = p.sim.schedule_uids()[0];
+    let single = format!("/api/v1/schedules/{schedule}/outbound_calls?force=true");
+    let bulk = format!("/api/v1/schedules/{schedule}/outbound_calls/bulk?force=true");
+    let before = p.truth().len();
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(t, p)| (t.to_string(), p.to_string()))
+            .collect()
+    };
+
+    // The reviewer's bodies: a wrong type, or a missing phone number, in the 2nd entry.
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls":[{"phone_number":"+15550000001"},{"phone_number":15550000002_u64}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        problems(&body),
+        owned(&[("Invalid type", "/outbound_calls/1/phone_number")])
+    );
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls":[{"phone_number":"+15550000001"},{"full_name":"x"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        problems(&body),
+        owned(&[("Missing field", "/outbound_calls/1/phone_number")])
+    );
+
+    // Every problem of every entry, each pointing at its field; the same entry gives the same
+    // errors alone (pointer `/<field>`) as in a bulk request.
+    let bad_entries = [
+        (
+            json!({"phone_number": "+15550100", "email": 7}),
+            vec![("Invalid type", "/email")],
+        ),
+        (
+            json!({"phone_number": null}),
+            vec![("Missing field", "/phone_number")],
+        ),
+        (
+            json!({"phone_number": "+15550100", "custom_parameters": {"plan": true, "due_at": "soon"}}),
+            vec![
+                ("Invalid type", "/custom_parameters/plan"),
+                ("Invalid custom parameter", "/custom_parameters/due_at"),
+            ],
+        ),
+        (
+            json!({"phone_number": "5550100", "nickname": "Ada"}),
+            vec![
+                ("Unexpected field: nickname", "/nickname"),
+                ("Invalid phone number", "/phone_number"),
+            ],
+        ),
+        (json!(["+15550100"]), vec![("Invalid type", "")]),
+    ];
+    let good = json!({"phone_number": "+15550100", "full_name": "Ada", "custom_parameters": {"plan": "gold"}});
+    let mut entries = vec![good.clone()];
+    let mut expected_bulk = Vec::new();
+    for (i, (entry, expected)) in bad_entries.iter().enumerate() {
+        let (status, body) = p.send(Method::POST, &single, entry.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{entry}");
+        assert_eq!(problems(&body), owned(expected), "{entry}");
+        entries.push(entry.clone());
+        expected_bulk.extend(
+            expected
+                .iter()
+                .map(|(t, ptr)| (t.to_string(), format!("/outbound_calls/{}{ptr}", i + 1))),
+        );
+    }
+    entries.push(good.clone());
+    let (status, body) = p
+        .send(Method::POST, &bulk, json!({ "outbound_calls": entries }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problems(&body), expected_bulk);
+    assert_eq!(body["detail"], "7 invalid value(s); nothing was created");
+
+    // Not JSON at all: the pointer is the whole document.
+    let r = p
+        .http
+        .post(p.url(&bulk))
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body("{\"outbound_calls\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(problems(&body), owned(&[("Invalid body", "")]));
+
+    assert_eq!(p.truth().len(), before, "nothing was created");
+    // Only phone_number is required, alone or in bulk.
+    let minimal = json!({"phone_number": "+15550100"});
+    assert_eq!(
+        p.send(Method::POST, &single, minimal.clone()).await.0,
+        StatusCode::CREATED
+    );
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls": [minimal, good]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["data"].as_array().map(Vec::len)),
+        (StatusCode::CREATED, Some(2))
+    );
+    assert_eq!(p.truth().len(), before + 3);
+}
