@@ -9,8 +9,10 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
@@ -26,6 +28,10 @@ use crate::api::{
     BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
     SchedulePatch, Timestamp,
 };
+
+/// Largest request body accepted. axum's default (2 MB) is smaller than a valid 1,000-entry
+/// bulk request with long names and parameters; 32 MiB leaves room for any valid one.
+pub const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -44,11 +50,101 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/api/v1/outbound_calls/{uid}", get(get_call))
         .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Inside the fault layer, so an injected 502 keeps its proxy's HTML page.
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             super::faults::middleware,
         ))
         .with_state(shared)
+}
+
+/// The body of a request that must carry JSON (`Content-Type: application/json`, spec,
+/// Endpoints), read within [`BODY_LIMIT`]; every rejection is a [`Fail`] in the spec's shape.
+pub struct JsonBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = Fail;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Fail> {
+        let media_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim);
+        if !media_type.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
+            return Err(fail(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported media type",
+                format!(
+                    "the body must be JSON sent with Content-Type: application/json, not {}",
+                    media_type.map_or("no Content-Type".into(), |m| format!("{m:?}"))
+                ),
+            ));
+        }
+        Bytes::from_request(request, state)
+            .await
+            .map(JsonBody)
+            .map_err(|rejection| {
+                let status = rejection.status();
+                fail(status, status_title(status), rejection.body_text())
+            })
+    }
+}
+
+/// The safety net for answers axum gives by itself (405 with an empty body, a path that does
+/// not decode, …): any error response that is not JSON is rewritten in the spec's error shape,
+/// keeping its status and headers (`Allow` on a 405).
+async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allowed = parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        format!("{method} is not allowed on {path}; allowed: {allowed}")
+    } else if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let rewritten = error(status, status_title(status), detail);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let (new_parts, body) = rewritten.into_parts();
+    parts.headers.extend(new_parts.headers);
+    Response::from_parts(parts, body)
+}
+
+/// The error body's `title` for a status.
+fn status_title(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "Invalid request",
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::METHOD_NOT_ALLOWED => "Method not allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "Payload too large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Unsupported media type",
+        other => other.canonical_reason().unwrap_or("Error"),
+    }
 }
 
 /// A response in the spec's error shape.
@@ -79,8 +175,12 @@ fn not_found_error(what: impl std::fmt::Display) -> Fail {
     fail(StatusCode::NOT_FOUND, "Not found", format!("no {what}"))
 }
 
-async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "Not found", "no such endpoint")
+async fn not_found(request: Request) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        format!("no such endpoint: {}", request.uri().path()),
+    )
 }
 
 fn parse_uid(text: &str, what: &str) -> Result<Uuid, Fail> {
@@ -170,7 +270,7 @@ async fn call_flow(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -
     }
 }
 
-async fn create_campaign(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Reply {
+async fn create_campaign(State(shared): State<Arc<Shared>>, JsonBody(body): JsonBody) -> Reply {
     let value: Value = json_body(&body)?;
     if value.get("is_enabled").is_some() {
         return Err(bad_request(
@@ -203,7 +303,7 @@ async fn create_campaign(State(shared): State<Arc<Shared>>, body: axum::body::By
 async fn create_schedule(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let campaign = parse_uid(&uid, "campaign")?;
     let new: NewSchedule = json_body(&body)?;
@@ -232,7 +332,7 @@ async fn create_schedule(
 async fn patch_schedule(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let uid = parse_uid(&uid, "schedule")?;
     let patch: SchedulePatch = json_body(&body)?;
@@ -282,7 +382,7 @@ async fn create_call(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     RawQuery(query): RawQuery,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
@@ -308,7 +408,7 @@ async fn bulk_create(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     RawQuery(query): RawQuery,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;

@@ -851,3 +851,127 @@ async fn create_bodies_are_checked_field_by_field_with_pointers() {
     );
     assert_eq!(p.truth().len(), before + 3);
 }
+
+#[tokio::test]
+async fn framework_rejections_are_json_in_the_spec_shape() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let schedule = p.sim.schedule_uids()[0];
+    let bulk = p.url(&format!(
+        "/api/v1/schedules/{schedule}/outbound_calls/bulk?force=true"
+    ));
+    // The status, the error body's title, and its Allow header if any.
+    async fn shape(r: reqwest::Response) -> (u16, String, Option<String>) {
+        let status = r.status().as_u16();
+        let allow = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let json = r.headers()["content-type"] == "application/json";
+        let body: Value = r.json().await.expect("a JSON body");
+        assert!(
+            json && body["detail"].is_string() && body["errors"].is_array(),
+            "{body}"
+        );
+        (status, body["title"].as_str().unwrap().to_owned(), allow)
+    }
+
+    // A valid 1,000-entry bulk request of over 2 MB (axum's default limit) is accepted.
+    let long = "x".repeat(2_100);
+    let entries: Vec<Value> = (0..1000)
+        .map(|i| json!({"phone_number": format!("+1555{i:07}"), "full_name": long}))
+        .collect();
+    let body = serde_json::to_vec(&json!({ "outbound_calls": entries })).unwrap();
+    assert!(body.len() > 2 * 1024 * 1024);
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1000
+    );
+
+    // Over the 32 MiB limit: 413.
+    let huge = vec![b' '; 32 * 1024 * 1024 + 1];
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shape(r).await, (413, "Payload too large".into(), None));
+
+    // Not JSON, or no Content-Type at all: 415.
+    for content_type in [Some("text/plain"), None] {
+        let mut request = p
+            .http
+            .post(&bulk)
+            .bearer_auth(p.sim.access_token())
+            .body(r#"{"outbound_calls": [{"phone_number": "+15550100"}]}"#);
+        if let Some(t) = content_type {
+            request = request.header("content-type", t);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(shape(r).await, (415, "Unsupported media type".into(), None));
+    }
+    // `; charset=utf-8` is still JSON.
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json; charset=utf-8")
+        .body(r#"{"outbound_calls": [{"phone_number": "+15550100"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+
+    // A known path with the wrong method: 405 with Allow.
+    let r = p.http.get(p.sim.token_url()).send().await.unwrap();
+    assert_eq!(
+        shape(r).await,
+        (405, "Method not allowed".into(), Some("POST".into()))
+    );
+    let r = p
+        .http
+        .get(p.url(&format!("/api/v1/schedules/{schedule}")))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        shape(r).await,
+        (405, "Method not allowed".into(), Some("PATCH".into()))
+    );
+    // Unknown routes, and a path that does not decode.
+    for path in ["/api/v1/nothing/here", "/elsewhere"] {
+        let r = p
+            .http
+            .get(p.url(path))
+            .bearer_auth(p.sim.access_token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shape(r).await, (404, "Not found".into(), None), "{path}");
+    }
+    let r = p
+        .http
+        .get(p.url("/api/v1/outbound_calls/%FF"))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shape(r).await, (400, "Invalid request".into(), None));
+}
