@@ -187,20 +187,60 @@ impl Shared {
     }
 
     /// `Ok` when the header carries the static token or an unexpired issued one.
-    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), &'static str> {
+    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), AuthProblem> {
         let value = header
-            .and_then(|h| h.to_str().ok())
-            .ok_or("missing Authorization header")?;
-        let token = value
-            .strip_prefix("Bearer ")
-            .ok_or("the Authorization header must be `Bearer <token>`")?;
+            .map(|h| h.to_str().map_err(|_| AuthProblem::NotBearer))
+            .transpose()?
+            .ok_or(AuthProblem::Missing)?;
+        let token = credentials(value, "Bearer").ok_or(AuthProblem::NotBearer)?;
         if token == self.static_token {
             return Ok(());
         }
         match lock(&self.tokens).get(token) {
             Some(expiry) if Instant::now() < *expiry => Ok(()),
-            Some(_) => Err("the access token has expired"),
-            None => Err("the access token is not valid"),
+            Some(_) => Err(AuthProblem::Expired),
+            None => Err(AuthProblem::Unknown),
+        }
+    }
+}
+
+/// The credentials of an `Authorization` header value of `scheme`: the scheme name is
+/// case-insensitive and followed by one or more spaces (RFC 7235, section 2.1).
+fn credentials<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
+    let (name, rest) = value.split_once(' ')?;
+    let credentials = rest.trim();
+    (name.eq_ignore_ascii_case(scheme) && !credentials.is_empty()).then_some(credentials)
+}
+
+/// Why a request to `/api/v1` is not authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthProblem {
+    Missing,
+    NotBearer,
+    Expired,
+    Unknown,
+}
+
+impl AuthProblem {
+    pub(crate) fn detail(self) -> &'static str {
+        match self {
+            AuthProblem::Missing => "missing Authorization header",
+            AuthProblem::NotBearer => "the Authorization header must be `Bearer <token>`",
+            AuthProblem::Expired => "the access token has expired",
+            AuthProblem::Unknown => "the access token is not valid",
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge (RFC 6750, section 3): without bearer credentials no
+    /// error code; with a token we do not accept, `invalid_token` and the reason.
+    pub(crate) fn challenge(self) -> String {
+        const REALM: &str = "Bearer realm=\"callsync-simulator\"";
+        match self {
+            AuthProblem::Missing | AuthProblem::NotBearer => REALM.to_owned(),
+            AuthProblem::Expired | AuthProblem::Unknown => format!(
+                "{REALM}, error=\"invalid_token\", error_description=\"{}\"",
+                self.detail()
+            ),
         }
     }
 }

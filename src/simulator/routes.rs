@@ -218,8 +218,13 @@ async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Stri
         )
     });
     if id != shared.client_id || secret != shared.client_secret {
+        // RFC 6749, section 5.2: a 401 names the scheme the client may authenticate with.
         return (
             StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"callsync-simulator\"",
+            )],
             Json(json!({"error": "invalid_client"})),
         )
             .into_response();
@@ -236,8 +241,8 @@ async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Stri
 fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
     use base64_lite::decode;
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let encoded = value.strip_prefix("Basic ")?;
-    let decoded = String::from_utf8(decode(encoded.trim())?).ok()?;
+    let encoded = super::credentials(value, "Basic")?;
+    let decoded = String::from_utf8(decode(encoded)?).ok()?;
     let (id, secret) = decoded.split_once(':')?;
     Some((id.to_owned(), secret.to_owned()))
 }

@@ -975,3 +975,90 @@ async fn framework_rejections_are_json_in_the_spec_shape() {
         .unwrap();
     assert_eq!(shape(r).await, (400, "Invalid request".into(), None));
 }
+
+#[tokio::test]
+async fn unauthorized_answers_carry_a_bearer_challenge_and_the_scheme_is_case_insensitive() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let path = p.url(&format!(
+        "/api/v1/schedules/{}/outbound_calls",
+        p.sim.schedule_uids()[0]
+    ));
+    let token = p.sim.access_token();
+    let with_header = |value: Option<String>| {
+        let mut request = p.http.get(&path);
+        if let Some(v) = value {
+            request = request.header("authorization", v);
+        }
+        request.send()
+    };
+    let realm = r#"Bearer realm="callsync-simulator""#;
+    for (header, challenge, detail) in [
+        (None, realm.to_owned(), "missing Authorization header"),
+        (
+            Some(format!("Basic {token}")),
+            realm.to_owned(),
+            "the Authorization header must be `Bearer <token>`",
+        ),
+        (
+            Some("Bearer nope".to_owned()),
+            format!(
+                r#"{realm}, error="invalid_token", error_description="the access token is not valid""#
+            ),
+            "the access token is not valid",
+        ),
+    ] {
+        let r = with_header(header.clone()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{header:?}");
+        assert_eq!(
+            r.headers()["www-authenticate"].to_str().unwrap(),
+            challenge,
+            "{header:?}"
+        );
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            (body["title"].as_str(), body["detail"].as_str()),
+            (Some("Unauthorized"), Some(detail)),
+            "{header:?}"
+        );
+    }
+    for scheme in ["bearer", "BEARER", "Bearer ", "bEaReR"] {
+        let r = with_header(Some(format!("{scheme} {token}")))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{scheme:?}");
+    }
+
+    // The token endpoint: `basic` in any case; a refused client gets a Basic challenge.
+    let encoded = {
+        // HTTP Basic credentials by hand, to send the scheme name in lower case.
+        let r = p
+            .http
+            .post(p.sim.token_url())
+            .basic_auth(p.sim.client_id(), Some(p.sim.client_secret()))
+            .build()
+            .unwrap();
+        r.headers()["authorization"].to_str().unwrap()["Basic ".len()..].to_owned()
+    };
+    let r = p
+        .http
+        .post(p.sim.token_url())
+        .header("authorization", format!("basic {encoded}"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = p
+        .http
+        .post(p.sim.token_url())
+        .basic_auth("x", Some("y"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        r#"Basic realm="callsync-simulator""#
+    );
+}
