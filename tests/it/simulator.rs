@@ -267,6 +267,14 @@ async fn malformed_queries_are_400s_in_the_spec_shape() {
         ("page=two", "Invalid value"),
         ("is_test_call=yes", "Invalid value"),
         ("updated_after=2026-01-01T00:00:00", "Invalid value"),
+        ("status=pending&status=completed", "Duplicate field: status"),
+        (
+            "page_size=10&updated_after=2026-01-01T00:00:00Z&page_size=20",
+            "Duplicate field: page_size",
+        ),
+        ("status=", "Invalid value"),
+        ("progress=answered,", "Invalid value"),
+        ("source=api,,quick_call_api", "Invalid value"),
     ] {
         let (status, body) = p
             .get(&format!(
@@ -277,6 +285,18 @@ async fn malformed_queries_are_400s_in_the_spec_shape() {
         assert_eq!(body["title"], "Invalid request", "{query}");
         assert_eq!(error_titles(&body), vec![title.to_owned()], "{query}");
     }
+    let (status, body) = p
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/v1/schedules/{schedule}/outbound_calls?force=true&force=true"),
+            json!({"phone_number": "+15550100"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        error_titles(&body),
+        vec!["Duplicate field: force".to_owned()]
+    );
     let (status, body) = p
         .get("/api/v1/outbound_calls/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
         .await;
