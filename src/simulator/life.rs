@@ -14,6 +14,13 @@ use crate::api::{
     Timestamp,
 };
 
+/// A random (version 4, RFC 4122 variant) uid drawn from `rng`. Every uid the simulator makes
+/// comes from here: from the generator's seeded stream, the seeded data is the same on every
+/// run; from the runtime stream (seeded by the OS), new resources never collide with it.
+pub fn uid(rng: &mut impl Rng) -> Uuid {
+    uuid::Builder::from_random_bytes(rng.random()).into_uuid()
+}
+
 /// A new call as the service stores it: pending, in queue, no attempts.
 pub fn new_call(
     uid: Uuid,
@@ -97,7 +104,7 @@ pub fn dial(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
     let answered_at = answered.then(|| started.saturating_add(std::time::Duration::from_secs(4)));
     let transferred = answered && rng.random_bool(0.1);
     let mut attempt = Attempt {
-        uid: Uuid::new_v4(),
+        uid: uid(rng),
         status: status.to_owned(),
         started_at: Some(started),
         answered_at,
@@ -116,7 +123,7 @@ pub fn dial(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
     if answered {
         add_outcome(&mut attempt, now, rng);
         attempt.call_attempts_variables = Some(vec![AttemptVariable {
-            uid: Uuid::new_v4(),
+            uid: uid(rng),
             name: "preferred_time".into(),
             value: Some(Value::String(
                 ["morning", "afternoon", "evening"]
@@ -155,7 +162,7 @@ pub fn dial(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
             Some(now.saturating_add(std::time::Duration::from_secs(wait.max(0) as u64)));
     }
     if answered && rng.random_bool(0.5) {
-        add_notification(call, now);
+        add_notification(call, now, rng);
     }
 }
 
@@ -172,7 +179,7 @@ pub fn child_change(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng)
             true
         }
         _ => {
-            add_notification(call, now);
+            add_notification(call, now, rng);
             true
         }
     }
@@ -183,18 +190,18 @@ fn add_outcome(attempt: &mut Attempt, now: Timestamp, rng: &mut impl Rng) {
         .call_outcomes
         .get_or_insert_with(Vec::new)
         .push(Outcome {
-            uid: Uuid::new_v4(),
+            uid: uid(rng),
             name: OUTCOMES.choose(rng).unwrap_or(&"interested").to_string(),
             created_at: Some(now),
             extra: Map::new(),
         });
 }
 
-fn add_notification(call: &mut OutboundCall, now: Timestamp) {
+fn add_notification(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
     call.call_notifications
         .get_or_insert_with(Vec::new)
         .push(Notification {
-            uid: Uuid::new_v4(),
+            uid: uid(rng),
             status: Some("delivered".into()),
             message_count: Some(1),
             delivered_at: Some(now),

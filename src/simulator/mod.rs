@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -248,6 +248,8 @@ impl AuthProblem {
 /// A running simulator; dropping it does not stop it, [`Simulator::shutdown`] does.
 pub struct Simulator {
     shared: Arc<Shared>,
+    campaign: Uuid,
+    call_flow: Uuid,
     schedules: Vec<Uuid>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -278,9 +280,8 @@ impl Simulator {
         })?;
         let base_url = Url::parse(&format!("http://{addr}"))
             .unwrap_or_else(|_| unreachable!("a socket address makes a valid URL"));
-        let mut rng = StdRng::seed_from_u64(options.seed);
         let mut state = state::State::new(options.precision);
-        let schedules = seed::populate(
+        let seeded = seed::populate(
             &mut state,
             options.seed,
             options.schedules,
@@ -290,8 +291,8 @@ impl Simulator {
             state: Mutex::new(state),
             base_url,
             client_id: "callsync-test-client".into(),
-            client_secret: format!("secret-{}", rng.random::<u64>()),
-            static_token: format!("static-{}", rng.random::<u64>()),
+            client_secret: seeded.client_secret,
+            static_token: seeded.static_token,
             summary_list: options.summary_list,
             token_lifetime: options.token_lifetime,
             late_commit: options.late_commit,
@@ -300,7 +301,9 @@ impl Simulator {
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
-            rng: Mutex::new(rng),
+            // Not the generator's stream: what happens at runtime (uids of new resources,
+            // the dialer's choices, faults) must not repeat what the seed made.
+            rng: Mutex::new(StdRng::from_os_rng()),
             dialer_running: AtomicBool::new(options.dialer.is_some()),
         });
         let stop = CancellationToken::new();
@@ -320,7 +323,9 @@ impl Simulator {
         }
         Ok(Simulator {
             shared,
-            schedules,
+            campaign: seeded.campaign,
+            call_flow: seeded.call_flow,
+            schedules: seeded.schedules,
             stop,
             tasks,
         })
@@ -350,8 +355,19 @@ impl Simulator {
         self.shared.static_token.clone()
     }
 
+    /// The seeded schedules, in creation order.
     pub fn schedule_uids(&self) -> Vec<Uuid> {
         self.schedules.clone()
+    }
+
+    /// The seeded campaign, which holds the seeded schedules.
+    pub fn campaign_uid(&self) -> Uuid {
+        self.campaign
+    }
+
+    /// The seeded call flow: `GET /api/v1/call_flows/{uid}` leads to [`Self::campaign_uid`].
+    pub fn call_flow_uid(&self) -> Uuid {
+        self.call_flow
     }
 
     /// Every visible call of `schedule` exactly as `GET /outbound_calls/{uid}` returns it.
@@ -400,7 +416,7 @@ impl Simulator {
         let now = state.now();
         (0..n)
             .map(|i| {
-                let uid = Uuid::from_u128(rng.random());
+                let uid = life::uid(&mut *rng);
                 let call = life::new_call(uid, &seed::contact(&mut *rng, i), &intervals, now);
                 state.insert_call(schedule, call, "api");
                 uid
@@ -427,13 +443,15 @@ impl Simulator {
     /// What `callsync simulate` prints: where it listens and how to reach it.
     pub fn summary(&self) -> String {
         let mut out = format!(
-            "simulator listening on {}\n  base_url      = \"{}\"\n  access_token  = \"{}\"\n  token_url     = \"{}\"\n  client_id     = \"{}\"\n  client_secret = \"{}\"\n  schedules     = [",
+            "simulator listening on {}\n  base_url      = \"{}\"\n  access_token  = \"{}\"\n  token_url     = \"{}\"\n  client_id     = \"{}\"\n  client_secret = \"{}\"\n  call_flow     = \"{}\"\n  campaign      = \"{}\"\n  schedules     = [",
             self.base_url(),
             self.base_url(),
             self.access_token(),
             self.token_url(),
             self.client_id(),
-            self.client_secret()
+            self.client_secret(),
+            self.call_flow,
+            self.campaign,
         );
         let uids: Vec<String> = self.schedules.iter().map(|u| format!("\"{u}\"")).collect();
         out.push_str(&uids.join(", "));

@@ -318,7 +318,7 @@ async fn create_schedule(
     }
     let now = state.now();
     let schedule = Schedule {
-        uid: Uuid::new_v4(),
+        uid: life::uid(&mut *shared.rng()),
         name: new.name,
         starts_at: new.starts_at,
         ends_at: new.ends_at,
@@ -396,7 +396,7 @@ async fn create_call(
     let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
     let now = state.now();
-    let call = life::new_call(Uuid::new_v4(), &new, &intervals, now);
+    let call = life::new_call(life::uid(&mut *shared.rng()), &new, &intervals, now);
     state.insert_call(schedule, call.clone(), "api");
     // The single-create response keys custom parameters by their numeric id.
     let mut response = call;
@@ -423,10 +423,11 @@ async fn bulk_create(
     let mut state = shared.state();
     // One request, one instant: every call of a bulk upload shares its updated_at.
     let now = state.now();
+    let mut rng = shared.rng();
     let uids: Vec<Uuid> = entries
         .iter()
         .map(|new| {
-            let call = life::new_call(Uuid::new_v4(), new, &intervals, now);
+            let call = life::new_call(life::uid(&mut *rng), new, &intervals, now);
             let uid = call.uid;
             state.insert_call(schedule, call, "api");
             uid

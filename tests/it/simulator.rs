@@ -538,10 +538,192 @@ async fn campaigns_schedules_and_call_creation_follow_the_spec() {
 #[tokio::test]
 async fn call_flows_lead_to_their_campaign() {
     let p = Probe::new(SimulatorOptions::default()).await;
+    let (flow, campaign) = (p.sim.call_flow_uid(), p.sim.campaign_uid());
+    let summary = p.sim.summary();
+    assert!(
+        summary.contains(&format!("call_flow     = \"{flow}\""))
+            && summary.contains(&format!("campaign      = \"{campaign}\"")),
+        "`simulate` prints both:\n{summary}"
+    );
+    let (status, body) = p.get(&format!("/api/v1/call_flows/{flow}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["campaign_uid"], campaign.to_string());
+    // The campaign it leads to is the seeded one: schedules can be created in it.
+    let (status, _) = p
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/v1/campaigns/{campaign}/schedules"),
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
     let (status, _) = p
         .get("/api/v1/call_flows/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Every uid in a call: its own and its children's.
+fn call_uids(call: &OutboundCall) -> Vec<uuid::Uuid> {
+    let mut uids = vec![call.uid];
+    for a in call.outbound_call_attempts.iter().flatten() {
+        uids.push(a.uid);
+        uids.extend(a.call_outcomes.iter().flatten().map(|o| o.uid));
+        uids.extend(a.call_attempts_variables.iter().flatten().map(|v| v.uid));
+    }
+    uids.extend(call.call_notifications.iter().flatten().map(|n| n.uid));
+    uids
+}
+
+fn assert_rfc_4122_v4(uid: uuid::Uuid) {
+    assert_eq!(
+        (uid.get_version(), uid.get_variant()),
+        (Some(uuid::Version::Random), uuid::Variant::RFC4122),
+        "{uid}"
+    );
+}
+
+#[tokio::test]
+async fn uids_are_rfc_4122_v4_and_new_resources_never_reuse_seeded_ones() {
+    let p = Probe::new(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 200,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    use reqwest::Method;
+    let mut seeded = vec![p.sim.campaign_uid(), p.sim.call_flow_uid()];
+    for schedule in p.sim.schedule_uids() {
+        seeded.push(schedule);
+        seeded.extend(p.sim.truth(schedule).iter().flat_map(call_uids));
+    }
+    let children = seeded.len() - 2 - 2 * 201;
+    assert!(children > 100, "the seed made attempts and their children");
+    for uid in &seeded {
+        assert_rfc_4122_v4(*uid);
+    }
+
+    // What the reviewer saw: the 1st new campaign took the call flow's uid, the 2nd new one
+    // schedule S1's.
+    let mut created = Vec::new();
+    for _ in 0..2 {
+        let (_, campaign) = p
+            .send(
+                Method::POST,
+                "/api/v1/campaigns",
+                json!({"name": "c", "type": "scheduled_call"}),
+            )
+            .await;
+        created.push(campaign["uid"].as_str().unwrap().parse().unwrap());
+    }
+    let (_, schedule) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/campaigns/{}/schedules", created[0]),
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60]}),
+        )
+        .await;
+    let s = schedule["uid"].as_str().unwrap().to_owned();
+    created.push(s.parse().unwrap());
+    let (_, call) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls"),
+            json!({"phone_number": "+15550100"}),
+        )
+        .await;
+    created.push(call["uid"].as_str().unwrap().parse().unwrap());
+    let (_, bulk) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls/bulk"),
+            json!({"outbound_calls": [{"phone_number": "+15550101"}, {"phone_number": "+15550102"}]}),
+        )
+        .await;
+    created.extend(serde_json::from_value::<Vec<uuid::Uuid>>(bulk["data"].clone()).unwrap());
+    created.extend(p.sim.bulk_create_now(p.sim.schedule_uids()[0], 2));
+    assert_eq!(created.len(), 8);
+    let mut all = seeded.clone();
+    all.extend(&created);
+    for uid in &created {
+        assert_rfc_4122_v4(*uid);
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        seeded.len() + created.len(),
+        "no uid is used twice"
+    );
+}
+
+/// Compares two JSON documents that must be equal except for timestamps, and collects the
+/// shift of every timestamp (in nanoseconds) from `a` to `b`.
+fn same_but_shifted(a: &Value, b: &Value, at: &str, shifts: &mut Vec<i128>) {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => match (Timestamp::parse(x), Timestamp::parse(y)) {
+            (Ok(x), Ok(y)) => shifts.push(y.unix_nanos() - x.unix_nanos()),
+            _ => assert_eq!(x, y, "{at}"),
+        },
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{at}"
+            );
+            for (k, v) in x {
+                same_but_shifted(v, &y[k], &format!("{at}/{k}"), shifts);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                same_but_shifted(v, w, &format!("{at}/{i}"), shifts);
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[tokio::test]
+async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
+    let options = SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 300,
+        seed: 5,
+        ..SimulatorOptions::default()
+    };
+    let a = start(options.clone()).await;
+    // Most runs start in another second than `a`: the timestamps then move, the rest stays.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let b = start(options.clone()).await;
+    assert_eq!(
+        (a.campaign_uid(), a.call_flow_uid(), a.schedule_uids()),
+        (b.campaign_uid(), b.call_flow_uid(), b.schedule_uids())
+    );
+    assert_eq!(
+        (a.access_token(), a.client_secret()),
+        (b.access_token(), b.client_secret())
+    );
+    let mut shifts = Vec::new();
+    for schedule in a.schedule_uids() {
+        let (x, y) = (a.truth(schedule), b.truth(schedule));
+        same_but_shifted(
+            &serde_json::to_value(&x).unwrap(),
+            &serde_json::to_value(&y).unwrap(),
+            "",
+            &mut shifts,
+        );
+    }
+    shifts.sort();
+    shifts.dedup();
+    assert_eq!(shifts.len(), 1, "one shift for every timestamp: {shifts:?}");
+    assert_eq!(shifts[0] % 1_000_000_000, 0, "a whole number of seconds");
+
+    let other = start(SimulatorOptions { seed: 6, ..options }).await;
+    assert_ne!(other.schedule_uids(), a.schedule_uids());
 }
 
 #[tokio::test]
