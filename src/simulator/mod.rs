@@ -2,7 +2,7 @@
 //!
 //! It stands in for the real service in every test, benchmark and the demo, so it follows
 //! the spec rule by rule (`routes.rs`, `query.rs`) and adds knobs to make life hard for a
-//! client: timestamp precision, a dialer that changes calls while a client pages
+//! client: timestamp precision, a dialer that works the calls while a client pages
 //! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
 //! and child changes that do not bump `updated_at`. Tests read its ground truth with
 //! [`Simulator::truth`]. It reuses `api::models`; product code never imports it.
@@ -70,11 +70,23 @@ impl Default for SimulatorOptions {
     }
 }
 
-/// The dialer: every `tick`, it moves `calls_per_tick` random calls of enabled schedules along.
+/// The dialer (`dialer.rs`): every `tick` it finishes the attempts whose end has come, lets new
+/// calls arrive now and then, and starts attempts on calls whose time has come.
+///
+/// Spans (ringing, talk, retry intervals, arrivals) are nominal seconds that last
+/// `time_scale` real seconds each. `Default` runs 1,000 times faster than real time
+/// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s), so that tests and the demo see
+/// whole call histories in seconds; `callsync simulate --dialer` runs in real time.
 #[derive(Debug, Clone)]
 pub struct DialerOptions {
     pub tick: Duration,
+    /// At most this many attempts start per tick (the lines of the call centre).
     pub calls_per_tick: usize,
+    /// Real seconds per nominal second; 1.0 is real time.
+    pub time_scale: f64,
+    /// A batch of 1 to 10 new calls arrives this often (nominal time) on a random enabled
+    /// schedule; `None`: no new calls.
+    pub new_calls_every: Option<Duration>,
     /// Also make child-only changes (an outcome, a delivered notification) that do NOT bump
     /// the call's `updated_at`, as the service may.
     pub child_changes_without_bump: bool,
@@ -85,6 +97,8 @@ impl Default for DialerOptions {
         DialerOptions {
             tick: Duration::from_millis(50),
             calls_per_tick: 5,
+            time_scale: 0.001,
+            new_calls_every: Some(Duration::from_secs(300)),
             child_changes_without_bump: false,
         }
     }
@@ -404,24 +418,18 @@ impl Simulator {
         };
     }
 
-    /// `n` new calls sharing one `updated_at` (a bulk upload, without HTTP).
+    /// `n` new calls sharing one `updated_at`: a bulk upload with `force=true`, without HTTP.
+    /// None on a schedule the simulator does not have.
     pub fn bulk_create_now(&self, schedule: Uuid, n: usize) -> Vec<Uuid> {
         let mut state = self.shared.state();
         let mut rng = self.shared.rng();
-        let intervals = state
-            .schedules
-            .get(&schedule)
-            .map(|s| s.schedule.retry_intervals.clone())
-            .unwrap_or_default();
-        let now = state.now();
-        (0..n)
-            .map(|i| {
-                let uid = life::uid(&mut *rng);
-                let call = life::new_call(uid, &seed::contact(&mut *rng, i), &intervals, now);
-                state.insert_call(schedule, call, "api");
-                uid
-            })
-            .collect()
+        let first = state.calls.len();
+        let entries: Vec<_> = (first..first + n)
+            .map(|i| seed::contact(&mut *rng, i))
+            .collect();
+        state
+            .create_calls(schedule, &entries, true, &mut *rng)
+            .unwrap_or_default()
     }
 
     /// Bumps the calls' `updated_at` to now (a concurrent update).

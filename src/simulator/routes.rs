@@ -23,6 +23,7 @@ use uuid::Uuid;
 use super::Shared;
 use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
+use super::state::Refusal;
 use super::validate::{self, Problem};
 use crate::api::{
     BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
@@ -356,19 +357,23 @@ async fn patch_schedule(
 }
 
 /// Checks the schedule exists and accepts new calls (disabled, or `force=true`).
-fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<Vec<i64>, Fail> {
-    let state = shared.state();
-    let Some(s) = state.schedules.get(&schedule) else {
-        return Err(not_found_error(format!("schedule {schedule}")));
-    };
-    if s.schedule.is_enabled && !force {
-        return Err(fail(
+fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<(), Fail> {
+    shared
+        .state()
+        .creatable(schedule, force)
+        .map(drop)
+        .map_err(|refusal| refused(refusal, schedule))
+}
+
+fn refused(refusal: Refusal, schedule: Uuid) -> Fail {
+    match refusal {
+        Refusal::NoSuchSchedule => not_found_error(format!("schedule {schedule}")),
+        Refusal::Enabled => fail(
             StatusCode::CONFLICT,
             "Schedule is enabled",
             "calls can be added only while the schedule is disabled, unless force=true is sent",
-        ));
+        ),
     }
-    Ok(s.schedule.retry_intervals.clone())
 }
 
 fn invalid_entries(problems: Vec<Problem>) -> Fail {
@@ -392,12 +397,23 @@ async fn create_call(
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
     let body: Value = json_body(&body)?;
-    let intervals = check_creatable(&shared, schedule, force)?;
+    check_creatable(&shared, schedule, force)?;
     let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
-    let now = state.now();
-    let call = life::new_call(life::uid(&mut *shared.rng()), &new, &intervals, now);
-    state.insert_call(schedule, call.clone(), "api");
+    let created = state
+        .create_calls(schedule, &[new], force, &mut *shared.rng())
+        .map_err(|refusal| refused(refusal, schedule))?;
+    let call = created
+        .first()
+        .and_then(|uid| state.calls.get(uid))
+        .map(|c| c.call.clone())
+        .ok_or_else(|| {
+            fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Server error",
+                "the new call was not stored",
+            )
+        })?;
     // The single-create response keys custom parameters by their numeric id.
     let mut response = call;
     response.outbound_call_info.custom_parameters = response
@@ -418,21 +434,12 @@ async fn bulk_create(
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
     let body: Value = json_body(&body)?;
-    let intervals = check_creatable(&shared, schedule, force)?;
+    check_creatable(&shared, schedule, force)?;
     let entries = validate::bulk(&body).map_err(invalid_entries)?;
-    let mut state = shared.state();
-    // One request, one instant: every call of a bulk upload shares its updated_at.
-    let now = state.now();
-    let mut rng = shared.rng();
-    let uids: Vec<Uuid> = entries
-        .iter()
-        .map(|new| {
-            let call = life::new_call(life::uid(&mut *rng), new, &intervals, now);
-            let uid = call.uid;
-            state.insert_call(schedule, call, "api");
-            uid
-        })
-        .collect();
+    let uids = shared
+        .state()
+        .create_calls(schedule, &entries, force, &mut *shared.rng())
+        .map_err(|refusal| refused(refusal, schedule))?;
     Ok((StatusCode::CREATED, Json(BulkCreated { data: uids })).into_response())
 }
 

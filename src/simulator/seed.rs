@@ -12,9 +12,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::Map;
 use uuid::Uuid;
 
-use super::life;
+use super::life::{self, AttemptPlan, Pace};
 use super::state::State;
-use crate::api::{CallFlow, Campaign, NewCall, Schedule, Timestamp};
+use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
 
 const FIRST: [&str; 12] = [
     "Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Frances", "Ken", "Margaret", "Dennis",
@@ -162,6 +162,10 @@ fn seed_calls(
 ) {
     let span = to.unix_nanos() - from.unix_nanos();
     let unit = state.precision.unit_nanos();
+    let pace = Pace {
+        scale: 1.0,
+        unit_nanos: unit,
+    };
     let intervals = state
         .schedules
         .get(&schedule)
@@ -176,14 +180,9 @@ fn seed_calls(
         let uid = life::uid(rng);
         let mut call = life::new_call(uid, &contact(rng, i), &intervals, at);
         call.is_test_call = Some(rng.random_bool(0.02));
-        // About a third of the calls have been dialled already, minutes after creation.
+        // About a third of the calls have been worked already; the rest wait in the queue.
         if rng.random_bool(0.35) {
-            let dialled = at
-                .saturating_add(Duration::from_secs(rng.random_range(60..3600)))
-                .min(to)
-                .truncated(unit);
-            life::dial(&mut call, dialled, rng);
-            call.updated_at = dialled;
+            history(&mut call, pace, to, rng);
         }
         let source = if rng.random_bool(0.1) {
             "quick_call_api"
@@ -196,5 +195,25 @@ fn seed_calls(
     calls.sort_unstable_by_key(|(c, _)| (c.updated_at, c.uid));
     for (call, source) in calls {
         state.insert_call(schedule, call, source);
+    }
+}
+
+/// The attempts a call had before `until`, by the dialer's rules: the first minutes to an hour
+/// after creation, each retry some minutes after its cooldown ended, until the call completes
+/// or the next attempt would not have ended yet. Each is stamped when it ended.
+fn history(call: &mut OutboundCall, pace: Pace, until: Timestamp, rng: &mut impl Rng) {
+    let mut start = pace.after(call.created_at, rng.random_range(60..3600));
+    while call.status == "pending" {
+        let plan = AttemptPlan::draw(rng);
+        let ended = pace.after(start, plan.length_secs());
+        if ended > until {
+            return;
+        }
+        life::record_attempt(call, &plan, start, pace, ended, rng);
+        call.updated_at = ended;
+        let Some(cooldown) = call.cooldown_until else {
+            return;
+        };
+        start = pace.after(cooldown, rng.random_range(0..600));
     }
 }

@@ -870,6 +870,7 @@ async fn child_changes_can_leave_updated_at_alone() {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
             child_changes_without_bump: true,
+            ..DialerOptions::default()
         }),
         ..SimulatorOptions::default()
     })
@@ -1262,5 +1263,190 @@ async fn unauthorized_answers_carry_a_bearer_challenge_and_the_scheme_is_case_in
     assert_eq!(
         r.headers()["www-authenticate"],
         r#"Basic realm="callsync-simulator""#
+    );
+}
+
+/// The rules every call history follows, seeded or dialled (README, "The simulator"), at
+/// `scale` real seconds per nominal second or slower.
+fn assert_lifelike(calls: &[OutboundCall], now: Timestamp, scale: f64) {
+    let span = |secs: i64| Duration::from_nanos((secs as f64 * scale * 1e9).round() as u64);
+    for c in calls {
+        let uid = c.uid;
+        assert!(
+            c.created_at <= c.updated_at && c.updated_at <= now,
+            "{uid}: created_at <= updated_at <= now"
+        );
+        let attempts = c.outbound_call_attempts.as_deref().unwrap_or_default();
+        let intervals = c.retry_intervals.clone().unwrap_or_default();
+        assert!(attempts.len() <= intervals.len() + 1, "{uid}: attempts");
+        for (k, a) in attempts.iter().enumerate() {
+            let (started, ended) = (a.started_at.unwrap(), a.ended_at.unwrap());
+            let updated = a.updated_at.unwrap();
+            assert_eq!(a.created_at, Some(started), "{uid}");
+            assert!(c.created_at <= started, "{uid}: dialled after creation");
+            assert_eq!(a.answered_at.is_some(), a.status == "hangup", "{uid}");
+            let answered = a.answered_at.unwrap_or(started);
+            assert!(
+                started <= answered && answered <= ended && ended <= updated,
+                "{uid}: started <= answered <= ended <= attempt.updated_at"
+            );
+            assert!(
+                updated <= c.updated_at,
+                "{uid}: attempt.updated_at <= call.updated_at"
+            );
+            if let Some(transfer) = a.transfer_started_at {
+                let connected = a.transfer_answered_at.unwrap();
+                assert!(answered <= transfer && transfer <= connected && connected <= ended);
+            }
+            let children = a
+                .call_outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.created_at)
+                .chain(
+                    a.call_attempts_variables
+                        .iter()
+                        .flatten()
+                        .map(|v| v.created_at),
+                );
+            for at in children {
+                assert!((ended..=updated).contains(&at.unwrap()), "{uid}: children");
+            }
+            if k > 0 {
+                let previous = attempts[k - 1].ended_at.unwrap();
+                assert!(
+                    started >= previous.saturating_add(span(intervals[k - 1])),
+                    "{uid}: attempt {k} started before the cooldown after attempt {} ended",
+                    k - 1
+                );
+            }
+        }
+        for n in c.call_notifications.iter().flatten() {
+            assert!(
+                n.delivered_at.unwrap() <= c.updated_at,
+                "{uid}: notification"
+            );
+        }
+        let answered = attempts.last().is_some_and(|a| a.answered_at.is_some());
+        if c.status == "completed" {
+            assert!(answered || attempts.len() == intervals.len() + 1, "{uid}");
+            assert_eq!((c.attempts_remaining, c.cooldown_until), (Some(0), None));
+            let progress = if answered { "answered" } else { "unanswered" };
+            assert_eq!(c.progress.as_deref(), Some(progress), "{uid}");
+        } else {
+            assert_eq!(c.status, "pending", "{uid}");
+            assert!(!answered, "{uid}: an answered call is completed");
+            let left = (intervals.len() + 1 - attempts.len()) as i64;
+            assert_eq!(c.attempts_remaining, Some(left), "{uid}");
+            match attempts.last() {
+                None => assert_eq!(
+                    (c.progress.as_deref(), c.cooldown_until),
+                    (Some("in_queue"), None),
+                    "{uid}"
+                ),
+                Some(last) => {
+                    assert_eq!(c.progress.as_deref(), Some("unanswered"), "{uid}");
+                    let wait = span(intervals[attempts.len() - 1]);
+                    assert!(
+                        c.cooldown_until.unwrap() >= last.ended_at.unwrap().saturating_add(wait),
+                        "{uid}: cooldown_until = end of the last attempt + the next interval"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
+    let scale = 0.001;
+    let options = SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 150,
+        seed: 9,
+        ..SimulatorOptions::default()
+    };
+    // The generator follows the same rules, at real time.
+    let seeded = Probe::new(options.clone()).await;
+    let calls: Vec<OutboundCall> = seeded
+        .sim
+        .schedule_uids()
+        .into_iter()
+        .flat_map(|s| seeded.sim.truth(s))
+        .collect();
+    assert_lifelike(&calls, Timestamp::now(), 1.0);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.outbound_call_attempts.as_ref().unwrap().len() > 1)
+    );
+
+    let p = Probe::new(SimulatorOptions {
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            time_scale: scale,
+            // 0.1 s at this scale.
+            new_calls_every: Some(Duration::from_secs(100)),
+            child_changes_without_bump: false,
+        }),
+        ..options
+    })
+    .await;
+    let all = |p: &Probe| -> Vec<OutboundCall> {
+        p.sim
+            .schedule_uids()
+            .into_iter()
+            .flat_map(|s| p.sim.truth(s))
+            .collect()
+    };
+    let started = Timestamp::now();
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    p.sim.set_dialer_running(false);
+    let now = Timestamp::now();
+    let calls = all(&p);
+    assert_lifelike(&calls, now, scale);
+
+    let mut uids: Vec<_> = calls.iter().flat_map(call_uids).collect();
+    uids.iter().for_each(|u| assert_rfc_4122_v4(*u));
+    let n = uids.len();
+    uids.sort();
+    uids.dedup();
+    assert_eq!(uids.len(), n, "every uid is new");
+
+    let arrived: Vec<&OutboundCall> = calls.iter().filter(|c| c.created_at >= started).collect();
+    assert!(arrived.len() >= 10, "new calls arrived: {}", arrived.len());
+    assert!(
+        arrived.iter().any(|c| c.status == "completed"),
+        "new calls are dialled too"
+    );
+    let retried = calls
+        .iter()
+        .filter(|c| {
+            let attempts = c.outbound_call_attempts.as_deref().unwrap_or_default();
+            attempts.len() >= 2 && attempts[1].started_at.unwrap() >= started
+        })
+        .count();
+    assert!(retried > 0, "calls were retried after their cooldown");
+    let progress: std::collections::BTreeSet<_> = calls
+        .iter()
+        .map(|c| (c.status.as_str(), c.progress.as_deref().unwrap_or("")))
+        .collect();
+    for state in [
+        ("completed", "answered"),
+        ("completed", "unanswered"),
+        ("pending", "unanswered"),
+    ] {
+        assert!(progress.contains(&state), "{state:?} in {progress:?}");
+    }
+    // Still at work after the first rush: attempts ended in the last half second.
+    let recent = now.saturating_sub(Duration::from_millis(500));
+    assert!(
+        calls
+            .iter()
+            .flat_map(|c| c.outbound_call_attempts.iter().flatten())
+            .any(|a| a.updated_at.unwrap() >= recent),
+        "the dialer keeps producing changes"
     );
 }
