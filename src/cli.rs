@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
-use crate::simulator::{Precision, Simulator, SimulatorOptions};
+use crate::simulator::{DialerOptions, Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
@@ -138,9 +138,14 @@ struct SimulateArgs {
     /// Precision of the service's timestamps
     #[arg(long, value_enum, default_value_t = PrecisionArg::Micros)]
     precision: PrecisionArg,
-    /// Move calls along over time (attempts, outcomes, notifications)
+    /// Work the calls over time: attempts, outcomes, notifications, retries after each
+    /// schedule's intervals, new calls now and then
     #[arg(long)]
     dialer: bool,
+    /// Real seconds per second of the dialer's time (ringing, talk, retry intervals, new
+    /// calls): 1 is real time, 0.01 runs 100 times faster
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0, value_parser = parse_time_scale)]
+    time_scale: f64,
     /// Seed for the generated data
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -414,7 +419,10 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
             PrecisionArg::Micros => Precision::Micros,
         },
         seed: args.seed,
-        dialer: args.dialer.then(Default::default),
+        dialer: args.dialer.then(|| DialerOptions {
+            time_scale: args.time_scale,
+            ..DialerOptions::default()
+        }),
         ..SimulatorOptions::default()
     };
     let simulator = Simulator::start(args.listen, options)
@@ -425,6 +433,16 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     cancel_on_signal().cancelled().await;
     simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--time-scale`: a positive, finite factor.
+fn parse_time_scale(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err(format!(
+            "{text:?} is not a positive number (1 is real time, 0.01 is 100 times faster)"
+        )),
+    }
 }
 
 fn start_engine(config: &Config) -> Result<Engine> {

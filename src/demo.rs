@@ -123,7 +123,7 @@ fn render(o: &Overview, path: &Path) -> String {
     for (name, n) in &o.top_outcomes {
         let _ = writeln!(out, "  {name:<20} {n:>6}");
     }
-    out.push_str("\nAnswer rate per schedule (dialled calls)\n");
+    out.push_str("\nAnswer rate per schedule (dialled calls, test calls left out)\n");
     for (schedule, dialled, answered) in &o.answer_rates {
         let rate = if *dialled > 0 {
             100.0 * *answered as f64 / *dialled as f64

@@ -2,7 +2,8 @@
 //!
 //! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
 //! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the
-//! connection closes before the response is complete).
+//! connection closes before the response is complete). A 401 carries the `WWW-Authenticate`
+//! challenge of RFC 6750.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +74,13 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         return next.run(request).await;
     }
     if let Err(problem) = shared.check_bearer(request.headers().get(header::AUTHORIZATION)) {
-        return error(StatusCode::UNAUTHORIZED, "Unauthorized", problem);
+        let mut response = error(StatusCode::UNAUTHORIZED, "Unauthorized", problem.detail());
+        if let Ok(challenge) = problem.challenge().parse() {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        return response;
     }
     match shared.roll_fault() {
         Some(Fault::Status(502)) => (

@@ -2,7 +2,7 @@
 //!
 //! It stands in for the real service in every test, benchmark and the demo, so it follows
 //! the spec rule by rule (`routes.rs`, `query.rs`) and adds knobs to make life hard for a
-//! client: timestamp precision, a dialer that changes calls while a client pages
+//! client: timestamp precision, a dialer that works the calls while a client pages
 //! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
 //! and child changes that do not bump `updated_at`. Tests read its ground truth with
 //! [`Simulator::truth`]. It reuses `api::models`; product code never imports it.
@@ -14,6 +14,7 @@ mod query;
 mod routes;
 mod seed;
 mod state;
+mod validate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use url::Url;
@@ -69,11 +70,23 @@ impl Default for SimulatorOptions {
     }
 }
 
-/// The dialer: every `tick`, it moves `calls_per_tick` random calls of enabled schedules along.
+/// The dialer (`dialer.rs`): every `tick` it finishes the attempts whose end has come, lets new
+/// calls arrive now and then, and starts attempts on calls whose time has come.
+///
+/// Spans (ringing, talk, retry intervals, arrivals) are nominal seconds that last
+/// `time_scale` real seconds each. `Default` runs 1,000 times faster than real time
+/// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s), so that tests and the demo see
+/// whole call histories in seconds; `callsync simulate --dialer` runs in real time.
 #[derive(Debug, Clone)]
 pub struct DialerOptions {
     pub tick: Duration,
+    /// At most this many attempts start per tick (the lines of the call centre).
     pub calls_per_tick: usize,
+    /// Real seconds per nominal second; 1.0 is real time.
+    pub time_scale: f64,
+    /// A batch of 1 to 10 new calls arrives this often (nominal time) on a random enabled
+    /// schedule; `None`: no new calls.
+    pub new_calls_every: Option<Duration>,
     /// Also make child-only changes (an outcome, a delivered notification) that do NOT bump
     /// the call's `updated_at`, as the service may.
     pub child_changes_without_bump: bool,
@@ -84,6 +97,8 @@ impl Default for DialerOptions {
         DialerOptions {
             tick: Duration::from_millis(50),
             calls_per_tick: 5,
+            time_scale: 0.001,
+            new_calls_every: Some(Duration::from_secs(300)),
             child_changes_without_bump: false,
         }
     }
@@ -186,20 +201,60 @@ impl Shared {
     }
 
     /// `Ok` when the header carries the static token or an unexpired issued one.
-    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), &'static str> {
+    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), AuthProblem> {
         let value = header
-            .and_then(|h| h.to_str().ok())
-            .ok_or("missing Authorization header")?;
-        let token = value
-            .strip_prefix("Bearer ")
-            .ok_or("the Authorization header must be `Bearer <token>`")?;
+            .map(|h| h.to_str().map_err(|_| AuthProblem::NotBearer))
+            .transpose()?
+            .ok_or(AuthProblem::Missing)?;
+        let token = credentials(value, "Bearer").ok_or(AuthProblem::NotBearer)?;
         if token == self.static_token {
             return Ok(());
         }
         match lock(&self.tokens).get(token) {
             Some(expiry) if Instant::now() < *expiry => Ok(()),
-            Some(_) => Err("the access token has expired"),
-            None => Err("the access token is not valid"),
+            Some(_) => Err(AuthProblem::Expired),
+            None => Err(AuthProblem::Unknown),
+        }
+    }
+}
+
+/// The credentials of an `Authorization` header value of `scheme`: the scheme name is
+/// case-insensitive and followed by one or more spaces (RFC 7235, section 2.1).
+fn credentials<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
+    let (name, rest) = value.split_once(' ')?;
+    let credentials = rest.trim();
+    (name.eq_ignore_ascii_case(scheme) && !credentials.is_empty()).then_some(credentials)
+}
+
+/// Why a request to `/api/v1` is not authorized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthProblem {
+    Missing,
+    NotBearer,
+    Expired,
+    Unknown,
+}
+
+impl AuthProblem {
+    pub(crate) fn detail(self) -> &'static str {
+        match self {
+            AuthProblem::Missing => "missing Authorization header",
+            AuthProblem::NotBearer => "the Authorization header must be `Bearer <token>`",
+            AuthProblem::Expired => "the access token has expired",
+            AuthProblem::Unknown => "the access token is not valid",
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge (RFC 6750, section 3): without bearer credentials no
+    /// error code; with a token we do not accept, `invalid_token` and the reason.
+    pub(crate) fn challenge(self) -> String {
+        const REALM: &str = "Bearer realm=\"callsync-simulator\"";
+        match self {
+            AuthProblem::Missing | AuthProblem::NotBearer => REALM.to_owned(),
+            AuthProblem::Expired | AuthProblem::Unknown => format!(
+                "{REALM}, error=\"invalid_token\", error_description=\"{}\"",
+                self.detail()
+            ),
         }
     }
 }
@@ -207,6 +262,8 @@ impl Shared {
 /// A running simulator; dropping it does not stop it, [`Simulator::shutdown`] does.
 pub struct Simulator {
     shared: Arc<Shared>,
+    campaign: Uuid,
+    call_flow: Uuid,
     schedules: Vec<Uuid>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
@@ -237,9 +294,8 @@ impl Simulator {
         })?;
         let base_url = Url::parse(&format!("http://{addr}"))
             .unwrap_or_else(|_| unreachable!("a socket address makes a valid URL"));
-        let mut rng = StdRng::seed_from_u64(options.seed);
         let mut state = state::State::new(options.precision);
-        let schedules = seed::populate(
+        let seeded = seed::populate(
             &mut state,
             options.seed,
             options.schedules,
@@ -249,8 +305,8 @@ impl Simulator {
             state: Mutex::new(state),
             base_url,
             client_id: "callsync-test-client".into(),
-            client_secret: format!("secret-{}", rng.random::<u64>()),
-            static_token: format!("static-{}", rng.random::<u64>()),
+            client_secret: seeded.client_secret,
+            static_token: seeded.static_token,
             summary_list: options.summary_list,
             token_lifetime: options.token_lifetime,
             late_commit: options.late_commit,
@@ -259,7 +315,9 @@ impl Simulator {
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
-            rng: Mutex::new(rng),
+            // Not the generator's stream: what happens at runtime (uids of new resources,
+            // the dialer's choices, faults) must not repeat what the seed made.
+            rng: Mutex::new(StdRng::from_os_rng()),
             dialer_running: AtomicBool::new(options.dialer.is_some()),
         });
         let stop = CancellationToken::new();
@@ -279,7 +337,9 @@ impl Simulator {
         }
         Ok(Simulator {
             shared,
-            schedules,
+            campaign: seeded.campaign,
+            call_flow: seeded.call_flow,
+            schedules: seeded.schedules,
             stop,
             tasks,
         })
@@ -309,8 +369,19 @@ impl Simulator {
         self.shared.static_token.clone()
     }
 
+    /// The seeded schedules, in creation order.
     pub fn schedule_uids(&self) -> Vec<Uuid> {
         self.schedules.clone()
+    }
+
+    /// The seeded campaign, which holds the seeded schedules.
+    pub fn campaign_uid(&self) -> Uuid {
+        self.campaign
+    }
+
+    /// The seeded call flow: `GET /api/v1/call_flows/{uid}` leads to [`Self::campaign_uid`].
+    pub fn call_flow_uid(&self) -> Uuid {
+        self.call_flow
     }
 
     /// Every visible call of `schedule` exactly as `GET /outbound_calls/{uid}` returns it.
@@ -347,24 +418,18 @@ impl Simulator {
         };
     }
 
-    /// `n` new calls sharing one `updated_at` (a bulk upload, without HTTP).
+    /// `n` new calls sharing one `updated_at`: a bulk upload with `force=true`, without HTTP.
+    /// None on a schedule the simulator does not have.
     pub fn bulk_create_now(&self, schedule: Uuid, n: usize) -> Vec<Uuid> {
         let mut state = self.shared.state();
         let mut rng = self.shared.rng();
-        let intervals = state
-            .schedules
-            .get(&schedule)
-            .map(|s| s.schedule.retry_intervals.clone())
-            .unwrap_or_default();
-        let now = state.now();
-        (0..n)
-            .map(|i| {
-                let uid = Uuid::from_u128(rng.random());
-                let call = life::new_call(uid, &seed::contact(&mut *rng, i), &intervals, now);
-                state.insert_call(schedule, call, "api");
-                uid
-            })
-            .collect()
+        let first = state.calls.len();
+        let entries: Vec<_> = (first..first + n)
+            .map(|i| seed::contact(&mut *rng, i))
+            .collect();
+        state
+            .create_calls(schedule, &entries, true, &mut *rng)
+            .unwrap_or_default()
     }
 
     /// Bumps the calls' `updated_at` to now (a concurrent update).
@@ -386,13 +451,15 @@ impl Simulator {
     /// What `callsync simulate` prints: where it listens and how to reach it.
     pub fn summary(&self) -> String {
         let mut out = format!(
-            "simulator listening on {}\n  base_url      = \"{}\"\n  access_token  = \"{}\"\n  token_url     = \"{}\"\n  client_id     = \"{}\"\n  client_secret = \"{}\"\n  schedules     = [",
+            "simulator listening on {}\n  base_url      = \"{}\"\n  access_token  = \"{}\"\n  token_url     = \"{}\"\n  client_id     = \"{}\"\n  client_secret = \"{}\"\n  call_flow     = \"{}\"\n  campaign      = \"{}\"\n  schedules     = [",
             self.base_url(),
             self.base_url(),
             self.access_token(),
             self.token_url(),
             self.client_id(),
-            self.client_secret()
+            self.client_secret(),
+            self.call_flow,
+            self.campaign,
         );
         let uids: Vec<String> = self.schedules.iter().map(|u| format!("\"{u}\"")).collect();
         out.push_str(&uids.join(", "));

@@ -2,7 +2,8 @@
 //!
 //! Values are URL-decoded as a form (`%2B` is `+`; a bare `+` is a space, as every form
 //! decoder reads it). Each problem becomes a 400 in the spec's error shape naming the
-//! parameter.
+//! parameter; a repeated parameter (`Duplicate field: <name>`) and an empty list or list item
+//! are problems too.
 
 use url::form_urlencoded;
 
@@ -31,19 +32,15 @@ pub fn parse_list_query(query: Option<&str>) -> Result<ListParams, ErrorBody> {
         raw_pairs: pairs.clone(),
     };
     let f = &mut params.filter;
+    let mut seen = Seen::default();
     for (name, value) in &pairs {
-        let list = || {
-            value
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        };
+        seen.once(name)?;
+        let list = || list(name, value);
         match name.as_str() {
-            "status" => f.status = list(),
-            "progress" => f.progress = list(),
-            "source" => f.source = list(),
-            "attempt_status" => f.attempt_status = list(),
+            "status" => f.status = list()?,
+            "progress" => f.progress = list()?,
+            "source" => f.source = list()?,
+            "attempt_status" => f.attempt_status = list()?,
             "outcome" => f.outcome = Some(value.clone()),
             "external_id" => f.external_id = Some(value.clone()),
             "is_test_call" => f.is_test_call = Some(boolean(name, value)?),
@@ -83,7 +80,9 @@ pub fn parse_list_query(query: Option<&str>) -> Result<ListParams, ErrorBody> {
 /// The create endpoints' only parameter: `force`.
 pub fn parse_post_query(query: Option<&str>) -> Result<bool, ErrorBody> {
     let mut force = false;
+    let mut seen = Seen::default();
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        seen.once(&name)?;
         match name.as_ref() {
             "force" => force = boolean(&name, &value)?,
             other => return Err(unexpected(other)),
@@ -138,6 +137,43 @@ impl ListParams {
             && contains(&f.phonetic_last_name, &info.phonetic_last_name)
             && contains(&f.email, &info.email)
     }
+}
+
+/// The names a query has used so far. A repeated parameter is an error rather than "the last
+/// one wins" (or "any of them"), which would hide a client's mistake: lists are sent once,
+/// comma-delimited, as the spec says.
+#[derive(Default)]
+struct Seen(Vec<String>);
+
+impl Seen {
+    fn once(&mut self, name: &str) -> Result<(), ErrorBody> {
+        if self.0.iter().any(|n| n == name) {
+            return Err(ErrorBody::new(
+                "Invalid request",
+                "the query repeats a parameter; send a list once, comma-delimited",
+            )
+            .with_error(
+                format!("Duplicate field: {name}"),
+                format!("Duplicate field: {name}"),
+                Some(format!("/{name}")),
+            ));
+        }
+        self.0.push(name.to_owned());
+        Ok(())
+    }
+}
+
+/// A comma-delimited list with at least one item and no empty one: `status=` would otherwise
+/// match every call, the opposite of a filter.
+fn list(name: &str, value: &str) -> Result<Vec<String>, ErrorBody> {
+    let items: Vec<String> = value.split(',').map(|s| s.trim().to_owned()).collect();
+    if items.iter().any(String::is_empty) {
+        return Err(invalid(
+            name,
+            format!("{value:?} must list one or more values, comma-delimited, none empty"),
+        ));
+    }
+    Ok(items)
 }
 
 fn boolean(name: &str, value: &str) -> Result<bool, ErrorBody> {
@@ -198,11 +234,22 @@ mod tests {
             ("page=x", "page"),
             ("is_test_call=yes", "is_test_call"),
             ("updated_after=2026-01-01T10:00:00", "updated_after"),
+            ("status=pending&status=completed", "Duplicate field: status"),
+            ("page=1&page_size=10&page=2", "Duplicate field: page"),
+            ("status=", "status"),
+            ("progress=answered,,unanswered", "progress"),
+            ("attempt_status=busy,", "attempt_status"),
         ] {
             let err = parse_list_query(Some(query)).unwrap_err();
             assert!(format!("{err}").contains(needle), "{query}: {err}");
         }
         assert!(parse_post_query(Some("force=true")).unwrap());
         assert!(parse_post_query(Some("force=maybe")).is_err());
+        let err = parse_post_query(Some("force=false&force=true")).unwrap_err();
+        assert!(format!("{err}").contains("Duplicate field: force"), "{err}");
+        // A list's items are trimmed; an empty string filter is a filter (substring "").
+        let p = parse_list_query(Some("status=pending,%20completed&full_name=")).unwrap();
+        assert_eq!(p.filter.status, vec!["pending", "completed"]);
+        assert_eq!(p.filter.full_name.as_deref(), Some(""));
     }
 }

@@ -4,11 +4,15 @@
 //! `400 Unexpected field: <name>`; a malformed integer, boolean or zone-less timestamp, a
 //! page below 1 or a page_size outside 1..=100 is a 400; creating calls on an enabled
 //! schedule without `force=true` is a 409; every error body has the spec's error shape.
+//! Call-creation bodies are checked field by field in `validate.rs`, so every problem points at
+//! its field.
 
 use std::sync::Arc;
 
-use axum::extract::{Path, RawQuery, State};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
@@ -19,10 +23,16 @@ use uuid::Uuid;
 use super::Shared;
 use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
+use super::state::Refusal;
+use super::validate::{self, Problem};
 use crate::api::{
-    BulkCreated, CallPage, ErrorBody, NewCall, NewCallsBulk, NewSchedule, Pagination,
-    PaginationLinks, Schedule, SchedulePatch, Timestamp,
+    BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
+    SchedulePatch, Timestamp,
 };
+
+/// Largest request body accepted. axum's default (2 MB) is smaller than a valid 1,000-entry
+/// bulk request with long names and parameters; 32 MiB leaves room for any valid one.
+pub const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -41,11 +51,101 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .route("/api/v1/outbound_calls/{uid}", get(get_call))
         .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Inside the fault layer, so an injected 502 keeps its proxy's HTML page.
+        .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             super::faults::middleware,
         ))
         .with_state(shared)
+}
+
+/// The body of a request that must carry JSON (`Content-Type: application/json`, spec,
+/// Endpoints), read within [`BODY_LIMIT`]; every rejection is a [`Fail`] in the spec's shape.
+pub struct JsonBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = Fail;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Fail> {
+        let media_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .map(str::trim);
+        if !media_type.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
+            return Err(fail(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "Unsupported media type",
+                format!(
+                    "the body must be JSON sent with Content-Type: application/json, not {}",
+                    media_type.map_or("no Content-Type".into(), |m| format!("{m:?}"))
+                ),
+            ));
+        }
+        Bytes::from_request(request, state)
+            .await
+            .map(JsonBody)
+            .map_err(|rejection| {
+                let status = rejection.status();
+                fail(status, status_title(status), rejection.body_text())
+            })
+    }
+}
+
+/// The safety net for answers axum gives by itself (405 with an empty body, a path that does
+/// not decode, …): any error response that is not JSON is rewritten in the spec's error shape,
+/// keeping its status and headers (`Allow` on a 405).
+async fn json_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
+        let allowed = parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none");
+        format!("{method} is not allowed on {path}; allowed: {allowed}")
+    } else if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let rewritten = error(status, status_title(status), detail);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(header::CONTENT_TYPE);
+    let (new_parts, body) = rewritten.into_parts();
+    parts.headers.extend(new_parts.headers);
+    Response::from_parts(parts, body)
+}
+
+/// The error body's `title` for a status.
+fn status_title(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::BAD_REQUEST => "Invalid request",
+        StatusCode::NOT_FOUND => "Not found",
+        StatusCode::METHOD_NOT_ALLOWED => "Method not allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "Payload too large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Unsupported media type",
+        other => other.canonical_reason().unwrap_or("Error"),
+    }
 }
 
 /// A response in the spec's error shape.
@@ -76,20 +176,27 @@ fn not_found_error(what: impl std::fmt::Display) -> Fail {
     fail(StatusCode::NOT_FOUND, "Not found", format!("no {what}"))
 }
 
-async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "Not found", "no such endpoint")
+async fn not_found(request: Request) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        format!("no such endpoint: {}", request.uri().path()),
+    )
 }
 
 fn parse_uid(text: &str, what: &str) -> Result<Uuid, Fail> {
     Uuid::parse_str(text).map_err(|_| not_found_error(format!("{what} {text}")))
 }
 
-/// Parses a JSON body, or answers 400 in the spec's shape.
+/// Parses a JSON body, or answers 400 in the spec's shape. Bodies that are not JSON at all
+/// point at the whole document (`""`); the call-creation endpoints parse a `Value` here and
+/// check its fields in `validate`, so that their errors point at each field.
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Fail> {
     serde_json::from_slice(body).map_err(|e| {
+        let pointer = e.is_syntax() || e.is_eof();
         bad_request(
             ErrorBody::new("Invalid request", "the body is not valid for this endpoint")
-                .with_error("Invalid body", e.to_string(), None),
+                .with_error("Invalid body", e.to_string(), pointer.then(String::new)),
         )
     })
 }
@@ -112,8 +219,13 @@ async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Stri
         )
     });
     if id != shared.client_id || secret != shared.client_secret {
+        // RFC 6749, section 5.2: a 401 names the scheme the client may authenticate with.
         return (
             StatusCode::UNAUTHORIZED,
+            [(
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"callsync-simulator\"",
+            )],
             Json(json!({"error": "invalid_client"})),
         )
             .into_response();
@@ -130,8 +242,8 @@ async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Stri
 fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
     use base64_lite::decode;
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let encoded = value.strip_prefix("Basic ")?;
-    let decoded = String::from_utf8(decode(encoded.trim())?).ok()?;
+    let encoded = super::credentials(value, "Basic")?;
+    let decoded = String::from_utf8(decode(encoded)?).ok()?;
     let (id, secret) = decoded.split_once(':')?;
     Some((id.to_owned(), secret.to_owned()))
 }
@@ -164,7 +276,7 @@ async fn call_flow(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -
     }
 }
 
-async fn create_campaign(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Reply {
+async fn create_campaign(State(shared): State<Arc<Shared>>, JsonBody(body): JsonBody) -> Reply {
     let value: Value = json_body(&body)?;
     if value.get("is_enabled").is_some() {
         return Err(bad_request(
@@ -197,7 +309,7 @@ async fn create_campaign(State(shared): State<Arc<Shared>>, body: axum::body::By
 async fn create_schedule(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let campaign = parse_uid(&uid, "campaign")?;
     let new: NewSchedule = json_body(&body)?;
@@ -207,7 +319,7 @@ async fn create_schedule(
     }
     let now = state.now();
     let schedule = Schedule {
-        uid: Uuid::new_v4(),
+        uid: life::uid(&mut *shared.rng()),
         name: new.name,
         starts_at: new.starts_at,
         ends_at: new.ends_at,
@@ -226,7 +338,7 @@ async fn create_schedule(
 async fn patch_schedule(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let uid = parse_uid(&uid, "schedule")?;
     let patch: SchedulePatch = json_body(&body)?;
@@ -245,54 +357,33 @@ async fn patch_schedule(
 }
 
 /// Checks the schedule exists and accepts new calls (disabled, or `force=true`).
-fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<Vec<i64>, Fail> {
-    let state = shared.state();
-    let Some(s) = state.schedules.get(&schedule) else {
-        return Err(not_found_error(format!("schedule {schedule}")));
-    };
-    if s.schedule.is_enabled && !force {
-        return Err(fail(
+fn check_creatable(shared: &Shared, schedule: Uuid, force: bool) -> Result<(), Fail> {
+    shared
+        .state()
+        .creatable(schedule, force)
+        .map(drop)
+        .map_err(|refusal| refused(refusal, schedule))
+}
+
+fn refused(refusal: Refusal, schedule: Uuid) -> Fail {
+    match refusal {
+        Refusal::NoSuchSchedule => not_found_error(format!("schedule {schedule}")),
+        Refusal::Enabled => fail(
             StatusCode::CONFLICT,
             "Schedule is enabled",
             "calls can be added only while the schedule is disabled, unless force=true is sent",
-        ));
+        ),
     }
-    Ok(s.schedule.retry_intervals.clone())
 }
 
-fn validate_call(call: &NewCall, index: Option<usize>) -> Vec<(String, String, String)> {
-    let pointer = |field: &str| match index {
-        Some(i) => format!("/outbound_calls/{i}/{field}"),
-        None => format!("/{field}"),
-    };
-    let mut problems = Vec::new();
-    if let Some(problem) = life::phone_problem(&call.phone_number) {
-        problems.push((
-            "Invalid phone number".to_owned(),
-            format!("{:?} {problem}", call.phone_number),
-            pointer("phone_number"),
-        ));
-    }
-    for (name, value) in &call.custom_parameters {
-        if name.ends_with("_at") && Timestamp::parse(value).is_err() {
-            problems.push((
-                "Invalid custom parameter".to_owned(),
-                format!("{name} must be an ISO 8601 datetime with a timezone"),
-                pointer(&format!("custom_parameters/{name}")),
-            ));
-        }
-    }
-    problems
-}
-
-fn invalid_entries(problems: Vec<(String, String, String)>) -> Fail {
+fn invalid_entries(problems: Vec<Problem>) -> Fail {
     let n = problems.len();
     let body = problems.into_iter().fold(
         ErrorBody::new(
             "Invalid request",
             format!("{n} invalid value(s); nothing was created"),
         ),
-        |body, (title, detail, pointer)| body.with_error(title, detail, Some(pointer)),
+        |body, p| body.with_error(p.title, p.detail, Some(p.pointer)),
     );
     bad_request(body)
 }
@@ -301,20 +392,28 @@ async fn create_call(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     RawQuery(query): RawQuery,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
-    let new: NewCall = json_body(&body)?;
-    let intervals = check_creatable(&shared, schedule, force)?;
-    let problems = validate_call(&new, None);
-    if !problems.is_empty() {
-        return Err(invalid_entries(problems));
-    }
+    let body: Value = json_body(&body)?;
+    check_creatable(&shared, schedule, force)?;
+    let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
-    let now = state.now();
-    let call = life::new_call(Uuid::new_v4(), &new, &intervals, now);
-    state.insert_call(schedule, call.clone(), "api");
+    let created = state
+        .create_calls(schedule, &[new], force, &mut *shared.rng())
+        .map_err(|refusal| refused(refusal, schedule))?;
+    let call = created
+        .first()
+        .and_then(|uid| state.calls.get(uid))
+        .map(|c| c.call.clone())
+        .ok_or_else(|| {
+            fail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Server error",
+                "the new call was not stored",
+            )
+        })?;
     // The single-create response keys custom parameters by their numeric id.
     let mut response = call;
     response.outbound_call_info.custom_parameters = response
@@ -330,43 +429,17 @@ async fn bulk_create(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     RawQuery(query): RawQuery,
-    body: axum::body::Bytes,
+    JsonBody(body): JsonBody,
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let force = parse_post_query(query.as_deref()).map_err(bad_request)?;
-    let bulk: NewCallsBulk = json_body(&body)?;
-    if !(1..=1000).contains(&bulk.outbound_calls.len()) {
-        return Err(bad_request(
-            ErrorBody::new("Invalid request", "send 1 to 1,000 outbound_calls").with_error(
-                "Invalid size",
-                format!("{} entries", bulk.outbound_calls.len()),
-                Some("/outbound_calls".into()),
-            ),
-        ));
-    }
-    let intervals = check_creatable(&shared, schedule, force)?;
-    let problems: Vec<_> = bulk
-        .outbound_calls
-        .iter()
-        .enumerate()
-        .flat_map(|(i, call)| validate_call(call, Some(i)))
-        .collect();
-    if !problems.is_empty() {
-        return Err(invalid_entries(problems));
-    }
-    let mut state = shared.state();
-    // One request, one instant: every call of a bulk upload shares its updated_at.
-    let now = state.now();
-    let uids: Vec<Uuid> = bulk
-        .outbound_calls
-        .iter()
-        .map(|new| {
-            let call = life::new_call(Uuid::new_v4(), new, &intervals, now);
-            let uid = call.uid;
-            state.insert_call(schedule, call, "api");
-            uid
-        })
-        .collect();
+    let body: Value = json_body(&body)?;
+    check_creatable(&shared, schedule, force)?;
+    let entries = validate::bulk(&body).map_err(invalid_entries)?;
+    let uids = shared
+        .state()
+        .create_calls(schedule, &entries, force, &mut *shared.rng())
+        .map_err(|refusal| refused(refusal, schedule))?;
     Ok((StatusCode::CREATED, Json(BulkCreated { data: uids })).into_response())
 }
 

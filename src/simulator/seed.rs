@@ -1,5 +1,5 @@
 //! The data generator: campaigns, schedules and calls with realistic contacts, custom
-//! parameters and attempt histories, deterministic for a seed.
+//! parameters and attempt histories, deterministic for a seed (see [`populate`]).
 //!
 //! Fast enough for benchmarks (a million calls in seconds): calls are built directly as
 //! models, spread over the past week with occasional ties, and indexed once.
@@ -12,9 +12,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::Map;
 use uuid::Uuid;
 
-use super::life;
+use super::life::{self, AttemptPlan, Pace};
 use super::state::State;
-use crate::api::{CallFlow, Campaign, NewCall, Schedule, Timestamp};
+use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
 
 const FIRST: [&str; 12] = [
     "Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Frances", "Ken", "Margaret", "Dennis",
@@ -37,14 +37,31 @@ const LAST: [&str; 12] = [
 const PLANS: [&str; 3] = ["basic", "plus", "gold"];
 const REGIONS: [&str; 4] = ["north", "south", "east", "west"];
 
+/// What the generator made: the uids a user of the simulator needs, and its credentials.
+pub struct Seeded {
+    pub campaign: Uuid,
+    pub call_flow: Uuid,
+    /// In creation order.
+    pub schedules: Vec<Uuid>,
+    pub client_secret: String,
+    pub static_token: String,
+}
+
 /// A new campaign with one call flow and `schedules` schedules of `calls` calls each.
-/// Returns the schedule uids. Schedules are created enabled, so the dialer works them.
-pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) -> Vec<Uuid> {
+/// Schedules are created enabled, so the dialer works them.
+///
+/// Deterministic: everything comes from one RNG stream seeded with `seed`, uids included, and
+/// every timestamp is the start instant truncated to whole seconds minus an offset drawn from
+/// that stream. Two runs with one seed therefore differ only in their timestamps, all shifted by
+/// the same whole number of seconds (none at all within the same second).
+pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) -> Seeded {
     let mut rng = StdRng::seed_from_u64(seed);
-    let now = state.now();
+    let client_secret = format!("secret-{}", rng.random::<u64>());
+    let static_token = format!("static-{}", rng.random::<u64>());
+    let now = Timestamp::now().truncated(1_000_000_000);
     let week_ago = now.saturating_sub(Duration::from_secs(7 * 86_400));
     let campaign = campaign(&mut rng, now);
-    let flow = Uuid::from_u128(rng.random());
+    let flow = life::uid(&mut rng);
     let mut flow_extra = Map::new();
     flow_extra.insert("uid".into(), flow.to_string().into());
     flow_extra.insert("name".into(), "Appointment reminders".into());
@@ -57,7 +74,7 @@ pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) ->
     );
     let campaign_uid = campaign.uid;
     state.campaigns.insert(campaign_uid, campaign);
-    (0..schedules)
+    let schedules = (0..schedules)
         .map(|i| {
             let schedule = schedule(&mut rng, i, week_ago, true);
             let uid = schedule.uid;
@@ -65,12 +82,19 @@ pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) ->
             seed_calls(state, &mut rng, uid, calls, week_ago, now);
             uid
         })
-        .collect()
+        .collect();
+    Seeded {
+        campaign: campaign_uid,
+        call_flow: flow,
+        schedules,
+        client_secret,
+        static_token,
+    }
 }
 
 pub fn campaign(rng: &mut impl Rng, now: Timestamp) -> Campaign {
     Campaign {
-        uid: Uuid::from_u128(rng.random()),
+        uid: life::uid(rng),
         name: "Spring outreach".into(),
         is_enabled: false,
         kind: "scheduled_call".into(),
@@ -83,7 +107,7 @@ pub fn campaign(rng: &mut impl Rng, now: Timestamp) -> Campaign {
 
 pub fn schedule(rng: &mut impl Rng, i: usize, starts: Timestamp, enabled: bool) -> Schedule {
     Schedule {
-        uid: Uuid::from_u128(rng.random()),
+        uid: life::uid(rng),
         name: format!("Schedule {}", i + 1),
         starts_at: starts,
         ends_at: starts.saturating_add(Duration::from_secs(30 * 86_400)),
@@ -138,6 +162,10 @@ fn seed_calls(
 ) {
     let span = to.unix_nanos() - from.unix_nanos();
     let unit = state.precision.unit_nanos();
+    let pace = Pace {
+        scale: 1.0,
+        unit_nanos: unit,
+    };
     let intervals = state
         .schedules
         .get(&schedule)
@@ -149,17 +177,12 @@ fn seed_calls(
         let at = Timestamp::from_unix_nanos(from.unix_nanos() + offset)
             .unwrap_or(from)
             .truncated(unit);
-        let uid = Uuid::from_u128(rng.random());
+        let uid = life::uid(rng);
         let mut call = life::new_call(uid, &contact(rng, i), &intervals, at);
         call.is_test_call = Some(rng.random_bool(0.02));
-        // About a third of the calls have been dialled already, minutes after creation.
+        // About a third of the calls have been worked already; the rest wait in the queue.
         if rng.random_bool(0.35) {
-            let dialled = at
-                .saturating_add(Duration::from_secs(rng.random_range(60..3600)))
-                .min(to)
-                .truncated(unit);
-            life::dial(&mut call, dialled, rng);
-            call.updated_at = dialled;
+            history(&mut call, pace, to, rng);
         }
         let source = if rng.random_bool(0.1) {
             "quick_call_api"
@@ -172,5 +195,25 @@ fn seed_calls(
     calls.sort_unstable_by_key(|(c, _)| (c.updated_at, c.uid));
     for (call, source) in calls {
         state.insert_call(schedule, call, source);
+    }
+}
+
+/// The attempts a call had before `until`, by the dialer's rules: the first minutes to an hour
+/// after creation, each retry some minutes after its cooldown ended, until the call completes
+/// or the next attempt would not have ended yet. Each is stamped when it ended.
+fn history(call: &mut OutboundCall, pace: Pace, until: Timestamp, rng: &mut impl Rng) {
+    let mut start = pace.after(call.created_at, rng.random_range(60..3600));
+    while call.status == "pending" {
+        let plan = AttemptPlan::draw(rng);
+        let ended = pace.after(start, plan.length_secs());
+        if ended > until {
+            return;
+        }
+        life::record_attempt(call, &plan, start, pace, ended, rng);
+        call.updated_at = ended;
+        let Some(cooldown) = call.cooldown_until else {
+            return;
+        };
+        start = pace.after(cooldown, rng.random_range(0..600));
     }
 }

@@ -3,14 +3,17 @@
 //! Calls are stored as the detail endpoint returns them. Each schedule keeps its calls'
 //! `(updated_at, uid)` keys in a sorted vector, so a list request with `updated_after` is a
 //! binary search, whatever the number of calls. Late commits wait in `pending` until their
-//! time comes; until then the list and detail endpoints show the previous version.
+//! time comes; until then the list and detail endpoints show the previous version. Each
+//! schedule also keeps the dialer's queue of pending calls, by when they may be dialled.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use rand::Rng;
 use uuid::Uuid;
 
-use crate::api::{CallFlow, Campaign, OutboundCall, Schedule, Timestamp};
+use super::life;
+use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
 
 /// The precision of the service's timestamps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,6 +38,17 @@ pub struct ScheduleState {
     pub schedule: Schedule,
     /// `(updated_at, uid)` of the visible version of every call, sorted.
     index: Vec<(Timestamp, Uuid)>,
+    /// The dialer's queue: `(when it may be dialled, uid)` of every pending call that is not
+    /// being dialled (its `created_at`, then its `cooldown_until`), earliest first.
+    queue: BTreeSet<(Timestamp, Uuid)>,
+}
+
+/// Why calls cannot be created on a schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NoSuchSchedule,
+    /// Enabled, and `force=true` was not sent (spec, rule of call creation).
+    Enabled,
 }
 
 pub struct CallState {
@@ -86,14 +100,54 @@ impl State {
             ScheduleState {
                 schedule,
                 index: Vec::new(),
+                queue: BTreeSet::new(),
             },
         );
     }
 
-    /// Adds a new call (visible at once).
+    /// The schedule's retry intervals, when calls may be created on it: it exists, and it is
+    /// not enabled unless `force`.
+    pub fn creatable(&self, schedule: Uuid, force: bool) -> Result<Vec<i64>, Refusal> {
+        let s = self
+            .schedules
+            .get(&schedule)
+            .ok_or(Refusal::NoSuchSchedule)?;
+        if s.schedule.is_enabled && !force {
+            return Err(Refusal::Enabled);
+        }
+        Ok(s.schedule.retry_intervals.clone())
+    }
+
+    /// Creates calls as the create endpoints do: pending and in queue, all stamped with one
+    /// instant (one request, one `updated_at`), in order. The endpoints, `bulk_create_now` and
+    /// the dialer's arrivals all come here, so a new call is the same wherever it comes from.
+    pub fn create_calls(
+        &mut self,
+        schedule: Uuid,
+        entries: &[NewCall],
+        force: bool,
+        rng: &mut impl Rng,
+    ) -> Result<Vec<Uuid>, Refusal> {
+        let intervals = self.creatable(schedule, force)?;
+        let now = self.now();
+        Ok(entries
+            .iter()
+            .map(|entry| {
+                let call = life::new_call(life::uid(rng), entry, &intervals, now);
+                let uid = call.uid;
+                self.insert_call(schedule, call, "api");
+                uid
+            })
+            .collect())
+    }
+
+    /// Adds a new call (visible at once); a pending one joins the dialer's queue.
     pub fn insert_call(&mut self, schedule: Uuid, call: OutboundCall, source: &'static str) {
         if let Some(s) = self.schedules.get_mut(&schedule) {
             index_insert(&mut s.index, (call.updated_at, call.uid));
+            if let Some(key) = queue_key(&call) {
+                s.queue.insert(key);
+            }
         }
         self.all_calls.push(call.uid);
         self.calls.insert(
@@ -104,6 +158,55 @@ impl State {
                 source,
             },
         );
+    }
+
+    /// Takes up to `n` calls out of the dialer's queue whose time has come, from enabled
+    /// schedules whose window (`starts_at` to `ends_at`) holds `now`, a schedule at a time in
+    /// turn, each schedule's earliest first. The dialer puts them back with [`Self::requeue`]
+    /// if they stay pending.
+    pub fn take_due(&mut self, now: Timestamp, n: usize) -> Vec<Uuid> {
+        let open: Vec<Uuid> = self
+            .schedule_order
+            .iter()
+            .filter(|uid| {
+                self.schedules.get(uid).is_some_and(|s| {
+                    let sc = &s.schedule;
+                    sc.is_enabled && sc.starts_at <= now && now <= sc.ends_at
+                })
+            })
+            .copied()
+            .collect();
+        let mut taken = Vec::new();
+        while taken.len() < n {
+            let before = taken.len();
+            for uid in &open {
+                let Some(s) = self.schedules.get_mut(uid) else {
+                    continue;
+                };
+                if taken.len() == n {
+                    break;
+                }
+                if s.queue.first().is_some_and(|(due, _)| *due <= now)
+                    && let Some((_, call)) = s.queue.pop_first()
+                {
+                    taken.push(call);
+                }
+            }
+            if taken.len() == before {
+                break;
+            }
+        }
+        taken
+    }
+
+    /// Puts a call the dialer took back in its schedule's queue, if it is still pending.
+    pub fn requeue(&mut self, call: &OutboundCall) {
+        let Some(schedule) = self.calls.get(&call.uid).map(|c| c.schedule) else {
+            return;
+        };
+        if let (Some(s), Some(key)) = (self.schedules.get_mut(&schedule), queue_key(call)) {
+            s.queue.insert(key);
+        }
     }
 
     /// Replaces a call's visible version now, or after `late` when set (a late commit).
@@ -189,6 +292,12 @@ impl State {
         let next = self.parameter_ids.len() as u32 + 1001;
         *self.parameter_ids.entry(name.to_owned()).or_insert(next)
     }
+}
+
+/// A pending call's place in the dialer's queue: it may be dialled once created, and after an
+/// unanswered attempt once its cooldown is over.
+fn queue_key(call: &OutboundCall) -> Option<(Timestamp, Uuid)> {
+    (call.status == "pending").then(|| (call.cooldown_until.unwrap_or(call.created_at), call.uid))
 }
 
 fn index_insert(index: &mut Vec<(Timestamp, Uuid)>, key: (Timestamp, Uuid)) {

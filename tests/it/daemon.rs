@@ -305,6 +305,7 @@ async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
             child_changes_without_bump: true,
+            ..DialerOptions::default()
         }),
         ..SimulatorOptions::default()
     })

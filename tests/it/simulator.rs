@@ -267,6 +267,14 @@ async fn malformed_queries_are_400s_in_the_spec_shape() {
         ("page=two", "Invalid value"),
         ("is_test_call=yes", "Invalid value"),
         ("updated_after=2026-01-01T00:00:00", "Invalid value"),
+        ("status=pending&status=completed", "Duplicate field: status"),
+        (
+            "page_size=10&updated_after=2026-01-01T00:00:00Z&page_size=20",
+            "Duplicate field: page_size",
+        ),
+        ("status=", "Invalid value"),
+        ("progress=answered,", "Invalid value"),
+        ("source=api,,quick_call_api", "Invalid value"),
     ] {
         let (status, body) = p
             .get(&format!(
@@ -277,6 +285,18 @@ async fn malformed_queries_are_400s_in_the_spec_shape() {
         assert_eq!(body["title"], "Invalid request", "{query}");
         assert_eq!(error_titles(&body), vec![title.to_owned()], "{query}");
     }
+    let (status, body) = p
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/v1/schedules/{schedule}/outbound_calls?force=true&force=true"),
+            json!({"phone_number": "+15550100"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        error_titles(&body),
+        vec!["Duplicate field: force".to_owned()]
+    );
     let (status, body) = p
         .get("/api/v1/outbound_calls/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
         .await;
@@ -518,10 +538,192 @@ async fn campaigns_schedules_and_call_creation_follow_the_spec() {
 #[tokio::test]
 async fn call_flows_lead_to_their_campaign() {
     let p = Probe::new(SimulatorOptions::default()).await;
+    let (flow, campaign) = (p.sim.call_flow_uid(), p.sim.campaign_uid());
+    let summary = p.sim.summary();
+    assert!(
+        summary.contains(&format!("call_flow     = \"{flow}\""))
+            && summary.contains(&format!("campaign      = \"{campaign}\"")),
+        "`simulate` prints both:\n{summary}"
+    );
+    let (status, body) = p.get(&format!("/api/v1/call_flows/{flow}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["campaign_uid"], campaign.to_string());
+    // The campaign it leads to is the seeded one: schedules can be created in it.
+    let (status, _) = p
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/v1/campaigns/{campaign}/schedules"),
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
     let (status, _) = p
         .get("/api/v1/call_flows/0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11")
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Every uid in a call: its own and its children's.
+fn call_uids(call: &OutboundCall) -> Vec<uuid::Uuid> {
+    let mut uids = vec![call.uid];
+    for a in call.outbound_call_attempts.iter().flatten() {
+        uids.push(a.uid);
+        uids.extend(a.call_outcomes.iter().flatten().map(|o| o.uid));
+        uids.extend(a.call_attempts_variables.iter().flatten().map(|v| v.uid));
+    }
+    uids.extend(call.call_notifications.iter().flatten().map(|n| n.uid));
+    uids
+}
+
+fn assert_rfc_4122_v4(uid: uuid::Uuid) {
+    assert_eq!(
+        (uid.get_version(), uid.get_variant()),
+        (Some(uuid::Version::Random), uuid::Variant::RFC4122),
+        "{uid}"
+    );
+}
+
+#[tokio::test]
+async fn uids_are_rfc_4122_v4_and_new_resources_never_reuse_seeded_ones() {
+    let p = Probe::new(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 200,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    use reqwest::Method;
+    let mut seeded = vec![p.sim.campaign_uid(), p.sim.call_flow_uid()];
+    for schedule in p.sim.schedule_uids() {
+        seeded.push(schedule);
+        seeded.extend(p.sim.truth(schedule).iter().flat_map(call_uids));
+    }
+    let children = seeded.len() - 2 - 2 * 201;
+    assert!(children > 100, "the seed made attempts and their children");
+    for uid in &seeded {
+        assert_rfc_4122_v4(*uid);
+    }
+
+    // What the reviewer saw: the 1st new campaign took the call flow's uid, the 2nd new one
+    // schedule S1's.
+    let mut created = Vec::new();
+    for _ in 0..2 {
+        let (_, campaign) = p
+            .send(
+                Method::POST,
+                "/api/v1/campaigns",
+                json!({"name": "c", "type": "scheduled_call"}),
+            )
+            .await;
+        created.push(campaign["uid"].as_str().unwrap().parse().unwrap());
+    }
+    let (_, schedule) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/campaigns/{}/schedules", created[0]),
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60]}),
+        )
+        .await;
+    let s = schedule["uid"].as_str().unwrap().to_owned();
+    created.push(s.parse().unwrap());
+    let (_, call) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls"),
+            json!({"phone_number": "+15550100"}),
+        )
+        .await;
+    created.push(call["uid"].as_str().unwrap().parse().unwrap());
+    let (_, bulk) = p
+        .send(
+            Method::POST,
+            &format!("/api/v1/schedules/{s}/outbound_calls/bulk"),
+            json!({"outbound_calls": [{"phone_number": "+15550101"}, {"phone_number": "+15550102"}]}),
+        )
+        .await;
+    created.extend(serde_json::from_value::<Vec<uuid::Uuid>>(bulk["data"].clone()).unwrap());
+    created.extend(p.sim.bulk_create_now(p.sim.schedule_uids()[0], 2));
+    assert_eq!(created.len(), 8);
+    let mut all = seeded.clone();
+    all.extend(&created);
+    for uid in &created {
+        assert_rfc_4122_v4(*uid);
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        seeded.len() + created.len(),
+        "no uid is used twice"
+    );
+}
+
+/// Compares two JSON documents that must be equal except for timestamps, and collects the
+/// shift of every timestamp (in nanoseconds) from `a` to `b`.
+fn same_but_shifted(a: &Value, b: &Value, at: &str, shifts: &mut Vec<i128>) {
+    match (a, b) {
+        (Value::String(x), Value::String(y)) => match (Timestamp::parse(x), Timestamp::parse(y)) {
+            (Ok(x), Ok(y)) => shifts.push(y.unix_nanos() - x.unix_nanos()),
+            _ => assert_eq!(x, y, "{at}"),
+        },
+        (Value::Object(x), Value::Object(y)) => {
+            assert_eq!(
+                x.keys().collect::<Vec<_>>(),
+                y.keys().collect::<Vec<_>>(),
+                "{at}"
+            );
+            for (k, v) in x {
+                same_but_shifted(v, &y[k], &format!("{at}/{k}"), shifts);
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                same_but_shifted(v, w, &format!("{at}/{i}"), shifts);
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+#[tokio::test]
+async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
+    let options = SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 300,
+        seed: 5,
+        ..SimulatorOptions::default()
+    };
+    let a = start(options.clone()).await;
+    // Most runs start in another second than `a`: the timestamps then move, the rest stays.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let b = start(options.clone()).await;
+    assert_eq!(
+        (a.campaign_uid(), a.call_flow_uid(), a.schedule_uids()),
+        (b.campaign_uid(), b.call_flow_uid(), b.schedule_uids())
+    );
+    assert_eq!(
+        (a.access_token(), a.client_secret()),
+        (b.access_token(), b.client_secret())
+    );
+    let mut shifts = Vec::new();
+    for schedule in a.schedule_uids() {
+        let (x, y) = (a.truth(schedule), b.truth(schedule));
+        same_but_shifted(
+            &serde_json::to_value(&x).unwrap(),
+            &serde_json::to_value(&y).unwrap(),
+            "",
+            &mut shifts,
+        );
+    }
+    shifts.sort();
+    shifts.dedup();
+    assert_eq!(shifts.len(), 1, "one shift for every timestamp: {shifts:?}");
+    assert_eq!(shifts[0] % 1_000_000_000, 0, "a whole number of seconds");
+
+    let other = start(SimulatorOptions { seed: 6, ..options }).await;
+    assert_ne!(other.schedule_uids(), a.schedule_uids());
 }
 
 #[tokio::test]
@@ -668,6 +870,7 @@ async fn child_changes_can_leave_updated_at_alone() {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
             child_changes_without_bump: true,
+            ..DialerOptions::default()
         }),
         ..SimulatorOptions::default()
     })
@@ -706,4 +909,544 @@ async fn the_generator_seeds_what_was_asked() {
                 .all(|c| c.outbound_call_info.custom_parameters.contains_key("plan"))
         );
     }
+}
+
+/// `(title, pointer)` of every error item, in order.
+fn problems(body: &Value) -> Vec<(String, String)> {
+    body["errors"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["title"].as_str().unwrap_or("").to_owned(),
+                        e["source"]["pointer"]
+                            .as_str()
+                            .unwrap_or("(none)")
+                            .to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn create_bodies_are_checked_field_by_field_with_pointers() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    use reqwest::Method;
+    let schedule = p.sim.schedule_uids()[0];
+    let single = format!("/api/v1/schedules/{schedule}/outbound_calls?force=true");
+    let bulk = format!("/api/v1/schedules/{schedule}/outbound_calls/bulk?force=true");
+    let before = p.truth().len();
+    let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(t, p)| (t.to_string(), p.to_string()))
+            .collect()
+    };
+
+    // The reviewer's bodies: a wrong type, or a missing phone number, in the 2nd entry.
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls":[{"phone_number":"+15550000001"},{"phone_number":15550000002_u64}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        problems(&body),
+        owned(&[("Invalid type", "/outbound_calls/1/phone_number")])
+    );
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls":[{"phone_number":"+15550000001"},{"full_name":"x"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(
+        problems(&body),
+        owned(&[("Missing field", "/outbound_calls/1/phone_number")])
+    );
+
+    // Every problem of every entry, each pointing at its field; the same entry gives the same
+    // errors alone (pointer `/<field>`) as in a bulk request.
+    let bad_entries = [
+        (
+            json!({"phone_number": "+15550100", "email": 7}),
+            vec![("Invalid type", "/email")],
+        ),
+        (
+            json!({"phone_number": null}),
+            vec![("Missing field", "/phone_number")],
+        ),
+        (
+            json!({"phone_number": "+15550100", "custom_parameters": {"plan": true, "due_at": "soon"}}),
+            vec![
+                ("Invalid type", "/custom_parameters/plan"),
+                ("Invalid custom parameter", "/custom_parameters/due_at"),
+            ],
+        ),
+        (
+            json!({"phone_number": "5550100", "nickname": "Ada"}),
+            vec![
+                ("Unexpected field: nickname", "/nickname"),
+                ("Invalid phone number", "/phone_number"),
+            ],
+        ),
+        (json!(["+15550100"]), vec![("Invalid type", "")]),
+    ];
+    let good = json!({"phone_number": "+15550100", "full_name": "Ada", "custom_parameters": {"plan": "gold"}});
+    let mut entries = vec![good.clone()];
+    let mut expected_bulk = Vec::new();
+    for (i, (entry, expected)) in bad_entries.iter().enumerate() {
+        let (status, body) = p.send(Method::POST, &single, entry.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{entry}");
+        assert_eq!(problems(&body), owned(expected), "{entry}");
+        entries.push(entry.clone());
+        expected_bulk.extend(
+            expected
+                .iter()
+                .map(|(t, ptr)| (t.to_string(), format!("/outbound_calls/{}{ptr}", i + 1))),
+        );
+    }
+    entries.push(good.clone());
+    let (status, body) = p
+        .send(Method::POST, &bulk, json!({ "outbound_calls": entries }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problems(&body), expected_bulk);
+    assert_eq!(body["detail"], "7 invalid value(s); nothing was created");
+
+    // Not JSON at all: the pointer is the whole document.
+    let r = p
+        .http
+        .post(p.url(&bulk))
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body("{\"outbound_calls\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(problems(&body), owned(&[("Invalid body", "")]));
+
+    assert_eq!(p.truth().len(), before, "nothing was created");
+    // Only phone_number is required, alone or in bulk.
+    let minimal = json!({"phone_number": "+15550100"});
+    assert_eq!(
+        p.send(Method::POST, &single, minimal.clone()).await.0,
+        StatusCode::CREATED
+    );
+    let (status, body) = p
+        .send(
+            Method::POST,
+            &bulk,
+            json!({"outbound_calls": [minimal, good]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["data"].as_array().map(Vec::len)),
+        (StatusCode::CREATED, Some(2))
+    );
+    assert_eq!(p.truth().len(), before + 3);
+}
+
+#[tokio::test]
+async fn framework_rejections_are_json_in_the_spec_shape() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let schedule = p.sim.schedule_uids()[0];
+    let bulk = p.url(&format!(
+        "/api/v1/schedules/{schedule}/outbound_calls/bulk?force=true"
+    ));
+    // The status, the error body's title, and its Allow header if any.
+    async fn shape(r: reqwest::Response) -> (u16, String, Option<String>) {
+        let status = r.status().as_u16();
+        let allow = r
+            .headers()
+            .get("allow")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let json = r.headers()["content-type"] == "application/json";
+        let body: Value = r.json().await.expect("a JSON body");
+        assert!(
+            json && body["detail"].is_string() && body["errors"].is_array(),
+            "{body}"
+        );
+        (status, body["title"].as_str().unwrap().to_owned(), allow)
+    }
+
+    // A valid 1,000-entry bulk request of over 2 MB (axum's default limit) is accepted.
+    let long = "x".repeat(2_100);
+    let entries: Vec<Value> = (0..1000)
+        .map(|i| json!({"phone_number": format!("+1555{i:07}"), "full_name": long}))
+        .collect();
+    let body = serde_json::to_vec(&json!({ "outbound_calls": entries })).unwrap();
+    assert!(body.len() > 2 * 1024 * 1024);
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1000
+    );
+
+    // Over the 32 MiB limit: 413.
+    let huge = vec![b' '; 32 * 1024 * 1024 + 1];
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shape(r).await, (413, "Payload too large".into(), None));
+
+    // Not JSON, or no Content-Type at all: 415.
+    for content_type in [Some("text/plain"), None] {
+        let mut request = p
+            .http
+            .post(&bulk)
+            .bearer_auth(p.sim.access_token())
+            .body(r#"{"outbound_calls": [{"phone_number": "+15550100"}]}"#);
+        if let Some(t) = content_type {
+            request = request.header("content-type", t);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(shape(r).await, (415, "Unsupported media type".into(), None));
+    }
+    // `; charset=utf-8` is still JSON.
+    let r = p
+        .http
+        .post(&bulk)
+        .bearer_auth(p.sim.access_token())
+        .header("content-type", "application/json; charset=utf-8")
+        .body(r#"{"outbound_calls": [{"phone_number": "+15550100"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+
+    // A known path with the wrong method: 405 with Allow.
+    let r = p.http.get(p.sim.token_url()).send().await.unwrap();
+    assert_eq!(
+        shape(r).await,
+        (405, "Method not allowed".into(), Some("POST".into()))
+    );
+    let r = p
+        .http
+        .get(p.url(&format!("/api/v1/schedules/{schedule}")))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        shape(r).await,
+        (405, "Method not allowed".into(), Some("PATCH".into()))
+    );
+    // Unknown routes, and a path that does not decode.
+    for path in ["/api/v1/nothing/here", "/elsewhere"] {
+        let r = p
+            .http
+            .get(p.url(path))
+            .bearer_auth(p.sim.access_token())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(shape(r).await, (404, "Not found".into(), None), "{path}");
+    }
+    let r = p
+        .http
+        .get(p.url("/api/v1/outbound_calls/%FF"))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shape(r).await, (400, "Invalid request".into(), None));
+}
+
+#[tokio::test]
+async fn unauthorized_answers_carry_a_bearer_challenge_and_the_scheme_is_case_insensitive() {
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let path = p.url(&format!(
+        "/api/v1/schedules/{}/outbound_calls",
+        p.sim.schedule_uids()[0]
+    ));
+    let token = p.sim.access_token();
+    let with_header = |value: Option<String>| {
+        let mut request = p.http.get(&path);
+        if let Some(v) = value {
+            request = request.header("authorization", v);
+        }
+        request.send()
+    };
+    let realm = r#"Bearer realm="callsync-simulator""#;
+    for (header, challenge, detail) in [
+        (None, realm.to_owned(), "missing Authorization header"),
+        (
+            Some(format!("Basic {token}")),
+            realm.to_owned(),
+            "the Authorization header must be `Bearer <token>`",
+        ),
+        (
+            Some("Bearer nope".to_owned()),
+            format!(
+                r#"{realm}, error="invalid_token", error_description="the access token is not valid""#
+            ),
+            "the access token is not valid",
+        ),
+    ] {
+        let r = with_header(header.clone()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{header:?}");
+        assert_eq!(
+            r.headers()["www-authenticate"].to_str().unwrap(),
+            challenge,
+            "{header:?}"
+        );
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            (body["title"].as_str(), body["detail"].as_str()),
+            (Some("Unauthorized"), Some(detail)),
+            "{header:?}"
+        );
+    }
+    for scheme in ["bearer", "BEARER", "Bearer ", "bEaReR"] {
+        let r = with_header(Some(format!("{scheme} {token}")))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{scheme:?}");
+    }
+
+    // The token endpoint: `basic` in any case; a refused client gets a Basic challenge.
+    let encoded = {
+        // HTTP Basic credentials by hand, to send the scheme name in lower case.
+        let r = p
+            .http
+            .post(p.sim.token_url())
+            .basic_auth(p.sim.client_id(), Some(p.sim.client_secret()))
+            .build()
+            .unwrap();
+        r.headers()["authorization"].to_str().unwrap()["Basic ".len()..].to_owned()
+    };
+    let r = p
+        .http
+        .post(p.sim.token_url())
+        .header("authorization", format!("basic {encoded}"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = p
+        .http
+        .post(p.sim.token_url())
+        .basic_auth("x", Some("y"))
+        .form(&[("grant_type", "client_credentials")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        r.headers()["www-authenticate"],
+        r#"Basic realm="callsync-simulator""#
+    );
+}
+
+/// The rules every call history follows, seeded or dialled (README, "The simulator"), at
+/// `scale` real seconds per nominal second or slower.
+fn assert_lifelike(calls: &[OutboundCall], now: Timestamp, scale: f64) {
+    let span = |secs: i64| Duration::from_nanos((secs as f64 * scale * 1e9).round() as u64);
+    for c in calls {
+        let uid = c.uid;
+        assert!(
+            c.created_at <= c.updated_at && c.updated_at <= now,
+            "{uid}: created_at <= updated_at <= now"
+        );
+        let attempts = c.outbound_call_attempts.as_deref().unwrap_or_default();
+        let intervals = c.retry_intervals.clone().unwrap_or_default();
+        assert!(attempts.len() <= intervals.len() + 1, "{uid}: attempts");
+        for (k, a) in attempts.iter().enumerate() {
+            let (started, ended) = (a.started_at.unwrap(), a.ended_at.unwrap());
+            let updated = a.updated_at.unwrap();
+            assert_eq!(a.created_at, Some(started), "{uid}");
+            assert!(c.created_at <= started, "{uid}: dialled after creation");
+            assert_eq!(a.answered_at.is_some(), a.status == "hangup", "{uid}");
+            let answered = a.answered_at.unwrap_or(started);
+            assert!(
+                started <= answered && answered <= ended && ended <= updated,
+                "{uid}: started <= answered <= ended <= attempt.updated_at"
+            );
+            assert!(
+                updated <= c.updated_at,
+                "{uid}: attempt.updated_at <= call.updated_at"
+            );
+            if let Some(transfer) = a.transfer_started_at {
+                let connected = a.transfer_answered_at.unwrap();
+                assert!(answered <= transfer && transfer <= connected && connected <= ended);
+            }
+            let children = a
+                .call_outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.created_at)
+                .chain(
+                    a.call_attempts_variables
+                        .iter()
+                        .flatten()
+                        .map(|v| v.created_at),
+                );
+            for at in children {
+                assert!((ended..=updated).contains(&at.unwrap()), "{uid}: children");
+            }
+            if k > 0 {
+                let previous = attempts[k - 1].ended_at.unwrap();
+                assert!(
+                    started >= previous.saturating_add(span(intervals[k - 1])),
+                    "{uid}: attempt {k} started before the cooldown after attempt {} ended",
+                    k - 1
+                );
+            }
+        }
+        for n in c.call_notifications.iter().flatten() {
+            assert!(
+                n.delivered_at.unwrap() <= c.updated_at,
+                "{uid}: notification"
+            );
+        }
+        let answered = attempts.last().is_some_and(|a| a.answered_at.is_some());
+        if c.status == "completed" {
+            assert!(answered || attempts.len() == intervals.len() + 1, "{uid}");
+            assert_eq!((c.attempts_remaining, c.cooldown_until), (Some(0), None));
+            let progress = if answered { "answered" } else { "unanswered" };
+            assert_eq!(c.progress.as_deref(), Some(progress), "{uid}");
+        } else {
+            assert_eq!(c.status, "pending", "{uid}");
+            assert!(!answered, "{uid}: an answered call is completed");
+            let left = (intervals.len() + 1 - attempts.len()) as i64;
+            assert_eq!(c.attempts_remaining, Some(left), "{uid}");
+            match attempts.last() {
+                None => assert_eq!(
+                    (c.progress.as_deref(), c.cooldown_until),
+                    (Some("in_queue"), None),
+                    "{uid}"
+                ),
+                Some(last) => {
+                    assert_eq!(c.progress.as_deref(), Some("unanswered"), "{uid}");
+                    let wait = span(intervals[attempts.len() - 1]);
+                    assert!(
+                        c.cooldown_until.unwrap() >= last.ended_at.unwrap().saturating_add(wait),
+                        "{uid}: cooldown_until = end of the last attempt + the next interval"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
+    let scale = 0.001;
+    let options = SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 150,
+        seed: 9,
+        ..SimulatorOptions::default()
+    };
+    // The generator follows the same rules, at real time.
+    let seeded = Probe::new(options.clone()).await;
+    let calls: Vec<OutboundCall> = seeded
+        .sim
+        .schedule_uids()
+        .into_iter()
+        .flat_map(|s| seeded.sim.truth(s))
+        .collect();
+    assert_lifelike(&calls, Timestamp::now(), 1.0);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.outbound_call_attempts.as_ref().unwrap().len() > 1)
+    );
+
+    let p = Probe::new(SimulatorOptions {
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            time_scale: scale,
+            // 0.1 s at this scale.
+            new_calls_every: Some(Duration::from_secs(100)),
+            child_changes_without_bump: false,
+        }),
+        ..options
+    })
+    .await;
+    let all = |p: &Probe| -> Vec<OutboundCall> {
+        p.sim
+            .schedule_uids()
+            .into_iter()
+            .flat_map(|s| p.sim.truth(s))
+            .collect()
+    };
+    let started = Timestamp::now();
+
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    p.sim.set_dialer_running(false);
+    let now = Timestamp::now();
+    let calls = all(&p);
+    assert_lifelike(&calls, now, scale);
+
+    let mut uids: Vec<_> = calls.iter().flat_map(call_uids).collect();
+    uids.iter().for_each(|u| assert_rfc_4122_v4(*u));
+    let n = uids.len();
+    uids.sort();
+    uids.dedup();
+    assert_eq!(uids.len(), n, "every uid is new");
+
+    let arrived: Vec<&OutboundCall> = calls.iter().filter(|c| c.created_at >= started).collect();
+    assert!(arrived.len() >= 10, "new calls arrived: {}", arrived.len());
+    assert!(
+        arrived.iter().any(|c| c.status == "completed"),
+        "new calls are dialled too"
+    );
+    let retried = calls
+        .iter()
+        .filter(|c| {
+            let attempts = c.outbound_call_attempts.as_deref().unwrap_or_default();
+            attempts.len() >= 2 && attempts[1].started_at.unwrap() >= started
+        })
+        .count();
+    assert!(retried > 0, "calls were retried after their cooldown");
+    let progress: std::collections::BTreeSet<_> = calls
+        .iter()
+        .map(|c| (c.status.as_str(), c.progress.as_deref().unwrap_or("")))
+        .collect();
+    for state in [
+        ("completed", "answered"),
+        ("completed", "unanswered"),
+        ("pending", "unanswered"),
+    ] {
+        assert!(progress.contains(&state), "{state:?} in {progress:?}");
+    }
+    // Still at work after the first rush: attempts ended in the last half second.
+    let recent = now.saturating_sub(Duration::from_millis(500));
+    assert!(
+        calls
+            .iter()
+            .flat_map(|c| c.outbound_call_attempts.iter().flatten())
+            .any(|a| a.updated_at.unwrap() >= recent),
+        "the dialer keeps producing changes"
+    );
 }

@@ -298,6 +298,7 @@ async fn reconciliation_catches_changes_that_did_not_bump_updated_at() {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
             child_changes_without_bump: true,
+            ..DialerOptions::default()
         }),
         ..options(1, 200)
     })
