@@ -154,10 +154,10 @@ fn arrive(state: &mut State, rng: &mut impl Rng) {
     let Some(&schedule) = enabled.choose(rng) else {
         return;
     };
-    let first = state.calls.len();
+    let first = state.call_count();
     let entries: Vec<NewCall> = (first..first + rng.random_range(1..=10))
         .map(|n| seed::contact(rng, n))
         .collect();
     // Cannot be refused: the schedule exists, and force=true is what lets calls in.
-    let _ = state.create_calls(schedule, &entries, true, rng);
+    let _ = state.create_calls(schedule, entries, true, rng);
 }

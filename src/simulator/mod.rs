@@ -423,12 +423,12 @@ impl Simulator {
     pub fn bulk_create_now(&self, schedule: Uuid, n: usize) -> Vec<Uuid> {
         let mut state = self.shared.state();
         let mut rng = self.shared.rng();
-        let first = state.calls.len();
+        let first = state.call_count();
         let entries: Vec<_> = (first..first + n)
             .map(|i| seed::contact(&mut *rng, i))
             .collect();
         state
-            .create_calls(schedule, &entries, true, &mut *rng)
+            .create_calls(schedule, entries, true, &mut *rng)
             .unwrap_or_default()
     }
 
