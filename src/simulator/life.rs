@@ -99,11 +99,16 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// `nominal_secs` after `t`.
+    /// `nominal_secs` after `t`. A span is at most a century (a POSTed schedule may ask for
+    /// any retry interval), so the result stays a valid instant, as far ahead as asked for any
+    /// practical purpose.
     pub fn after(self, t: Timestamp, nominal_secs: u64) -> Timestamp {
-        let nanos = (nominal_secs as f64 * self.scale * 1e9).round() as i128;
+        const CENTURY_NANOS: f64 = 100.0 * 365.25 * 86_400.0 * 1e9;
+        let nanos = (nominal_secs as f64 * self.scale * 1e9)
+            .round()
+            .clamp(0.0, CENTURY_NANOS) as i128;
         let unit = self.unit_nanos.max(1);
-        let at = t.unix_nanos().saturating_add(nanos.max(0));
+        let at = t.unix_nanos() + nanos;
         Timestamp::from_unix_nanos(at + (unit - at.rem_euclid(unit)) % unit).unwrap_or(t)
     }
 }
@@ -438,5 +443,13 @@ mod tests {
             Timestamp::parse("2026-01-01T00:00:00.002Z").unwrap()
         );
         assert_eq!(pace.after(t, 0), t);
+        // An absurd retry interval is a century away, not "now".
+        let far = pace.after(t, u64::MAX);
+        assert!(far > t.saturating_add(std::time::Duration::from_secs(99 * 365 * 86_400)));
+        let nan = Pace {
+            scale: f64::NAN,
+            unit_nanos: 1_000,
+        };
+        assert_eq!(nan.after(t, 60), t);
     }
 }
