@@ -97,7 +97,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
 /// The safety net for answers axum gives by itself (405 with an empty body, a path that does
 /// not decode, …): any error response that is not JSON is rewritten in the spec's error shape,
-/// keeping its status and headers (`Allow` on a 405).
+/// keeping its status and headers.
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -117,12 +117,8 @@ async fn json_errors(request: Request, next: Next) -> Response {
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
     let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
-        let allowed = parts
-            .headers
-            .get(header::ALLOW)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("none");
-        format!("{method} is not allowed on {path}; allowed: {allowed}")
+        // axum adds `Allow` outside this layer, so it is named rather than quoted.
+        format!("{method} is not allowed on {path}; the Allow header lists the methods that are")
     } else if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_owned()
     } else {
