@@ -419,10 +419,7 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
             PrecisionArg::Micros => Precision::Micros,
         },
         seed: args.seed,
-        dialer: args.dialer.then(|| DialerOptions {
-            time_scale: args.time_scale,
-            ..DialerOptions::default()
-        }),
+        dialer: args.dialer.then(|| DialerOptions::endless(args.time_scale)),
         ..SimulatorOptions::default()
     };
     let simulator = Simulator::start(args.listen, options)

@@ -6,9 +6,9 @@
 //!    sometimes a notification) and moves on — completed, or pending with `cooldown_until` =
 //!    the attempt's end + the next retry interval — stamped with the service's clock (or, with
 //!    late commits on, made visible only later);
-//! 2. lets a batch of 1 to 10 new calls arrive every `new_calls_every`, on a random enabled
-//!    schedule, through the create path of a bulk request with `force=true`, so there is
-//!    always new work;
+//! 2. lets a batch of 1 to 10 new calls arrive every `new_calls_every` (if set), on a random
+//!    enabled schedule, through the create path of a bulk request with `force=true`, so there
+//!    is always new work;
 //! 3. with `child_changes_without_bump`, changes some dialled calls' children only, leaving
 //!    `updated_at` alone;
 //! 4. starts up to `calls_per_tick` attempts on calls whose time has come (new, or out of
@@ -154,10 +154,10 @@ fn arrive(state: &mut State, rng: &mut impl Rng) {
     let Some(&schedule) = enabled.choose(rng) else {
         return;
     };
-    let first = state.calls.len();
+    let first = state.call_count();
     let entries: Vec<NewCall> = (first..first + rng.random_range(1..=10))
         .map(|n| seed::contact(rng, n))
         .collect();
     // Cannot be refused: the schedule exists, and force=true is what lets calls in.
-    let _ = state.create_calls(schedule, &entries, true, rng);
+    let _ = state.create_calls(schedule, entries, true, rng);
 }

@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::api::{
-    Attempt, AttemptVariable, NewCall, Notification, OutboundCall, OutboundCallInfo, Outcome,
-    Timestamp,
+    Attempt, AttemptVariable, CustomParameters, NewCall, Notification, OutboundCall,
+    OutboundCallInfo, Outcome, Timestamp,
 };
 
 /// A random (version 4, RFC 4122 variant) uid drawn from `rng`. Every uid the simulator makes
@@ -26,15 +26,19 @@ pub fn uid(rng: &mut impl Rng) -> Uuid {
 /// A new call as the service stores it: pending, in queue, no attempts.
 pub fn new_call(
     uid: Uuid,
-    request: &NewCall,
+    request: NewCall,
     retry_intervals: &[i64],
     now: Timestamp,
 ) -> OutboundCall {
-    let custom_parameters = request
-        .custom_parameters
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
+    // Inserted one by one, in order, rather than collected: `collect` would sort a copy first.
+    let mut custom_parameters = CustomParameters::new();
+    for (name, value) in request.custom_parameters {
+        custom_parameters.insert(name, Value::String(value));
+    }
+    let phone_number = match request.phone_number.strip_prefix('+') {
+        Some(digits) => digits.to_owned(),
+        None => request.phone_number,
+    };
     OutboundCall {
         uid,
         external_id: request.external_id.clone(),
@@ -49,16 +53,16 @@ pub fn new_call(
         created_at: now,
         updated_at: now,
         outbound_call_info: OutboundCallInfo {
-            phone_number: Some(request.phone_number.trim_start_matches('+').to_owned()),
-            full_name: request.full_name.clone(),
-            first_name: request.first_name.clone(),
-            last_name: request.last_name.clone(),
-            phonetic_full_name: request.phonetic_full_name.clone(),
-            phonetic_first_name: request.phonetic_first_name.clone(),
-            phonetic_last_name: request.phonetic_last_name.clone(),
-            email: request.email.clone(),
+            phone_number: Some(phone_number),
+            full_name: request.full_name,
+            first_name: request.first_name,
+            last_name: request.last_name,
+            phonetic_full_name: request.phonetic_full_name,
+            phonetic_first_name: request.phonetic_first_name,
+            phonetic_last_name: request.phonetic_last_name,
+            email: request.email,
             event_date_time: None,
-            external_id: request.external_id.clone(),
+            external_id: request.external_id,
             custom_parameters,
             extra: Map::new(),
         },
@@ -95,11 +99,16 @@ pub struct Pace {
 }
 
 impl Pace {
-    /// `nominal_secs` after `t`.
+    /// `nominal_secs` after `t`. A span is at most a century (a POSTed schedule may ask for
+    /// any retry interval), so the result stays a valid instant, as far ahead as asked for any
+    /// practical purpose.
     pub fn after(self, t: Timestamp, nominal_secs: u64) -> Timestamp {
-        let nanos = (nominal_secs as f64 * self.scale * 1e9).round() as i128;
+        const CENTURY_NANOS: f64 = 100.0 * 365.25 * 86_400.0 * 1e9;
+        let nanos = (nominal_secs as f64 * self.scale * 1e9)
+            .round()
+            .clamp(0.0, CENTURY_NANOS) as i128;
         let unit = self.unit_nanos.max(1);
-        let at = t.unix_nanos().saturating_add(nanos.max(0));
+        let at = t.unix_nanos() + nanos;
         Timestamp::from_unix_nanos(at + (unit - at.rem_euclid(unit)) % unit).unwrap_or(t)
     }
 }
@@ -213,8 +222,11 @@ pub fn record_attempt(
         .unwrap_or(1)
         .saturating_sub(1)
         .max(0);
-    let attempts = call.outbound_call_attempts.get_or_insert_with(Vec::new);
-    attempts.push(attempt);
+    push_one(
+        call.outbound_call_attempts.get_or_insert_with(Vec::new),
+        attempt,
+    );
+    let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
     let made = attempts.len();
     if plan.answered() || remaining == 0 {
         call.status = "completed".into();
@@ -268,28 +280,35 @@ pub fn child_change(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng)
     true
 }
 
+/// Pushes with room for exactly one more: children come one at a time and are few, and the
+/// generator keeps a million calls, where `push`'s room for four would add a gigabyte.
+fn push_one<T>(items: &mut Vec<T>, item: T) {
+    items.reserve_exact(1);
+    items.push(item);
+}
+
 fn add_outcome(attempt: &mut Attempt, now: Timestamp, rng: &mut impl Rng) {
-    attempt
-        .call_outcomes
-        .get_or_insert_with(Vec::new)
-        .push(Outcome {
-            uid: uid(rng),
-            name: OUTCOMES.choose(rng).unwrap_or(&"interested").to_string(),
-            created_at: Some(now),
-            extra: Map::new(),
-        });
+    let outcome = Outcome {
+        uid: uid(rng),
+        name: OUTCOMES.choose(rng).unwrap_or(&"interested").to_string(),
+        created_at: Some(now),
+        extra: Map::new(),
+    };
+    push_one(attempt.call_outcomes.get_or_insert_with(Vec::new), outcome);
 }
 
 fn add_notification(call: &mut OutboundCall, now: Timestamp, rng: &mut impl Rng) {
-    call.call_notifications
-        .get_or_insert_with(Vec::new)
-        .push(Notification {
-            uid: uid(rng),
-            status: Some("delivered".into()),
-            message_count: Some(1),
-            delivered_at: Some(now),
-            extra: Map::new(),
-        });
+    let notification = Notification {
+        uid: uid(rng),
+        status: Some("delivered".into()),
+        message_count: Some(1),
+        delivered_at: Some(now),
+        extra: Map::new(),
+    };
+    push_one(
+        call.call_notifications.get_or_insert_with(Vec::new),
+        notification,
+    );
 }
 
 #[cfg(test)]
@@ -303,7 +322,7 @@ mod tests {
             phone_number: "+15550100".into(),
             ..NewCall::default()
         };
-        let call = new_call(Uuid::nil(), &req, &[60, 120, 300], Timestamp::EPOCH);
+        let call = new_call(Uuid::nil(), req, &[60, 120, 300], Timestamp::EPOCH);
         assert_eq!(call.attempts_remaining, Some(4));
         assert_eq!(
             call.outbound_call_info.phone_number.as_deref(),
@@ -335,7 +354,7 @@ mod tests {
             unit_nanos: 1_000,
         };
         let created = Timestamp::parse("2026-01-01T00:00:00Z").unwrap();
-        let mut call = new_call(Uuid::nil(), &req, &[60, 120], created);
+        let mut call = new_call(Uuid::nil(), req, &[60, 120], created);
         let busy = AttemptPlan {
             status: "busy",
             ring_secs: 2,
@@ -391,7 +410,7 @@ mod tests {
             talk_secs: 100,
             transferred: true,
         };
-        let mut call = new_call(Uuid::nil(), &NewCall::default(), &[60], started);
+        let mut call = new_call(Uuid::nil(), NewCall::default(), &[60], started);
         let end = pace.after(started, plan.length_secs());
         record_attempt(&mut call, &plan, started, pace, end, &mut rng);
         let a = &call.outbound_call_attempts.as_ref().unwrap()[0];
@@ -424,5 +443,13 @@ mod tests {
             Timestamp::parse("2026-01-01T00:00:00.002Z").unwrap()
         );
         assert_eq!(pace.after(t, 0), t);
+        // An absurd retry interval is a century away, not "now".
+        let far = pace.after(t, u64::MAX);
+        assert!(far > t.saturating_add(std::time::Duration::from_secs(99 * 365 * 86_400)));
+        let nan = Pace {
+            scale: f64::NAN,
+            unit_nanos: 1_000,
+        };
+        assert_eq!(nan.after(t, 60), t);
     }
 }

@@ -75,8 +75,9 @@ impl Default for SimulatorOptions {
 ///
 /// Spans (ringing, talk, retry intervals, arrivals) are nominal seconds that last
 /// `time_scale` real seconds each. `Default` runs 1,000 times faster than real time
-/// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s), so that tests and the demo see
-/// whole call histories in seconds; `callsync simulate --dialer` runs in real time.
+/// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s) and lets no new calls in, so
+/// that tests and the demo see whole call histories in seconds and keep a known number of
+/// calls; `callsync simulate --dialer` runs [`DialerOptions::endless`].
 #[derive(Debug, Clone)]
 pub struct DialerOptions {
     pub tick: Duration,
@@ -98,8 +99,20 @@ impl Default for DialerOptions {
             tick: Duration::from_millis(50),
             calls_per_tick: 5,
             time_scale: 0.001,
-            new_calls_every: Some(Duration::from_secs(300)),
+            new_calls_every: None,
             child_changes_without_bump: false,
+        }
+    }
+}
+
+impl DialerOptions {
+    /// A dialer that never runs out of work, for `callsync simulate --dialer`: 1 to 10 new
+    /// calls every 5 minutes besides the retries, at `time_scale` (1 is real time).
+    pub fn endless(time_scale: f64) -> Self {
+        DialerOptions {
+            time_scale,
+            new_calls_every: Some(Duration::from_secs(300)),
+            ..DialerOptions::default()
         }
     }
 }
@@ -423,12 +436,12 @@ impl Simulator {
     pub fn bulk_create_now(&self, schedule: Uuid, n: usize) -> Vec<Uuid> {
         let mut state = self.shared.state();
         let mut rng = self.shared.rng();
-        let first = state.calls.len();
+        let first = state.call_count();
         let entries: Vec<_> = (first..first + n)
             .map(|i| seed::contact(&mut *rng, i))
             .collect();
         state
-            .create_calls(schedule, &entries, true, &mut *rng)
+            .create_calls(schedule, entries, true, &mut *rng)
             .unwrap_or_default()
     }
 

@@ -97,7 +97,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 
 /// The safety net for answers axum gives by itself (405 with an empty body, a path that does
 /// not decode, …): any error response that is not JSON is rewritten in the spec's error shape,
-/// keeping its status and headers (`Allow` on a 405).
+/// keeping its status and headers.
 async fn json_errors(request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -117,12 +117,8 @@ async fn json_errors(request: Request, next: Next) -> Response {
         .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
         .unwrap_or_default();
     let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
-        let allowed = parts
-            .headers
-            .get(header::ALLOW)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("none");
-        format!("{method} is not allowed on {path}; allowed: {allowed}")
+        // axum adds `Allow` outside this layer, so it is named rather than quoted.
+        format!("{method} is not allowed on {path}; the Allow header lists the methods that are")
     } else if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_owned()
     } else {
@@ -401,11 +397,11 @@ async fn create_call(
     let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
     let created = state
-        .create_calls(schedule, &[new], force, &mut *shared.rng())
+        .create_calls(schedule, vec![new], force, &mut *shared.rng())
         .map_err(|refusal| refused(refusal, schedule))?;
     let call = created
         .first()
-        .and_then(|uid| state.calls.get(uid))
+        .and_then(|uid| state.call(uid))
         .map(|c| c.call.clone())
         .ok_or_else(|| {
             fail(
@@ -438,7 +434,7 @@ async fn bulk_create(
     let entries = validate::bulk(&body).map_err(invalid_entries)?;
     let uids = shared
         .state()
-        .create_calls(schedule, &entries, force, &mut *shared.rng())
+        .create_calls(schedule, entries, force, &mut *shared.rng())
         .map_err(|refusal| refused(refusal, schedule))?;
     Ok((StatusCode::CREATED, Json(BulkCreated { data: uids })).into_response())
 }
@@ -447,7 +443,7 @@ async fn get_call(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) ->
     let uid = parse_uid(&uid, "outbound call")?;
     let mut state = shared.state();
     state.apply_due();
-    match state.calls.get(&uid) {
+    match state.call(&uid) {
         Some(c) => Ok(Json(c.call.clone()).into_response()),
         None => Err(not_found_error(format!("outbound call {uid}"))),
     }
@@ -494,14 +490,14 @@ fn select_page(
         Some(after) => state
             .keys_from(schedule, after)
             .iter()
-            .filter_map(|(_, uid)| state.calls.get(uid))
+            .filter_map(|(_, uid)| state.call(uid))
             .collect(),
         None => {
             // Without updated_after (not shown by the spec): creation order, then uid.
             let mut all: Vec<&super::state::CallState> = state
                 .keys_from(schedule, Timestamp::EPOCH)
                 .iter()
-                .filter_map(|(_, uid)| state.calls.get(uid))
+                .filter_map(|(_, uid)| state.call(uid))
                 .collect();
             all.sort_by_key(|c| (c.call.created_at, c.call.uid));
             all

@@ -1147,6 +1147,11 @@ async fn framework_rejections_are_json_in_the_spec_shape() {
         shape(r).await,
         (405, "Method not allowed".into(), Some("POST".into()))
     );
+    let r = p.http.delete(p.sim.token_url()).send().await.unwrap();
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["detail"],
+        "DELETE is not allowed on /oauth/token; the Allow header lists the methods that are"
+    );
     let r = p
         .http
         .get(p.url(&format!("/api/v1/schedules/{schedule}")))
