@@ -86,7 +86,7 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 1\n",
+            "warehouse {}: schema version 0 -> 2\n",
             env.warehouse_path().display()
         )
     );
