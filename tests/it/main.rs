@@ -1,6 +1,8 @@
 //! The one integration-test binary: the simulator on loopback, real SQLite files.
 
 mod harness;
+// The warehouse a schedule must hold, mapped from the service's JSON independently.
+mod expected;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
