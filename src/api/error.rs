@@ -63,7 +63,9 @@ pub enum ApiError {
         hint: &'static str,
     },
 
-    #[error("{request}: malformed response ({content_type}): {source}")]
+    #[error(
+        "{request}: malformed response ({content_type}): {source}; if it persists, the service sends data callsync cannot read: report the response to its operators"
+    )]
     Decode {
         request: String,
         content_type: String,

@@ -165,9 +165,20 @@ pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
             scope: None,
         }),
     };
+    config_for(sim.base_url().clone(), auth, sim.schedule_uids(), warehouse)
+}
+
+/// A test configuration for the service at `base_url` (the simulator, or a test's own
+/// fake): quick retries, pages of 100, the warehouse at `warehouse`.
+pub fn config_for(
+    base_url: url::Url,
+    auth: AuthConfig,
+    schedules: Vec<Uuid>,
+    warehouse: PathBuf,
+) -> Config {
     Config {
         api: ApiConfig {
-            base_url: sim.base_url().clone(),
+            base_url,
             auth,
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
@@ -186,7 +197,7 @@ pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
             busy_timeout: Duration::from_secs(10),
         },
         sync: SyncConfig {
-            schedules: sim.schedule_uids(),
+            schedules,
             lookback: Duration::from_secs(5),
             cron: "0 */5 * * * *".into(),
             page_size: 100,

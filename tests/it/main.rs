@@ -5,6 +5,8 @@ mod harness;
 mod expected;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
+// A page garbled after earlier pages of the pass were committed (a fake service).
+mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
