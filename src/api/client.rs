@@ -255,25 +255,16 @@ impl Clock for TokioClock {
 
 /// The answer to the request retried with a fresh token: a second 401 says so, since
 /// "check the token" would mislead when the token is new.
-fn fresh_token_rejected(err: ApiError) -> ApiError {
-    match err {
-        ApiError::Status {
-            request,
-            status: StatusCode::UNAUTHORIZED,
-            body,
-            raw_excerpt,
-            retry_after,
-            hint: _,
-        } => ApiError::Status {
-            request,
-            status: StatusCode::UNAUTHORIZED,
-            body,
-            raw_excerpt,
-            retry_after,
-            hint: "; a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule",
-        },
-        other => other,
+fn fresh_token_rejected(mut err: ApiError) -> ApiError {
+    if let ApiError::Status {
+        status: StatusCode::UNAUTHORIZED,
+        hint,
+        ..
+    } = &mut err
+    {
+        *hint = "; a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule";
     }
+    err
 }
 
 /// A successful response body, not yet decoded.
