@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::error::{ApiError, hint_for};
@@ -19,6 +20,12 @@ use crate::config::{AuthConfig, OAuthConfig, Secret};
 
 /// Refresh this long before expiry at most (a quarter of the lifetime for short-lived tokens).
 const MAX_REFRESH_MARGIN: Duration = Duration::from_secs(30);
+
+/// The longest a token is used before fetching another. `expires_in` comes from outside:
+/// a huge value must neither overflow an `Instant` nor pin one token for ever, and a token
+/// whose lifetime is not stated (or is zero or negative) is still replaced daily; a 401
+/// replaces any token sooner.
+const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 
 pub struct TokenSource {
     kind: Kind,
@@ -34,8 +41,8 @@ enum Kind {
 
 struct CachedToken {
     token: Secret,
-    /// When to fetch a new one; `None` = until a 401 says otherwise.
-    refresh_at: Option<Instant>,
+    /// When to fetch a new one (sooner if a 401 says so).
+    refresh_at: Instant,
 }
 
 impl TokenSource {
@@ -68,7 +75,7 @@ impl TokenSource {
         };
         let mut slot = cached.lock().await;
         if let Some(current) = slot.as_ref()
-            && current.refresh_at.is_none_or(|at| Instant::now() < at)
+            && Instant::now() < current.refresh_at
         {
             return Ok(current.token.clone());
         }
@@ -117,11 +124,7 @@ async fn fetch_token(
         .form(&form)
         .send()
         .await
-        .map_err(|source| ApiError::Transport {
-            request: request.clone(),
-            problem: "request failed",
-            source,
-        })?;
+        .map_err(|source| ApiError::transport(&request, "request failed", source))?;
     let status = response.status();
     let content_type = response
         .headers()
@@ -132,11 +135,7 @@ async fn fetch_token(
     let body = response
         .bytes()
         .await
-        .map_err(|source| ApiError::Transport {
-            request: request.clone(),
-            problem: "reading the response failed",
-            source,
-        })?;
+        .map_err(|source| ApiError::transport(&request, "reading the response failed", source))?;
     if !status.is_success() {
         // A server that echoes the form it was sent would put the client secret into the
         // error, and so into the log: only the error fields are kept, without the secret.
@@ -161,14 +160,45 @@ async fn fetch_token(
             content_type,
             source,
         })?;
-    let refresh_at = parsed.expires_in.map(|secs| {
-        let lifetime = Duration::from_secs(secs);
-        started + lifetime - (lifetime / 4).min(MAX_REFRESH_MARGIN)
-    });
+    let lifetime = lifetime(parsed.expires_in.as_ref());
+    // Cannot overflow with a lifetime of a day at most; were it to, refresh at once.
+    let refresh_at = started
+        .checked_add(refresh_after(lifetime))
+        .unwrap_or(started);
     Ok(CachedToken {
         token: Secret::new(parsed.access_token),
         refresh_at,
     })
+}
+
+/// How long a token may be used, from the token endpoint's `expires_in`: its seconds (a
+/// number, or a numeric string), at most [`MAX_TOKEN_LIFETIME`]; that too when it is
+/// missing, zero, negative or not a number, since it then says nothing usable.
+fn lifetime(expires_in: Option<&Value>) -> Duration {
+    let secs = match expires_in {
+        None | Some(Value::Null) => return MAX_TOKEN_LIFETIME,
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(Value::String(s)) => s.trim().parse::<f64>().ok(),
+        Some(_) => None,
+    };
+    match secs.filter(|s| s.is_finite() && *s > 0.0) {
+        Some(secs) => Duration::try_from_secs_f64(secs)
+            .unwrap_or(MAX_TOKEN_LIFETIME)
+            .min(MAX_TOKEN_LIFETIME),
+        None => {
+            tracing::warn!(
+                expires_in = %expires_in.map(|v| v.to_string()).unwrap_or_default(),
+                "the token endpoint's expires_in is not a positive number of seconds; the token is used until a 401 or for a day"
+            );
+            MAX_TOKEN_LIFETIME
+        }
+    }
+}
+
+/// When to fetch the next token: shortly before `lifetime` ends, so that no request goes out
+/// with a token about to expire.
+fn refresh_after(lifetime: Duration) -> Duration {
+    lifetime - (lifetime / 4).min(MAX_REFRESH_MARGIN)
 }
 
 /// An OAuth error response (RFC 6749 §5.2), or one in the service's shape.
@@ -343,5 +373,220 @@ mod tests {
             "a [redacted] b [redacted] c \"[redacted]\""
         );
         assert_eq!(redact("nothing here", &[SECRET, ""]), "nothing here");
+    }
+}
+
+/// Token lifetimes and refreshes against a fake service.
+#[cfg(test)]
+mod token_tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::client::fake::{CALL_UID, CLIENT_SECRET, FakeService, Reply, call_json};
+    use crate::api::{ApiClient, Counters};
+    use crate::sync::error_chain;
+
+    const REJECTED: &str = r#"{"title":"Unauthorized","detail":"the access token is not valid"}"#;
+
+    /// A service whose token endpoint issues `tok-1`, `tok-2`, … with `expires_in`, and whose
+    /// API accepts the tokens `accepts` says yes to.
+    async fn service(
+        expires_in: Option<&'static str>,
+        accepts: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> (FakeService, ApiClient) {
+        let fake = FakeService::start(
+            move |n, _| Reply::token(&format!("tok-{}", n + 1), expires_in),
+            move |_, request| match request.bearer.as_deref() {
+                Some(token) if accepts(token) => Reply::ok(call_json()),
+                _ => Reply::status(401, REJECTED),
+            },
+        )
+        .await;
+        let client = ApiClient::new(&fake.config(fake.oauth())).unwrap();
+        (fake, client)
+    }
+
+    fn bearers(fake: &FakeService) -> Vec<String> {
+        fake.api_requests()
+            .into_iter()
+            .map(|r| r.bearer.unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn lifetimes_are_capped_and_refreshed_shortly_before_they_end() {
+        let day = MAX_TOKEN_LIFETIME;
+        let margin = MAX_REFRESH_MARGIN;
+        let cases = [
+            (Some(json!(3600)), Duration::from_secs(3600) - margin),
+            // A quarter of a short lifetime.
+            (Some(json!(8)), Duration::from_secs(6)),
+            (Some(json!(1)), Duration::from_millis(750)),
+            (Some(json!("3600")), Duration::from_secs(3600) - margin),
+            (Some(json!(90.5)), Duration::from_millis(67_875)),
+            // Outside input beyond sense: a day at most, never an overflow.
+            (Some(json!(u64::MAX)), day - margin),
+            (Some(json!(1e308)), day - margin),
+            (Some(json!(i64::MIN)), day - margin),
+            // Saying nothing usable: a day, or until a 401.
+            (Some(json!(0)), day - margin),
+            (Some(json!(-5)), day - margin),
+            (Some(json!("soon")), day - margin),
+            (Some(json!([1])), day - margin),
+            (Some(json!(null)), day - margin),
+            (None, day - margin),
+        ];
+        for (expires_in, refresh) in cases {
+            assert_eq!(
+                refresh_after(lifetime(expires_in.as_ref())),
+                refresh,
+                "{expires_in:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_is_reused_until_shortly_before_it_expires() {
+        let (fake, client) = service(Some("3600"), |_| true).await;
+        for _ in 0..3 {
+            client
+                .get_call(CALL_UID, &Counters::default())
+                .await
+                .unwrap();
+        }
+        assert_eq!(fake.token_requests().len(), 1);
+        assert_eq!(bearers(&fake), ["tok-1", "tok-1", "tok-1"]);
+
+        // One second of life: refreshed after 750 ms (a quarter before the end).
+        let (fake, client) = service(Some("1"), |_| true).await;
+        client
+            .get_call(CALL_UID, &Counters::default())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        client
+            .get_call(CALL_UID, &Counters::default())
+            .await
+            .unwrap();
+        assert_eq!(fake.token_requests().len(), 2);
+        assert_eq!(bearers(&fake), ["tok-1", "tok-2"]);
+    }
+
+    #[tokio::test]
+    async fn a_huge_zero_negative_or_missing_expires_in_is_used_and_cached() {
+        for expires_in in [
+            Some("18446744073709551615"),
+            Some("1e308"),
+            Some("0"),
+            Some("-5"),
+            Some(r#""3600""#),
+            Some("null"),
+            None,
+        ] {
+            let (fake, client) = service(expires_in, |_| true).await;
+            for _ in 0..2 {
+                client
+                    .get_call(CALL_UID, &Counters::default())
+                    .await
+                    .unwrap();
+            }
+            assert_eq!(fake.token_requests().len(), 1, "{expires_in:?}");
+            assert_eq!(bearers(&fake), ["tok-1", "tok-1"], "{expires_in:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_401_fetches_one_new_token_and_the_request_is_sent_again() {
+        let (fake, client) = service(Some("3600"), |token| token == "tok-2").await;
+        let counters = Counters::default();
+        let call = client.get_call(CALL_UID, &counters).await.unwrap();
+        assert_eq!(call.uid, CALL_UID);
+        assert_eq!(fake.token_requests().len(), 2);
+        assert_eq!(bearers(&fake), ["tok-1", "tok-2"]);
+        // The token requests, the rejected request and the one sent again.
+        assert_eq!((counters.requests(), counters.retries()), (4, 0));
+    }
+
+    #[tokio::test]
+    async fn a_fresh_token_rejected_too_is_a_clear_error_not_a_loop() {
+        let (fake, client) = service(Some("3600"), |_| false).await;
+        let err = client
+            .get_call(CALL_UID, &Counters::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "GET /api/v1/outbound_calls/{CALL_UID}: HTTP 401 Unauthorized: Unauthorized: the access token is not valid; \
+                 a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule"
+            )
+        );
+        assert_eq!(fake.token_requests().len(), 2);
+        assert_eq!(bearers(&fake), ["tok-1", "tok-2"]);
+    }
+
+    #[tokio::test]
+    async fn token_endpoint_errors_name_the_endpoint_and_never_the_secret() {
+        let encoded: String =
+            url::form_urlencoded::byte_serialize(CLIENT_SECRET.as_bytes()).collect();
+        // Endpoints that echo what they were sent, form-encoded or decoded, in the service's
+        // error shape or another; a 4xx fails at once, a 5xx after its retries.
+        // (status, the body made from the request's form, what the error must say)
+        type Echo = (u16, fn(&str) -> String, &'static str);
+        let echoes: [Echo; 4] = [
+            (
+                401,
+                |form| format!(r#"{{"error":"invalid_client","request":"{form}"}}"#),
+                "check api.oauth.client_id, client_secret and scope",
+            ),
+            (
+                400,
+                |_| {
+                    format!(
+                        r#"{{"title":"Bad request","detail":"unknown client secret {CLIENT_SECRET}"}}"#
+                    )
+                },
+                "check api.oauth.client_id, client_secret and scope",
+            ),
+            (403, |form| form.to_owned(), "not allowed"),
+            (
+                503,
+                |form| format!("<html>busy: {form}</html>"),
+                "gave up after 3 attempts",
+            ),
+        ];
+        for (status, echo, says) in echoes {
+            let fake = FakeService::start(
+                move |_, request| Reply::status(status, echo(&request.body)),
+                |_, _| Reply::ok(call_json()),
+            )
+            .await;
+            let client = ApiClient::new(&fake.config(fake.oauth())).unwrap();
+            let err = client
+                .get_call(CALL_UID, &Counters::default())
+                .await
+                .unwrap_err();
+            assert!(
+                fake.token_requests()[0].body.contains(&encoded),
+                "the secret was sent, so an echo could leak it"
+            );
+            let text = format!("{} | {err:?}", error_chain(&err));
+            assert!(
+                !text.contains(CLIENT_SECRET) && !text.contains(&encoded),
+                "{status}: {text}"
+            );
+            let token_url = fake.base_url.join("/oauth/token").unwrap();
+            assert!(
+                text.starts_with(&format!("POST {token_url} (OAuth token): ")),
+                "{status}: {text}"
+            );
+            assert!(
+                text.contains(&format!("HTTP {status}")) && text.contains(says),
+                "{status}: {text}"
+            );
+            assert!(fake.api_requests().is_empty());
+        }
     }
 }

@@ -9,7 +9,11 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -47,7 +51,7 @@ struct Inner {
     base_url: Url,
     tokens: TokenSource,
     retry: RetryPolicy,
-    limiter: Option<DefaultDirectRateLimiter>,
+    limiter: Option<Limiter>,
 }
 
 impl ApiClient {
@@ -66,7 +70,7 @@ impl ApiClient {
         let limiter = config
             .requests_per_second
             .and_then(NonZeroU32::new)
-            .map(|rps| RateLimiter::direct(Quota::per_second(rps)));
+            .map(Limiter::per_second);
         Ok(ApiClient {
             inner: Arc::new(Inner {
                 http,
@@ -158,8 +162,11 @@ impl ApiClient {
                 counters
                     .requests
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Once only: a token fetched this instant that is rejected too will not be
+                // cured by another (and a 401 is permanent, so no retry loops on it either).
                 self.send_once(name, url, query, fresh.expose(), counters)
                     .await
+                    .map_err(fresh_token_rejected)
             }
             other => other,
         }
@@ -177,13 +184,8 @@ impl ApiClient {
         if let Some(limiter) = &inner.limiter {
             limiter.until_ready().await;
         }
-        let transport = |problem: &'static str| {
-            move |source| ApiError::Transport {
-                request: name.to_owned(),
-                problem,
-                source,
-            }
-        };
+        let transport =
+            |problem: &'static str| move |source| ApiError::transport(name, problem, source);
         let response = inner
             .http
             .request(Method::GET, url.clone())
@@ -208,6 +210,63 @@ impl ApiClient {
         }
         Err(status_error(name, status, &headers, &bytes, token))
     }
+}
+
+/// The client-side rate limit shared by every request: governor's GCRA on tokio's clock, so
+/// that waiting is a tokio sleep (cancellable like any future, and virtual in paused-time
+/// tests) rather than governor's own timer on the wall clock.
+struct Limiter {
+    limiter: RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nanos>>,
+    clock: TokioClock,
+}
+
+impl Limiter {
+    /// `rps` requests a second, in bursts of at most `rps`.
+    fn per_second(rps: NonZeroU32) -> Self {
+        let clock = TokioClock {
+            origin: tokio::time::Instant::now(),
+        };
+        Limiter {
+            limiter: RateLimiter::direct_with_clock(Quota::per_second(rps), clock),
+            clock,
+        }
+    }
+
+    /// Waits until one more request is allowed, and takes it.
+    async fn until_ready(&self) {
+        while let Err(not_until) = self.limiter.check() {
+            tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
+        }
+    }
+}
+
+/// Time since the limiter was made, on tokio's clock.
+#[derive(Debug, Clone, Copy)]
+struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    type Instant = Nanos;
+
+    fn now(&self) -> Nanos {
+        // Saturates after 584 years of uptime instead of panicking as `Nanos::from` would.
+        Nanos::new(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// The answer to the request retried with a fresh token: a second 401 says so, since
+/// "check the token" would mislead when the token is new.
+fn fresh_token_rejected(mut err: ApiError) -> ApiError {
+    if let ApiError::Status {
+        status: StatusCode::UNAUTHORIZED,
+        hint,
+        ..
+    } = &mut err
+    {
+        *hint = "; a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule";
+    }
+    err
 }
 
 /// A successful response body, not yet decoded.
@@ -293,7 +352,9 @@ fn describe_query(query: &[(&'static str, String)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::fake::{CALL_UID, FakeService, Reply, call_json};
     use super::*;
+    use crate::config::{AuthConfig, Secret};
 
     #[test]
     fn retry_after_reads_seconds_only() {
@@ -349,5 +410,346 @@ mod tests {
             "GET /x: HTTP 502 Bad Gateway: unexpected body: <html><body>502 Bad Gateway</body></html>"
         );
         assert!(err.is_transient());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_rate_limiter_spaces_requests_in_virtual_time() {
+        // 5 a second: a burst of 5 at once, then one every 200 ms, on tokio's (paused) clock.
+        let limiter = Limiter::per_second(NonZeroU32::new(5).unwrap());
+        let start = tokio::time::Instant::now();
+        let mut granted = Vec::new();
+        for _ in 0..20 {
+            limiter.until_ready().await;
+            granted.push(start.elapsed());
+        }
+        let expected: Vec<Duration> = (0..20u64)
+            .map(|i| Duration::from_millis(200 * i.saturating_sub(4)))
+            .collect();
+        assert_eq!(granted, expected);
+    }
+
+    #[tokio::test]
+    async fn a_server_slower_than_the_timeout_is_retried_then_named() {
+        let fake = FakeService::start(
+            |_, _| Reply::status(500, ""),
+            |_, _| Reply::ok(call_json()).after(Duration::from_secs(5)),
+        )
+        .await;
+        let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
+        config.request_timeout = Duration::from_millis(200);
+        config.retry.max_attempts = 2;
+        let client = ApiClient::new(&config).unwrap();
+        let counters = Counters::default();
+        let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
+        let ApiError::RetriesExhausted { attempts, last, .. } = &err else {
+            panic!("expected retries, got {err}");
+        };
+        assert_eq!(*attempts, 2);
+        assert!(matches!(**last, ApiError::Timeout { .. }), "{last}");
+        assert_eq!(
+            last.to_string(),
+            format!(
+                "GET /api/v1/outbound_calls/{CALL_UID}: no complete response within the request timeout; the service is slow or unreachable (raise api.request_timeout_secs if it is only slow)"
+            )
+        );
+        assert_eq!(fake.api_requests().len(), 2);
+        assert_eq!((counters.requests(), counters.retries()), (2, 1));
+    }
+
+    /// A throwaway self-signed certificate for 127.0.0.1, trusted by nobody: a TLS server
+    /// whose certificate this machine does not trust.
+    const UNTRUSTED_CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBnDCCAUGgAwIBAgIUZe2s1dEjhFK7a0/41hVJvdoY/XMwCgYIKoZIzj0EAwIw\nFDESMBAGA1UEAwwJbG9jYWxob3N0MCAXDTI2MTEyMzAxMDE1OFoYDzIxMjYxMDMw\nMDEwMTU4WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjO\nPQMBBwNCAARthPqR8+YmTQtV4//P97sBW3/Pu36M1lvMBJeMZ4OeWM4DNoz7x0lw\nXzHjbyAv68tmDKiUIWQPPrHpFrpJ5KdHo28wbTAdBgNVHQ4EFgQUawX2JtrNBR9K\nrwkTPLp76Lv0o9cwHwYDVR0jBBgwFoAUawX2JtrNBR9KrwkTPLp76Lv0o9cwDwYD\nVR0TAQH/BAUwAwEB/zAaBgNVHREEEzARhwR/AAABgglsb2NhbGhvc3QwCgYIKoZI\nzj0EAwIDSQAwRgIhAMndA2Kng/MTFWWRnHO4qVz+uP+4wtMDwJOBWhiDDLk5AiEA\ngBCuor+/DfREijJPj4p51A9LtAyimAnYtLrcKpVZWEo=\n-----END CERTIFICATE-----";
+    const UNTRUSTED_KEY: &str = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgTdqeghf5XjA1NyPg\nwBbnEPm0sRGOUFydMaPPo54D+JuhRANCAARthPqR8+YmTQtV4//P97sBW3/Pu36M\n1lvMBJeMZ4OeWM4DNoz7x0lwXzHjbyAv68tmDKiUIWQPPrHpFrpJ5KdH\n-----END PRIVATE KEY-----";
+
+    /// A TLS server on 127.0.0.1:0 with [`UNTRUSTED_CERT`]; counts connections.
+    fn untrusted_tls_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = vec![CertificateDer::from_pem_slice(UNTRUSTED_CERT.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(UNTRUSTED_KEY.as_bytes()).unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
+                    continue;
+                };
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                // Drives the handshake; the client gives up on the certificate.
+                let _ = std::io::Read::read(&mut tls, &mut [0u8; 64]);
+            }
+        });
+        (port, connections)
+    }
+
+    /// A plain TCP server on 127.0.0.1:0 that answers anything with plain HTTP; counts
+    /// connections.
+    async fn plain_http_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _ = stream
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        (port, connections)
+    }
+
+    #[tokio::test]
+    async fn tls_failures_are_permanent_and_not_retried() {
+        let (untrusted, untrusted_connections) = untrusted_tls_server();
+        let (plain, plain_connections) = plain_http_server().await;
+        let fake = FakeService::start(|_, _| Reply::status(500, ""), |_, _| Reply::ok("")).await;
+        for (port, connections, what) in [
+            (untrusted, untrusted_connections, "certificate"),
+            (plain, plain_connections, "corrupt message"),
+        ] {
+            let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
+            config.base_url = Url::parse(&format!("https://127.0.0.1:{port}")).unwrap();
+            config.retry.max_attempts = 5;
+            let client = ApiClient::new(&config).unwrap();
+            let counters = Counters::default();
+            let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
+            let ApiError::Tls { detail, .. } = &err else {
+                panic!("a TLS failure, not {err:?}");
+            };
+            assert!(detail.contains(what), "{what}: {err}");
+            assert!(!err.is_transient());
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "GET /api/v1/outbound_calls/{CALL_UID}: TLS failed ("
+                )) && err.to_string().ends_with(
+                    "; check api.base_url (https:// to a port that speaks TLS) and that this machine trusts the service's certificate (the ca-certificates package, or your CA)"
+                ),
+                "{err}"
+            );
+            assert_eq!(
+                connections.load(std::sync::atomic::Ordering::SeqCst),
+                1,
+                "{what}: one attempt, no retries"
+            );
+            assert_eq!((counters.requests(), counters.retries()), (1, 0));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A stand-in for the service and its OAuth token endpoint on 127.0.0.1:0, for the
+    //! client's own tests: each route answers from a script, given how many requests it has
+    //! had and what the request carried.
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::Router;
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{get, post};
+    use url::Url;
+    use uuid::Uuid;
+
+    use crate::config::{ApiConfig, AuthConfig, OAuthConfig, RetryConfig, Secret};
+
+    /// The OAuth client secret; characters that form encoding changes, to test redaction.
+    pub const CLIENT_SECRET: &str = "s3cr3t+value/with&chars";
+    pub const CALL_UID: Uuid = Uuid::from_u128(0x6f1c_1d9e_3a43_4c0b_9f39_0d3c_5a3f_2b11);
+
+    /// A call as the detail endpoint returns it (the least the model requires).
+    pub fn call_json() -> String {
+        format!(
+            r#"{{"uid":"{CALL_UID}","status":"pending","created_at":"2026-01-31T09:00:00Z","updated_at":"2026-01-31T09:00:00Z"}}"#
+        )
+    }
+
+    /// One scripted answer.
+    pub struct Reply {
+        status: u16,
+        body: String,
+        delay: Duration,
+    }
+
+    impl Reply {
+        pub fn ok(body: impl Into<String>) -> Self {
+            Reply::status(200, body)
+        }
+
+        pub fn status(status: u16, body: impl Into<String>) -> Self {
+            Reply {
+                status,
+                body: body.into(),
+                delay: Duration::ZERO,
+            }
+        }
+
+        /// A token response; `expires_in` is JSON text, or `None` to leave the key out.
+        pub fn token(token: &str, expires_in: Option<&str>) -> Self {
+            let lifetime = expires_in.map_or(String::new(), |e| format!(r#","expires_in":{e}"#));
+            Reply::ok(format!(
+                r#"{{"access_token":"{token}","token_type":"Bearer"{lifetime}}}"#
+            ))
+        }
+
+        /// The same answer, sent only after `delay`.
+        pub fn after(self, delay: Duration) -> Self {
+            Reply { delay, ..self }
+        }
+    }
+
+    /// What a request carried.
+    #[derive(Debug, Clone)]
+    pub struct Request {
+        /// The bearer token, without `Bearer `.
+        pub bearer: Option<String>,
+        pub body: String,
+    }
+
+    type Script = Box<dyn Fn(usize, &Request) -> Reply + Send + Sync>;
+
+    struct Route {
+        script: Script,
+        seen: Mutex<Vec<Request>>,
+    }
+
+    struct Shared {
+        token: Route,
+        api: Route,
+    }
+
+    pub struct FakeService {
+        shared: Arc<Shared>,
+        pub base_url: Url,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl FakeService {
+        /// `token` answers `POST /oauth/token`, `api` every `GET /api/v1/…`.
+        pub async fn start(
+            token: impl Fn(usize, &Request) -> Reply + Send + Sync + 'static,
+            api: impl Fn(usize, &Request) -> Reply + Send + Sync + 'static,
+        ) -> Self {
+            let route = |script: Script| Route {
+                script,
+                seen: Mutex::new(Vec::new()),
+            };
+            let shared = Arc::new(Shared {
+                token: route(Box::new(token)),
+                api: route(Box::new(api)),
+            });
+            let app = Router::new()
+                .route(
+                    "/oauth/token",
+                    post(
+                        |State(s): State<Arc<Shared>>, h: HeaderMap, body: String| async move {
+                            answer(&s.token, &h, body).await
+                        },
+                    ),
+                )
+                .route(
+                    "/api/v1/{*rest}",
+                    get(|State(s): State<Arc<Shared>>, h: HeaderMap| async move {
+                        answer(&s.api, &h, String::new()).await
+                    }),
+                )
+                .with_state(shared.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let base_url =
+                Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+            let task = tokio::spawn(async move {
+                let _ = axum::serve(listener, app).await;
+            });
+            FakeService {
+                shared,
+                base_url,
+                task,
+            }
+        }
+
+        pub fn token_requests(&self) -> Vec<Request> {
+            self.shared.token.seen.lock().unwrap().clone()
+        }
+
+        pub fn api_requests(&self) -> Vec<Request> {
+            self.shared.api.seen.lock().unwrap().clone()
+        }
+
+        pub fn oauth(&self) -> AuthConfig {
+            AuthConfig::OAuth(OAuthConfig {
+                token_url: self.base_url.join("/oauth/token").unwrap(),
+                client_id: "callsync-test".into(),
+                client_secret: Secret::new(CLIENT_SECRET),
+                scope: None,
+            })
+        }
+
+        /// A client configuration for this service: quick retries, three attempts.
+        pub fn config(&self, auth: AuthConfig) -> ApiConfig {
+            ApiConfig {
+                base_url: self.base_url.clone(),
+                auth: Some(auth),
+                request_timeout: Duration::from_secs(5),
+                connect_timeout: Duration::from_secs(2),
+                requests_per_second: None,
+                detail_concurrency: 1,
+                retry: RetryConfig {
+                    max_attempts: 3,
+                    max_elapsed: Duration::from_secs(10),
+                    initial_interval: Duration::from_millis(1),
+                    max_interval: Duration::from_millis(5),
+                    multiplier: 2.0,
+                },
+            }
+        }
+    }
+
+    impl Drop for FakeService {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    async fn answer(route: &Route, headers: &HeaderMap, body: String) -> Response {
+        let request = Request {
+            bearer: headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned),
+            body,
+        };
+        let reply = {
+            let mut seen = route.seen.lock().unwrap();
+            let reply = (route.script)(seen.len(), &request);
+            seen.push(request);
+            reply
+        };
+        tokio::time::sleep(reply.delay).await;
+        let status = StatusCode::from_u16(reply.status).unwrap();
+        (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            reply.body,
+        )
+            .into_response()
     }
 }

@@ -32,6 +32,31 @@ pub enum ApiError {
         source: reqwest::Error,
     },
 
+    /// No complete response within `api.request_timeout_secs` (or no connection within
+    /// `api.connect_timeout_secs`): the service is slow or unreachable. Worth retrying.
+    #[error(
+        "{request}: {problem}; the service is slow or unreachable (raise {setting} if it is only slow)"
+    )]
+    Timeout {
+        request: String,
+        problem: &'static str,
+        setting: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+
+    /// TLS failed: an untrusted or mismatched certificate, or a port that does not speak
+    /// TLS. Retrying cures none of these, so it is permanent and fails fast.
+    #[error(
+        "{request}: TLS failed ({detail}); check api.base_url (https:// to a port that speaks TLS) and that this machine trusts the service's certificate (the ca-certificates package, or your CA)"
+    )]
+    Tls {
+        request: String,
+        detail: String,
+        #[source]
+        source: reqwest::Error,
+    },
+
     #[error("{request}: HTTP {status}: {}{hint}", describe_body(.body, .raw_excerpt))]
     Status {
         request: String,
@@ -43,7 +68,9 @@ pub enum ApiError {
         hint: &'static str,
     },
 
-    #[error("{request}: malformed response ({content_type}): {source}")]
+    #[error(
+        "{request}: malformed response ({content_type}): {source}; if it persists, the service sends data callsync cannot read: report the response to its operators"
+    )]
     Decode {
         request: String,
         content_type: String,
@@ -65,11 +92,50 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A failed exchange, classified: a TLS failure (permanent), a timeout, or another
+    /// transport problem (connection refused or reset, a body cut short).
+    pub(crate) fn transport(request: &str, problem: &'static str, source: reqwest::Error) -> Self {
+        let request = request.to_owned();
+        if let Some(tls) = tls_failure(&source) {
+            let detail = tls.to_string();
+            return ApiError::Tls {
+                request,
+                detail,
+                source,
+            };
+        }
+        if source.is_timeout() {
+            let (problem, setting) = if source.is_connect() {
+                (
+                    "no connection within the connect timeout",
+                    "api.connect_timeout_secs",
+                )
+            } else {
+                (
+                    "no complete response within the request timeout",
+                    "api.request_timeout_secs",
+                )
+            };
+            return ApiError::Timeout {
+                request,
+                problem,
+                setting,
+                source,
+            };
+        }
+        ApiError::Transport {
+            request,
+            problem,
+            source,
+        }
+    }
+
     /// Worth another attempt: connection problems, timeouts, truncated or garbled bodies,
-    /// 408, 429 and 5xx. Other 4xx and well-formed-but-wrong bodies are permanent.
+    /// 408, 429 and 5xx. Other 4xx, TLS failures and well-formed-but-wrong bodies are
+    /// permanent.
     pub fn is_transient(&self) -> bool {
         match self {
-            ApiError::Transport { .. } => true,
+            ApiError::Transport { .. } | ApiError::Timeout { .. } => true,
             ApiError::Status { status, .. } => {
                 status.is_server_error()
                     || *status == StatusCode::TOO_MANY_REQUESTS
@@ -80,6 +146,7 @@ impl ApiError {
             }
             ApiError::Config(_)
             | ApiError::ClientSetup { .. }
+            | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
             | ApiError::RetriesExhausted { .. } => false,
         }
@@ -104,6 +171,25 @@ impl ApiError {
     pub fn is_unauthorized(&self) -> bool {
         self.status() == Some(StatusCode::UNAUTHORIZED)
     }
+}
+
+/// The TLS error somewhere in a transport error's causes. `io::Error::source` skips the
+/// error it wraps (where rustls puts its own), so wrapped errors are looked into as well.
+fn tls_failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 /// What an operator can do about a status, appended to the message.

@@ -462,9 +462,11 @@ pub struct TokenResponse {
     pub access_token: String,
     #[serde(default)]
     pub token_type: Option<String>,
-    /// Lifetime in seconds; absent means "unknown" (we then refresh on 401 only).
+    /// Lifetime in seconds. Kept as sent (a number of any size or sign, or a numeric
+    /// string, as some providers send): `auth.rs` decides what a usable lifetime is, so an
+    /// odd value never fails the token request.
     #[serde(default)]
-    pub expires_in: Option<u64>,
+    pub expires_in: Option<Value>,
     #[serde(flatten)]
     pub extra: Extra,
 }

@@ -76,7 +76,7 @@ impl RetryPolicy {
         let max_attempts = self.config.max_attempts.max(1);
         let floor = self.config.initial_interval;
         let op = || {
-            attempts += 1;
+            attempts = attempts.saturating_add(1);
             counters.requests.fetch_add(1, Ordering::Relaxed);
             if attempts > 1 {
                 counters.retries.fetch_add(1, Ordering::Relaxed);
@@ -86,7 +86,8 @@ impl RetryPolicy {
             async move {
                 fut.await.map_err(|err| {
                     if err.is_transient() && !last_allowed {
-                        let wait = err.retry_after().map(|d| d.clamp(floor, MAX_RETRY_AFTER));
+                        // Not `clamp`: it panics when the floor is above the ceiling.
+                        let wait = err.retry_after().map(|d| d.min(MAX_RETRY_AFTER).max(floor));
                         backoff::Error::Transient {
                             err,
                             retry_after: wait,
@@ -229,5 +230,34 @@ mod tests {
         assert!(result.is_ok());
         // 7 s as asked, then the 400 ms floor instead of an instant retry.
         assert_eq!(started.elapsed(), Duration::from_millis(7_400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_floor_above_the_retry_after_ceiling_waits_the_floor() {
+        // Not reachable through the configuration (it caps the first interval at a minute),
+        // but a policy built in code must not panic on it either.
+        let policy = RetryPolicy::new(RetryConfig {
+            initial_interval: Duration::from_secs(600),
+            max_elapsed: Duration::from_secs(3600),
+            ..RetryConfig::default()
+        });
+        let counters = Counters::default();
+        let mut calls = 0;
+        let started = tokio::time::Instant::now();
+        let result = policy
+            .run("GET /x", &counters, || {
+                calls += 1;
+                let first = calls == 1;
+                async move {
+                    if first {
+                        Err(status(429, Some(Duration::from_secs(7))))
+                    } else {
+                        Ok(())
+                    }
+                }
+            })
+            .await;
+        assert!(result.is_ok());
+        assert_eq!(started.elapsed(), Duration::from_secs(600));
     }
 }

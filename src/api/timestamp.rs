@@ -18,13 +18,20 @@ use time::{Duration, OffsetDateTime, UtcOffset};
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(OffsetDateTime);
 
-/// A string that is not an RFC 3339 timestamp with a zone.
+/// A string that is not an RFC 3339 timestamp with a zone, or whose instant has no RFC 3339
+/// form in UTC (years 0000 to 9999).
 #[derive(Debug, thiserror::Error)]
-#[error("`{value}` is not an RFC 3339 timestamp with a zone (e.g. 2026-01-31T09:30:00Z): {reason}")]
+#[error(
+    "`{value}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): {reason}"
+)]
 pub struct TimestampError {
     pub value: String,
     reason: String,
 }
+
+/// The years the four-digit RFC 3339 and SQLite forms can write. An offset can carry a
+/// valid text (`9999-12-31T23:30:00-01:00`) into year 10000 once in UTC.
+const YEARS: std::ops::RangeInclusive<i32> = 0..=9999;
 
 impl Timestamp {
     /// 1970-01-01T00:00:00Z: where a schedule without a checkpoint starts.
@@ -37,12 +44,13 @@ impl Timestamp {
 
     /// Parses RFC 3339 with any offset and any fraction precision; the result is UTC.
     pub fn parse(text: &str) -> Result<Self, TimestampError> {
-        OffsetDateTime::parse(text.trim(), &Rfc3339)
-            .map(|t| Timestamp(t.to_offset(UtcOffset::UTC)))
-            .map_err(|e| TimestampError {
-                value: text.to_owned(),
-                reason: e.to_string(),
-            })
+        let error = |reason: String| TimestampError {
+            value: text.to_owned(),
+            reason,
+        };
+        let parsed =
+            OffsetDateTime::parse(text.trim(), &Rfc3339).map_err(|e| error(e.to_string()))?;
+        Timestamp::try_from(parsed).map_err(|e| error(e.reason))
     }
 
     /// Parses the warehouse's own text form (`YYYY-MM-DD HH:MM:SS[.fraction]`, UTC).
@@ -74,8 +82,12 @@ impl Timestamp {
         format!("{} {}", self.date_part(), self.time_part())
     }
 
-    /// Truncates to whole multiples of `unit_nanos` (used to model a service's precision).
+    /// Truncates to whole multiples of `unit_nanos` (used to model a service's precision);
+    /// a unit that is not positive leaves the instant as it is.
     pub fn truncated(self, unit_nanos: i128) -> Self {
+        if unit_nanos <= 0 {
+            return self;
+        }
         let n = self.unix_nanos();
         Timestamp::from_unix_nanos(n - n.rem_euclid(unit_nanos)).unwrap_or(self)
     }
@@ -113,9 +125,18 @@ impl Timestamp {
     }
 }
 
-impl From<OffsetDateTime> for Timestamp {
-    fn from(t: OffsetDateTime) -> Self {
-        Timestamp(t.to_offset(UtcOffset::UTC))
+impl TryFrom<OffsetDateTime> for Timestamp {
+    type Error = TimestampError;
+
+    /// The same instant in UTC; an error when that falls outside the years 0000 to 9999.
+    fn try_from(t: OffsetDateTime) -> Result<Self, Self::Error> {
+        t.checked_to_offset(UtcOffset::UTC)
+            .filter(|utc| YEARS.contains(&utc.year()))
+            .map(Timestamp)
+            .ok_or_else(|| TimestampError {
+                value: t.to_string(),
+                reason: "in UTC it falls outside the years 0000 to 9999".to_owned(),
+            })
     }
 }
 
@@ -175,6 +196,40 @@ mod tests {
         for (input, expected) in cases {
             assert_eq!(ts(input).to_rfc3339(), expected, "input {input}");
         }
+    }
+
+    #[test]
+    fn rejects_instants_outside_the_four_digit_years_in_utc() {
+        // Valid text whose UTC instant is in year 10000 (a call's `cooldown_until`, a
+        // `backfill --since`) or year -1: an error, never a panic.
+        for bad in [
+            "9999-12-31T23:30:00-01:00",
+            "9999-12-31T23:59:59-01:00",
+            "9999-12-31T23:59:59.999999999-23:59",
+            "0000-01-01T00:30:00+01:00",
+        ] {
+            let err = Timestamp::parse(bad).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): in UTC it falls outside the years 0000 to 9999"
+                )
+            );
+            assert!(serde_json::from_str::<Timestamp>(&format!("\"{bad}\"")).is_err());
+        }
+        // The edges themselves are fine, and print back in four digits.
+        assert_eq!(
+            ts("9999-12-31T22:59:59-01:00").to_sqlite(),
+            "9999-12-31 23:59:59"
+        );
+        assert_eq!(
+            ts("0000-01-01T01:00:00+01:00").to_rfc3339(),
+            "0000-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            ts("2026-01-31T09:30:00Z").truncated(0),
+            ts("2026-01-31T09:30:00Z")
+        );
     }
 
     #[test]

@@ -21,7 +21,13 @@
 //!      still to be read. Rows that left are read later at their new `updated_at`.
 //!   3. leaves the group from a page that holds both the group's last row and what follows
 //!      it, read in one response, so nothing right after the group is skipped; when the group
-//!      ends exactly on a page edge, one request with another page size makes such a page.
+//!      ends exactly on a page edge, one request with another page size makes such a page
+//!      (an *exit probe*). The probe is placed from where the downward scan saw the group
+//!      end, not from every uid ever seen at `T` (rows that left would place it past the
+//!      group). A probe that lands past the group proves only that more rows left: every
+//!      row still at `T` was read by the downward scan, so the next probe goes lower, with
+//!      no new scan. Only a group that *grew* after time moved past it (a late commit) is
+//!      scanned down again.
 //!      Pages per scan and downward scans are bounded: a group that will not settle ends
 //!      the pass with an error and the checkpoint stays at `T`.
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
@@ -135,8 +141,8 @@ enum State {
         cursor: Timestamp,
     },
     Tie(TieWalk),
-    /// The group has settled but no page showed its last row next to what follows: one
-    /// request with another page size, whose page holds both.
+    /// The group has been read but no page showed its last row next to what follows: one
+    /// request with another page size, whose page should hold both.
     ExitProbe {
         tie: TieWalk,
         page: u32,
@@ -157,15 +163,32 @@ enum Exit {
 #[derive(Debug)]
 struct TieWalk {
     at: Timestamp,
-    /// Uids seen at `at`: the group's size as far as we know.
+    /// Every uid ever read at `at`. It grows only with rows actually read, so it bounds the
+    /// pages a scan may take even against a service that answers every page alike. It is
+    /// NOT the group's size: rows that have left the group stay in it.
     seen: HashSet<Uuid>,
+    /// Where the group ended (its rows at positions `0..end`) on its last page, as the
+    /// current downward scan found it. No row can enter a group once time has moved past
+    /// it, so from then on the group holds at most this many rows.
+    end: Option<u32>,
     scan: Scan,
     page: u32,
     /// How to leave the group, learnt in the current downward scan.
     exit: Option<Exit>,
     pages_in_scan: u32,
     down_scans: u32,
-    previous_page_uids: Option<(u32, Vec<Uuid>)>,
+    /// The upward scan's previous page, for [`TieWalk::check_page_moves`].
+    previous: Option<Repeat>,
+}
+
+/// A page of an upward scan, and how many page numbers in a row answered with its rows.
+#[derive(Debug)]
+struct Repeat {
+    page: u32,
+    /// The first page number that answered with these rows.
+    first: u32,
+    uids: Vec<Uuid>,
+    times: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,7 +246,11 @@ impl PageWalker {
             self.state = match std::mem::replace(&mut self.state, State::Done) {
                 State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full),
                 State::Tie(tie) => self.after_tie_page(tie, rows, full)?,
-                State::ExitProbe { tie, .. } => self.after_exit_probe(tie, rows, full)?,
+                State::ExitProbe {
+                    tie,
+                    page,
+                    page_size,
+                } => self.after_exit_probe(tie, rows, full, page, page_size)?,
                 State::Done => State::Done,
             };
         }
@@ -245,7 +272,12 @@ impl PageWalker {
         // A full page of nothing but `cursor`: it is page 1 of an upward scan of the group.
         let mut tie = TieWalk::new(cursor);
         tie.record(rows);
-        tie.previous_page_uids = Some((1, uids(rows)));
+        tie.previous = Some(Repeat {
+            page: 1,
+            first: 1,
+            uids: uids(rows),
+            times: 0,
+        });
         tie.pages_in_scan = 1;
         tie.page = 2;
         State::Tie(tie)
@@ -257,12 +289,15 @@ impl PageWalker {
         rows: &[RowKey],
         full: bool,
     ) -> Result<State, WalkError> {
-        tie.check_page_moves(rows)?;
+        if tie.scan == Scan::Up {
+            tie.check_page_moves(rows)?;
+        }
         tie.record(rows);
         tie.pages_in_scan += 1;
         let (at, page) = (tie.at, tie.page);
-        let has_tie_row = rows.iter().any(|r| r.updated_at == at);
-        let all_tie = full && rows.iter().all(|r| r.updated_at == at);
+        let tie_rows = count_at(at, rows);
+        let has_tie_row = tie_rows > 0;
+        let all_tie = full && tie_rows == rows.len();
         let past_group = rows.last().is_some_and(|r| r.updated_at > at);
         loop {
             match tie.scan {
@@ -286,8 +321,11 @@ impl PageWalker {
                     tie.page -= 1;
                 }
                 Scan::DownSeeking { .. } => {
-                    // The group's last page. Full of the group, it ends on the page edge: no
-                    // page shows what follows next to it, so no exit yet (the probe makes one).
+                    // The group's last page: the group ends here now, and can only shrink.
+                    let before = page.saturating_sub(1).saturating_mul(self.page_size);
+                    tie.end = Some(before.saturating_add(len_u32(tie_rows)));
+                    // Full of the group, it ends on the page edge: no page shows what
+                    // follows next to it, so no exit yet (the probe makes one).
                     if !all_tie {
                         tie.exit = exit_from(at, page, rows, full, has_tie_row);
                     }
@@ -304,11 +342,19 @@ impl PageWalker {
                 None => probe_exit(tie, self.page_size),
             });
         }
-        let allowed = tie.pages_needed(self.page_size) + self.limits.max_extra_pages_per_scan;
+        self.within_bounds(&tie)?;
+        Ok(State::Tie(tie))
+    }
+
+    /// Ends a scan that takes more pages than the group can need.
+    fn within_bounds(&self, tie: &TieWalk) -> Result<(), WalkError> {
+        let allowed = tie
+            .pages_needed(self.page_size)
+            .saturating_add(self.limits.max_extra_pages_per_scan);
         if tie.pages_in_scan >= allowed {
             return Err(tie.unsettled());
         }
-        Ok(State::Tie(tie))
+        Ok(())
     }
 
     fn after_exit_probe(
@@ -316,31 +362,38 @@ impl PageWalker {
         mut tie: TieWalk,
         rows: &[RowKey],
         full: bool,
+        page: u32,
+        page_size: u32,
     ) -> Result<State, WalkError> {
         tie.record(rows);
+        tie.pages_in_scan += 1;
         let at = tie.at;
-        let has_tie_row = rows.iter().any(|r| r.updated_at == at);
-        let all_tie = full && rows.iter().all(|r| r.updated_at == at);
-        let last = rows.last().map_or(at, |r| r.updated_at);
-        let exit = match () {
-            // Nothing at or after the group's last row: the group ends the data.
-            _ if rows.is_empty() => Some(Exit::End(at)),
-            _ if all_tie || !has_tie_row => None,
-            _ if full => Some(Exit::Continue(last)),
-            _ => Some(Exit::End(last)),
-        };
-        match exit {
-            Some(exit) => Ok(self.leave(exit)),
-            // The group changed since the downward scan: scan down again.
-            None => {
-                if tie.down_scans >= self.limits.max_tie_scans {
-                    return Err(tie.unsettled());
-                }
-                let top = tie.pages_needed(self.page_size).saturating_sub(1).max(1);
-                tie.start_down_scan(top);
-                Ok(State::Tie(tie))
+        // Position of the page's first row in the list after `T`.
+        let first = page.saturating_sub(1).saturating_mul(page_size);
+        let tie_rows = count_at(at, rows);
+        let reached = first.saturating_add(len_u32(tie_rows));
+        if tie.end.is_some_and(|end| reached > end) {
+            // The group reaches past where the downward scan saw it end: rows entered it
+            // after time had moved past it (a late commit), so that scan may have missed
+            // some. Scan down again, from the page of the furthest group row seen.
+            if tie.down_scans >= self.limits.max_tie_scans {
+                return Err(tie.unsettled());
             }
+            tie.start_down_scan((reached - 1) / self.page_size + 1);
+            return Ok(State::Tie(tie));
         }
+        if tie_rows == 0 && first > 0 {
+            // Past the group: rows left it since its last page was read. Every row still in
+            // it was read by the downward scan (departures only shift rows towards pages it
+            // read later), so only an exit page is missing: the group now ends at or before
+            // `first`, and the next probe goes there.
+            tie.end = Some(first);
+            self.within_bounds(&tie)?;
+            return Ok(probe_exit(tie, self.page_size));
+        }
+        // The page holds the group's last row next to what follows, or starts at `T` itself
+        // (page 1): leave from it.
+        Ok(self.leave(exit_through(at, rows, full)))
     }
 
     fn leave(&mut self, exit: Exit) -> State {
@@ -361,19 +414,29 @@ impl PageWalker {
     }
 }
 
-/// A page size for which the group's last row (position `size - 1`) and the row after it
-/// (position `size`) fall on one page: any size that does not divide `size`. Sizes up to the
-/// service's maximum are allowed, so one always exists.
+/// One request whose page holds positions `end - 1` and `end`: the group's last row next to
+/// what follows, if the group still ends at `end`. Any page size that does not divide `end`
+/// makes such a page; sizes up to the service's maximum are allowed, so one always exists.
+/// The nearest below the walk's own size comes first (its page also reaches well below
+/// `end - 1`, so rows that left meanwhile are likely still caught).
 fn probe_exit(tie: TieWalk, page_size: u32) -> State {
-    let size = u32::try_from(tie.seen.len()).unwrap_or(u32::MAX).max(1);
+    let end = tie.end.unwrap_or_else(|| len_u32(tie.seen.len()));
+    if end == 0 {
+        // Every row has left the group: page 1 after `T` starts with what follows it.
+        return State::ExitProbe {
+            page: 1,
+            page_size,
+            tie,
+        };
+    }
     let below = (1..page_size).rev();
     let above = page_size + 1..=MAX_PAGE_SIZE;
     let probe_size = below
         .chain(above)
-        .find(|m| size % m != 0)
+        .find(|m| !end.is_multiple_of(*m))
         .unwrap_or(page_size);
     State::ExitProbe {
-        page: size / probe_size + 1,
+        page: (end - 1) / probe_size + 1,
         page_size: probe_size,
         tie,
     }
@@ -384,12 +447,13 @@ impl TieWalk {
         TieWalk {
             at,
             seen: HashSet::new(),
+            end: None,
             scan: Scan::Up,
             page: 1,
             exit: None,
             pages_in_scan: 0,
             down_scans: 0,
-            previous_page_uids: None,
+            previous: None,
         }
     }
 
@@ -399,25 +463,38 @@ impl TieWalk {
         }
     }
 
-    /// Two page numbers answered with the same full page of group rows: the service ignores
-    /// `page`, and no number of scans would help. (With small pages, rows entering the group
-    /// can shift a whole page between two requests, so only pages of 10 and more are judged;
-    /// the page bound catches the rest.)
+    /// Page numbers of an upward scan answered with the same full page of group rows: the
+    /// service ignores `page`, and no number of scans would help. One repeat is not proof:
+    /// a page's worth of rows entering the group before it between two requests shifts a
+    /// page onto the next number. A service ignoring `page` repeats for ever, so it is
+    /// judged on the second repeat in a row, and only for pages of 10 rows and more (with
+    /// smaller pages a few entering rows make repeats; the page bound catches the rest).
+    /// Downward scans are not judged: rows leaving shift pages the same way, and a service
+    /// ignoring `page` is caught by the upward scan that always comes first.
     fn check_page_moves(&mut self, rows: &[RowKey]) -> Result<(), WalkError> {
+        const JUDGED_PAGE_ROWS: usize = 10;
+        const REPEATS: u32 = 2;
         let current = uids(rows);
-        if let Some((previous, before)) = &self.previous_page_uids
-            && current.len() >= 10
-            && *previous != self.page
-            && rows.iter().all(|r| r.updated_at == self.at)
-            && *before == current
-        {
+        let repeat = self.previous.as_ref().filter(|p| {
+            p.page != self.page
+                && current.len() >= JUDGED_PAGE_ROWS
+                && rows.iter().all(|r| r.updated_at == self.at)
+                && p.uids == current
+        });
+        let (first, times) = repeat.map_or((self.page, 0), |p| (p.first, p.times + 1));
+        if times >= REPEATS {
             return Err(WalkError::PageIgnored {
                 after: self.at,
                 page: self.page,
-                previous: *previous,
+                previous: first,
             });
         }
-        self.previous_page_uids = Some((self.page, current));
+        self.previous = Some(Repeat {
+            page: self.page,
+            first,
+            uids: current,
+            times,
+        });
         Ok(())
     }
 
@@ -427,18 +504,19 @@ impl TieWalk {
         self.scan = Scan::DownSeeking { descended: false };
         self.page = top.max(1);
         self.pages_in_scan = 0;
-        self.previous_page_uids = None;
+        self.exit = None;
     }
 
+    /// Pages a scan of the group can need: every row ever read at `T` plus the page edges.
+    /// An upper bound (rows that left are counted), which is what a bound on work needs.
     fn pages_needed(&self, page_size: u32) -> u32 {
-        let size = u32::try_from(self.seen.len()).unwrap_or(u32::MAX);
-        size / page_size.max(1) + 2
+        len_u32(self.seen.len()) / page_size.max(1) + 2
     }
 
     fn unsettled(&self) -> WalkError {
         WalkError::TieUnsettled {
             at: self.at,
-            size: self.seen.len(),
+            size: self.end.map_or(self.seen.len(), |end| end as usize),
             scans: self.down_scans + 1,
             pages: self.pages_in_scan,
         }
@@ -461,12 +539,18 @@ fn exit_from(
     if !has_tie_row && page > 1 {
         return None;
     }
+    Some(exit_through(at, rows, full))
+}
+
+/// Leaving the group from a page that shows its end next to what follows: keyset paging
+/// resumes from the page's last row, or the walk ends there when the page is the last.
+fn exit_through(at: Timestamp, rows: &[RowKey], full: bool) -> Exit {
     let last = rows.last().map_or(at, |r| r.updated_at);
-    Some(if full {
+    if full {
         Exit::Continue(last)
     } else {
         Exit::End(last)
-    })
+    }
 }
 
 fn validate(request: &PageRequest, rows: &[RowKey]) -> Result<(), WalkError> {
@@ -507,6 +591,16 @@ fn validate(request: &PageRequest, rows: &[RowKey]) -> Result<(), WalkError> {
 
 fn uids(rows: &[RowKey]) -> Vec<Uuid> {
     rows.iter().map(|r| r.uid).collect()
+}
+
+/// Rows of the page at `at` (they come first: the page is in order and starts at `at`).
+fn count_at(at: Timestamp, rows: &[RowKey]) -> usize {
+    rows.iter().filter(|r| r.updated_at == at).count()
+}
+
+/// A count of rows as a list position (saturating, which no real group reaches).
+fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

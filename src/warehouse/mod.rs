@@ -18,7 +18,9 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 pub use error::WarehouseError;
-pub use queries::{Overview, Row, RunSummary, ScheduleStatus, Snapshot, render_status};
+pub use queries::{
+    Overview, PassOutcome, Row, RunSummary, ScheduleStatus, Snapshot, render_status,
+};
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunStats};
 

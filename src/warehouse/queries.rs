@@ -12,13 +12,19 @@ use super::error::{SqlContext, WarehouseError};
 use super::runs::parse;
 use crate::api::Timestamp;
 
-/// What `callsync status` shows for one schedule.
+/// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
+/// add, never rename.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleStatus {
     pub schedule_uid: String,
     /// RFC 3339; the next incremental pass reads from here (minus the lookback).
     pub cursor: Option<String>,
+    /// Seconds from the cursor to the time of the status: the age of the newest change
+    /// synced. `None` without a cursor.
+    pub lag_secs: Option<f64>,
     pub last_run: Option<RunSummary>,
+    /// How the latest pass ended; `None` when there has been none.
+    pub last_result: Option<PassOutcome>,
     /// When the latest pass that succeeded finished (RFC 3339).
     pub last_success_at: Option<String>,
     pub calls: i64,
@@ -40,6 +46,29 @@ pub struct RunSummary {
     pub requests: i64,
     pub retries: i64,
     pub error: Option<String>,
+}
+
+/// How a pass recorded in `sync_runs` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PassOutcome {
+    Completed,
+    Failed,
+    /// Stopped by shutdown after committing its pages; the next pass resumes.
+    Interrupted,
+    /// Not finished: still running, or its process died.
+    Running,
+}
+
+impl PassOutcome {
+    fn of(run: &RunSummary) -> Self {
+        match (&run.finished_at, &run.error) {
+            (None, _) => PassOutcome::Running,
+            (Some(_), None) => PassOutcome::Completed,
+            (Some(_), Some(e)) if e == super::INTERRUPTED => PassOutcome::Interrupted,
+            (Some(_), Some(_)) => PassOutcome::Failed,
+        }
+    }
 }
 
 /// One row: column name → value.
@@ -106,7 +135,13 @@ impl Warehouse {
         })
     }
 
+    /// Every schedule's status now.
     pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+        self.status_at(Timestamp::now())
+    }
+
+    /// Every schedule's status, with lags measured at `now`.
+    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -120,10 +155,17 @@ impl Warehouse {
             .query_map([], |r| r.get(0))
             .and_then(Iterator::collect)
             .sql("listing schedules")?;
-        schedules.iter().map(|s| self.schedule_status(s)).collect()
+        schedules
+            .iter()
+            .map(|s| self.schedule_status(s, now))
+            .collect()
     }
 
-    fn schedule_status(&self, schedule: &str) -> Result<ScheduleStatus, WarehouseError> {
+    fn schedule_status(
+        &self,
+        schedule: &str,
+        now: Timestamp,
+    ) -> Result<ScheduleStatus, WarehouseError> {
         let conn = &self.conn;
         let cursor: Option<String> = conn
             .query_row(
@@ -171,6 +213,9 @@ impl Warehouse {
             text.map(|t| parse(&t, what).map(|t| t.to_rfc3339()))
                 .transpose()
         };
+        let cursor = cursor
+            .map(|c| parse(&c, "sync_checkpoints.cursor"))
+            .transpose()?;
         let last_run = last_run
             .map(
                 |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
@@ -182,7 +227,9 @@ impl Warehouse {
             .transpose()?;
         Ok(ScheduleStatus {
             schedule_uid: schedule.to_owned(),
-            cursor: rfc3339(cursor, "sync_checkpoints.cursor")?,
+            cursor: cursor.map(Timestamp::to_rfc3339),
+            lag_secs: cursor.map(|c| lag(c, now).as_secs_f64()),
+            last_result: last_run.as_ref().map(PassOutcome::of),
             last_run,
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
@@ -317,7 +364,7 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             .cursor
             .as_deref()
             .and_then(|c| Timestamp::parse(c).ok())
-            .map(|c| format!("{}s", now.since(c).as_secs()))
+            .map(|c| format!("{}s", lag(c, now).as_secs()))
             .unwrap_or_else(|| "-".into());
         let _ = writeln!(out, "schedule {}", s.schedule_uid);
         let _ = writeln!(
@@ -327,13 +374,15 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
         match &s.last_run {
             Some(run) => {
-                let result = match (&run.finished_at, &run.error) {
-                    (None, _) => "running, or the process died".to_owned(),
-                    (Some(_), Some(e)) if e == super::INTERRUPTED => {
+                let result = match PassOutcome::of(run) {
+                    PassOutcome::Running => "running, or the process died".to_owned(),
+                    PassOutcome::Interrupted => {
                         "interrupted by shutdown (the next pass resumes)".to_owned()
                     }
-                    (Some(_), Some(e)) => format!("FAILED: {e}"),
-                    (Some(_), None) => "ok".to_owned(),
+                    PassOutcome::Failed => {
+                        format!("FAILED: {}", run.error.as_deref().unwrap_or_default())
+                    }
+                    PassOutcome::Completed => "ok".to_owned(),
                 };
                 let _ = writeln!(
                     out,
@@ -363,6 +412,12 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
     }
     out
+}
+
+/// The lag of a schedule whose cursor is `cursor`: the age of the newest change synced
+/// (zero for a cursor ahead of `now`, e.g. clocks apart).
+fn lag(cursor: Timestamp, now: Timestamp) -> std::time::Duration {
+    now.since(cursor)
 }
 
 fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {

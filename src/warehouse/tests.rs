@@ -278,7 +278,7 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
             err,
             WarehouseError::TooNew {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),
@@ -310,9 +310,9 @@ fn migrate_reports_versions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
     let first = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
-    assert_eq!((first.from, first.to), (0, 1));
+    assert_eq!((first.from, first.to), (0, 2));
     let again = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
-    assert_eq!((again.from, again.to), (1, 1));
+    assert_eq!((again.from, again.to), (2, 2));
 }
 
 #[test]
@@ -346,10 +346,12 @@ fn status_reports_runs_checkpoints_and_counts() {
         Some("HTTP 503"),
     )
     .unwrap();
-    let status = w.status().unwrap();
+    let status = w.status_at(ts("2026-01-01T02:00:10.5Z")).unwrap();
     assert_eq!(status.len(), 1);
     let s = &status[0];
     assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00Z"));
+    assert_eq!(s.lag_secs, Some(6610.5));
+    assert_eq!(s.last_result, Some(PassOutcome::Failed));
     assert_eq!(s.last_success_at.as_deref(), Some("2026-01-01T01:00:05Z"));
     let last = s.last_run.as_ref().unwrap();
     assert_eq!(
@@ -369,6 +371,162 @@ fn status_reports_runs_checkpoints_and_counts() {
     let text = render_status(&status, ts("2026-01-01T00:11:00Z"));
     assert!(text.contains("lag 60s"), "{text}");
     assert!(text.contains("FAILED: HTTP 503"), "{text}");
+    let json = serde_json::to_value(&status[0]).unwrap();
+    assert_eq!(json["lag_secs"], json!(6610.5));
+    assert_eq!(json["last_result"], json!("failed"));
+    assert_eq!(json["last_run"]["error"], json!("HTTP 503"));
+}
+
+#[test]
+fn last_result_says_how_the_latest_pass_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let at = ts("2026-01-01T01:00:00Z");
+    let result = |w: &Warehouse| {
+        let status = w.status_at(at).unwrap();
+        let json = serde_json::to_value(&status[0]).unwrap();
+        // No checkpoint written: no lag either.
+        assert_eq!(json["lag_secs"], Value::Null);
+        json["last_result"].clone()
+    };
+    let cases = [
+        (None, json!("completed")),
+        (Some(INTERRUPTED), json!("interrupted")),
+        (Some("GET /x: HTTP 500"), json!("failed")),
+    ];
+    for (error, expected) in cases {
+        let run = w.start_run(SCHEDULE, RunKind::Incremental, at).unwrap();
+        w.finish_run(run, &RunStats::default(), at, error).unwrap();
+        assert_eq!(result(&w), expected, "{error:?}");
+    }
+    w.start_run(SCHEDULE, RunKind::Incremental, at).unwrap();
+    assert_eq!(result(&w), json!("running"));
+}
+
+#[test]
+fn the_writer_enforces_foreign_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = open(&dir);
+    let on: i64 = w
+        .conn
+        .pragma_query_value(None, "foreign_keys", |r| r.get(0))
+        .unwrap();
+    assert_eq!(on, 1);
+    // An attempt of a call that does not exist is refused, not stored.
+    let err = w
+        .conn
+        .execute(
+            "INSERT INTO call_attempts (uid, call_uid, position, status) VALUES ('a', 'nope', 0, 'hangup')",
+            [],
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("FOREIGN KEY constraint failed"),
+        "{err}"
+    );
+}
+
+/// `(name, declared type)` of every column of `table`, in order.
+fn columns(conn: &rusqlite::Connection, table: &str) -> Vec<(String, String)> {
+    let mut stmt = conn
+        .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
+        .unwrap();
+    stmt.query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// The columns of `call_results` (schema version 2), in order, with their declared types.
+const CALL_RESULTS: [(&str, &str); 30] = [
+    ("call_uid", "TEXT"),
+    ("schedule_uid", "TEXT"),
+    ("external_id", "TEXT"),
+    ("status", "TEXT"),
+    ("progress", "TEXT"),
+    ("is_test_call", "INTEGER"),
+    ("phone_number", "TEXT"),
+    ("phone_e164", "TEXT"),
+    ("full_name", "TEXT"),
+    ("first_name", "TEXT"),
+    ("last_name", "TEXT"),
+    ("email", "TEXT"),
+    ("attempt_count", "INTEGER"),
+    ("attempts_remaining", "INTEGER"),
+    ("last_attempt_status", "TEXT"),
+    ("last_attempt_started_at", "TIMESTAMP"),
+    ("last_attempt_answered_at", "TIMESTAMP"),
+    ("last_attempt_ended_at", "TIMESTAMP"),
+    ("last_attempt_duration", "INTEGER"),
+    ("outcome_names", "TEXT"),
+    ("answered", "INTEGER"),
+    ("transferred", "INTEGER"),
+    ("notification_count", "INTEGER"),
+    ("cooldown_until", "TIMESTAMP"),
+    ("created_at", "TIMESTAMP"),
+    ("updated_at", "TIMESTAMP"),
+    ("phonetic_full_name", "TEXT"),
+    ("phonetic_first_name", "TEXT"),
+    ("phonetic_last_name", "TEXT"),
+    ("event_date_time", "TIMESTAMP"),
+];
+
+#[test]
+fn call_results_has_plain_declared_types_and_the_phonetic_columns_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = open(&dir);
+    let expected: Vec<(String, String)> = CALL_RESULTS
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    // BI tools read a view's declared types: an expression would have none.
+    assert_eq!(columns(&w.conn, "call_results"), expected);
+}
+
+#[test]
+fn version_1_warehouses_migrate_to_2_keeping_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 1).unwrap();
+    let v1 = columns(&conn, "call_results");
+    assert_eq!(v1.len(), 26);
+    conn.execute(
+        "INSERT INTO calls (uid, schedule_uid, status, created_at, updated_at, phonetic_full_name,
+           event_date_time, content_hash, synced_at)
+         VALUES ('c1', 's1', 'pending', '2026-01-01 00:00:00', '2026-01-01 00:00:00', 'AY-da',
+           '2026-02-01 10:00:00', 7, '2026-01-01 00:00:01')",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let report = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+    assert_eq!((report.from, report.to), (1, 2));
+    let w = Warehouse::open_read_only(&path).unwrap();
+    let v2 = columns(&w.conn, "call_results");
+    assert_eq!(
+        v2[..26],
+        v1[..],
+        "every version 1 column keeps its name, type and place"
+    );
+    let row: (String, Option<String>, Option<String>, String) = w
+        .conn
+        .query_row(
+            "SELECT call_uid, phonetic_full_name, phonetic_first_name, event_date_time FROM call_results",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        row,
+        (
+            "c1".into(),
+            Some("AY-da".into()),
+            None,
+            "2026-02-01 10:00:00".into()
+        )
+    );
 }
 
 #[test]

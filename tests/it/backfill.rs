@@ -11,8 +11,17 @@ use uuid::Uuid;
 use crate::harness::TestEnv;
 
 async fn backfill(env: &TestEnv, schedule: Uuid, since: Option<Timestamp>) -> PassResult {
+    backfill_range(env, schedule, since, None).await
+}
+
+async fn backfill_range(
+    env: &TestEnv,
+    schedule: Uuid,
+    since: Option<Timestamp>,
+    until: Option<Timestamp>,
+) -> PassResult {
     let engine = Engine::start(&env.config).expect("engine");
-    let plan = PassPlan::backfill(engine.settings(), since, None);
+    let plan = PassPlan::backfill(engine.settings(), since, until);
     let report = engine
         .run_pass(schedule, &plan, &CancellationToken::new(), &Quiet)
         .await;
@@ -97,5 +106,131 @@ async fn a_second_process_on_the_same_schedule_is_refused_clearly() {
     assert!(
         error.contains("is being synced by another callsync process"),
         "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_until_stops_after_the_page_that_passes_it() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 400,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let mut truth = env.sim.truth(s[0]);
+    truth.sort_by_key(|c| (c.updated_at, c.uid));
+    let until = truth[149].updated_at;
+    assert_eq!(
+        backfill_range(&env, s[0], None, Some(until)).await,
+        PassResult::Completed
+    );
+    // Keyset pages of 100 in (updated_at, uid) order: the first ends at call 100, the
+    // second (read again from call 100's instant) at call 199, past `until`: the walk stops
+    // there. The warehouse holds exactly those calls, the checkpoint follows them.
+    let read = &truth[..199];
+    env.assert_holds(s[0], read);
+    assert_eq!(cursor(&env, s[0]), Some(read[198].updated_at));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_from_at_or_before_the_checkpoint_moves_it_forward() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 120,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    let synced = cursor(&env, s[0]).expect("a checkpoint after a pass");
+    let newest = || env.sim.truth(s[0]).iter().map(|c| c.updated_at).max();
+
+    // From the checkpoint itself: everything after it is read, so it moves to the newest.
+    env.sim.bulk_create_now(s[0], 10);
+    assert_eq!(
+        backfill(&env, s[0], Some(synced)).await,
+        PassResult::Completed
+    );
+    let moved = cursor(&env, s[0]).expect("checkpoint");
+    assert!(moved > synced);
+    assert_eq!(Some(moved), newest());
+    env.assert_matches_truth(&s);
+
+    // From an hour before it: the same.
+    env.sim.bulk_create_now(s[0], 10);
+    let before = moved.saturating_sub(std::time::Duration::from_secs(3600));
+    assert_eq!(
+        backfill(&env, s[0], Some(before)).await,
+        PassResult::Completed
+    );
+    let again = cursor(&env, s[0]).expect("checkpoint");
+    assert!(again > moved);
+    assert_eq!(Some(again), newest());
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test]
+async fn instants_beyond_year_9999_in_utc_are_usage_errors_not_panics() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 1,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let schedule = env.schedules()[0].to_string();
+    let bad = "9999-12-31T23:59:59-01:00";
+    for args in [
+        vec![
+            "--config",
+            c,
+            "backfill",
+            "--schedule",
+            &schedule,
+            "--since",
+            bad,
+        ],
+        vec![
+            "--config",
+            c,
+            "backfill",
+            "--schedule",
+            &schedule,
+            "--until",
+            bad,
+        ],
+        vec![
+            "--config",
+            c,
+            "checkpoint",
+            "set",
+            "--schedule",
+            &schedule,
+            "--cursor",
+            bad,
+        ],
+    ] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("callsync runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): in UTC it falls outside the years 0000 to 9999"
+            )),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert_eq!(
+        cursor(&env, env.schedules()[0]),
+        None,
+        "nothing was written"
     );
 }

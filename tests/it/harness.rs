@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use callsync::api::{OutboundCall, Timestamp};
+use callsync::api::OutboundCall;
 use callsync::config::{
     ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
     RetryConfig, Secret, SyncConfig, WarehouseConfig,
@@ -15,6 +15,8 @@ use callsync::warehouse::{Snapshot, Warehouse};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+use crate::expected;
 
 pub struct TestEnv {
     pub sim: Simulator,
@@ -88,27 +90,28 @@ impl TestEnv {
         self.assert_no_bad_requests();
     }
 
-    /// Differences between the warehouse's rows for `schedule` and those of `calls`.
+    /// Differences between the warehouse's rows for `schedule` and what `calls` (the
+    /// service's JSON) make under the table contract, mapped independently of the product's
+    /// own mapping (`expected.rs`).
     pub fn diff_from(&self, schedule: Uuid, calls: &[OutboundCall]) -> Vec<String> {
-        let scratch = tempfile::tempdir().expect("temp dir");
-        let mut expected =
-            Warehouse::open(&scratch.path().join("truth.db"), Duration::from_secs(5))
-                .expect("scratch warehouse");
-        expected
-            .write_page(schedule, calls, None, Timestamp::now())
-            .expect("truth written");
-        let want = expected.snapshot(Some(schedule)).expect("snapshot");
-        self.snapshot(schedule).diff(&want)
+        expected::differences(&self.warehouse_path(), schedule, calls)
     }
 
     /// The warehouse's rows for `schedule` are exactly those of `calls`.
     pub fn assert_holds(&self, schedule: Uuid, calls: &[OutboundCall]) {
+        const SHOWN: usize = 30;
         let diff = self.diff_from(schedule, calls);
         assert!(
             diff.is_empty(),
-            "warehouse differs from the service for schedule {schedule} ({} calls expected):\n{}",
+            "warehouse differs from the service for schedule {schedule} ({} calls expected, {} differences{}):\n{}",
             calls.len(),
-            diff.join("\n")
+            diff.len(),
+            if diff.len() > SHOWN {
+                ", the first shown"
+            } else {
+                ""
+            },
+            diff[..diff.len().min(SHOWN)].join("\n")
         );
     }
 
@@ -162,9 +165,20 @@ pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
             scope: None,
         }),
     };
+    config_for(sim.base_url().clone(), auth, sim.schedule_uids(), warehouse)
+}
+
+/// A test configuration for the service at `base_url` (the simulator, or a test's own
+/// fake): quick retries, pages of 100, the warehouse at `warehouse`.
+pub fn config_for(
+    base_url: url::Url,
+    auth: AuthConfig,
+    schedules: Vec<Uuid>,
+    warehouse: PathBuf,
+) -> Config {
     Config {
         api: ApiConfig {
-            base_url: sim.base_url().clone(),
+            base_url,
             auth: Some(auth),
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
@@ -183,7 +197,7 @@ pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
             busy_timeout: Duration::from_secs(10),
         },
         sync: SyncConfig {
-            schedules: sim.schedule_uids(),
+            schedules,
             lookback: Duration::from_secs(5),
             cron: "0 */5 * * * *".into(),
             page_size: 100,

@@ -1,8 +1,12 @@
 //! The one integration-test binary: the simulator on loopback, real SQLite files.
 
 mod harness;
+// The warehouse a schedule must hold, mapped from the service's JSON independently.
+mod expected;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
+// A page garbled after earlier pages of the pass were committed (a fake service).
+mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
 // backfill: ranges, checkpoint rules, the per-schedule lock.

@@ -77,6 +77,86 @@ async fn tie_groups_at_second_precision_of_every_shape() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
+    // Second precision, a 1,000-call bulk upload per schedule with rows after it. While the
+    // client pages through a group, rows leave it (an update stamps them with a later
+    // second), shifting the rows under the scans.
+    let mut env = TestEnv::start(SimulatorOptions {
+        precision: Precision::Seconds,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(5),
+            calls_per_tick: 5,
+            ..DialerOptions::default()
+        }),
+        ..options(2, 0)
+    })
+    .await;
+    env.sim.set_dialer_running(false);
+    let s = env.schedules();
+    let groups: Vec<Vec<uuid::Uuid>> = s
+        .iter()
+        .map(|s| env.sim.bulk_create_now(*s, 1000))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.sim.bulk_create_now(s[0], 37);
+    env.sim.bulk_create_now(s[1], 10);
+    // Updates land in a later second than the groups', so rows leave them.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Slow enough that the changes below meet the scans.
+    env.config.api.requests_per_second = Some(100);
+    // Whether the walk of `schedule` has asked for page `page` of a tie group.
+    let reached = |schedule: uuid::Uuid, page: u32| {
+        env.sim.requests().iter().any(|r| {
+            r.path.contains(&schedule.to_string()) && r.query.contains(&format!("&page={page}&"))
+        })
+    };
+    let wait_for = |schedule, page| async move {
+        for _ in 0..5_000 {
+            if reached(schedule, page) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("the walk of {schedule} never asked for page {page} of its tie group");
+    };
+
+    // 100 rows, all read already by the upward scan (page 11 is past the group), leave at
+    // once while the walk scans down: 900 remain, a multiple of the page size, with data
+    // after them. The walk must complete in this very pass (it used to place its exit probe
+    // from every uid ever seen, land past the group every time, and end in "did not settle"
+    // after 8 scans although nothing changed any more).
+    let leave = async {
+        wait_for(s[0], 11).await;
+        env.sim.touch_calls(&groups[0][..100]);
+    };
+    let (reports, ()) = tokio::join!(env.pass(&s[..1]), leave);
+    assert_eq!(reports[0].result, PassResult::Completed);
+    env.assert_matches_truth(&s[..1]);
+
+    // Rows leaving the other group 50 at a time every 20 ms, the dialer working meanwhile:
+    // the pass may give up on the group (the next one retries), nothing else may go wrong.
+    let churn = async {
+        wait_for(s[1], 2).await;
+        env.sim.set_dialer_running(true);
+        for round in 0..12 {
+            env.sim
+                .touch_calls(&groups[1][round * 50..(round + 1) * 50]);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        env.sim.set_dialer_running(false);
+    };
+    let (reports, ()) = tokio::join!(env.pass(&s[1..]), churn);
+    match &reports[0].result {
+        PassResult::Completed => {}
+        PassResult::Failed(e) => assert!(e.contains("did not settle"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    env.config.api.requests_per_second = None;
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dialer_updating_calls_while_we_page_loses_nothing() {
     let env = TestEnv::start(SimulatorOptions {
         precision: Precision::Seconds,
