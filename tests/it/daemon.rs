@@ -11,23 +11,31 @@ use uuid::Uuid;
 use crate::harness::TestEnv;
 
 struct Run {
+    kind: String,
     started: Timestamp,
     finished: Option<Timestamp>,
     error: Option<String>,
 }
 
+/// The schedule's passes so far (none while the daemon has not created the warehouse yet).
 fn runs(env: &TestEnv, schedule: Uuid) -> Vec<Run> {
-    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
-    let mut stmt = conn
-        .prepare("SELECT started_at, finished_at, error FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id")
-        .expect("prepare");
+    let read_only = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let Ok(conn) = rusqlite::Connection::open_with_flags(env.warehouse_path(), read_only) else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = conn.prepare(
+        "SELECT kind, started_at, finished_at, error FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id",
+    ) else {
+        return Vec::new();
+    };
     stmt.query_map([schedule.to_string()], |r| {
-        let started: String = r.get(0)?;
-        let finished: Option<String> = r.get(1)?;
+        let started: String = r.get(1)?;
+        let finished: Option<String> = r.get(2)?;
         Ok(Run {
+            kind: r.get(0)?,
             started: Timestamp::parse_sqlite(&started).expect("timestamp"),
             finished: finished.map(|f| Timestamp::parse_sqlite(&f).expect("timestamp")),
-            error: r.get(2)?,
+            error: r.get(3)?,
         })
     })
     .expect("query")
@@ -35,14 +43,31 @@ fn runs(env: &TestEnv, schedule: Uuid) -> Vec<Run> {
     .expect("rows")
 }
 
-/// Runs the daemon in-process for `secs`, then shuts it down; returns how long shutdown took.
-async fn run_for(env: &TestEnv, secs: u64) -> Duration {
+/// How long a daemon test waits for what it expects before failing. Only a bound against a
+/// hang: every wait ends as soon as its condition holds, so a slow machine is not a failure.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `done` until it holds; panics naming `what` after [`PATIENCE`].
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "still waiting after {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the daemon in-process until `done` holds, then shuts it down; returns how long
+/// shutdown took.
+async fn run_until(env: &TestEnv, what: &str, done: impl FnMut() -> bool) -> Duration {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = env.config.clone();
     let daemon = tokio::spawn(callsync::daemon::run(config, async {
         let _ = stopped.await;
     }));
-    tokio::time::sleep(Duration::from_secs(secs)).await;
+    wait_for(what, done).await;
     let asked = Instant::now();
     stop.send(()).expect("daemon alive");
     daemon.await.expect("joined").expect("daemon ran");
@@ -70,18 +95,22 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
     .await;
     env.config.sync.cron = "* * * * * *".into();
     env.config.sync.page_size = 50;
-    let took = run_for(&env, 5).await;
+    let took = run_until(&env, "3 passes of every schedule", || {
+        env.schedules().iter().all(|s| {
+            runs(&env, *s)
+                .iter()
+                .filter(|r| r.finished.is_some())
+                .count()
+                >= 3
+        })
+    })
+    .await;
     assert!(
         took < env.config.sync.shutdown_timeout,
         "shutdown took {took:?}"
     );
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
-        assert!(
-            runs.len() >= 3,
-            "{} passes in 5 s of a 1-second cron",
-            runs.len()
-        );
         for pair in runs.windows(2) {
             let previous_end = pair[0].finished.expect("finished");
             assert!(
@@ -112,14 +141,16 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
     env.config.api.retry.max_attempts = 1;
     let s = env.schedules();
     env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
-    run_for(&env, 6).await;
+    run_until(&env, "6 passes of the healthy schedule", || {
+        runs(&env, s[1])
+            .iter()
+            .filter(|r| r.finished.is_some())
+            .count()
+            >= 6
+    })
+    .await;
     let broken = runs(&env, s[0]);
     let healthy = runs(&env, s[1]);
-    assert!(
-        healthy.len() >= 5,
-        "the healthy schedule kept its cadence: {}",
-        healthy.len()
-    );
     assert!(healthy.iter().all(|r| r.error.is_none()));
     assert!(broken.iter().all(|r| r.error.is_some()));
     assert!(
@@ -154,7 +185,12 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_in_time_and_loses_nothi
         .stderr(Stdio::null())
         .spawn()
         .expect("callsync starts");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("a pass of every schedule to be under way", || {
+        env.schedules()
+            .iter()
+            .all(|s| runs(&env, *s).last().is_some_and(|r| r.finished.is_none()))
+    })
+    .await;
     let pid = child.id().expect("running").to_string();
     let hangup = std::process::Command::new("kill")
         .args(["-HUP", &pid])
@@ -212,8 +248,24 @@ async fn metrics_and_healthz_serve_the_right_figures() {
     let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
         let _ = stopped.await;
     }));
-    tokio::time::sleep(Duration::from_millis(4500)).await;
     let http = reqwest::Client::new();
+    // Until the broken schedule has gone 3 ticks without progress and the healthy one has
+    // completed 3 passes.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let health = http.get(format!("http://{listen}/healthz")).send().await;
+        let unhealthy =
+            health.is_ok_and(|h| h.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE);
+        let completed = runs(&env, s[1])
+            .iter()
+            .filter(|r| r.finished.is_some() && r.error.is_none())
+            .count();
+        if unhealthy && completed >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/healthz never turned 503");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let metrics = http
         .get(format!("http://{listen}/metrics"))
         .send()
@@ -272,26 +324,13 @@ async fn metrics_and_healthz_serve_the_right_figures() {
 }
 
 /// The passes of every schedule, in the order they started.
-fn all_runs(env: &TestEnv) -> Vec<(Uuid, String, Run)> {
-    let mut all: Vec<(Uuid, String, Run)> = Vec::new();
-    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
-    for schedule in env.schedules() {
-        let mut stmt = conn
-            .prepare("SELECT kind FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id")
-            .expect("prepare");
-        let kinds: Vec<String> = stmt
-            .query_map([schedule.to_string()], |r| r.get(0))
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows");
-        all.extend(
-            kinds
-                .into_iter()
-                .zip(runs(env, schedule))
-                .map(|(kind, run)| (schedule, kind, run)),
-        );
-    }
-    all.sort_by_key(|(_, _, run)| run.started);
+fn all_runs(env: &TestEnv) -> Vec<Run> {
+    let mut all: Vec<Run> = env
+        .schedules()
+        .into_iter()
+        .flat_map(|schedule| runs(env, schedule))
+        .collect();
+    all.sort_by_key(|run| run.started);
     all
 }
 
@@ -325,12 +364,27 @@ async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
     env.config.sync.cron = "* * * * * *".into();
     env.config.sync.reconcile_cron = Some("*/2 * * * * *".into());
     env.config.sync.reconcile_window = Duration::from_secs(8 * 86_400);
-    run_for(&env, 5).await;
+    run_until(
+        &env,
+        "a reconciliation and 4 incremental passes of every schedule",
+        || {
+            s.iter().all(|schedule| {
+                let kinds: Vec<String> = runs(&env, *schedule)
+                    .into_iter()
+                    .filter(|run| run.finished.is_some())
+                    .map(|run| run.kind)
+                    .collect();
+                kinds.iter().any(|k| k == "reconcile")
+                    && kinds.iter().filter(|k| *k == "incremental").count() >= 4
+            })
+        },
+    )
+    .await;
     for schedule in &s {
-        let kinds: Vec<String> = all_runs(&env)
+        let kinds: Vec<String> = runs(&env, *schedule)
             .into_iter()
-            .filter(|(sch, _, run)| sch == schedule && run.error.is_none())
-            .map(|(_, kind, _)| kind)
+            .filter(|run| run.error.is_none())
+            .map(|run| run.kind)
             .collect();
         assert!(
             kinds.iter().any(|k| k == "reconcile"),
@@ -360,11 +414,10 @@ async fn sync_concurrency_bounds_the_passes_running_at_once() {
     env.config.sync.cron = "* * * * * *".into();
     env.config.sync.page_size = 20;
     env.config.sync.concurrency = 1;
-    run_for(&env, 4).await;
+    run_until(&env, "6 passes", || all_runs(&env).len() >= 6).await;
     let all = all_runs(&env);
-    assert!(all.len() >= 3, "{} passes", all.len());
     for pair in all.windows(2) {
-        let (previous, next) = (&pair[0].2, &pair[1].2);
+        let (previous, next) = (&pair[0], &pair[1]);
         assert!(
             next.started >= previous.finished.expect("finished"),
             "two passes ran at once with sync.concurrency = 1"
@@ -387,13 +440,32 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock for the first 3 seconds.
     let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
-    let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        drop(held);
-        Timestamp::now()
-    });
-    run_for(&env, 6).await;
-    let released = release.await.expect("released");
+    let mut released = None;
+    let mut held = Some(held);
+    run_until(
+        &env,
+        "passes of the held schedule after its release",
+        || {
+            // Held until the other schedule has synced three times, then let go.
+            if held.is_some()
+                && runs(&env, s[1])
+                    .iter()
+                    .filter(|r| r.finished.is_some())
+                    .count()
+                    >= 3
+            {
+                held = None;
+                released = Some(Timestamp::now());
+            }
+            runs(&env, s[0])
+                .iter()
+                .filter(|r| r.finished.is_some())
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    let released = released.expect("released");
     let held_runs = runs(&env, s[0]);
     assert!(
         held_runs.iter().all(|r| r.error.is_none()),
