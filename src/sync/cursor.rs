@@ -322,17 +322,21 @@ impl PageWalker {
                 }
                 Scan::DownSeeking { .. } => {
                     // The group's last page: the group ends here now, and can only shrink.
-                    let before = page.saturating_sub(1).saturating_mul(self.page_size);
-                    tie.end = Some(before.saturating_add(len_u32(tie_rows)));
                     // Full of the group, it ends on the page edge: no page shows what
-                    // follows next to it, so no exit yet (the probe makes one).
-                    if !all_tie {
-                        tie.exit = exit_from(at, page, rows, full, has_tie_row);
-                    }
+                    // follows next to it, so no exit yet (a lower page or the probe makes one).
+                    tie.saw_end(at, page, self.page_size, rows, full);
                     tie.scan = Scan::Down;
                     tie.page = page - 1;
                 }
-                Scan::Down => tie.page -= 1,
+                Scan::Down => {
+                    // Rows that left moved the group's end down onto a page still to read:
+                    // a page showing it next to what follows is an exit as good as the first
+                    // (departures cannot put rows between the two) and a nearer end.
+                    if has_tie_row && !all_tie {
+                        tie.saw_end(at, page, self.page_size, rows, full);
+                    }
+                    tie.page -= 1;
+                }
             }
             break;
         }
@@ -496,6 +500,20 @@ impl TieWalk {
             times,
         });
         Ok(())
+    }
+
+    /// `rows`, page `page`, hold the group's last row: it ends there now. Unless the page is
+    /// full of the group (it then ends on the page edge), the page also shows what follows
+    /// it, in one response: an exit.
+    fn saw_end(&mut self, at: Timestamp, page: u32, page_size: u32, rows: &[RowKey], full: bool) {
+        let tie_rows = count_at(at, rows);
+        let before = page.saturating_sub(1).saturating_mul(page_size);
+        self.end = Some(before.saturating_add(len_u32(tie_rows)));
+        if !(full && tie_rows == rows.len())
+            && let Some(exit) = exit_from(at, page, rows, full, tie_rows > 0)
+        {
+            self.exit = Some(exit);
+        }
     }
 
     /// A downward scan starting at `top`, looking first for the page where the group ends.
