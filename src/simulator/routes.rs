@@ -187,14 +187,32 @@ fn parse_uid(text: &str, what: &str) -> Result<Uuid, Fail> {
 /// Parses a JSON body, or answers 400 in the spec's shape. Bodies that are not JSON at all
 /// point at the whole document (`""`); the call-creation endpoints parse a `Value` here and
 /// check its fields in `validate`, so that their errors point at each field.
+/// A typed body, or a 400 whose error points at the offending value (the whole body when it
+/// is not JSON at all; the object holding it when a field is missing).
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Fail> {
-    serde_json::from_slice(body).map_err(|e| {
-        let pointer = e.is_syntax() || e.is_eof();
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let pointer = if e.inner().is_syntax() || e.inner().is_eof() {
+            String::new()
+        } else {
+            json_pointer(e.path())
+        };
         bad_request(
             ErrorBody::new("Invalid request", "the body is not valid for this endpoint")
-                .with_error("Invalid body", e.to_string(), pointer.then(String::new)),
+                .with_error("Invalid body", e.inner().to_string(), Some(pointer)),
         )
     })
+}
+
+fn json_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .fold(String::new(), |base, segment| match segment {
+            Segment::Seq { index } => validate::pointer(&base, &index.to_string()),
+            Segment::Map { key } => validate::pointer(&base, key),
+            Segment::Enum { variant } => validate::pointer(&base, variant),
+            Segment::Unknown => base,
+        })
 }
 
 async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: String) -> Response {
@@ -283,15 +301,7 @@ async fn create_campaign(State(shared): State<Arc<Shared>>, JsonBody(body): Json
             ),
         ));
     }
-    let new: crate::api::NewCampaign = match serde_json::from_value(value) {
-        Ok(n) => n,
-        Err(e) => {
-            return Err(bad_request(ErrorBody::new(
-                "Invalid request",
-                e.to_string(),
-            )));
-        }
-    };
+    let new: crate::api::NewCampaign = json_body(&body)?;
     let mut state = shared.state();
     let now = state.now();
     let mut campaign = super::seed::campaign(&mut *shared.rng(), now);

@@ -387,6 +387,28 @@ async fn campaigns_schedules_and_call_creation_follow_the_spec() {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["errors"][0]["source"]["pointer"], "/is_enabled");
+    // A value of the wrong type points at itself, in every typed body.
+    for (path, body, pointer) in [
+        (
+            "/api/v1/campaigns",
+            json!({"name": 5, "type": "scheduled_call"}),
+            "/name",
+        ),
+        (
+            "/api/v1/campaigns/00000000-0000-4000-8000-000000000000/schedules",
+            json!({"name": "s", "starts_at": "2026-01-01T00:00:00Z", "ends_at": "2026-02-01T00:00:00Z",
+                   "retry_type": "consistent", "retry_intervals": [60, "x"]}),
+            "/retry_intervals/1",
+        ),
+        ("/api/v1/campaigns", json!({"type": "scheduled_call"}), ""),
+    ] {
+        let (status, answer) = p.send(Method::POST, path, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert_eq!(
+            answer["errors"][0]["source"]["pointer"], pointer,
+            "{answer}"
+        );
+    }
     let (status, campaign) = p
         .send(
             Method::POST,
