@@ -28,7 +28,11 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
     let filter = env_filter(log, std::env::var("RUST_LOG").ok())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A failed log write is reported with `eprintln!`, which panics when stderr is a
+        // closed pipe (`callsync … | head`): the panicking task would be the one that logs
+        // "shutting down", and the process would ignore SIGTERM. A lost log line is better.
+        .log_internal_errors(false);
     // Ignoring the error is deliberate: it only says a subscriber is already installed.
     let _ = match log.format {
         LogFormat::Json => builder

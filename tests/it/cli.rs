@@ -477,3 +477,39 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
         .sum();
     assert_eq!(by_status, rows, "{text}");
 }
+
+#[test]
+fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
+    use std::io::BufRead;
+    // `callsync simulate … 2>&1 | head` closes stderr under the process: a failed log write
+    // must not take the signal handling down with it.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["simulate", "--listen", "127.0.0.1:0", "--calls", "10"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("callsync starts");
+    drop(child.stderr.take());
+    let mut banner = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut banner)
+        .expect("banner");
+    assert!(!banner.is_empty(), "the simulator printed its banner");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("SIGTERM was ignored");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+}
