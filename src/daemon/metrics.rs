@@ -38,6 +38,14 @@ struct Figures {
     freshness: BTreeMap<Uuid, Freshness>,
 }
 
+impl Figures {
+    fn progressed(&mut self, schedule: Uuid) {
+        let fresh = self.freshness.entry(schedule).or_default();
+        fresh.progressed = true;
+        fresh.idle_ticks = 0;
+    }
+}
+
 /// Progress of one schedule between sync ticks.
 #[derive(Default)]
 struct Freshness {
@@ -75,10 +83,10 @@ impl Metrics {
 
     /// A page of `schedule` was committed.
     pub fn progressed(&self, schedule: Uuid) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        let fresh = f.freshness.entry(schedule).or_default();
-        fresh.progressed = true;
-        fresh.idle_ticks = 0;
+        self.figures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .progressed(schedule);
     }
 
     pub fn record(&self, report: &PassReport) {
@@ -98,9 +106,7 @@ impl Metrics {
         }
         if report.result == PassResult::Completed {
             f.last_success.insert(report.schedule, Timestamp::now());
-            let fresh = f.freshness.entry(report.schedule).or_default();
-            fresh.progressed = true;
-            fresh.idle_ticks = 0;
+            f.progressed(report.schedule);
         }
         if let Some(position) = report.position {
             f.position.insert(report.schedule, position);
