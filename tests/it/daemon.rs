@@ -96,13 +96,9 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
     env.config.sync.cron = "* * * * * *".into();
     env.config.sync.page_size = 50;
     let took = run_until(&env, "3 passes of every schedule", || {
-        env.schedules().iter().all(|s| {
-            runs(&env, *s)
-                .iter()
-                .filter(|r| r.finished.is_some())
-                .count()
-                >= 3
-        })
+        env.schedules()
+            .iter()
+            .all(|s| finished_passes(&env, *s) >= 3)
     })
     .await;
     assert!(
@@ -142,11 +138,7 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
     let s = env.schedules();
     env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
     run_until(&env, "6 passes of the healthy schedule", || {
-        runs(&env, s[1])
-            .iter()
-            .filter(|r| r.finished.is_some())
-            .count()
-            >= 6
+        finished_passes(&env, s[1]) >= 6
     })
     .await;
     let broken = runs(&env, s[0]);
@@ -323,6 +315,14 @@ async fn metrics_and_healthz_serve_the_right_figures() {
     );
 }
 
+/// How many passes of `schedule` have ended.
+fn finished_passes(env: &TestEnv, schedule: Uuid) -> usize {
+    runs(env, schedule)
+        .iter()
+        .filter(|r| r.finished.is_some())
+        .count()
+}
+
 /// The passes of every schedule, in the order they started.
 fn all_runs(env: &TestEnv) -> Vec<Run> {
     let mut all: Vec<Run> = env
@@ -438,7 +438,7 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     .await;
     env.config.sync.cron = "* * * * * *".into();
     let s = env.schedules();
-    // A backfill of s[0] in another process holds its lock for the first 3 seconds.
+    // A backfill of s[0] in another process holds its lock until s[1] has synced three times.
     let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let mut released = None;
     let mut held = Some(held);
@@ -446,22 +446,11 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
         &env,
         "passes of the held schedule after its release",
         || {
-            // Held until the other schedule has synced three times, then let go.
-            if held.is_some()
-                && runs(&env, s[1])
-                    .iter()
-                    .filter(|r| r.finished.is_some())
-                    .count()
-                    >= 3
-            {
+            if held.is_some() && finished_passes(&env, s[1]) >= 3 {
                 held = None;
                 released = Some(Timestamp::now());
             }
-            runs(&env, s[0])
-                .iter()
-                .filter(|r| r.finished.is_some())
-                .count()
-                >= 2
+            finished_passes(&env, s[0]) >= 2
         },
     )
     .await;
