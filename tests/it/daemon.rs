@@ -350,15 +350,7 @@ async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
     })
     .await;
     let s = env.schedules();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.sim.set_dialer_running(false);
-    env.pass_ok(&s).await;
-    // Child-only changes: only a reconciliation can see them.
-    env.sim.set_dialer_running(true);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.sim.set_dialer_running(false);
-    env.pass_ok(&s).await;
-    assert!(!env.diff_from(s[0], &env.sim.truth(s[0])).is_empty());
+    env.make_child_only_changes(&s).await;
 
     // Every reconcile tick coincides with a sync tick.
     env.config.sync.cron = "* * * * * *".into();

@@ -60,6 +60,27 @@ impl TestEnv {
         reports
     }
 
+    /// With a dialer making child-only changes (`child_changes_without_bump`): lets it work,
+    /// syncs until the warehouse equals the truth, then lets it make changes that leave
+    /// `updated_at` alone and syncs again incrementally. Afterwards the warehouse differs from
+    /// the truth in ways only a reconciliation can see.
+    pub async fn make_child_only_changes(&self, schedules: &[Uuid]) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.sim.set_dialer_running(false);
+        self.pass_ok(schedules).await;
+        self.assert_matches_truth(schedules);
+        self.sim.set_dialer_running(true);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.sim.set_dialer_running(false);
+        self.pass_ok(schedules).await;
+        assert!(
+            schedules
+                .iter()
+                .any(|s| !self.diff_from(*s, &self.sim.truth(*s)).is_empty()),
+            "an incremental pass cannot see child-only changes"
+        );
+    }
+
     /// A pass that must succeed for every schedule.
     pub async fn pass_ok(&self, schedules: &[Uuid]) -> Vec<PassReport> {
         let reports = self.pass(schedules).await;

@@ -384,21 +384,7 @@ async fn reconciliation_catches_changes_that_did_not_bump_updated_at() {
     })
     .await;
     let s = env.schedules();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.sim.set_dialer_running(false);
-    env.pass_ok(&s).await;
-    env.assert_matches_truth(&s);
-
-    // Child-only changes now: invisible to an incremental pass (same updated_at, and the
-    // summary list does not show children).
-    env.sim.set_dialer_running(true);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.sim.set_dialer_running(false);
-    env.pass_ok(&s).await;
-    assert!(
-        !env.diff_from(s[0], &env.sim.truth(s[0])).is_empty(),
-        "an incremental pass cannot see child-only changes"
-    );
+    env.make_child_only_changes(&s).await;
     let engine = callsync::sync::Engine::start(&env.config).expect("engine");
     let plan = callsync::sync::PassPlan::reconcile(Duration::from_secs(8 * 86_400));
     let report = engine
