@@ -5,7 +5,7 @@
 //! could not be opened), 2 a configuration or usage error. Errors print as one line with
 //! their causes (`{:#}`).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -241,7 +241,7 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     if config.sync.schedules.is_empty() {
         return Err(UsageError("no schedules to sync: list them in sync.schedules".into()).into());
     }
-    let cancel = cancel_on_signal();
+    let cancel = cancel_on_signal()?;
     refuse_reload_on_sighup();
     let path = config.warehouse.path.clone();
     crate::daemon::run(config, cancel.cancelled_owned())
@@ -272,7 +272,7 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
     } else {
         start_engine(&config)?
     };
-    let cancel = cancel_on_signal();
+    let cancel = cancel_on_signal()?;
     let plan = PassPlan::incremental(engine.settings());
     let reports = engine.sync_all(&schedules, &plan, &cancel).await;
     engine.close().await;
@@ -302,7 +302,7 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
         return Err(UsageError(format!("--since {since} is after --until {until}")).into());
     }
     let engine = start_engine(&config)?;
-    let cancel = cancel_on_signal();
+    let cancel = cancel_on_signal()?;
     let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
     let bar = ProgressBar::for_terminal();
     let log = ProgressLog::every(Duration::from_secs(10));
@@ -425,9 +425,15 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     let simulator = Simulator::start(args.listen, options)
         .await
         .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
-    println!("{}", simulator.summary());
-    println!("Press Ctrl-C to stop.");
-    cancel_on_signal().cancelled().await;
+    let stop = cancel_on_signal()?;
+    // Not `println!`: `callsync simulate | head -1` (to grab the base URL) closes stdout,
+    // and the simulator should go on serving rather than panic.
+    let _ = writeln!(
+        std::io::stdout(),
+        "{}\nPress Ctrl-C to stop.",
+        simulator.summary()
+    );
+    stop.cancelled().await;
     simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
@@ -462,20 +468,23 @@ fn exit_code(reports: &[PassReport]) -> ExitCode {
 
 /// Cancelled on the first SIGINT or SIGTERM; a second one exits at once (the checkpoint is
 /// committed with each page, so that is safe).
-pub fn cancel_on_signal() -> CancellationToken {
+pub fn cancel_on_signal() -> Result<CancellationToken> {
+    // Registered now, not in the task: a signal that arrives before the task first runs
+    // (right after a banner is printed, say) must not meet the default action and kill us.
+    let mut signals = ShutdownSignals::install().context("cannot listen for SIGTERM and SIGINT")?;
     let cancel = CancellationToken::new();
     let token = cancel.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.recv().await;
         tracing::warn!(
             "shutting down: finishing the pages being written (signal again to exit now)"
         );
         token.cancel();
-        shutdown_signal().await;
+        signals.recv().await;
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    cancel
+    Ok(cancel)
 }
 
 /// The configuration is read once: a reload would have to re-plan running passes, and a
@@ -498,24 +507,35 @@ fn refuse_reload_on_sighup() {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM and SIGINT, caught from the moment this value is made.
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+    terminate: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(ShutdownSignals {
+                terminate: signal(SignalKind::terminate())?,
+                interrupt: signal(SignalKind::interrupt())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(ShutdownSignals {})
     }
-    #[cfg(not(unix))]
-    {
+
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.terminate.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
     }
 }

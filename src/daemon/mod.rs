@@ -213,8 +213,15 @@ impl Dispatcher {
     /// Records a finished (or panicked) pass, frees its slot, and starts a reconciliation
     /// that was waiting for it.
     fn on_done(&mut self, done: Result<(tokio::task::Id, PassReport), tokio::task::JoinError>) {
-        let (id, result) = match done {
-            Ok((id, report)) => {
+        let id = match &done {
+            Ok((id, _)) => *id,
+            Err(err) => err.id(),
+        };
+        let Some(schedule) = self.tasks.remove(&id) else {
+            return;
+        };
+        let result = match done {
+            Ok((_, report)) => {
                 self.metrics.record(&report);
                 notify::status(&format!(
                     "last pass: {} {} {}, {} calls written",
@@ -223,22 +230,15 @@ impl Dispatcher {
                     report.result,
                     report.stats.calls_written
                 ));
-                (id, report.result)
+                report.result
             }
-            // Cancelled at the shutdown timeout, or a bug: either way the slot must not stay
-            // taken forever, and a panic counts as a failure.
-            Err(err) => {
-                let reason = if err.is_panic() {
-                    tracing::error!(schedule = ?self.tasks.get(&err.id()), "a pass panicked; this is a bug in callsync, please report it");
-                    PassResult::Failed("the pass panicked".to_owned())
-                } else {
-                    PassResult::Interrupted
-                };
-                (err.id(), reason)
+            // A bug (a panic) or the shutdown timeout's abort: either way the slot must not
+            // stay taken forever, and a panic counts as a failure.
+            Err(err) if err.is_panic() => {
+                tracing::error!(%schedule, error = %err, "a pass panicked; this is a bug in callsync, please report it");
+                PassResult::Failed("the pass panicked".to_owned())
             }
-        };
-        let Some(schedule) = self.tasks.remove(&id) else {
-            return;
+            Err(_) => PassResult::Interrupted,
         };
         let Some(i) = self.slots.iter().position(|(s, _)| *s == schedule) else {
             return;

@@ -490,10 +490,10 @@ fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
         .spawn()
         .expect("callsync starts");
     drop(child.stderr.take());
+    // stdout stays open (this test is about stderr alone).
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut banner = String::new();
-    std::io::BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut banner)
-        .expect("banner");
+    stdout.read_line(&mut banner).expect("banner");
     assert!(!banner.is_empty(), "the simulator printed its banner");
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
