@@ -68,6 +68,7 @@ async fn run(calls: usize) {
             reconcile_cron: None,
             reconcile_window: Duration::from_secs(86_400),
             shutdown_timeout: Duration::from_secs(30),
+            behind_after: Duration::from_secs(120),
         },
         log: LogConfig::default(),
         metrics: MetricsConfig::default(),

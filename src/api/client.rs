@@ -14,7 +14,7 @@ use governor::middleware::NoOpMiddleware;
 use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use url::Url;
@@ -38,6 +38,15 @@ pub struct ListQuery<'a> {
     pub page: u32,
     pub page_size: u32,
     pub filter: &'a ListFilter,
+}
+
+/// A page of calls and the service's clock when it answered (its `Date` header), which is
+/// what bounds a pass and caps a checkpoint: the service's own "now", never ours.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub page: CallPage,
+    /// `None` when the response had no parseable `Date` header.
+    pub served_at: Option<Timestamp>,
 }
 
 /// Cheap to clone; clones share the connection pool, the token cache and the rate limiter.
@@ -88,18 +97,11 @@ impl ApiClient {
         schedule: Uuid,
         query: &ListQuery<'_>,
         counters: &Counters,
-    ) -> Result<CallPage, ApiError> {
+    ) -> Result<Listed, ApiError> {
         let url = self.endpoint(&["schedules", &schedule.to_string(), "outbound_calls"]);
-        let mut pairs = query.filter.to_query();
-        if let Some(after) = query.updated_after {
-            pairs.push(("updated_after", after.to_rfc3339()));
-        }
-        pairs.push(("page", query.page.max(1).to_string()));
-        pairs.push((
-            "page_size",
-            query.page_size.clamp(1, MAX_PAGE_SIZE).to_string(),
-        ));
-        self.get_json(url, &pairs, counters).await
+        let pairs = list_pairs(query);
+        let (page, served_at) = self.get_json_dated(url, &pairs, counters).await?;
+        Ok(Listed { page, served_at })
     }
 
     /// `GET /api/v1/outbound_calls/{uid}`: the call with every attempt's children.
@@ -107,6 +109,14 @@ impl ApiClient {
         let url = self.endpoint(&["outbound_calls", &uid.to_string()]);
         let call: SingleObject<OutboundCall> = self.get_json(url, &[], counters).await?;
         Ok(call.into_inner())
+    }
+
+    /// How errors and logs name a list request: `GET /api/v1/schedules/…?updated_after=…`.
+    pub fn describe_list(schedule: Uuid, query: &ListQuery<'_>) -> String {
+        format!(
+            "GET /api/v1/schedules/{schedule}/outbound_calls{}",
+            describe_query(&list_pairs(query))
+        )
     }
 
     fn endpoint(&self, segments: &[&str]) -> Url {
@@ -123,13 +133,23 @@ impl ApiClient {
         query: &[(&'static str, String)],
         counters: &Counters,
     ) -> Result<T, ApiError> {
+        Ok(self.get_json_dated(url, query, counters).await?.0)
+    }
+
+    /// The decoded body and the response's `Date`.
+    async fn get_json_dated<T: DeserializeOwned>(
+        &self,
+        url: Url,
+        query: &[(&'static str, String)],
+        counters: &Counters,
+    ) -> Result<(T, Option<Timestamp>), ApiError> {
         let name = format!("GET {}{}", url.path(), describe_query(query));
         let inner = &self.inner;
         inner
             .retry
             .run(&name, counters, || async {
                 let body = self.send_authorized(&name, &url, query, counters).await?;
-                decode(&name, &body)
+                Ok((decode(&name, &body)?, body.date))
             })
             .await
     }
@@ -205,6 +225,7 @@ impl ApiClient {
         if status.is_success() {
             return Ok(Body {
                 content_type: content_type(&headers),
+                date: date(&headers),
                 bytes,
             });
         }
@@ -269,9 +290,24 @@ fn fresh_token_rejected(mut err: ApiError) -> ApiError {
     err
 }
 
+/// The query of a list request: the configured filters, then the paging parameters.
+fn list_pairs(query: &ListQuery<'_>) -> Vec<(&'static str, String)> {
+    let mut pairs = query.filter.to_query();
+    if let Some(after) = query.updated_after {
+        pairs.push(("updated_after", after.to_rfc3339()));
+    }
+    pairs.push(("page", query.page.max(1).to_string()));
+    pairs.push((
+        "page_size",
+        query.page_size.clamp(1, MAX_PAGE_SIZE).to_string(),
+    ));
+    pairs
+}
+
 /// A successful response body, not yet decoded.
 struct Body {
     content_type: String,
+    date: Option<Timestamp>,
     bytes: bytes::Bytes,
 }
 
@@ -333,6 +369,14 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
+/// The `Date` header (RFC 9110's IMF-fixdate, whole seconds); `None` when absent or unparseable.
+fn date(headers: &HeaderMap) -> Option<Timestamp> {
+    let text = headers.get(DATE)?.to_str().ok()?;
+    let at = httpdate::parse_http_date(text.trim()).ok()?;
+    let nanos = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Timestamp::from_unix_nanos(i128::try_from(nanos).ok()?)
+}
+
 fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(CONTENT_TYPE)
@@ -355,6 +399,19 @@ mod tests {
     use super::fake::{CALL_UID, FakeService, Reply, call_json};
     use super::*;
     use crate::config::{AuthConfig, Secret};
+
+    #[test]
+    fn date_reads_the_http_date() {
+        let mut h = HeaderMap::new();
+        assert_eq!(date(&h), None);
+        h.insert(DATE, "Tue, 24 Nov 2026 10:15:07 GMT".parse().unwrap());
+        assert_eq!(
+            date(&h),
+            Some(Timestamp::parse("2026-11-24T10:15:07Z").unwrap())
+        );
+        h.insert(DATE, "yesterday".parse().unwrap());
+        assert_eq!(date(&h), None);
+    }
 
     #[test]
     fn retry_after_reads_seconds_only() {

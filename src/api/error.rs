@@ -171,6 +171,11 @@ impl ApiError {
     pub fn is_unauthorized(&self) -> bool {
         self.status() == Some(StatusCode::UNAUTHORIZED)
     }
+
+    /// The resource is not there (404): a call deleted between its listing and its detail.
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(StatusCode::NOT_FOUND)
+    }
 }
 
 /// The TLS error somewhere in a transport error's causes. `io::Error::source` skips the

@@ -11,7 +11,7 @@ pub mod models;
 mod retry;
 pub mod timestamp;
 
-pub use client::{ApiClient, ListQuery, MAX_PAGE_SIZE};
+pub use client::{ApiClient, ListQuery, Listed, MAX_PAGE_SIZE};
 pub use error::ApiError;
 pub use filter::ListFilter;
 pub use models::*;

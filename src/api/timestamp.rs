@@ -102,6 +102,12 @@ impl Timestamp {
         Timestamp(self.0.checked_add(d).unwrap_or(self.0))
     }
 
+    /// Seconds from `earlier` to `self`, negative when `earlier` is later: a lag shown as it
+    /// is, never clamped.
+    pub fn secs_since(self, earlier: Timestamp) -> f64 {
+        (self.0 - earlier.0).as_seconds_f64()
+    }
+
     /// Time from `earlier` to `self`, zero when `earlier` is later.
     pub fn since(self, earlier: Timestamp) -> std::time::Duration {
         std::time::Duration::try_from(self.0 - earlier.0).unwrap_or_default()

@@ -140,6 +140,9 @@ pub struct SyncConfig {
     pub reconcile_window: Duration,
     /// How long a shutdown waits for the pages being written.
     pub shutdown_timeout: Duration,
+    /// A pass that ends further than this behind the service's clock, with changes already
+    /// waiting, ends `behind`.
+    pub behind_after: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

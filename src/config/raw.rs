@@ -322,6 +322,7 @@ struct RawSync {
     reconcile_window: Option<String>,
     #[serde(default, deserialize_with = "strict")]
     shutdown_timeout_secs: Option<i64>,
+    behind_after: Option<String>,
     #[serde(default)]
     filter: RawFilter,
 }
@@ -613,6 +614,10 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             raw.shutdown_timeout_secs,
             30,
             1..=3600,
+        )?,
+        behind_after: duration(
+            "sync.behind_after",
+            raw.behind_after.as_deref().unwrap_or("2m"),
         )?,
     })
 }

@@ -1,11 +1,13 @@
 //! Prometheus metrics and `/healthz` for the daemon (`[metrics] listen`).
 //!
 //! Figures come from the pass reports the daemon already receives: passes by kind and result,
-//! pages, calls written, requests by status, retries, and per schedule the last success and
-//! the lag (how far the cursor is behind now). `/healthz` fails (503) when a schedule has
-//! neither completed a pass nor committed a page for `STALE_INTERVALS` sync ticks in a row —
-//! counted in ticks, not seconds, so a cron with long quiet hours is not flagged overnight —
-//! or when the scheduler itself has stopped firing.
+//! pages, calls written, requests by status, retries, and per schedule the last success,
+//! the lag (how far the cursor is behind the service's clock) and how many passes in a row
+//! ended behind. `/healthz` fails (503) when a schedule has neither completed a pass nor
+//! committed a page for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not
+//! seconds, so a cron with long quiet hours is not flagged overnight —, when a schedule is
+//! falling behind (`FALLING_BEHIND_PASSES` passes in a row ended behind), or when the
+//! scheduler itself has stopped firing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -22,6 +24,7 @@ use uuid::Uuid;
 use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::Timestamp;
 use crate::sync::{PassReport, PassResult};
+use crate::warehouse::FALLING_BEHIND_PASSES;
 
 /// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = 3;
@@ -34,7 +37,10 @@ struct Figures {
     requests: BTreeMap<u16, u64>,
     retries: u64,
     last_success: BTreeMap<Uuid, Timestamp>,
-    position: BTreeMap<Uuid, Timestamp>,
+    /// The lag a pass ended with (service clock minus checkpoint), and when it ended.
+    lag: BTreeMap<Uuid, (f64, std::time::Instant)>,
+    /// Passes in a row that ended behind, and what slowed the latest down.
+    behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
     freshness: BTreeMap<Uuid, Freshness>,
 }
 
@@ -93,6 +99,7 @@ impl Metrics {
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         let result = match report.result {
             PassResult::Completed => "completed",
+            PassResult::Behind => "behind",
             PassResult::Interrupted => "interrupted",
             PassResult::Skipped(_) => "skipped",
             PassResult::Failed(_) => "failed",
@@ -104,17 +111,23 @@ impl Metrics {
         for (status, n) in &report.statuses {
             *f.requests.entry(*status).or_default() += n;
         }
-        if report.result == PassResult::Completed {
+        if report.succeeded() {
             f.last_success.insert(report.schedule, Timestamp::now());
             f.progressed(report.schedule);
+            let behind = f.behind.entry(report.schedule).or_default();
+            *behind = match report.result {
+                PassResult::Behind => (behind.0 + 1, report.slowed_by()),
+                _ => (0, Vec::new()),
+            };
         }
-        if let Some(position) = report.position {
-            f.position.insert(report.schedule, position);
+        if let Some(lag) = report.lag_secs {
+            f.lag
+                .insert(report.schedule, (lag, std::time::Instant::now()));
         }
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, now: Timestamp) -> String {
+    pub fn render(&self) -> String {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = String::from(
             "# HELP callsync_passes_total Passes by kind and result.\n# TYPE callsync_passes_total counter\n",
@@ -160,19 +173,39 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP callsync_lag_seconds How far the schedule's cursor is behind now.\n# TYPE callsync_lag_seconds gauge"
+            "# HELP callsync_lag_seconds How far the schedule's cursor is behind the service's clock (negative: ahead of it).\n# TYPE callsync_lag_seconds gauge"
         );
-        for (schedule, at) in &f.position {
+        for (schedule, (lag, at)) in &f.lag {
+            // The lag the pass ended with, grown by the time since: measured on the
+            // service's clock, so skew between the two machines does not show.
             let _ = writeln!(
                 out,
                 "callsync_lag_seconds{{schedule=\"{schedule}\"}} {:.3}",
-                now.since(*at).as_secs_f64()
+                lag + at.elapsed().as_secs_f64()
             );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP callsync_behind_passes Passes in a row that ended behind the service's clock with changes waiting.\n# TYPE callsync_behind_passes gauge"
+        );
+        for schedule in &self.schedules {
+            let n = f.behind.get(schedule).map_or(0, |b| b.0);
+            let _ = writeln!(out, "callsync_behind_passes{{schedule=\"{schedule}\"}} {n}");
         }
         out
     }
 
     /// Schedules without progress for `STALE_INTERVALS` sync ticks.
+    /// Schedules falling behind, each with what slowed its latest pass down.
+    pub fn falling_behind(&self) -> Vec<(Uuid, Vec<&'static str>)> {
+        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.behind
+            .iter()
+            .filter(|(_, (n, _))| *n >= FALLING_BEHIND_PASSES)
+            .map(|(s, (_, why))| (*s, why.clone()))
+            .collect()
+    }
+
     pub fn stale(&self) -> Vec<Uuid> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
@@ -219,7 +252,7 @@ struct Health {
 }
 
 async fn metrics_page(State(health): State<Health>) -> String {
-    health.metrics.render(Timestamp::now())
+    health.metrics.render()
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
@@ -229,16 +262,29 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
             format!("the scheduler has not fired since {due}: no passes are starting\n"),
         );
     }
+    let mut problems = String::new();
     let stale = health.metrics.stale();
-    if stale.is_empty() {
+    if !stale.is_empty() {
+        let list: Vec<String> = stale.iter().map(Uuid::to_string).collect();
+        let _ = writeln!(
+            problems,
+            "no progress for {STALE_INTERVALS} sync ticks: {}",
+            list.join(", ")
+        );
+    }
+    for (schedule, why) in health.metrics.falling_behind() {
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(" (slowed by {})", why.join(", "))
+        };
+        let _ = writeln!(
+            problems,
+            "falling behind: {schedule}: {FALLING_BEHIND_PASSES} or more passes in a row ended behind the service's clock{why}"
+        );
+    }
+    if problems.is_empty() {
         return (StatusCode::OK, "ok\n".into());
     }
-    let list: Vec<String> = stale.iter().map(Uuid::to_string).collect();
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!(
-            "no progress for {STALE_INTERVALS} sync ticks: {}\n",
-            list.join(", ")
-        ),
-    )
+    (StatusCode::SERVICE_UNAVAILABLE, problems)
 }

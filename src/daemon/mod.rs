@@ -250,7 +250,9 @@ impl Dispatcher {
                 slot.failures += 1;
                 slot.skip_ticks = backoff_ticks(slot.failures);
             }
-            PassResult::Completed => {
+            // Behind is no failure: the pass moved the checkpoint as far as it may, and the
+            // next one should start as soon as its tick comes.
+            PassResult::Completed | PassResult::Behind => {
                 if slot.failures > 0 {
                     tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
                 }
@@ -305,6 +307,8 @@ fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         statuses: Default::default(),
         result: PassResult::Interrupted,
         position: None,
+        horizon: None,
+        lag_secs: None,
         duration: Duration::ZERO,
     }
 }

@@ -1,15 +1,17 @@
-//! The sync engine: walks each schedule's calls page by page into the warehouse.
+//! The sync engine: walks each schedule's calls page by page into a sink (the warehouse).
 //!
-//! [`Engine`] holds the API client and the single warehouse writer; [`Engine::run_pass`] runs
-//! one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs several concurrently. The
-//! paging decisions are pure (`cursor.rs`); the checkpoint is committed with each page, so a
-//! crash at any instant replays at most one page. The engine knows neither clap nor cron:
-//! the CLI and the daemon decide when passes run.
+//! [`Engine`] holds the API client and the writer thread that owns the [`Sink`];
+//! [`Engine::run_pass`] runs one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs
+//! several concurrently. The paging decisions are pure (`cursor.rs`); the checkpoint is
+//! committed with each page, so a crash at any instant replays at most one page. Every pass
+//! ends: it reads what had changed by the service's clock when it began. The engine knows
+//! neither clap nor cron: the CLI and the daemon decide when passes run.
 
 pub mod cursor;
 mod error;
 mod lock;
 mod pass;
+mod sink;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -21,10 +23,11 @@ use uuid::Uuid;
 
 use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
-use crate::warehouse::{INTERRUPTED, RunKind, RunStats, Warehouse};
+use crate::warehouse::{INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse};
 
 pub use error::{SyncError, error_chain};
 pub use lock::ScheduleLock;
+pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.
@@ -34,8 +37,8 @@ pub struct Engine {
     settings: SyncConfig,
     detail_concurrency: usize,
     warehouse_path: PathBuf,
-    /// Fetch and compare, but write nothing (no rows, no checkpoint, no `sync_runs`).
-    dry_run: bool,
+    /// The pass line says `would_write` instead of `calls_written`.
+    counts_only: bool,
 }
 
 /// What one pass reads and what it may do to the checkpoint.
@@ -83,7 +86,7 @@ impl PassPlan {
         }
     }
 
-    fn start(&self, checkpoint: Option<Timestamp>, lookback: Duration) -> Timestamp {
+    pub(crate) fn start(&self, checkpoint: Option<Timestamp>, lookback: Duration) -> Timestamp {
         match (self.since, checkpoint) {
             (Some(since), _) => since,
             (None, Some(cursor)) => cursor.saturating_sub(lookback),
@@ -109,7 +112,11 @@ impl PassProgress for Quiet {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PassResult {
+    /// Read everything that had changed (by the service's clock) when the pass began.
     Completed,
+    /// Read what had changed when it began, but ended further than `sync.behind_after`
+    /// behind the service's clock with changes already waiting.
+    Behind,
     Interrupted,
     /// Not started: another process holds the schedule's lock (a backfill, say). Nothing
     /// was read or written, and nothing is wrong with the schedule.
@@ -117,10 +124,24 @@ pub enum PassResult {
     Failed(String),
 }
 
+impl PassResult {
+    /// How `sync_runs` stores the result; `None` for a pass that never started.
+    pub fn outcome(&self) -> Option<RunOutcome> {
+        match self {
+            PassResult::Completed => Some(RunOutcome::Completed),
+            PassResult::Behind => Some(RunOutcome::Behind),
+            PassResult::Interrupted => Some(RunOutcome::Interrupted),
+            PassResult::Failed(_) => Some(RunOutcome::Failed),
+            PassResult::Skipped(_) => None,
+        }
+    }
+}
+
 impl std::fmt::Display for PassResult {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PassResult::Completed => f.write_str("completed"),
+            PassResult::Behind => f.write_str("behind"),
             PassResult::Interrupted => f.write_str(INTERRUPTED),
             PassResult::Skipped(reason) => write!(f, "skipped: {reason}"),
             PassResult::Failed(error) => write!(f, "failed: {error}"),
@@ -139,23 +160,33 @@ pub struct PassReport {
     pub result: PassResult,
     /// Where the walk got to (the next pass starts here, minus the lookback).
     pub position: Option<Timestamp>,
+    /// The service's clock when the pass began: it read what had changed by then.
+    pub horizon: Option<Timestamp>,
+    /// The service's clock at the end minus `position`, in seconds; negative when the
+    /// position is ahead of it. Never clamped.
+    pub lag_secs: Option<f64>,
     pub duration: Duration,
 }
 
 impl PassReport {
+    /// The pass read everything up to its horizon (it may still have ended behind).
     pub fn succeeded(&self) -> bool {
-        self.result == PassResult::Completed
+        matches!(self.result, PassResult::Completed | PassResult::Behind)
+    }
+
+    /// What held the pass back (`rate limit`, `detail fetches`, `errors and retries`).
+    pub fn slowed_by(&self) -> Vec<&'static str> {
+        self.stats.slowed_by(self.duration.as_millis() as u64)
     }
 
     /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag.
-    fn log(&self, dry_run: bool) {
+    fn log(&self, counts_only: bool) {
         let s = &self.stats;
-        let lag_secs = self
-            .position
-            .map(|p| Timestamp::now().since(p).as_secs_f64());
+        let lag_secs = self.lag_secs;
+        let slowed_by = self.slowed_by().join(",");
         let duration_ms = self.duration.as_millis() as u64;
         // In a dry run nothing is written: the same figure is what *would* be.
-        let (calls_written, would_write) = if dry_run {
+        let (calls_written, would_write) = if counts_only {
             (None, Some(s.calls_written))
         } else {
             (Some(s.calls_written), None)
@@ -164,12 +195,18 @@ impl PassReport {
             ($level:ident, $($rest:tt)+) => {
                 tracing::$level!(
                     pages = s.pages, calls_seen = s.calls_seen, calls_written, would_write,
-                    requests = s.requests, retries = s.retries, duration_ms, lag_secs, $($rest)+
+                    requests = s.requests, retries = s.retries, details = s.detail_requests,
+                    rate_limited = s.rate_limited, throttled_ms = s.throttled_ms,
+                    future_rows = s.future_rows, duration_ms, lag_secs, $($rest)+
                 )
             };
         }
         match &self.result {
             PassResult::Completed => pass_line!(info, "pass completed"),
+            PassResult::Behind => pass_line!(
+                warn, %slowed_by,
+                "pass ended behind the service's clock with changes waiting; the next pass goes on from here"
+            ),
             PassResult::Interrupted => pass_line!(
                 warn,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
@@ -189,30 +226,31 @@ impl Engine {
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
-        Self::with_parts(config, client, warehouse, false)
+        Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)
     }
 
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
         let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
-        Self::with_parts(config, client, warehouse, true)
+        Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true)
     }
 
-    fn with_parts(
+    /// An engine writing into any destination; `counts_only` when the sink writes nothing.
+    pub fn with_sink(
         config: &Config,
         client: ApiClient,
-        warehouse: Warehouse,
-        dry_run: bool,
+        sink: Box<dyn Sink>,
+        counts_only: bool,
     ) -> Result<Engine, SyncError> {
-        let writer = Writer::start(warehouse).map_err(SyncError::WriterStart)?;
+        let writer = Writer::start(sink).map_err(SyncError::WriterStart)?;
         Ok(Engine {
             client,
             writer,
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),
             warehouse_path: config.warehouse.path.clone(),
-            dry_run,
+            counts_only,
         })
     }
 

@@ -1,13 +1,23 @@
-//! One pass of one schedule: fetch a page, complete it, hand it to the writer, repeat.
+//! One pass of one schedule: fetch a page, complete it, hand it to the sink, repeat — until
+//! the walk has read what had changed when the pass began.
 //!
-//! The page walker decides what to ask for; this loop does the I/O around it. The next page
-//! is fetched while the previous one is being written (at most one write in flight per
-//! pass, so memory stays bounded by the pages in flight). Cancellation is honoured between
-//! pages and during a fetch, never inside a write: a page is committed whole or not at all,
-//! together with its checkpoint.
+//! A [`Pass`] holds everything one pass needs (its plan, the walker, the service's clock, its
+//! figures); the page walker decides what to ask for; [`CheckpointRule`] is the one place
+//! that decides the checkpoint saved with a page. The next page is fetched while the
+//! previous one is being written (at most one write in flight per pass, so memory stays
+//! bounded by the pages in flight). Cancellation is honoured between pages and during a
+//! fetch, never inside a write: a page is committed whole or not at all, with its checkpoint.
+//!
+//! **Every pass ends.** The service's clock at the pass's first response (its `Date` header,
+//! rounded up to the next second, as the header holds whole seconds) is the pass's
+//! *horizon*: once the walk reaches it, everything that had changed when the pass began has
+//! been read, and the pass stops; calls changed since are the next pass's. The service's
+//! clock, not ours, so that skew between the two never becomes lag. Without a `Date` header,
+//! callsync's own clock stands in.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
@@ -16,55 +26,130 @@ use uuid::Uuid;
 
 use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
 use super::error::{SyncError, error_chain};
-use super::lock::ScheduleLock;
+use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
-use crate::api::{ApiClient, CallPage, Counters, ListQuery, OutboundCall, Timestamp};
+use crate::api::{ApiClient, Counters, ListQuery, Listed, OutboundCall, Timestamp};
 use crate::config::DetailsMode;
-use crate::warehouse::{INTERRUPTED, PageWrite, RunStats};
+use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats};
+
+/// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less
+/// than this after it may still be from the present.
+const DATE_PRECISION: Duration = Duration::from_secs(1);
 
 /// How the page loop ended.
 enum WalkEnd {
-    /// The walk reached the end of the data (or `until`).
+    /// The walk reached the end of the data, or the user's `until`.
     Finished,
-    /// Shutdown was requested; every page handed to the writer was committed.
+    /// The walk passed the horizon; the service lists changes made after it.
+    AtHorizon,
+    /// Shutdown was requested; every page handed to the sink was committed.
     Interrupted,
     Failed(SyncError),
 }
 
 /// Figures of a pass as it goes.
 #[derive(Default)]
-pub(super) struct Tally {
-    pub pages: u64,
-    pub calls_seen: u64,
-    pub calls_written: u64,
+struct Tally {
+    pages: u64,
+    calls_seen: u64,
+    calls_written: u64,
+    detail_requests: u64,
+    future_rows: u64,
     /// Calls read so far plus the service's `total_count` left at the latest request.
-    pub total: Option<u64>,
+    total: Option<u64>,
 }
 
-fn outcome(end: WalkEnd) -> PassResult {
-    match end {
-        WalkEnd::Finished => PassResult::Completed,
-        WalkEnd::Interrupted => PassResult::Interrupted,
-        WalkEnd::Failed(err) => PassResult::Failed(error_chain(&err)),
+/// The service's clock, as its responses tell it.
+#[derive(Default)]
+struct ServiceClock {
+    /// Its clock at the pass's first response, rounded up to the second: the pass reads the
+    /// calls stamped before this instant, which holds every change made before it began.
+    horizon: Option<Timestamp>,
+    /// Its latest "now", and when we received it.
+    latest: Option<(Timestamp, Instant)>,
+}
+
+/// Said once per process: a service without `Date` headers stays so.
+static NO_DATE_WARNED: AtomicBool = AtomicBool::new(false);
+
+impl ServiceClock {
+    /// Takes a response's `Date` and the stamps of the calls it lists; returns the service's
+    /// "now" for it and the instant from which a stamp is in the future.
+    ///
+    /// The header holds whole seconds, so the service's clock was somewhere in
+    /// `[date, date + 1 s)`: a call stamped in that second proves how far into it, and one
+    /// stamped at or after `date + 1 s` comes from a clock ahead of the service's.
+    fn observe(
+        &mut self,
+        served_at: Option<Timestamp>,
+        stamps: impl Iterator<Item = Timestamp>,
+    ) -> (Timestamp, Timestamp) {
+        let date = served_at.unwrap_or_else(|| {
+            if !NO_DATE_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "the service sent no Date header: callsync's own clock bounds passes and caps checkpoints, so a clock behind the service's shows as lag"
+                );
+            }
+            Timestamp::now()
+        });
+        let future = date.saturating_add(DATE_PRECISION);
+        let now = stamps.filter(|at| *at < future).fold(date, Timestamp::max);
+        self.horizon.get_or_insert(future);
+        self.latest = Some((now, Instant::now()));
+        (now, future)
+    }
+
+    /// The service's "now" estimated from its latest answer.
+    fn now(&self) -> Option<Timestamp> {
+        self.latest
+            .map(|(at, received)| at.saturating_add(received.elapsed()))
     }
 }
 
-/// Waits for a page handed to the writer to commit (with its checkpoint).
-async fn settle(
-    write: Pending<PageWrite>,
-    tally: &mut Tally,
+/// The one place that decides the checkpoint saved with a page.
+#[derive(Debug, Clone, Copy)]
+struct CheckpointRule {
+    /// The pass read everything from the stored checkpoint on, so it may move it.
+    moves: bool,
+}
+
+impl CheckpointRule {
+    fn new(stored: Option<Timestamp>, start: Timestamp) -> Self {
+        let moves = match stored {
+            Some(cursor) => start <= cursor,
+            None => start == Timestamp::EPOCH,
+        };
+        CheckpointRule { moves }
+    }
+
+    /// How far the checkpoint may move with a page: as far as the walk has read, but never
+    /// past the service's own "now" when it answered. A row stamped in the future (one node's
+    /// clock ahead) would otherwise carry the cursor past calls that change before that
+    /// instant; held at "now", such a row is read again until time catches up with it.
+    /// Never backwards: the sink keeps the later of this and what it has.
+    fn checkpoint(self, walked: Timestamp, service_now: Timestamp) -> Option<Timestamp> {
+        self.moves.then(|| walked.min(service_now))
+    }
+}
+
+/// One pass of one schedule, from its first request to its `sync_runs` row.
+struct Pass<'e> {
+    engine: &'e Engine,
     schedule: Uuid,
-    progress: &dyn PassProgress,
-) -> Result<(), SyncError> {
-    tally.calls_written += write.wait().await?.calls_written;
-    progress.committed(schedule);
-    Ok(())
+    plan: &'e PassPlan,
+    cancel: &'e CancellationToken,
+    progress: &'e dyn PassProgress,
+    counters: Counters,
+    tally: Tally,
+    clock: ServiceClock,
+    /// Where the walk got to, capped by the service's clock.
+    position: Option<Timestamp>,
 }
 
 impl Engine {
-    /// Runs one pass of `schedule` and records it in `sync_runs`; never panics, never
-    /// returns an error: the outcome is in the report.
+    /// Runs one pass of `schedule` and records it; never panics, never returns an error:
+    /// the outcome is in the report.
     pub async fn run_pass(
         &self,
         schedule: Uuid,
@@ -75,200 +160,173 @@ impl Engine {
         // `instrument`, not `span.enter()`: a guard held across `.await` would leak the span
         // into whatever task the thread runs next, and log lines would name the wrong schedule.
         let span = tracing::info_span!("pass", schedule = %schedule, kind = plan.kind.as_str());
-        self.run_pass_in_span(schedule, plan, cancel, progress)
-            .instrument(span)
-            .await
-    }
-
-    async fn run_pass_in_span(
-        &self,
-        schedule: Uuid,
-        plan: &PassPlan,
-        cancel: &CancellationToken,
-        progress: &dyn PassProgress,
-    ) -> PassReport {
-        let started = Instant::now();
-        let counters = Counters::default();
-        let mut tally = Tally::default();
-        let mut position = None;
-        let result = if self.dry_run {
-            let end = self
-                .walk(
-                    schedule,
-                    plan,
-                    cancel,
-                    progress,
-                    &counters,
-                    &mut tally,
-                    &mut position,
-                )
-                .await;
-            outcome(end)
-        } else {
-            self.recorded_pass(
-                schedule,
-                plan,
-                cancel,
-                progress,
-                &counters,
-                &mut tally,
-                &mut position,
-            )
-            .await
-        };
-        let stats = stats(&counters, &tally);
-        let report = PassReport {
+        let pass = Pass {
+            engine: self,
             schedule,
-            kind: plan.kind,
-            stats,
-            statuses: counters.statuses(),
+            plan,
+            cancel,
+            progress,
+            counters: Counters::default(),
+            tally: Tally::default(),
+            clock: ServiceClock::default(),
+            position: None,
+        };
+        pass.run().instrument(span).await
+    }
+}
+
+impl Pass<'_> {
+    async fn run(mut self) -> PassReport {
+        let started = Instant::now();
+        let result = match self.claim().await {
+            Ok(claim) => {
+                let result = self.recorded().await;
+                drop(claim);
+                result
+            }
+            Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
+            Err(err) => PassResult::Failed(error_chain(&err)),
+        };
+        let report = PassReport {
+            schedule: self.schedule,
+            kind: self.plan.kind,
+            stats: self.stats(),
+            statuses: self.counters.statuses(),
             result,
-            position,
+            position: self.position,
+            horizon: self.clock.horizon,
+            lag_secs: self.lag_secs(),
             duration: started.elapsed(),
         };
-        report.log(self.dry_run);
+        report.log(self.engine.counts_only);
         report
     }
 
-    /// A pass under the schedule's lock, recorded in `sync_runs`.
-    #[allow(clippy::too_many_arguments)]
-    async fn recorded_pass(
-        &self,
-        schedule: Uuid,
-        plan: &PassPlan,
-        cancel: &CancellationToken,
-        progress: &dyn PassProgress,
-        counters: &Counters,
-        tally: &mut Tally,
-        position: &mut Option<Timestamp>,
-    ) -> PassResult {
-        let _lock = match ScheduleLock::acquire(self.warehouse_path(), schedule) {
-            Ok(lock) => lock,
-            Err(busy @ SyncError::Busy { .. }) => return PassResult::Skipped(busy.to_string()),
-            Err(err) => return PassResult::Failed(error_chain(&err)),
-        };
-        let (kind, started_at) = (plan.kind, Timestamp::now());
-        match self
+    async fn claim(&self) -> Result<Claim, SyncError> {
+        let schedule = self.schedule;
+        self.engine.writer.call(move |s| s.claim(schedule)).await
+    }
+
+    /// The walk, between its `sync_runs` row's start and end.
+    async fn recorded(&mut self) -> PassResult {
+        let (schedule, kind, started_at) = (self.schedule, self.plan.kind, Timestamp::now());
+        let run = match self
+            .engine
             .writer
-            .call(move |w| w.start_run(schedule, kind, started_at))
+            .call(move |s| s.start_run(schedule, kind, started_at))
             .await
         {
-            Ok(run) => {
-                let end = self
-                    .walk(schedule, plan, cancel, progress, counters, tally, position)
-                    .await;
-                self.close_run(run, end, counters, tally).await
-            }
-            Err(err) => PassResult::Failed(error_chain(&err)),
-        }
-    }
-
-    /// Closes the `sync_runs` row with the outcome; a failure here is the pass's failure.
-    async fn close_run(
-        &self,
-        run: crate::warehouse::RunId,
-        end: WalkEnd,
-        counters: &Counters,
-        tally: &Tally,
-    ) -> PassResult {
-        let result = outcome(end);
-        let error_text = match &result {
-            PassResult::Completed => None,
-            PassResult::Interrupted => Some(INTERRUPTED.to_owned()),
-            PassResult::Skipped(text) | PassResult::Failed(text) => Some(text.clone()),
+            Ok(run) => run,
+            Err(err) => return PassResult::Failed(error_chain(&err)),
         };
-        let stats = stats(counters, tally);
-        let closed = self
-            .writer
-            .call(move |w| w.finish_run(run, &stats, Timestamp::now(), error_text.as_deref()))
-            .await;
-        match closed {
-            Ok(()) => result,
-            Err(err) => PassResult::Failed(error_chain(&err)),
+        let end = self.walk().await;
+        let (result, error) = self.result(end);
+        match run {
+            Some(run) => match self.finish(run, &result, error).await {
+                Ok(()) => result,
+                Err(err) => PassResult::Failed(error_chain(&err)),
+            },
+            None => result,
         }
     }
 
-    /// The page loop; `position` follows the walk (where the next pass would start).
-    #[allow(clippy::too_many_arguments)]
-    async fn walk(
+    /// The typed result of a walk, and the text `sync_runs.error` keeps of it.
+    fn result(&self, end: WalkEnd) -> (PassResult, Option<String>) {
+        match end {
+            WalkEnd::Finished => (PassResult::Completed, None),
+            WalkEnd::AtHorizon => {
+                let behind = self.engine.settings.behind_after.as_secs_f64();
+                if self.lag_secs().is_some_and(|lag| lag >= behind) {
+                    (PassResult::Behind, None)
+                } else {
+                    (PassResult::Completed, None)
+                }
+            }
+            WalkEnd::Interrupted => (PassResult::Interrupted, Some(INTERRUPTED.to_owned())),
+            WalkEnd::Failed(err) => {
+                let text = error_chain(&err);
+                (PassResult::Failed(text.clone()), Some(text))
+            }
+        }
+    }
+
+    /// Closes the `sync_runs` row; a failure here is the pass's failure.
+    async fn finish(
         &self,
-        schedule: Uuid,
-        plan: &PassPlan,
-        cancel: &CancellationToken,
-        progress: &dyn PassProgress,
-        counters: &Counters,
-        tally: &mut Tally,
-        position: &mut Option<Timestamp>,
-    ) -> WalkEnd {
-        let stored = match self.writer.call(move |w| w.checkpoint(schedule)).await {
-            Ok(checkpoint) => checkpoint.map(|c| c.cursor),
+        run: RunId,
+        result: &PassResult,
+        error: Option<String>,
+    ) -> Result<(), SyncError> {
+        let record = RunRecord {
+            outcome: result.outcome().unwrap_or(RunOutcome::Failed),
+            stats: self.stats(),
+            finished_at: Timestamp::now(),
+            horizon: self.clock.horizon,
+            lag_secs: self.lag_secs(),
+            error,
+        };
+        self.engine
+            .writer
+            .call(move |s| s.finish_run(run, &record))
+            .await
+    }
+
+    /// The page loop.
+    async fn walk(&mut self) -> WalkEnd {
+        let schedule = self.schedule;
+        let stored = match self
+            .engine
+            .writer
+            .call(move |s| s.checkpoint(schedule))
+            .await
+        {
+            Ok(checkpoint) => checkpoint,
             Err(err) => return WalkEnd::Failed(err),
         };
-        let start = plan.start(stored, self.settings.lookback);
-        // A pass may move the checkpoint only if it read everything from the checkpoint on.
-        let moves_checkpoint = match stored {
-            Some(cursor) => start <= cursor,
-            None => start == Timestamp::EPOCH,
-        };
-        tracing::debug!(%start, ?stored, moves_checkpoint, "pass starts");
-        let mut walker = PageWalker::new(start, self.settings.page_size, WalkLimits::default());
+        let engine = self.engine;
+        let settings = &engine.settings;
+        let start = self.plan.start(stored, settings.lookback);
+        let rule = CheckpointRule::new(stored, start);
+        tracing::debug!(%start, ?stored, moves_checkpoint = rule.moves, "pass starts");
+        self.position = stored;
+        let mut walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
         let mut recent = RecentRows::default();
         let mut in_flight: Option<Pending<PageWrite>> = None;
         let mut end = WalkEnd::Finished;
         while let Some(request) = walker.next_request() {
-            if plan.until.is_some_and(|until| walker.position() > until) {
+            if let Some(stop) = self.stop_before(&walker) {
+                end = stop;
                 break;
             }
-            let page = tokio::select! {
+            let listed = tokio::select! {
                 biased;
-                () = cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                page = self.fetch_page(schedule, &request, counters) => page,
+                () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
+                listed = self.fetch_page(&request) => listed,
             };
-            let step = match page {
-                Ok(page) => {
-                    self.prepare(
-                        schedule,
-                        plan,
-                        &request,
-                        page,
-                        &mut walker,
-                        &mut recent,
-                        counters,
-                        tally,
-                    )
-                    .await
+            let batch = match listed {
+                Ok(listed) => {
+                    self.prepare(&request, listed, &mut walker, &mut recent, rule)
+                        .await
                 }
                 Err(err) => Err(err),
             };
-            let (calls, checkpoint) = match step {
-                Ok((calls, checkpoint)) => (calls, moves_checkpoint.then_some(checkpoint)),
+            let batch = match batch {
+                Ok(batch) => batch,
                 Err(err) => {
                     end = WalkEnd::Failed(err);
                     break;
                 }
             };
             if let Some(previous) = in_flight.take()
-                && let Err(err) = settle(previous, tally, schedule, progress).await
+                && let Err(err) = self.settle(previous).await
             {
                 end = WalkEnd::Failed(err);
                 break;
             }
-            // The checkpoint is written in the same transaction as the page it follows from:
-            // it can never be ahead of the data.
-            let now = Timestamp::now();
-            let dry_run = self.dry_run;
             match self
+                .engine
                 .writer
-                .submit(move |w| {
-                    if dry_run {
-                        w.count_changes(schedule, &calls).map(|n| PageWrite {
-                            calls_written: n,
-                            calls_unchanged: calls.len() as u64 - n,
-                        })
-                    } else {
-                        w.write_page(schedule, &calls, checkpoint, now)
-                    }
-                })
+                .submit(move |s| s.write_page(&batch))
                 .await
             {
                 Ok(pending) => in_flight = Some(pending),
@@ -277,16 +335,16 @@ impl Engine {
                     break;
                 }
             }
-            *position = Some(walker.position());
-            progress.page(tally.pages, tally.calls_seen, tally.total);
-            if cancel.is_cancelled() {
+            let t = &self.tally;
+            self.progress.page(t.pages, t.calls_seen, t.total);
+            if self.cancel.is_cancelled() {
                 end = WalkEnd::Interrupted;
                 break;
             }
         }
         // The last page handed over is always committed (or its failure reported).
         if let Some(last) = in_flight.take()
-            && let Err(err) = settle(last, tally, schedule, progress).await
+            && let Err(err) = self.settle(last).await
             && !matches!(end, WalkEnd::Failed(_))
         {
             end = WalkEnd::Failed(err);
@@ -294,61 +352,115 @@ impl Engine {
         end
     }
 
-    /// Checks a fetched page against the walk and completes its calls: the calls to write
-    /// and the checkpoint that may go with them.
-    #[allow(clippy::too_many_arguments)]
+    /// Ends the walk once it is past the user's `until` or the pass's horizon.
+    fn stop_before(&self, walker: &PageWalker) -> Option<WalkEnd> {
+        let position = walker.position();
+        if self.plan.until.is_some_and(|until| position > until) {
+            return Some(WalkEnd::Finished);
+        }
+        if self
+            .clock
+            .horizon
+            .is_some_and(|horizon| position >= horizon)
+        {
+            return Some(WalkEnd::AtHorizon);
+        }
+        None
+    }
+
+    /// Waits for a page handed to the sink to commit (with its checkpoint).
+    async fn settle(&mut self, write: Pending<PageWrite>) -> Result<(), SyncError> {
+        self.tally.calls_written += write.wait().await?.calls_written;
+        self.progress.committed(self.schedule);
+        Ok(())
+    }
+
+    /// Checks a fetched page against the walk and completes its calls: the page for the
+    /// sink, with the checkpoint that may go with it.
     async fn prepare(
-        &self,
-        schedule: Uuid,
-        plan: &PassPlan,
+        &mut self,
         request: &PageRequest,
-        page: CallPage,
+        listed: Listed,
         walker: &mut PageWalker,
         recent: &mut RecentRows,
-        counters: &Counters,
-        tally: &mut Tally,
-    ) -> Result<(Vec<OutboundCall>, Timestamp), SyncError> {
+        rule: CheckpointRule,
+    ) -> Result<PageBatch, SyncError> {
+        let Listed { page, served_at } = listed;
+        let stamps = page.data.iter().map(|c| c.updated_at);
+        let (service_now, future) = self.clock.observe(served_at, stamps);
         if let Some(p) = &page.pagination {
             // What was read before this request, plus what the service says is left.
-            tally.total = Some(tally.calls_seen + p.total_count);
+            self.tally.total = Some(self.tally.calls_seen + p.total_count);
         }
-        tally.pages += 1;
-        tally.calls_seen += page.data.len() as u64;
+        self.tally.pages += 1;
+        self.tally.calls_seen += page.data.len() as u64;
+        self.note_future_rows(&page.data, service_now, future);
         let keys: Vec<RowKey> = page.data.iter().map(row_key).collect();
         let accepted = walker.accept(&keys).map_err(|source| {
-            let request = describe(schedule, request);
+            let request = self.describe(request);
             tracing::error!(%request, error = %source, "the service's page cannot be trusted");
             SyncError::Walk { request, source }
         })?;
+        self.position = Some(walker.position().min(service_now));
         let fresh = recent.keep_fresh(page.data, walker.position());
-        let calls = self.complete(fresh, plan.details, counters).await?;
-        Ok((calls, accepted.checkpoint))
+        let calls = self.complete(fresh).await?;
+        Ok(PageBatch {
+            schedule: self.schedule,
+            calls,
+            checkpoint: rule.checkpoint(accepted.checkpoint, service_now),
+            synced_at: Timestamp::now(),
+        })
     }
 
-    async fn fetch_page(
-        &self,
-        schedule: Uuid,
-        request: &PageRequest,
-        counters: &Counters,
-    ) -> Result<CallPage, SyncError> {
-        let query = ListQuery {
+    /// Counts and reports calls stamped later than the service's own clock.
+    fn note_future_rows(
+        &mut self,
+        calls: &[OutboundCall],
+        service_now: Timestamp,
+        from: Timestamp,
+    ) {
+        let future: Vec<&OutboundCall> = calls.iter().filter(|c| c.updated_at >= from).collect();
+        if let Some(first) = future.first() {
+            self.tally.future_rows += future.len() as u64;
+            tracing::warn!(
+                calls = future.len(),
+                first = %first.uid,
+                updated_at = %first.updated_at,
+                ahead_secs = first.updated_at.secs_since(service_now),
+                "calls stamped later than the service's clock: stored, and read again until its clock catches up"
+            );
+        }
+    }
+
+    async fn fetch_page(&self, request: &PageRequest) -> Result<Listed, SyncError> {
+        let query = self.query(request);
+        Ok(self
+            .engine
+            .client
+            .list_calls(self.schedule, &query, &self.counters)
+            .await?)
+    }
+
+    fn query(&self, request: &PageRequest) -> ListQuery<'_> {
+        ListQuery {
             updated_after: Some(request.updated_after),
             page: request.page,
             page_size: request.page_size,
-            filter: &self.settings.filter,
-        };
-        Ok(self.client.list_calls(schedule, &query, counters).await?)
+            filter: &self.engine.settings.filter,
+        }
+    }
+
+    fn describe(&self, request: &PageRequest) -> String {
+        ApiClient::describe_list(self.schedule, &self.query(request))
     }
 
     /// Replaces list items that lack attempt children (or all, in `always` mode) by the
     /// detail endpoint's version, a bounded number at a time, keeping the page's order.
-    async fn complete(
-        &self,
-        calls: Vec<OutboundCall>,
-        mode: DetailsMode,
-        counters: &Counters,
-    ) -> Result<Vec<OutboundCall>, SyncError> {
-        let client: &ApiClient = &self.client;
+    async fn complete(&mut self, calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
+        let mode = self.plan.details;
+        self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
+        let client: &ApiClient = &self.engine.client;
+        let counters = &self.counters;
         futures::stream::iter(calls)
             .map(|call| async move {
                 if !needs_detail(&call, mode) {
@@ -357,18 +469,38 @@ impl Engine {
                 match client.get_call(call.uid, counters).await {
                     Ok(detail) => Ok(detail),
                     // Gone between the list and the detail request: keep what the list said.
-                    Err(err) if err.status() == Some(reqwest::StatusCode::NOT_FOUND) => {
+                    Err(err) if err.is_not_found() => {
                         tracing::warn!(call = %call.uid, "call listed but its detail is gone; keeping the list item");
                         Ok(call)
                     }
                     Err(err) => Err(SyncError::from(err)),
                 }
             })
-            .buffered(self.detail_concurrency)
+            .buffered(self.engine.detail_concurrency)
             .collect::<Vec<_>>()
             .await
             .into_iter()
             .collect()
+    }
+
+    fn stats(&self) -> RunStats {
+        let t = &self.tally;
+        RunStats {
+            pages: t.pages,
+            calls_seen: t.calls_seen,
+            calls_written: t.calls_written,
+            requests: self.counters.requests(),
+            retries: self.counters.retries(),
+            detail_requests: t.detail_requests,
+            rate_limited: self.counters.statuses().get(&429).copied().unwrap_or(0),
+            throttled_ms: 0,
+            future_rows: t.future_rows,
+        }
+    }
+
+    /// The service's clock now minus where the walk got to.
+    fn lag_secs(&self) -> Option<f64> {
+        Some(self.clock.now()?.secs_since(self.position?))
     }
 }
 
@@ -387,24 +519,7 @@ fn row_key(call: &OutboundCall) -> RowKey {
     }
 }
 
-fn stats(counters: &Counters, tally: &Tally) -> RunStats {
-    RunStats {
-        pages: tally.pages,
-        calls_seen: tally.calls_seen,
-        calls_written: tally.calls_written,
-        requests: counters.requests(),
-        retries: counters.retries(),
-    }
-}
-
-fn describe(schedule: Uuid, request: &PageRequest) -> String {
-    format!(
-        "GET /api/v1/schedules/{schedule}/outbound_calls?updated_after={}&page={}&page_size={}",
-        request.updated_after, request.page, request.page_size
-    )
-}
-
-/// Rows this pass has already handed to the writer that the walk may list again (those at
+/// Rows this pass has already handed to the sink that the walk may list again (those at
 /// or after its position: keyset overlap and tie groups). A re-listed row whose list item is
 /// identical needs neither a detail request nor a write. Pruned as the position advances,
 /// so it holds a tie group at most, whatever the number of calls.
@@ -438,5 +553,80 @@ impl RecentRows {
             .zip(fresh)
             .filter_map(|((call, _), fresh)| fresh.then_some(call))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(text: &str) -> Timestamp {
+        Timestamp::parse(text).unwrap()
+    }
+
+    #[test]
+    fn the_checkpoint_never_passes_the_services_clock() {
+        let stored = Some(ts("2026-01-01T00:00:00Z"));
+        let rule = CheckpointRule::new(stored, ts("2025-12-31T23:59:55Z"));
+        let now = ts("2026-01-01T00:10:00Z");
+        // A walk behind the service's clock moves the checkpoint to where it read.
+        assert_eq!(
+            rule.checkpoint(ts("2026-01-01T00:05:00Z"), now),
+            Some(ts("2026-01-01T00:05:00Z"))
+        );
+        // A row from the future carried the walk past "now": the checkpoint stays at "now".
+        assert_eq!(rule.checkpoint(ts("2026-01-01T00:10:33Z"), now), Some(now));
+        assert_eq!(rule.checkpoint(ts("2100-01-01T00:00:00Z"), now), Some(now));
+    }
+
+    #[test]
+    fn only_a_pass_that_read_from_the_checkpoint_moves_it() {
+        let stored = Some(ts("2026-01-01T00:00:00Z"));
+        let now = ts("2026-01-02T00:00:00Z");
+        let walked = ts("2026-01-01T12:00:00Z");
+        // A backfill starting after the checkpoint leaves a gap behind it.
+        let later = CheckpointRule::new(stored, ts("2026-01-01T06:00:00Z"));
+        assert_eq!(later.checkpoint(walked, now), None);
+        let first = CheckpointRule::new(None, Timestamp::EPOCH);
+        assert_eq!(first.checkpoint(walked, now), Some(walked));
+        let not_from_the_start = CheckpointRule::new(None, ts("2026-01-01T06:00:00Z"));
+        assert_eq!(not_from_the_start.checkpoint(walked, now), None);
+    }
+
+    #[test]
+    fn the_horizon_is_the_first_answer_and_now_follows_the_latest() {
+        let mut clock = ServiceClock::default();
+        assert_eq!(clock.now(), None);
+        let first = ts("2026-01-01T00:00:00Z");
+        let none = std::iter::empty();
+        assert_eq!(
+            clock.observe(Some(first), none),
+            (first, ts("2026-01-01T00:00:01Z"))
+        );
+        let second = ts("2026-01-01T00:00:07Z");
+        clock.observe(Some(second), std::iter::empty());
+        // Everything stamped before the first answer's second ended.
+        assert_eq!(clock.horizon, Some(ts("2026-01-01T00:00:01Z")));
+        let now = clock.now().unwrap();
+        assert!(now >= second && now < second.saturating_add(Duration::from_secs(5)));
+        // Without a Date header our own clock stands in.
+        let before = Timestamp::now();
+        let mut own = ServiceClock::default();
+        assert!(own.observe(None, std::iter::empty()).0 >= before);
+    }
+
+    #[test]
+    fn a_stamp_within_the_dates_second_says_how_far_into_it_the_service_was() {
+        let mut clock = ServiceClock::default();
+        let date = ts("2026-01-01T00:00:00Z");
+        let stamps = [
+            ts("2025-12-31T23:59:58Z"),
+            ts("2026-01-01T00:00:00.75Z"),
+            // From a node 33 s ahead: no proof of the service's time.
+            ts("2026-01-01T00:00:33Z"),
+        ];
+        let (now, future) = clock.observe(Some(date), stamps.into_iter());
+        assert_eq!(now, ts("2026-01-01T00:00:00.75Z"));
+        assert_eq!(future, ts("2026-01-01T00:00:01Z"));
     }
 }

@@ -1,7 +1,8 @@
-//! `Writer`: the one thread that owns the warehouse connection; every write goes through it.
+//! `Writer`: the one thread that owns the sink (the warehouse connection); every write goes
+//! through it.
 //!
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
-//! instead of contending for the lock. A job is a closure over `&mut Warehouse`; its result
+//! instead of contending for the lock. A job is a closure over `&mut dyn Sink`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
 //! is being written. The tracing span of the submitter is carried into the job.
 
@@ -11,9 +12,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Span;
 
 use super::error::SyncError;
-use crate::warehouse::{Warehouse, WarehouseError};
+use super::sink::Sink;
 
-type Job = Box<dyn FnOnce(&mut Warehouse) + Send>;
+type Job = Box<dyn FnOnce(&mut dyn Sink) + Send>;
 
 /// Jobs waiting for the writer; senders wait when it is full (bounded memory).
 const QUEUE: usize = 16;
@@ -24,26 +25,23 @@ pub struct Writer {
 }
 
 /// The result of a submitted job, to be awaited later.
-pub struct Pending<T>(oneshot::Receiver<Result<T, WarehouseError>>);
+pub struct Pending<T>(oneshot::Receiver<Result<T, SyncError>>);
 
 impl<T> Pending<T> {
     pub async fn wait(self) -> Result<T, SyncError> {
-        self.0
-            .await
-            .map_err(|_| SyncError::WriterGone)?
-            .map_err(SyncError::from)
+        self.0.await.map_err(|_| SyncError::WriterGone)?
     }
 }
 
 impl Writer {
-    /// Starts the writer thread, which owns `warehouse` until [`Writer::close`].
-    pub fn start(mut warehouse: Warehouse) -> std::io::Result<Writer> {
+    /// Starts the writer thread, which owns `sink` until [`Writer::close`].
+    pub fn start(mut sink: Box<dyn Sink>) -> std::io::Result<Writer> {
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
         let thread = std::thread::Builder::new()
             .name("callsync-writer".into())
             .spawn(move || {
                 while let Some(job) = rx.blocking_recv() {
-                    job(&mut warehouse);
+                    job(sink.as_mut());
                 }
             })?;
         Ok(Writer {
@@ -56,14 +54,14 @@ impl Writer {
     pub async fn submit<T, F>(&self, job: F) -> Result<Pending<T>, SyncError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Warehouse) -> Result<T, WarehouseError> + Send + 'static,
+        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
     {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
-        let boxed: Job = Box::new(move |warehouse| {
+        let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
             // The submitter may have gone (cancelled); the write itself has still happened.
-            let _ = reply.send(job(warehouse));
+            let _ = reply.send(job(sink));
         });
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
@@ -74,12 +72,12 @@ impl Writer {
     pub async fn call<T, F>(&self, job: F) -> Result<T, SyncError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Warehouse) -> Result<T, WarehouseError> + Send + 'static,
+        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
     {
         self.submit(job).await?.wait().await
     }
 
-    /// Lets queued jobs finish, then stops the thread and closes the warehouse.
+    /// Lets queued jobs finish, then stops the thread and closes the sink.
     pub async fn close(mut self) {
         self.jobs.take();
         if let Some(thread) = self.thread.take() {

@@ -19,10 +19,11 @@ use rusqlite::Connection;
 
 pub use error::WarehouseError;
 pub use queries::{
-    Overview, PassOutcome, Row, RunSummary, ScheduleStatus, Snapshot, render_status,
+    FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, ScheduleStatus, Snapshot,
+    render_status,
 };
 pub use rows::e164;
-pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunStats};
+pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
 
 pub struct Warehouse {
     conn: Connection,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use super::runs::parse;
+use super::runs::{RunOutcome, RunStats, parse};
 use crate::api::Timestamp;
 
 /// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
@@ -20,19 +20,32 @@ pub struct ScheduleStatus {
     /// RFC 3339; the next incremental pass reads from here (minus the lookback).
     pub cursor: Option<String>,
     /// Seconds from the cursor to the time of the status: the age of the newest change
-    /// synced. `None` without a cursor.
+    /// synced. Negative when the cursor is ahead of this machine's clock (never clamped).
+    /// `None` without a cursor.
     pub lag_secs: Option<f64>,
     pub last_run: Option<RunSummary>,
     /// How the latest pass ended; `None` when there has been none.
     pub last_result: Option<PassOutcome>,
-    /// When the latest pass that succeeded finished (RFC 3339).
+    /// When the latest pass that read everything up to its horizon finished (RFC 3339):
+    /// `completed` or `behind`.
     pub last_success_at: Option<String>,
+    /// The latest passes ended `behind`, this many in a row (0: the latest did not).
+    pub behind_passes: i64,
+    /// Two passes or more in a row ended behind: one alone may be a burst, two say that
+    /// calls change faster than callsync may read them.
+    pub falling_behind: bool,
+    /// What held the latest pass back (`rate limit`, `detail fetches`, `errors and
+    /// retries`); empty when nothing stands out.
+    pub slowed_by: Vec<String>,
     pub calls: i64,
     pub attempts: i64,
     pub outcomes: i64,
     pub variables: i64,
     pub notifications: i64,
 }
+
+/// Passes in a row ended behind before a schedule is said to be falling behind.
+pub const FALLING_BEHIND_PASSES: i64 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
@@ -46,6 +59,19 @@ pub struct RunSummary {
     pub requests: i64,
     pub retries: i64,
     pub error: Option<String>,
+    /// The service's clock when the pass began (RFC 3339): it read what had changed by then.
+    pub horizon: Option<String>,
+    /// The service's clock at the pass's end minus its checkpoint, in seconds.
+    pub lag_secs: Option<f64>,
+    pub detail_requests: i64,
+    /// 429 responses.
+    pub rate_limited: i64,
+    /// Seconds spent waiting for the request rate limiter.
+    pub throttled_secs: f64,
+    /// Calls stamped later than the service's own clock.
+    pub future_rows: i64,
+    #[serde(skip)]
+    outcome: Option<PassOutcome>,
 }
 
 /// How a pass recorded in `sync_runs` ended.
@@ -53,6 +79,8 @@ pub struct RunSummary {
 #[serde(rename_all = "lowercase")]
 pub enum PassOutcome {
     Completed,
+    /// Read what had changed when it began, but ended far behind with changes waiting.
+    Behind,
     Failed,
     /// Stopped by shutdown after committing its pages; the next pass resumes.
     Interrupted,
@@ -60,13 +88,13 @@ pub enum PassOutcome {
     Running,
 }
 
-impl PassOutcome {
-    fn of(run: &RunSummary) -> Self {
-        match (&run.finished_at, &run.error) {
-            (None, _) => PassOutcome::Running,
-            (Some(_), None) => PassOutcome::Completed,
-            (Some(_), Some(e)) if e == super::INTERRUPTED => PassOutcome::Interrupted,
-            (Some(_), Some(_)) => PassOutcome::Failed,
+impl From<RunOutcome> for PassOutcome {
+    fn from(outcome: RunOutcome) -> Self {
+        match outcome {
+            RunOutcome::Completed => PassOutcome::Completed,
+            RunOutcome::Behind => PassOutcome::Behind,
+            RunOutcome::Interrupted => PassOutcome::Interrupted,
+            RunOutcome::Failed => PassOutcome::Failed,
         }
     }
 }
@@ -175,32 +203,35 @@ impl Warehouse {
             )
             .or_else(none_if_empty)
             .sql("reading a checkpoint")?;
-        let last_run = conn
-            .query_row(
+        let mut runs = conn
+            .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
-                   retries, error
-                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT 1",
-                [schedule],
-                |r| {
-                    Ok(Some(RunSummary {
-                        kind: r.get(0)?,
-                        started_at: r.get(1)?,
-                        finished_at: r.get(2)?,
-                        pages: r.get(3)?,
-                        calls_seen: r.get(4)?,
-                        calls_written: r.get(5)?,
-                        requests: r.get(6)?,
-                        retries: r.get(7)?,
-                        error: r.get(8)?,
-                    }))
-                },
+                   retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
+                   throttled_secs, future_rows
+                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC",
             )
-            .or_else(none_if_empty)
-            .sql("reading the last pass")?;
+            .sql("reading the last passes")?;
+        let mut recent = runs
+            .query_map([schedule], run_summary)
+            .sql("reading the last passes")?;
+        let last_run = recent.next().transpose().sql("reading the last pass")?;
+        let behind_passes =
+            if last_run.as_ref().and_then(|r| r.outcome) == Some(PassOutcome::Behind) {
+                let mut n = 1;
+                for run in recent {
+                    if run.sql("reading the last passes")?.outcome != Some(PassOutcome::Behind) {
+                        break;
+                    }
+                    n += 1;
+                }
+                n
+            } else {
+                0
+            };
         let last_success_at: Option<String> = conn
             .query_row(
                 "SELECT max(finished_at) FROM sync_runs
-                 WHERE schedule_uid = ?1 AND finished_at IS NOT NULL AND error IS NULL",
+                 WHERE schedule_uid = ?1 AND outcome IN ('completed', 'behind')",
                 [schedule],
                 |r| r.get(0),
             )
@@ -221,6 +252,7 @@ impl Warehouse {
                 |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
                     run.started_at = parse(&run.started_at, "sync_runs.started_at")?.to_rfc3339();
                     run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
+                    run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
                     Ok(run)
                 },
             )
@@ -228,8 +260,14 @@ impl Warehouse {
         Ok(ScheduleStatus {
             schedule_uid: schedule.to_owned(),
             cursor: cursor.map(Timestamp::to_rfc3339),
-            lag_secs: cursor.map(|c| lag(c, now).as_secs_f64()),
-            last_result: last_run.as_ref().map(PassOutcome::of),
+            lag_secs: cursor.map(|c| now.secs_since(c)),
+            last_result: last_run.as_ref().map(RunSummary::outcome),
+            slowed_by: last_run
+                .as_ref()
+                .map(RunSummary::slowed_by)
+                .unwrap_or_default(),
+            behind_passes,
+            falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
             last_run,
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
@@ -364,7 +402,7 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             .cursor
             .as_deref()
             .and_then(|c| Timestamp::parse(c).ok())
-            .map(|c| format!("{}s", lag(c, now).as_secs()))
+            .map(|c| format!("{:.0}s", now.secs_since(c)))
             .unwrap_or_else(|| "-".into());
         let _ = writeln!(out, "schedule {}", s.schedule_uid);
         let _ = writeln!(
@@ -374,7 +412,12 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
         match &s.last_run {
             Some(run) => {
-                let result = match PassOutcome::of(run) {
+                let result = match run.outcome() {
+                    PassOutcome::Behind => format!(
+                        "BEHIND the service by {:.0}s{}",
+                        run.lag_secs.unwrap_or_default(),
+                        slowed_by_text(&run.slowed_by())
+                    ),
                     PassOutcome::Running => "running, or the process died".to_owned(),
                     PassOutcome::Interrupted => {
                         "interrupted by shutdown (the next pass resumes)".to_owned()
@@ -405,6 +448,21 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             "  last success {}",
             s.last_success_at.as_deref().unwrap_or("never")
         );
+        if s.falling_behind {
+            let _ = writeln!(
+                out,
+                "  FALLING BEHIND: the last {} passes ended behind the service{}; see README, \"Falling behind\"",
+                s.behind_passes,
+                slowed_by_text(&s.slowed_by)
+            );
+        }
+        if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
+            let _ = writeln!(
+                out,
+                "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
+                run.future_rows
+            );
+        }
         let _ = writeln!(
             out,
             "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
@@ -414,10 +472,74 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
     out
 }
 
-/// The lag of a schedule whose cursor is `cursor`: the age of the newest change synced
-/// (zero for a cursor ahead of `now`, e.g. clocks apart).
-fn lag(cursor: Timestamp, now: Timestamp) -> std::time::Duration {
-    now.since(cursor)
+fn slowed_by_text(reasons: &[String]) -> String {
+    if reasons.is_empty() {
+        String::new()
+    } else {
+        format!(" (slowed by {})", reasons.join(", "))
+    }
+}
+
+fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
+    let finished_at: Option<String> = r.get(2)?;
+    let outcome: Option<String> = r.get(9)?;
+    // A finished pass without a known outcome (written by a newer callsync?) reads as failed
+    // rather than as running for ever.
+    let outcome = finished_at.as_ref().map(|_| {
+        outcome
+            .as_deref()
+            .and_then(RunOutcome::parse)
+            .map_or(PassOutcome::Failed, PassOutcome::from)
+    });
+    Ok(RunSummary {
+        kind: r.get(0)?,
+        started_at: r.get(1)?,
+        finished_at,
+        pages: r.get(3)?,
+        calls_seen: r.get(4)?,
+        calls_written: r.get(5)?,
+        requests: r.get(6)?,
+        retries: r.get(7)?,
+        error: r.get(8)?,
+        horizon: r.get(10)?,
+        lag_secs: r.get(11)?,
+        detail_requests: r.get(12)?,
+        rate_limited: r.get(13)?,
+        throttled_secs: r.get(14)?,
+        future_rows: r.get(15)?,
+        outcome,
+    })
+}
+
+impl RunSummary {
+    pub fn outcome(&self) -> PassOutcome {
+        self.outcome.unwrap_or(PassOutcome::Running)
+    }
+
+    fn slowed_by(&self) -> Vec<String> {
+        let n = |v: i64| u64::try_from(v).unwrap_or_default();
+        let stats = RunStats {
+            pages: n(self.pages),
+            retries: n(self.retries),
+            detail_requests: n(self.detail_requests),
+            rate_limited: n(self.rate_limited),
+            throttled_ms: (self.throttled_secs * 1000.0) as u64,
+            ..RunStats::default()
+        };
+        let duration_ms = self
+            .finished_at
+            .as_deref()
+            .zip(Some(self.started_at.as_str()))
+            .and_then(|(end, start)| {
+                Some((Timestamp::parse(end).ok()?, Timestamp::parse(start).ok()?))
+            })
+            .map_or(0, |(end, start)| end.since(start).as_millis() as u64);
+        stats
+            .slowed_by(duration_ms)
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {

@@ -50,6 +50,85 @@ pub struct RunStats {
     pub calls_written: u64,
     pub requests: u64,
     pub retries: u64,
+    /// `GET /outbound_calls/{uid}` requests (list items completed by their detail).
+    pub detail_requests: u64,
+    /// 429 responses.
+    pub rate_limited: u64,
+    /// Milliseconds spent waiting for the shared request rate limiter.
+    pub throttled_ms: u64,
+    /// Calls stamped later than the service's own clock (a node whose clock runs ahead).
+    pub future_rows: u64,
+}
+
+impl RunStats {
+    /// What held a pass back, most telling first; empty when nothing stands out. One rule
+    /// for the pass line and for `callsync status`.
+    pub fn slowed_by(&self, duration_ms: u64) -> Vec<&'static str> {
+        let mut reasons = Vec::new();
+        // A fifth of the pass spent waiting for permits is the limiter's doing, not the
+        // service's latency.
+        if self.rate_limited > 0 || self.throttled_ms.saturating_mul(5) >= duration_ms.max(1) {
+            reasons.push("rate limit");
+        }
+        if self.detail_requests > 0 && self.detail_requests >= self.pages {
+            reasons.push("detail fetches");
+        }
+        if self.retries > 0 {
+            reasons.push("errors and retries");
+        }
+        reasons
+    }
+}
+
+/// How a pass ended, as `sync_runs.outcome` stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOutcome {
+    /// Read everything that had changed when it began.
+    Completed,
+    /// Read what had changed when it began, but ended further behind the service's clock
+    /// than `sync.behind_after`, with changes already waiting: calls change faster than
+    /// callsync may read them.
+    Behind,
+    /// Stopped by shutdown after committing its pages; the next pass resumes.
+    Interrupted,
+    Failed,
+}
+
+impl RunOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Completed => "completed",
+            RunOutcome::Behind => "behind",
+            RunOutcome::Interrupted => "interrupted",
+            RunOutcome::Failed => "failed",
+        }
+    }
+
+    pub(super) fn parse(text: &str) -> Option<Self> {
+        [
+            RunOutcome::Completed,
+            RunOutcome::Behind,
+            RunOutcome::Interrupted,
+            RunOutcome::Failed,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == text)
+    }
+}
+
+/// Everything `sync_runs` keeps of a finished pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub outcome: RunOutcome,
+    pub stats: RunStats,
+    pub finished_at: Timestamp,
+    /// The service's clock when the pass began; it read what had changed by then.
+    pub horizon: Option<Timestamp>,
+    /// The service's clock at the end minus the checkpoint (negative: ahead of it).
+    pub lag_secs: Option<f64>,
+    /// Why it failed (or that it was interrupted); `None` otherwise.
+    pub error: Option<String>,
 }
 
 impl Warehouse {
@@ -104,30 +183,34 @@ impl Warehouse {
         Ok(RunId(self.conn.last_insert_rowid()))
     }
 
-    pub fn finish_run(
-        &mut self,
-        run: RunId,
-        stats: &RunStats,
-        finished_at: Timestamp,
-        error: Option<&str>,
-    ) -> Result<(), WarehouseError> {
+    pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let stats = &record.stats;
         self.conn
             .prepare_cached(
                 "UPDATE sync_runs SET finished_at = ?2, pages = ?3, calls_seen = ?4,
-                   calls_written = ?5, requests = ?6, retries = ?7, error = ?8
+                   calls_written = ?5, requests = ?6, retries = ?7, error = ?8, outcome = ?9,
+                   horizon = ?10, lag_secs = ?11, detail_requests = ?12, rate_limited = ?13,
+                   throttled_secs = ?14, future_rows = ?15
                  WHERE id = ?1",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     run.0,
-                    finished_at.to_sqlite(),
+                    record.finished_at.to_sqlite(),
                     n(stats.pages),
                     n(stats.calls_seen),
                     n(stats.calls_written),
                     n(stats.requests),
                     n(stats.retries),
-                    error
+                    record.error,
+                    record.outcome.as_str(),
+                    record.horizon.map(Timestamp::to_sqlite),
+                    record.lag_secs,
+                    n(stats.detail_requests),
+                    n(stats.rate_limited),
+                    stats.throttled_ms as f64 / 1000.0,
+                    n(stats.future_rows),
                 ])
             })
             .sql("recording the end of a pass")?;

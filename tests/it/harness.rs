@@ -228,6 +228,7 @@ pub fn config_for(
             reconcile_cron: None,
             reconcile_window: Duration::from_secs(7 * 86_400),
             shutdown_timeout: Duration::from_secs(10),
+            behind_after: Duration::from_secs(120),
         },
         log: LogConfig {
             level: "info".into(),

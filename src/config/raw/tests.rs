@@ -448,7 +448,7 @@ fn environment_values_reach_string_keys_verbatim() {
 
 #[test]
 fn errors_from_the_environment_name_the_variable() {
-    let sync_keys = "`schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `filter`";
+    let sync_keys = "`schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`";
     let cases = [
         (
             ("CALLSYNC_SYNC__BOGUS", "1"),
@@ -607,6 +607,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "reconcile_cron",
         "reconcile_window",
         "shutdown_timeout_secs",
+        "behind_after",
         "level",
         "format",
         "listen",

@@ -1,0 +1,122 @@
+//! `Sink`: where a pass's pages go — the one interface a destination implements.
+//!
+//! The pass loop (`pass.rs`) and the page walker know nothing of SQLite: they hand a sink a
+//! page of calls with the checkpoint it allows, and ask it for the stored checkpoint and to
+//! record the pass. A sink runs on the writer thread (`writer.rs`), which owns it, so its
+//! methods are synchronous and never run concurrently. Two sinks exist: the warehouse, and a
+//! dry run that counts what the warehouse would write. A second destination (PostgreSQL,
+//! say) is a third implementation; nothing above this file changes.
+//!
+//! A sink's contract: `write_page` stores the calls and moves the checkpoint in one atomic
+//! step (the checkpoint is never ahead of the data), never moves a checkpoint backwards, and
+//! writing the same page twice changes nothing.
+
+use uuid::Uuid;
+
+use super::error::SyncError;
+use super::lock::ScheduleLock;
+use crate::api::{OutboundCall, Timestamp};
+use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse};
+
+/// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
+/// that goes with them.
+#[derive(Debug)]
+pub struct PageBatch {
+    pub schedule: Uuid,
+    pub calls: Vec<OutboundCall>,
+    pub checkpoint: Option<Timestamp>,
+    pub synced_at: Timestamp,
+}
+
+/// Proof that this process may walk a schedule into the sink; released on drop.
+pub struct Claim(#[allow(dead_code)] Box<dyn Send>);
+
+pub trait Sink: Send + 'static {
+    /// Claims `schedule` for this process (two processes never walk one schedule into one
+    /// destination); [`SyncError::Busy`] when another holds it.
+    fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError>;
+    /// Where the schedule's next incremental pass starts (before the lookback).
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError>;
+    /// Records that a pass began; `None` when the sink keeps no record (a dry run).
+    fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+    ) -> Result<Option<RunId>, SyncError>;
+    /// Stores a page and its checkpoint, all or nothing.
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError>;
+    /// Records how the pass ended.
+    fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError>;
+}
+
+/// The warehouse: pages written, passes recorded in `sync_runs`, one process per schedule
+/// through a lock file beside it.
+pub struct WarehouseSink(pub Warehouse);
+
+impl Sink for WarehouseSink {
+    fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+        Ok(Claim(Box::new(ScheduleLock::acquire(
+            self.0.path(),
+            schedule,
+        )?)))
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
+    }
+
+    fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(Some(self.0.start_run(schedule, kind, started_at)?))
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        Ok(self
+            .0
+            .write_page(page.schedule, &page.calls, page.checkpoint, page.synced_at)?)
+    }
+
+    fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
+        Ok(self.0.finish_run(run, record)?)
+    }
+}
+
+/// A dry run: reads the warehouse (read-only, or an empty one in memory), counts what a
+/// page would change, and writes nothing — no rows, no checkpoint, no `sync_runs`, no lock.
+pub struct DryRunSink(pub Warehouse);
+
+impl Sink for DryRunSink {
+    fn claim(&self, _schedule: Uuid) -> Result<Claim, SyncError> {
+        Ok(Claim(Box::new(())))
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
+    }
+
+    fn start_run(
+        &mut self,
+        _schedule: Uuid,
+        _kind: RunKind,
+        _started_at: Timestamp,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(None)
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        let changed = self.0.count_changes(page.schedule, &page.calls)?;
+        Ok(PageWrite {
+            calls_written: changed,
+            calls_unchanged: page.calls.len() as u64 - changed,
+        })
+    }
+
+    fn finish_run(&mut self, _run: RunId, _record: &RunRecord) -> Result<(), SyncError> {
+        Ok(())
+    }
+}
