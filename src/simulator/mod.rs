@@ -457,6 +457,16 @@ impl Simulator {
         }
     }
 
+    /// Stamps a call as a node whose clock runs ahead (or behind) would: its `updated_at`
+    /// becomes `at`, whatever the service's clock says.
+    pub fn stamp_call(&self, uid: Uuid, at: crate::api::Timestamp) {
+        let mut state = self.shared.state();
+        if let Some(mut call) = state.latest(uid).cloned() {
+            call.updated_at = at;
+            state.update_call(call, None);
+        }
+    }
+
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.shared.requests).clone()
     }

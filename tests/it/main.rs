@@ -21,3 +21,5 @@ mod daemon;
 mod systemd;
 // Log lines: each pass line carries its own schedule's span, never another's.
 mod logs;
+// Every pass ends at the service's clock; the checkpoint never passes it.
+mod horizon;

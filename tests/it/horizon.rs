@@ -1,0 +1,139 @@
+//! Every pass ends, bounded by the service's clock, and the checkpoint never passes it.
+
+use std::time::Duration;
+
+use callsync::api::Timestamp;
+use callsync::simulator::SimulatorOptions;
+use callsync::sync::{PassReport, PassResult};
+use callsync::warehouse::Warehouse;
+use uuid::Uuid;
+
+use crate::harness::TestEnv;
+
+fn checkpoint(env: &TestEnv, schedule: Uuid) -> Timestamp {
+    Warehouse::open(&env.config.warehouse.path, Duration::from_secs(5))
+        .expect("warehouse opens")
+        .checkpoint(schedule)
+        .expect("checkpoint reads")
+        .expect("a checkpoint")
+        .cursor
+}
+
+/// A pass that must end: a hang guard, not a timing assertion (it ends in well under a
+/// second; only a pass without an end reaches the guard).
+async fn bounded_pass(env: &TestEnv, schedule: Uuid) -> PassReport {
+    tokio::time::timeout(Duration::from_secs(120), env.pass(&[schedule]))
+        .await
+        .expect("a pass under churn ends")
+        .remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_changing_faster_than_they_may_be_read_still_end_every_pass() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 400,
+        seed: 11,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    // 5 requests/s of 10 calls: at most 50 calls/s read, while 5 calls change every 2 ms
+    // (about 2,500/s). Groups of 5 never fill a page, so only the horizon can end a pass.
+    env.config.api.requests_per_second = Some(5);
+    env.config.sync.page_size = 10;
+    // Any lag is too much: every pass that stops at its horizon with changes waiting ends
+    // behind, so that the status can be checked.
+    env.config.sync.behind_after = Duration::ZERO;
+    let schedule = env.schedules()[0];
+    let uids: Vec<Uuid> = env.sim.truth(schedule).iter().map(|c| c.uid).collect();
+    let churn = async {
+        for next in 0usize.. {
+            let batch: Vec<Uuid> = (0..5).map(|i| uids[(next + i * 79) % uids.len()]).collect();
+            env.sim.touch_calls(&batch);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    };
+    let passes = async {
+        let mut previous: Option<Timestamp> = None;
+        for pass in 0..3 {
+            let report = bounded_pass(&env, schedule).await;
+            assert_eq!(report.result, PassResult::Behind, "pass {pass}");
+            assert!(report.horizon.is_some(), "pass {pass} knows its horizon");
+            let now = checkpoint(&env, schedule);
+            if let Some(before) = previous {
+                assert!(
+                    now > before,
+                    "pass {pass} moved the checkpoint: {before} -> {now}"
+                );
+            }
+            previous = Some(now);
+        }
+    };
+    tokio::select! {
+        () = churn => unreachable!("the churn never stops by itself"),
+        () = passes => {}
+    }
+    let status = Warehouse::open_read_only(&env.config.warehouse.path)
+        .expect("warehouse")
+        .status()
+        .expect("status");
+    assert_eq!(
+        (status[0].behind_passes, status[0].falling_behind),
+        (3, true)
+    );
+    // Everything changed before the next pass began is read by it.
+    let last = bounded_pass(&env, schedule).await;
+    assert_eq!(last.result, PassResult::Completed);
+    env.assert_matches_truth(&[schedule]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stamped_in_the_future_never_carries_the_checkpoint_past_the_services_clock() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 60,
+        seed: 12,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = env.schedules()[0];
+    let uids: Vec<Uuid> = env.sim.truth(schedule).iter().map(|c| c.uid).collect();
+    env.pass_ok(&[schedule]).await;
+
+    for ahead in [
+        Duration::from_secs(33),
+        Duration::from_secs(80 * 365 * 86_400),
+    ] {
+        // One node's clock runs ahead: a call stamped that far in the future.
+        let stamped = Timestamp::now().saturating_add(ahead);
+        env.sim.stamp_call(uids[0], stamped);
+        let report = env.pass_ok(&[schedule]).await.remove(0);
+        assert_eq!(report.stats.future_rows, 1, "{ahead:?}: reported");
+        let cursor = checkpoint(&env, schedule);
+        assert!(
+            cursor < Timestamp::now().saturating_add(Duration::from_secs(2)),
+            "{ahead:?}: the checkpoint {cursor} stays at the service's clock"
+        );
+        // Calls changed after it (stamped by the service's own clock) are not skipped.
+        env.sim.touch_calls(&uids[1..10]);
+        let next = env.pass_ok(&[schedule]).await.remove(0);
+        assert!(
+            next.stats.calls_written >= 9,
+            "{ahead:?}: the 9 calls changed since were synced: {next:?}"
+        );
+        // The future call is still read (not rewritten) until time catches up with it.
+        assert_eq!(next.stats.future_rows, 1, "{ahead:?}: read again");
+        env.assert_matches_truth(&[schedule]);
+        let status = Warehouse::open_read_only(&env.config.warehouse.path)
+            .expect("warehouse")
+            .status()
+            .expect("status");
+        let run = status[0].last_run.as_ref().expect("a run");
+        assert_eq!(run.future_rows, 1);
+        let lag = run.lag_secs.expect("a lag");
+        assert!(lag > -2.0 && lag < 60.0, "{ahead:?}: lag {lag}");
+        // Back to the present for the next case.
+        env.sim.stamp_call(uids[0], Timestamp::now());
+        env.pass_ok(&[schedule]).await;
+    }
+}
