@@ -1,0 +1,289 @@
+//! Load figures for BENCHMARKS.md (not a test): how callsync behaves under load, each
+//! scenario measured against its own reference in the same run.
+//!
+//! `cargo bench --bench load` runs every scenario; `cargo bench --bench load -- idle latency`
+//! runs those named. Sizes come from the environment (defaults in brackets):
+//!
+//! - `first-sync`: a first sync of one schedule at each of `SIZES` [100000,300000,1000000]
+//!   calls by the release binary (`callsync sync`, default configuration) in its own process,
+//!   the simulator in this one; then a second pass over the same, unchanged data. Reference:
+//!   bare prepared INSERTs of the same rows into a new file with callsync's schema
+//!   (`common::reference`). Reports calls/s, the ratio to the reference, the second pass's
+//!   speed-up, the peak RSS of the callsync process and warehouse bytes per call.
+//! - `idle`: a pass over `IDLE_SCHEDULES` [1000] schedules where nothing changed.
+//!   Reference: requests = schedules.
+//! - `incremental`: a pass after 1,000 of `INCR_CALLS` [1000000] calls changed. Reference:
+//!   the requests a 1,000-call change needs (1,000 / page size + 1).
+//! - `latency`: `LAT_SCHEDULES` [20] schedules × `LAT_CALLS` [5000] changed calls with
+//!   `LAT_MS` [50] ms added to every response, with full list items and with summary list
+//!   items (one detail request per call). Reference: requests × latency ÷ concurrency.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
+use callsync::sync::{Engine, PassPlan, PassReport};
+use callsync::warehouse::Warehouse;
+use tokio_util::sync::CancellationToken;
+
+fn main() {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let runs = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    if runs("first-sync") {
+        runtime.block_on(first_sync());
+    }
+    if runs("idle") {
+        runtime.block_on(idle());
+    }
+    if runs("incremental") {
+        runtime.block_on(incremental());
+    }
+    if runs("latency") {
+        runtime.block_on(latency());
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn simulator(schedules: usize, calls: usize, faults: FaultPlan, summary: bool) -> Simulator {
+    Simulator::start(
+        "127.0.0.1:0".parse().expect("a loopback address"),
+        SimulatorOptions {
+            schedules,
+            calls_per_schedule: calls,
+            seed: 42,
+            summary_list: summary,
+            faults,
+            ..SimulatorOptions::default()
+        },
+    )
+    .await
+    .expect("the simulator starts")
+}
+
+/// A configuration file with callsync's defaults for everything but where to read and write.
+fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::PathBuf {
+    let schedules: Vec<String> = sim
+        .schedule_uids()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    let path = dir.join("callsync.toml");
+    let text = format!(
+        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [{}]\n[log]\nlevel = \"warn\"\n",
+        sim.base_url(),
+        sim.access_token(),
+        warehouse.display(),
+        schedules.join(", ")
+    );
+    std::fs::write(&path, text).expect("the config is written");
+    path
+}
+
+/// `callsync sync` in its own process: wall seconds and peak RSS in MiB.
+fn run_sync(config: &Path) -> (f64, f64) {
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%e %M"])
+        .arg(env!("CARGO_BIN_EXE_callsync"))
+        .args(["sync", "--config"])
+        .arg(config)
+        .output()
+        .expect("/usr/bin/time runs callsync");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "callsync sync failed: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    let mut fields = last
+        .split_whitespace()
+        .map(|f| f.parse::<f64>().unwrap_or(0.0));
+    let wall = fields.next().unwrap_or(0.0);
+    let rss_kib = fields.next().unwrap_or(0.0);
+    (wall, rss_kib / 1024.0)
+}
+
+/// Calls written by the latest pass of every schedule, from `sync_runs`.
+fn last_written(warehouse: &Path) -> u64 {
+    let w = Warehouse::open_read_only(warehouse).expect("the warehouse opens");
+    w.status()
+        .expect("status")
+        .iter()
+        .filter_map(|s| s.last_run.as_ref())
+        .map(|r| u64::try_from(r.calls_written).unwrap_or(0))
+        .sum()
+}
+
+async fn first_sync() {
+    let sizes: Vec<usize> = std::env::var("SIZES")
+        .unwrap_or_else(|_| "100000,300000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    println!("\n## first-sync: one schedule, release binary, default configuration\n");
+    println!(
+        "| calls | reference calls/s | first sync s | calls/s | × reference | second pass s | × faster | written again | peak RSS MiB | bytes/call |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for calls in sizes {
+        let sim = simulator(1, calls, FaultPlan::default(), false).await;
+        let schedule = sim.schedule_uids()[0];
+        let truth = sim.truth(schedule);
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let reference = common::reference::insert_rate(&dir.path().join("reference.db"), &truth);
+        drop(truth);
+        let warehouse = dir.path().join("callsync.db");
+        let config = write_config(dir.path(), &sim, &warehouse);
+        let (first, rss) = run_sync(&config);
+        let bytes = std::fs::metadata(&warehouse).map_or(0, |m| m.len());
+        let (second, rss2) = run_sync(&config);
+        let again = last_written(&warehouse);
+        let rate = calls as f64 / first;
+        println!(
+            "| {calls} | {reference:.0} | {first:.1} | {rate:.0} | {:.2} | {second:.2} | {:.0} | {again} | {:.0} | {} |",
+            rate / reference,
+            first / second,
+            rss.max(rss2),
+            bytes / calls.max(1) as u64
+        );
+        sim.shutdown().await;
+    }
+}
+
+/// An engine over `sim` with the default configuration but for the warehouse path.
+fn config_for(sim: &Simulator, warehouse: &Path) -> callsync::config::Config {
+    let dir = warehouse.parent().expect("a warehouse directory");
+    let path = write_config(dir, sim, warehouse);
+    callsync::config::load(Some(&path)).expect("the config loads")
+}
+
+async fn pass(config: &callsync::config::Config) -> (Vec<PassReport>, Duration) {
+    let engine = Engine::start(config).expect("the engine starts");
+    let plan = PassPlan::incremental(engine.settings());
+    let started = Instant::now();
+    let reports = engine
+        .sync_all(&config.sync.schedules, &plan, &CancellationToken::new())
+        .await;
+    let took = started.elapsed();
+    engine.close().await;
+    assert!(reports.iter().all(PassReport::succeeded), "a pass failed");
+    (reports, took)
+}
+
+fn requests(reports: &[PassReport]) -> u64 {
+    reports.iter().map(|r| r.stats.requests).sum()
+}
+
+async fn idle() {
+    let schedules = env_usize("IDLE_SCHEDULES", 1000);
+    let sim = simulator(schedules, 1, FaultPlan::default(), false).await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = config_for(&sim, &dir.path().join("callsync.db"));
+    let (_, first) = pass(&config).await;
+    let (reports, took) = pass(&config).await;
+    println!("\n## idle: {schedules} schedules, nothing changed\n");
+    println!("| schedules | requests | wall s | first pass s |");
+    println!("|---:|---:|---:|---:|");
+    println!(
+        "| {schedules} | {} | {:.2} | {:.2} |",
+        requests(&reports),
+        took.as_secs_f64(),
+        first.as_secs_f64()
+    );
+    sim.shutdown().await;
+}
+
+async fn incremental() {
+    const CHANGED: usize = 1000;
+    let calls = env_usize("INCR_CALLS", 1_000_000);
+    let sim = simulator(1, calls, FaultPlan::default(), false).await;
+    let schedule = sim.schedule_uids()[0];
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = config_for(&sim, &dir.path().join("callsync.db"));
+    let (_, first) = pass(&config).await;
+    let uids: Vec<_> = sim
+        .truth(schedule)
+        .iter()
+        .step_by((calls / CHANGED).max(1))
+        .take(CHANGED)
+        .map(|c| c.uid)
+        .collect();
+    sim.touch_calls(&uids);
+    let (reports, took) = pass(&config).await;
+    let r = &reports[0];
+    let page = config.sync.page_size as usize;
+    println!(
+        "\n## incremental: {} of {calls} calls changed\n",
+        uids.len()
+    );
+    println!(
+        "| calls | changed | requests | expected requests | calls seen | written | wall s | first sync s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {calls} | {} | {} | {} | {} | {} | {:.2} | {:.1} |",
+        uids.len(),
+        r.stats.requests,
+        uids.len() / page + 1,
+        r.stats.calls_seen,
+        r.stats.calls_written,
+        took.as_secs_f64(),
+        first.as_secs_f64()
+    );
+    sim.shutdown().await;
+}
+
+async fn latency() {
+    let schedules = env_usize("LAT_SCHEDULES", 20);
+    let calls = env_usize("LAT_CALLS", 5000);
+    let delay = Duration::from_millis(env_usize("LAT_MS", 50) as u64);
+    println!(
+        "\n## latency: {schedules} schedules × {calls} changed calls, {} ms added to every response\n",
+        delay.as_millis()
+    );
+    println!(
+        "| list items | requests | in flight at most | requests × latency ÷ in flight, s | wall s | × that |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for summary in [false, true] {
+        let faults = FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: delay,
+            ..FaultPlan::default()
+        };
+        let sim = simulator(schedules, calls, faults, summary).await;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = config_for(&sim, &dir.path().join("callsync.db"));
+        let (reports, took) = pass(&config).await;
+        let n = requests(&reports);
+        // Schedules run `sync.concurrency` at a time; within one, list pages go one at a time
+        // and detail requests `api.detail_concurrency` at a time.
+        let passes = config.sync.concurrency.min(schedules) as f64;
+        let in_flight = if summary {
+            passes * config.api.detail_concurrency as f64
+        } else {
+            passes
+        };
+        let ideal = n as f64 * delay.as_secs_f64() / in_flight;
+        println!(
+            "| {} | {n} | {in_flight:.0} | {ideal:.1} | {:.1} | {:.2} |",
+            if summary {
+                "summary (details fetched)"
+            } else {
+                "full"
+            },
+            took.as_secs_f64(),
+            took.as_secs_f64() / ideal
+        );
+        sim.shutdown().await;
+    }
+}
