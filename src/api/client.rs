@@ -9,11 +9,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::{InMemoryState, NotKeyed};
-use governor::{Quota, RateLimiter};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -23,6 +18,7 @@ use uuid::Uuid;
 use super::auth::{TokenSource, excerpt, redact_error_body};
 use super::error::{ApiError, hint_for};
 use super::filter::ListFilter;
+use super::limiter::Limiter;
 use super::models::{CallPage, ErrorBody, OutboundCall, SingleObject};
 use super::retry::{Counters, RetryPolicy};
 use super::timestamp::Timestamp;
@@ -60,7 +56,7 @@ struct Inner {
     base_url: Url,
     tokens: TokenSource,
     retry: RetryPolicy,
-    limiter: Option<Limiter>,
+    limiter: Limiter,
 }
 
 impl ApiClient {
@@ -76,10 +72,7 @@ impl ApiClient {
             .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|source| ApiError::ClientSetup { source })?;
-        let limiter = config
-            .requests_per_second
-            .and_then(NonZeroU32::new)
-            .map(Limiter::per_second);
+        let limiter = Limiter::new(config.requests_per_second.and_then(NonZeroU32::new));
         Ok(ApiClient {
             inner: Arc::new(Inner {
                 http,
@@ -201,9 +194,8 @@ impl ApiClient {
         counters: &Counters,
     ) -> Result<Body, ApiError> {
         let inner = &self.inner;
-        if let Some(limiter) = &inner.limiter {
-            limiter.until_ready().await;
-        }
+        let grant = inner.limiter.acquire(counters.lane()).await;
+        counters.add_throttled(grant.waited);
         let transport =
             |problem: &'static str| move |source| ApiError::transport(name, problem, source);
         let response = inner
@@ -218,6 +210,11 @@ impl ApiClient {
         let status = response.status();
         counters.record_status(status.as_u16());
         let headers = response.headers().clone();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            inner.limiter.rate_limited(&grant, retry_after(&headers));
+        } else {
+            inner.limiter.succeeded(&grant);
+        }
         let bytes = response
             .bytes()
             .await
@@ -230,49 +227,6 @@ impl ApiClient {
             });
         }
         Err(status_error(name, status, &headers, &bytes, token))
-    }
-}
-
-/// The client-side rate limit shared by every request: governor's GCRA on tokio's clock, so
-/// that waiting is a tokio sleep (cancellable like any future, and virtual in paused-time
-/// tests) rather than governor's own timer on the wall clock.
-struct Limiter {
-    limiter: RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nanos>>,
-    clock: TokioClock,
-}
-
-impl Limiter {
-    /// `rps` requests a second, in bursts of at most `rps`.
-    fn per_second(rps: NonZeroU32) -> Self {
-        let clock = TokioClock {
-            origin: tokio::time::Instant::now(),
-        };
-        Limiter {
-            limiter: RateLimiter::direct_with_clock(Quota::per_second(rps), clock),
-            clock,
-        }
-    }
-
-    /// Waits until one more request is allowed, and takes it.
-    async fn until_ready(&self) {
-        while let Err(not_until) = self.limiter.check() {
-            tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
-        }
-    }
-}
-
-/// Time since the limiter was made, on tokio's clock.
-#[derive(Debug, Clone, Copy)]
-struct TokioClock {
-    origin: tokio::time::Instant,
-}
-
-impl Clock for TokioClock {
-    type Instant = Nanos;
-
-    fn now(&self) -> Nanos {
-        // Saturates after 584 years of uptime instead of panicking as `Nanos::from` would.
-        Nanos::new(u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
 }
 
@@ -467,22 +421,6 @@ mod tests {
             "GET /x: HTTP 502 Bad Gateway: unexpected body: <html><body>502 Bad Gateway</body></html>"
         );
         assert!(err.is_transient());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_rate_limiter_spaces_requests_in_virtual_time() {
-        // 5 a second: a burst of 5 at once, then one every 200 ms, on tokio's (paused) clock.
-        let limiter = Limiter::per_second(NonZeroU32::new(5).unwrap());
-        let start = tokio::time::Instant::now();
-        let mut granted = Vec::new();
-        for _ in 0..20 {
-            limiter.until_ready().await;
-            granted.push(start.elapsed());
-        }
-        let expected: Vec<Duration> = (0..20u64)
-            .map(|i| Duration::from_millis(200 * i.saturating_sub(4)))
-            .collect();
-        assert_eq!(granted, expected);
     }
 
     #[tokio::test]

@@ -81,6 +81,19 @@ pub enum ApiError {
     #[error("{request}: the service broke the protocol: {problem}")]
     Protocol { request: String, problem: String },
 
+    /// The service asked to be retried later than the retry budget allows: the limits the
+    /// operator set win, and the error says both figures.
+    #[error(
+        "{request}: the service asked to retry after {}, beyond the {} left of api.retry.max_elapsed_secs; raise it to wait that long, or run again later: {last}",
+        secs(*.retry_after), secs(*.left)
+    )]
+    RetryAfterBeyondBudget {
+        request: String,
+        retry_after: Duration,
+        left: Duration,
+        last: Box<ApiError>,
+    },
+
     #[error("{request}: gave up after {attempts} attempts in {elapsed:.1?}: {last}")]
     RetriesExhausted {
         request: String,
@@ -148,7 +161,8 @@ impl ApiError {
             | ApiError::ClientSetup { .. }
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
-            | ApiError::RetriesExhausted { .. } => false,
+            | ApiError::RetriesExhausted { .. }
+            | ApiError::RetryAfterBeyondBudget { .. } => false,
         }
     }
 
@@ -163,7 +177,8 @@ impl ApiError {
     pub fn status(&self) -> Option<StatusCode> {
         match self {
             ApiError::Status { status, .. } => Some(*status),
-            ApiError::RetriesExhausted { last, .. } => last.status(),
+            ApiError::RetriesExhausted { last, .. }
+            | ApiError::RetryAfterBeyondBudget { last, .. } => last.status(),
             _ => None,
         }
     }
@@ -212,6 +227,12 @@ pub(crate) fn hint_for(status: StatusCode) -> &'static str {
         StatusCode::TOO_MANY_REQUESTS => "; lower api.requests_per_second",
         _ => "",
     }
+}
+
+/// A wait as an operator reads it: tenths of a second, without a trailing `.0`.
+fn secs(wait: Duration) -> String {
+    let tenths = format!("{:.1}", wait.as_secs_f64());
+    format!("{} s", tenths.strip_suffix(".0").unwrap_or(&tenths))
 }
 
 fn describe_body(body: &Option<Box<ErrorBody>>, raw: &Option<String>) -> String {

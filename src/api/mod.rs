@@ -7,6 +7,7 @@ mod auth;
 mod client;
 mod error;
 pub mod filter;
+mod limiter;
 pub mod models;
 mod retry;
 pub mod timestamp;

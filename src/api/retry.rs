@@ -7,7 +7,9 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use backoff::ExponentialBackoff;
 
@@ -15,7 +17,8 @@ use super::error::ApiError;
 use crate::config::RetryConfig;
 
 /// A server's `Retry-After` is honoured, but never below the first backoff interval (a
-/// `Retry-After: 0` must not become a retry storm) and never above this.
+/// `Retry-After: 0` must not become a retry storm), never above this, and never beyond what
+/// is left of `api.retry.max_elapsed_secs`: then the request fails at once, naming both.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Request and retry counts of one pass, shared by the tasks working for it.
@@ -25,9 +28,41 @@ pub struct Counters {
     pub retries: AtomicU64,
     /// Responses by HTTP status.
     statuses: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
+    /// Time spent waiting for the shared limiter, in nanoseconds.
+    throttled_nanos: AtomicU64,
+    /// The limiter's lane: requests of one schedule's pass take turns with other schedules'.
+    lane: Option<uuid::Uuid>,
 }
 
 impl Counters {
+    /// Counters of a pass over `schedule`, whose requests share the limiter fairly with
+    /// other schedules' passes.
+    pub fn for_lane(schedule: uuid::Uuid) -> Self {
+        Counters {
+            lane: Some(schedule),
+            ..Counters::default()
+        }
+    }
+
+    pub(crate) fn lane(&self) -> Option<uuid::Uuid> {
+        self.lane
+    }
+
+    pub(crate) fn add_throttled(&self, waited: Duration) {
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.throttled_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Time the pass's requests spent waiting for the shared limiter.
+    pub fn throttled(&self) -> Duration {
+        Duration::from_nanos(self.throttled_nanos.load(Ordering::Relaxed))
+    }
+
+    /// Responses that were 429 Too Many Requests.
+    pub fn rate_limited(&self) -> u64 {
+        self.statuses().get(&429).copied().unwrap_or(0)
+    }
+
     pub fn record_status(&self, status: u16) {
         let mut statuses = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
         *statuses.entry(status).or_default() += 1;
@@ -72,6 +107,7 @@ impl RetryPolicy {
         Fut: Future<Output = Result<T, ApiError>>,
     {
         let started = Instant::now();
+        let budget = self.config.max_elapsed;
         let mut attempts: u32 = 0;
         let max_attempts = self.config.max_attempts.max(1);
         let floor = self.config.initial_interval;
@@ -85,15 +121,26 @@ impl RetryPolicy {
             let fut = attempt();
             async move {
                 fut.await.map_err(|err| {
-                    if err.is_transient() && !last_allowed {
-                        // Not `clamp`: it panics when the floor is above the ceiling.
-                        let wait = err.retry_after().map(|d| d.min(MAX_RETRY_AFTER).max(floor));
-                        backoff::Error::Transient {
-                            err,
-                            retry_after: wait,
-                        }
-                    } else {
-                        backoff::Error::Permanent(err)
+                    if !err.is_transient() || last_allowed {
+                        return backoff::Error::Permanent(err);
+                    }
+                    let Some(asked) = err.retry_after() else {
+                        return backoff::Error::transient(err);
+                    };
+                    // Not `clamp`: it panics when the floor is above the ceiling.
+                    let wait = asked.min(MAX_RETRY_AFTER).max(floor);
+                    let left = budget.saturating_sub(started.elapsed());
+                    if wait > left {
+                        return backoff::Error::Permanent(ApiError::RetryAfterBeyondBudget {
+                            request: request.to_owned(),
+                            retry_after: asked,
+                            left,
+                            last: Box::new(err),
+                        });
+                    }
+                    backoff::Error::Transient {
+                        err,
+                        retry_after: Some(wait),
                     }
                 })
             }
@@ -259,5 +306,66 @@ mod tests {
             .await;
         assert!(result.is_ok());
         assert_eq!(started.elapsed(), Duration::from_secs(600));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_beyond_the_budget_fails_at_once_naming_both() {
+        let policy = RetryPolicy::new(RetryConfig {
+            max_elapsed: Duration::from_secs(5),
+            ..RetryConfig::default()
+        });
+        let counters = Counters::default();
+        let started = tokio::time::Instant::now();
+        let result: Result<(), _> = policy
+            .run("GET /x", &counters, || async {
+                Err(status(429, Some(Duration::from_secs(20))))
+            })
+            .await;
+        let err = result.unwrap_err();
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(counters.requests(), 1);
+        assert!(
+            err.to_string().starts_with(
+                "GET /x: the service asked to retry after 20 s, beyond the 5 s left of api.retry.max_elapsed_secs; raise it"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.status(), Some(StatusCode::TOO_MANY_REQUESTS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_left_shrinks_as_retries_go_on() {
+        // 4 s of backoff spent, then a Retry-After of 3 s: 1 s of the 5 s budget is left.
+        let policy = RetryPolicy::new(RetryConfig {
+            max_elapsed: Duration::from_secs(5),
+            initial_interval: Duration::from_secs(4),
+            ..RetryConfig::default()
+        });
+        let counters = Counters::default();
+        let mut calls = 0;
+        let started = tokio::time::Instant::now();
+        let result: Result<(), _> = policy
+            .run("GET /x", &counters, || {
+                calls += 1;
+                let first = calls == 1;
+                async move {
+                    if first {
+                        Err(status(429, Some(Duration::from_secs(4))))
+                    } else {
+                        Err(status(429, Some(Duration::from_secs(3))))
+                    }
+                }
+            })
+            .await;
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, ApiError::RetryAfterBeyondBudget { .. }),
+            "{err}"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
+        assert!(
+            err.to_string().contains("after 3 s, beyond the 1 s left"),
+            "{err}"
+        );
     }
 }

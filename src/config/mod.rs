@@ -43,7 +43,7 @@ pub struct ApiConfig {
     /// Whole-request timeout.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
-    /// Client-side rate limit shared by all schedules; `None` = unlimited.
+    /// The ceiling of the adaptive request rate shared by all schedules; `None` = none.
     pub requests_per_second: Option<u32>,
     /// Detail requests in flight at once per schedule.
     pub detail_concurrency: usize,

@@ -498,7 +498,7 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
         requests_per_second: match bounded(
             "api.requests_per_second",
             raw.requests_per_second,
-            20,
+            0,
             0..=i64::from(u32::MAX),
         )? {
             0 => None,

@@ -36,6 +36,7 @@ struct Figures {
     calls_written: u64,
     requests: BTreeMap<u16, u64>,
     retries: u64,
+    throttled_ms: u64,
     last_success: BTreeMap<Uuid, Timestamp>,
     /// The lag a pass ended with (service clock minus checkpoint), and when it ended.
     lag: BTreeMap<Uuid, (f64, std::time::Instant)>,
@@ -108,6 +109,7 @@ impl Metrics {
         f.pages += report.stats.pages;
         f.calls_written += report.stats.calls_written;
         f.retries += report.stats.retries;
+        f.throttled_ms += report.stats.throttled_ms;
         for (status, n) in &report.statuses {
             *f.requests.entry(*status).or_default() += n;
         }
@@ -153,6 +155,11 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP callsync_throttled_seconds_total Time requests waited for the shared limiter (which slows down when the service answers 429).\n# TYPE callsync_throttled_seconds_total counter\ncallsync_throttled_seconds_total {:.3}",
+            f.throttled_ms as f64 / 1000.0
+        );
         let _ = writeln!(
             out,
             "# HELP callsync_requests_total Responses from the service by HTTP status.\n# TYPE callsync_requests_total counter"

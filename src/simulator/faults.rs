@@ -32,6 +32,9 @@ pub struct FaultPlan {
     pub slow_delay: Duration,
     /// Close the connection half way through the body.
     pub truncate_rate: f64,
+    /// A rate limit as a real service has one: requests beyond this many a second (a
+    /// second's worth of burst) are answered 429 without `Retry-After`; 0 for none.
+    pub quota_per_second: u32,
 }
 
 /// One request as the simulator saw it.
@@ -81,6 +84,13 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
                 .insert(header::WWW_AUTHENTICATE, challenge);
         }
         return response;
+    }
+    if shared.over_quota() {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many requests",
+            "rate limit exceeded",
+        );
     }
     match shared.roll_fault() {
         Some(Fault::Status(502)) => (
@@ -138,6 +148,21 @@ async fn truncate(response: Response) -> Response {
 }
 
 impl Shared {
+    /// Takes one request from the quota's token bucket; `true` when it is empty.
+    fn over_quota(&self) -> bool {
+        let per_second = f64::from(self.faults().quota_per_second);
+        if per_second == 0.0 {
+            return false;
+        }
+        let mut quota = super::lock(&self.quota);
+        let (left, filled) = *quota;
+        let now = std::time::Instant::now();
+        let left = (left + now.duration_since(filled).as_secs_f64() * per_second).min(per_second);
+        let over = left < 1.0;
+        *quota = (if over { left } else { left - 1.0 }, now);
+        over
+    }
+
     fn roll_fault(&self) -> Option<Fault> {
         let plan = self.faults();
         let mut rng = self.rng();

@@ -170,6 +170,8 @@ pub(crate) struct Shared {
     late_commit: Option<Duration>,
     tokens: Mutex<HashMap<String, Instant>>,
     faults: Mutex<FaultPlan>,
+    /// The quota's token bucket: requests left and when it was last filled.
+    quota: Mutex<(f64, Instant)>,
     fault_counter: AtomicUsize,
     broken: Mutex<HashMap<Uuid, BadBody>>,
     requests: Mutex<Vec<RequestRecord>>,
@@ -325,6 +327,7 @@ impl Simulator {
             late_commit: options.late_commit,
             tokens: Mutex::new(HashMap::new()),
             faults: Mutex::new(options.faults.clone()),
+            quota: Mutex::new((f64::from(options.faults.quota_per_second), Instant::now())),
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),

@@ -166,7 +166,7 @@ impl Engine {
             plan,
             cancel,
             progress,
-            counters: Counters::default(),
+            counters: Counters::for_lane(schedule),
             tally: Tally::default(),
             clock: ServiceClock::default(),
             position: None,
@@ -492,8 +492,8 @@ impl Pass<'_> {
             requests: self.counters.requests(),
             retries: self.counters.retries(),
             detail_requests: t.detail_requests,
-            rate_limited: self.counters.statuses().get(&429).copied().unwrap_or(0),
-            throttled_ms: 0,
+            rate_limited: self.counters.rate_limited(),
+            throttled_ms: u64::try_from(self.counters.throttled().as_millis()).unwrap_or(u64::MAX),
             future_rows: t.future_rows,
         }
     }

@@ -81,6 +81,12 @@ async fn calls_changing_faster_than_they_may_be_read_still_end_every_pass() {
         (status[0].behind_passes, status[0].falling_behind),
         (3, true)
     );
+    // The passes spent their time waiting for the 5 requests/s ceiling, and status says so.
+    assert!(
+        status[0].slowed_by.iter().any(|r| r == "rate limit"),
+        "{:?}",
+        status[0].slowed_by
+    );
     // Everything changed before the next pass began is read by it.
     let last = bounded_pass(&env, schedule).await;
     assert_eq!(last.result, PassResult::Completed);

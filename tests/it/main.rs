@@ -23,3 +23,5 @@ mod systemd;
 mod logs;
 // Every pass ends at the service's clock; the checkpoint never passes it.
 mod horizon;
+// The request rate adapts to a rate-limited service; schedules share it.
+mod rate;

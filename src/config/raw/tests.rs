@@ -66,7 +66,7 @@ fn defaults_fill_everything_not_given() {
     assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
     assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
-    assert_eq!(c.api.requests_per_second, Some(20));
+    assert_eq!(c.api.requests_per_second, None);
     assert_eq!(c.api.retry, RetryConfig::default());
     assert_eq!(c.warehouse.path, PathBuf::from("callsync.db"));
     assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);

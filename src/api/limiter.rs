@@ -1,0 +1,323 @@
+//! The shared request limiter: adapts to the service, and shares what it allows fairly.
+//!
+//! The service's rate limits are "not shown" in its spec, so callsync learns them from its
+//! answers instead of guessing a fixed number (AIMD, as TCP does with a network's capacity):
+//!
+//! - **No limit until the service asks for one.** Without a configured ceiling
+//!   (`api.requests_per_second = 0`, the default), requests go out as fast as the passes send
+//!   them, which the number of schedules walked at once and `api.detail_concurrency` bound.
+//! - **A 429 cuts the rate** to [`DECREASE`] of what was being sent (the current rate, or the
+//!   rate measured over the last second when there was none). One cut per round: a 429 to a
+//!   request sent before the last cut says nothing about the new rate, so a burst of 429s to
+//!   requests already in flight costs one cut, not a collapse.
+//! - **`Retry-After` pauses every lane**, not just the request that got it: the service said
+//!   when it will listen again, and asking before then only earns more 429s.
+//! - **Successes let it climb back**: each success of a request the limit held back adds
+//!   [`increase_per_second`] spread over a second's requests, up to the configured ceiling;
+//!   without a ceiling, a rate that climbs past [`UNLIMITED_ABOVE`] lifts the limit.
+//! - **Lanes share it fairly**: while requests wait, permits go round-robin to the lanes (one
+//!   lane per schedule's pass), so one busy schedule and its detail fetches cannot starve the
+//!   others.
+//!
+//! Time is tokio's, so waiting is a cancellable sleep and the tests run in virtual time.
+
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU32;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+/// A 429 leaves this share of the rate (TCP CUBIC's 0.7: gentler than halving, so the
+/// average stays nearer what the service allows).
+const DECREASE: f64 = 0.7;
+
+/// The rate never drops below this; a service that allows less says so with `Retry-After`.
+const MIN_RATE: f64 = 1.0;
+
+/// Without a ceiling, a rate climbed back this high is no limit at all.
+const UNLIMITED_ABOVE: f64 = 10_000.0;
+
+/// A `Retry-After` pauses the other lanes for at most this long (the request that got it is
+/// bounded by its own retry budget).
+const MAX_PAUSE: Duration = Duration::from_secs(300);
+
+/// How much the rate climbs per second of successful, rate-limited requests: 3 % of itself.
+/// Proportional, so the time from a cut back to the rate that was cut (12 s) and the share of
+/// requests that meet a 429 are the same at 5 requests a second and at 5,000.
+fn increase_per_second(rate: f64) -> f64 {
+    rate * 0.03
+}
+
+/// Who a request is for: requests of one lane queue behind each other, lanes take turns.
+/// `None` is the lane of requests made outside a schedule's pass.
+pub type Lane = Option<Uuid>;
+
+/// The permission to send one request, and what the limiter needs back about its answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant {
+    /// The round of the rate this request was sent in.
+    epoch: u64,
+    /// Whether the limit held this request back (so its success is evidence the rate can rise).
+    limited: bool,
+    /// How long the request waited for its turn.
+    pub waited: Duration,
+}
+
+#[derive(Debug)]
+pub struct Limiter {
+    state: Mutex<State>,
+    /// Woken whenever the turn or the rate changes, so waiters look again.
+    changed: Notify,
+    ceiling: Option<f64>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Requests per second; `None` sends at once.
+    rate: Option<f64>,
+    last_grant: Option<Instant>,
+    paused_until: Option<Instant>,
+    epoch: u64,
+    /// Grants of the last second: the rate actually sent when there was no limit.
+    recent: VecDeque<Instant>,
+    queue: Queue,
+}
+
+impl Limiter {
+    /// `ceiling`: the configured `api.requests_per_second`, never exceeded; `None` for none.
+    pub fn new(ceiling: Option<NonZeroU32>) -> Self {
+        let ceiling = ceiling.map(|c| f64::from(c.get()));
+        Limiter {
+            state: Mutex::new(State {
+                rate: ceiling,
+                last_grant: None,
+                paused_until: None,
+                epoch: 0,
+                recent: VecDeque::new(),
+                queue: Queue::default(),
+            }),
+            changed: Notify::new(),
+            ceiling,
+        }
+    }
+
+    /// The rate requests are held to now, in requests a second; `None` when there is no limit.
+    #[cfg(test)]
+    pub fn current_rate(&self) -> Option<f64> {
+        self.lock().rate
+    }
+
+    /// Waits for this lane's turn and a free slot, and takes it. Cancel-safe: a dropped wait
+    /// leaves the queue.
+    pub async fn acquire(&self, lane: Lane) -> Grant {
+        let arrived = Instant::now();
+        let mut ticket = Ticket {
+            limiter: self,
+            id: self.lock().queue.push(lane),
+            queued: true,
+        };
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now = Instant::now();
+            let next = self.lock().turn(ticket.id, now, arrived);
+            match next {
+                Turn::Granted(grant) => {
+                    ticket.queued = false;
+                    self.changed.notify_waiters();
+                    return grant;
+                }
+                Turn::At(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = changed => {}
+                    }
+                }
+                Turn::NotYours => changed.await,
+            }
+        }
+    }
+
+    /// The service answered the request without a 429: the rate may climb.
+    pub fn succeeded(&self, grant: &Grant) {
+        if !grant.limited {
+            return;
+        }
+        let mut state = self.lock();
+        if grant.epoch != state.epoch {
+            return;
+        }
+        if let Some(rate) = state.rate {
+            let climbed = rate + increase_per_second(rate) / rate;
+            state.rate = match self.ceiling {
+                Some(ceiling) => Some(climbed.min(ceiling)),
+                None if climbed > UNLIMITED_ABOVE => None,
+                None => Some(climbed),
+            };
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// The service answered 429: cut the rate (once per round) and honour its `Retry-After`
+    /// for every lane.
+    pub fn rate_limited(&self, grant: &Grant, retry_after: Option<Duration>) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        if let Some(wait) = retry_after {
+            let until = now + wait.min(MAX_PAUSE);
+            state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
+        }
+        if grant.epoch == state.epoch {
+            let sending = state.rate.unwrap_or_else(|| state.sent_per_second(now));
+            let cut = (sending * DECREASE).max(MIN_RATE);
+            state.rate = Some(self.ceiling.map_or(cut, |c| cut.min(c)));
+            state.epoch += 1;
+            tracing::info!(
+                requests_per_second = format_args!("{cut:.1}"),
+                "the service rate-limits callsync (429); slowing down"
+            );
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent at every await-free step, so a poisoned lock is usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+enum Turn {
+    Granted(Grant),
+    /// This waiter is next; its slot opens at this instant.
+    At(Instant),
+    NotYours,
+}
+
+impl State {
+    fn turn(&mut self, id: u64, now: Instant, arrived: Instant) -> Turn {
+        if self.queue.next() != Some(id) {
+            return Turn::NotYours;
+        }
+        let spacing = self.rate.map(|rate| Duration::from_secs_f64(1.0 / rate));
+        let slot = match (spacing, self.last_grant) {
+            (Some(spacing), Some(last)) => last + spacing,
+            _ => now,
+        };
+        let slot = self.paused_until.map_or(slot, |p| slot.max(p));
+        if slot > now {
+            return Turn::At(slot);
+        }
+        self.queue.pop_next();
+        self.last_grant = Some(now);
+        self.recent.push_back(now);
+        while self
+            .recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > Duration::from_secs(1))
+        {
+            self.recent.pop_front();
+        }
+        let waited = now.duration_since(arrived);
+        Turn::Granted(Grant {
+            epoch: self.epoch,
+            limited: spacing.is_some() && !waited.is_zero(),
+            waited,
+        })
+    }
+
+    /// Requests granted over the last second.
+    fn sent_per_second(&self, now: Instant) -> f64 {
+        let window = Duration::from_secs(1);
+        self.recent
+            .iter()
+            .filter(|t| now.duration_since(**t) <= window)
+            .count() as f64
+    }
+}
+
+/// Waiters by lane; lanes with waiters take turns, each lane's waiters go in order.
+#[derive(Debug, Default)]
+struct Queue {
+    lanes: HashMap<Lane, VecDeque<u64>>,
+    /// Lanes with waiters, the one whose turn it is first.
+    order: VecDeque<Lane>,
+    next_id: u64,
+}
+
+impl Queue {
+    fn push(&mut self, lane: Lane) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let waiters = self.lanes.entry(lane).or_default();
+        if waiters.is_empty() {
+            self.order.push_back(lane);
+        }
+        waiters.push_back(id);
+        id
+    }
+
+    /// The waiter whose turn it is.
+    fn next(&self) -> Option<u64> {
+        let lane = self.order.front()?;
+        self.lanes.get(lane)?.front().copied()
+    }
+
+    /// Serves the waiter whose turn it is; its lane goes to the back of the line.
+    fn pop_next(&mut self) {
+        let Some(lane) = self.order.pop_front() else {
+            return;
+        };
+        if let Some(waiters) = self.lanes.get_mut(&lane) {
+            waiters.pop_front();
+            if waiters.is_empty() {
+                self.lanes.remove(&lane);
+            } else {
+                self.order.push_back(lane);
+            }
+        }
+    }
+
+    /// A waiter gave up (its pass was cancelled).
+    fn remove(&mut self, id: u64) {
+        let Some(lane) = self
+            .lanes
+            .iter()
+            .find(|(_, waiters)| waiters.contains(&id))
+            .map(|(lane, _)| *lane)
+        else {
+            return;
+        };
+        if let Some(waiters) = self.lanes.get_mut(&lane) {
+            waiters.retain(|w| *w != id);
+            if waiters.is_empty() {
+                self.lanes.remove(&lane);
+                self.order.retain(|l| *l != lane);
+            }
+        }
+    }
+}
+
+/// A place in the queue, given up if the wait is dropped.
+struct Ticket<'a> {
+    limiter: &'a Limiter,
+    id: u64,
+    queued: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.queued {
+            self.limiter.lock().queue.remove(self.id);
+            self.limiter.changed.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

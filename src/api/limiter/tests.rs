@@ -1,0 +1,247 @@
+//! The limiter against a model of the service, in tokio's virtual time: every figure is
+//! exact and repeatable, and a minute of traffic takes milliseconds.
+
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+/// The service's side: a token bucket of `per_second` requests a second (a second's worth of
+/// burst), answering each request after `latency`.
+struct Service {
+    per_second: f64,
+    latency: Duration,
+    bucket: Mutex<(f64, Instant)>,
+    /// Until this instant every request gets a 429 with `Retry-After` (a maintenance window).
+    closed_until: Mutex<Option<Instant>>,
+    log: Mutex<Vec<(Instant, Lane, bool)>>,
+}
+
+impl Service {
+    fn new(per_second: f64) -> Arc<Self> {
+        Arc::new(Service {
+            per_second,
+            latency: Duration::from_millis(10),
+            bucket: Mutex::new((per_second, Instant::now())),
+            closed_until: Mutex::new(None),
+            log: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// `Err(retry_after)` for a 429.
+    async fn call(&self, lane: Lane) -> Result<(), Option<Duration>> {
+        let now = Instant::now();
+        let answer = self.decide(now);
+        self.log.lock().unwrap().push((now, lane, answer.is_ok()));
+        tokio::time::sleep(self.latency).await;
+        answer
+    }
+
+    fn decide(&self, now: Instant) -> Result<(), Option<Duration>> {
+        if let Some(until) = *self.closed_until.lock().unwrap()
+            && now < until
+        {
+            return Err(Some(until - now));
+        }
+        let mut bucket = self.bucket.lock().unwrap();
+        let (tokens, at) = *bucket;
+        let tokens =
+            (tokens + now.duration_since(at).as_secs_f64() * self.per_second).min(self.per_second);
+        if tokens >= 1.0 {
+            *bucket = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *bucket = (tokens, now);
+            Err(None)
+        }
+    }
+
+    /// Requests that reached the service in `[from, to)`: (all, 429s).
+    fn served_between(&self, from: Instant, to: Instant) -> (usize, usize) {
+        let log = self.log.lock().unwrap();
+        let window: Vec<_> = log.iter().filter(|(t, ..)| *t >= from && *t < to).collect();
+        let refused = window.iter().filter(|(.., ok)| !ok).count();
+        (window.len(), refused)
+    }
+
+    fn by_lane(&self, lane: Lane) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|(_, l, _)| *l == lane).count()
+    }
+}
+
+/// `workers` tasks of `lane`, each sending one request after another until `until`.
+fn spawn_workers(
+    limiter: &Arc<Limiter>,
+    service: &Arc<Service>,
+    lane: Lane,
+    workers: usize,
+    until: Instant,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..workers)
+        .map(|_| {
+            let (limiter, service) = (Arc::clone(limiter), Arc::clone(service));
+            tokio::spawn(async move {
+                while Instant::now() < until {
+                    let grant = limiter.acquire(lane).await;
+                    match service.call(lane).await {
+                        Ok(()) => limiter.succeeded(&grant),
+                        Err(retry_after) => limiter.rate_limited(&grant, retry_after),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn run(handles: Vec<tokio::task::JoinHandle<()>>) {
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+fn lane(n: u128) -> Lane {
+    Some(Uuid::from_u128(n))
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_ceiling_it_converges_near_what_the_service_allows() {
+    for allowed in [5.0, 20.0, 200.0] {
+        let service = Service::new(allowed);
+        let limiter = Arc::new(Limiter::new(None));
+        let start = Instant::now();
+        let end = start + Duration::from_secs(120);
+        // Eight requests in flight at 10 ms each could send 800 a second: far above any of these.
+        run(spawn_workers(&limiter, &service, lane(1), 8, end)).await;
+
+        let (sent, refused) = service.served_between(start + Duration::from_secs(60), end);
+        let rate = sent as f64 / 60.0;
+        assert!(
+            rate >= 0.75 * allowed && rate <= 1.1 * allowed,
+            "{allowed}/s allowed: settled at {rate:.1}/s"
+        );
+        assert!(
+            (refused as f64) < 0.03 * sent as f64,
+            "{allowed}/s: {refused} 429s of {sent} once settled"
+        );
+        // Finding the rate costs the requests in flight when the first 429 came, and a few
+        // cuts after: bounded by the concurrency, not by time.
+        let (_, startup_refused) = service.served_between(start, start + Duration::from_secs(10));
+        assert!(
+            startup_refused <= 2 * 8,
+            "{allowed}/s: {startup_refused} 429s while finding the rate"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_ceiling_is_never_exceeded_and_no_429_means_no_slowdown() {
+    let service = Service::new(1_000.0);
+    let limiter = Arc::new(Limiter::new(NonZeroU32::new(25)));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(20);
+    run(spawn_workers(&limiter, &service, lane(1), 8, end)).await;
+    for second in 0..19 {
+        let from = start + Duration::from_secs(second);
+        let (sent, refused) = service.served_between(from, from + Duration::from_secs(1));
+        assert_eq!(refused, 0);
+        assert!(
+            (24..=26).contains(&sent),
+            "second {second}: {sent} requests"
+        );
+    }
+    assert_eq!(limiter.current_rate(), Some(25.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_burst_of_429s_with_retry_after_pauses_every_lane() {
+    let service = Service::new(1_000.0);
+    let limiter = Arc::new(Limiter::new(NonZeroU32::new(50)));
+    let start = Instant::now();
+    let closed_at = start + Duration::from_secs(2);
+    let reopens = closed_at + Duration::from_secs(5);
+    let end = start + Duration::from_secs(10);
+    let closing = Arc::clone(&service);
+    tokio::spawn(async move {
+        tokio::time::sleep_until(closed_at).await;
+        *closing.closed_until.lock().unwrap() = Some(reopens);
+    });
+    let mut handles = spawn_workers(&limiter, &service, lane(1), 4, end);
+    handles.extend(spawn_workers(&limiter, &service, lane(2), 4, end));
+    run(handles).await;
+
+    // The first 429 stops every lane: only requests already in flight or granted in the same
+    // instant meet the closed service; nothing more is sent until it reopens.
+    let (during, refused) = service.served_between(closed_at, reopens);
+    assert_eq!(during, refused);
+    assert!(
+        refused <= 8,
+        "{refused} requests sent into the closed window"
+    );
+    let (after, refused_after) = service.served_between(reopens, end);
+    assert_eq!(refused_after, 0);
+    assert!(
+        after > 3 * 25,
+        "only {after} requests in the 3 s after reopening"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lanes_share_the_rate_fairly() {
+    let service = Service::new(1_000.0);
+    let limiter = Arc::new(Limiter::new(NonZeroU32::new(10)));
+    let end = Instant::now() + Duration::from_secs(30);
+    // One schedule with eight detail fetches in flight against one with a single request.
+    let mut handles = spawn_workers(&limiter, &service, lane(1), 8, end);
+    handles.extend(spawn_workers(&limiter, &service, lane(2), 1, end));
+    run(handles).await;
+    let (busy, quiet) = (service.by_lane(lane(1)), service.by_lane(lane(2)));
+    // First come, first served would give the quiet lane one request in nine.
+    assert!(
+        quiet * 10 >= (busy + quiet) * 4,
+        "busy lane {busy} requests, quiet lane {quiet}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_wait_leaves_the_queue() {
+    let limiter = Arc::new(Limiter::new(NonZeroU32::new(1)));
+    limiter.acquire(lane(1)).await;
+    // Lane 1's next request waits a second for its slot, then is cancelled.
+    let waiting = tokio::time::timeout(Duration::from_millis(100), limiter.acquire(lane(1))).await;
+    assert!(waiting.is_err());
+    // Lane 2 is not stuck behind it: it gets the slot when it opens.
+    let started = Instant::now();
+    let grant = limiter.acquire(lane(2)).await;
+    assert_eq!(started.elapsed(), Duration::from_millis(900));
+    assert_eq!(grant.waited, Duration::from_millis(900));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_ceiling_or_a_429_nothing_waits() {
+    let limiter = Limiter::new(None);
+    let started = Instant::now();
+    for _ in 0..10_000 {
+        assert!(limiter.acquire(lane(1)).await.waited.is_zero());
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    assert_eq!(limiter.current_rate(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_to_a_request_of_an_earlier_round_does_not_cut_again() {
+    let limiter = Limiter::new(NonZeroU32::new(100));
+    let early = limiter.acquire(lane(1)).await;
+    let early_too = limiter.acquire(lane(1)).await;
+    let rate = || {
+        limiter
+            .current_rate()
+            .map(|r| (r * 1000.0).round() / 1000.0)
+    };
+    limiter.rate_limited(&early, None);
+    assert_eq!(rate(), Some(70.0));
+    limiter.rate_limited(&early_too, None);
+    assert_eq!(rate(), Some(70.0));
+    let later = limiter.acquire(lane(1)).await;
+    limiter.rate_limited(&later, None);
+    assert_eq!(rate(), Some(49.0));
+}

@@ -1,0 +1,48 @@
+//! The request rate adapts to a service that rate-limits, and schedules share it.
+
+use callsync::simulator::{FaultPlan, SimulatorOptions};
+use callsync::sync::PassResult;
+
+use crate::harness::TestEnv;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_service_is_met_at_its_rate_and_every_schedule_is_synced() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 3,
+        calls_per_schedule: 200,
+        seed: 21,
+        // List items without children: every call needs a detail request, so the three
+        // schedules' detail fetches compete for the quota.
+        summary_list: true,
+        faults: FaultPlan {
+            quota_per_second: 40,
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    // The default configuration: no ceiling, the limiter learns the quota from the 429s.
+    assert_eq!(env.config.api.requests_per_second, None);
+    let reports = env.pass(&s).await;
+    for report in &reports {
+        assert_eq!(report.result, PassResult::Completed, "{report:?}");
+    }
+    env.assert_matches_truth(&s);
+
+    let requests = env.sim.requests();
+    let refused = requests.iter().filter(|r| r.status == 429).count();
+    // About 220 requests at 40 a second: the 429s are those that found the rate (the
+    // requests in flight when the first came, a few cuts), not a storm.
+    assert!(
+        refused * 5 < requests.len(),
+        "{refused} of {} requests answered 429",
+        requests.len()
+    );
+    let rate_limited: u64 = reports.iter().map(|r| r.stats.rate_limited).sum();
+    assert_eq!(rate_limited, refused as u64);
+    assert!(
+        reports.iter().any(|r| r.stats.throttled_ms > 0),
+        "the limiter held requests back: {reports:?}"
+    );
+}
