@@ -51,6 +51,7 @@ async fn run(calls: usize) {
             connect_timeout: Duration::from_secs(5),
             requests_per_second: None,
             detail_concurrency: 4,
+            max_response_bytes: 32 * 1024 * 1024,
             retry: RetryConfig::default(),
         },
         warehouse: WarehouseConfig {

@@ -100,6 +100,9 @@ impl TokenSource {
     }
 }
 
+/// A token response is a few hundred bytes; anything near this is not one.
+const TOKEN_RESPONSE_LIMIT: u64 = 1024 * 1024;
+
 fn token_request_name(config: &OAuthConfig) -> String {
     format!("POST {} (OAuth token)", config.token_url)
 }
@@ -132,10 +135,7 @@ async fn fetch_token(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("no content type")
         .to_owned();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|source| ApiError::transport(&request, "reading the response failed", source))?;
+    let body = super::client::read_capped(response, TOKEN_RESPONSE_LIMIT, &request).await?;
     if !status.is_success() {
         // A server that echoes the form it was sent would put the client secret into the
         // error, and so into the log: only the error fields are kept, without the secret.

@@ -57,6 +57,7 @@ struct Inner {
     tokens: TokenSource,
     retry: RetryPolicy,
     limiter: Limiter,
+    max_response_bytes: u64,
 }
 
 impl ApiClient {
@@ -80,6 +81,7 @@ impl ApiClient {
                 tokens,
                 retry: RetryPolicy::new(config.retry.clone()),
                 limiter,
+                max_response_bytes: config.max_response_bytes,
             }),
         })
     }
@@ -215,10 +217,7 @@ impl ApiClient {
         } else {
             inner.limiter.succeeded(&grant);
         }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(transport("reading the response body failed"))?;
+        let bytes = read_capped(response, inner.max_response_bytes, name).await?;
         if status.is_success() {
             return Ok(Body {
                 content_type: content_type(&headers),
@@ -228,6 +227,35 @@ impl ApiClient {
         }
         Err(status_error(name, status, &headers, &bytes, token))
     }
+}
+
+/// The body, read as it arrives and refused as soon as it exceeds `limit` bytes (or
+/// announces more): an endless or enormous body fails its request instead of filling memory.
+pub(super) async fn read_capped(
+    mut response: reqwest::Response,
+    limit: u64,
+    request: &str,
+) -> Result<bytes::Bytes, ApiError> {
+    let too_large = || ApiError::TooLarge {
+        request: request.to_owned(),
+        limit,
+    };
+    if response
+        .content_length()
+        .is_some_and(|announced| announced > limit)
+    {
+        return Err(too_large());
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await.map_err(|source| {
+        ApiError::transport(request, "reading the response body failed", source)
+    })? {
+        if (body.len() + chunk.len()) as u64 > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 /// The answer to the request retried with a fresh token: a second 401 says so, since
@@ -509,6 +537,60 @@ mod tests {
         (port, connections)
     }
 
+    /// A server answering 200 with a body that never ends (chunked, 64 KiB at a time, until
+    /// the client hangs up), or one that announces `announced` bytes up front.
+    async fn endless_body_server(announced: Option<u64>) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    let head = match announced {
+                        Some(n) => format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {n}\r\n\r\n"
+                        ),
+                        None => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
+                    };
+                    if stream.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                    while stream.write_all(chunk.as_bytes()).await.is_ok() {}
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_response_beyond_the_cap_fails_without_being_read_whole() {
+        let fake = FakeService::start(|_, _| Reply::status(500, ""), |_, _| Reply::ok("")).await;
+        for announced in [None, Some(5 * 1024 * 1024 * 1024)] {
+            let port = endless_body_server(announced).await;
+            let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
+            config.base_url = Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+            config.max_response_bytes = 1024 * 1024;
+            let client = ApiClient::new(&config).unwrap();
+            let counters = Counters::default();
+            let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
+            assert!(
+                matches!(err, ApiError::TooLarge { .. }),
+                "{announced:?}: {err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "GET /api/v1/outbound_calls/{CALL_UID}: response larger than 1048576 bytes (api.max_response_mib); the service or a proxy sent far more than a page: report it, or raise the limit if such responses are expected"
+                )
+            );
+            // The same request would bring the same body: not retried.
+            assert_eq!(counters.requests(), 1);
+        }
+    }
+
     #[tokio::test]
     async fn tls_failures_are_permanent_and_not_retried() {
         let (untrusted, untrusted_connections) = untrusted_tls_server();
@@ -706,6 +788,7 @@ pub(crate) mod fake {
                 connect_timeout: Duration::from_secs(2),
                 requests_per_second: None,
                 detail_concurrency: 1,
+                max_response_bytes: 32 * 1024 * 1024,
                 retry: RetryConfig {
                     max_attempts: 3,
                     max_elapsed: Duration::from_secs(10),

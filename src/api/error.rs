@@ -78,6 +78,13 @@ pub enum ApiError {
         source: serde_json::Error,
     },
 
+    /// A body beyond `api.max_response_mib`: a misbehaving service or proxy. Not retried: the
+    /// same request would bring the same body.
+    #[error(
+        "{request}: response larger than {limit} bytes (api.max_response_mib); the service or a proxy sent far more than a page: report it, or raise the limit if such responses are expected"
+    )]
+    TooLarge { request: String, limit: u64 },
+
     #[error("{request}: the service broke the protocol: {problem}")]
     Protocol { request: String, problem: String },
 
@@ -161,6 +168,7 @@ impl ApiError {
             | ApiError::ClientSetup { .. }
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
+            | ApiError::TooLarge { .. }
             | ApiError::RetriesExhausted { .. }
             | ApiError::RetryAfterBeyondBudget { .. } => false,
         }

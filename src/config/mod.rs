@@ -47,6 +47,8 @@ pub struct ApiConfig {
     pub requests_per_second: Option<u32>,
     /// Detail requests in flight at once per schedule.
     pub detail_concurrency: usize,
+    /// A response body larger than this fails its request instead of filling memory.
+    pub max_response_bytes: u64,
     pub retry: RetryConfig,
 }
 

@@ -268,6 +268,8 @@ struct RawApi {
     requests_per_second: Option<i64>,
     #[serde(default, deserialize_with = "strict")]
     detail_concurrency: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    max_response_mib: Option<i64>,
     #[serde(default)]
     retry: RawRetry,
     oauth: Option<RawOAuth>,
@@ -505,6 +507,15 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             n => Some(n),
         },
         detail_concurrency: bounded("api.detail_concurrency", raw.detail_concurrency, 4, 1..=64)?,
+        // A full page of 100 calls is a few hundred KiB: 32 MiB is a hundred times that, and
+        // still a bound on what one request may take of memory and of the warehouse.
+        max_response_bytes: bounded::<u64>(
+            "api.max_response_mib",
+            raw.max_response_mib,
+            32,
+            1..=4096,
+        )? * 1024
+            * 1024,
         retry: RetryConfig {
             max_attempts: bounded("api.retry.max_attempts", retry.max_attempts, 10, 1..=100)?,
             max_elapsed: secs(

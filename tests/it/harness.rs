@@ -205,6 +205,7 @@ pub fn config_for(
             connect_timeout: Duration::from_secs(2),
             requests_per_second: None,
             detail_concurrency: 4,
+            max_response_bytes: 32 * 1024 * 1024,
             retry: RetryConfig {
                 max_attempts: 12,
                 max_elapsed: Duration::from_secs(30),

@@ -67,6 +67,7 @@ fn defaults_fill_everything_not_given() {
     assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, None);
+    assert_eq!(c.api.max_response_bytes, 32 * 1024 * 1024);
     assert_eq!(c.api.retry, RetryConfig::default());
     assert_eq!(c.warehouse.path, PathBuf::from("callsync.db"));
     assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);
@@ -149,6 +150,10 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         (
             with("api", "detail_concurrency = 65"),
             "config: api.detail_concurrency: 65 is outside 1..=64",
+        ),
+        (
+            with("api", "max_response_mib = 0"),
+            "config: api.max_response_mib: 0 is outside 1..=4096",
         ),
         (
             with("api", "access_token_file = \"/nonexistent/token\""),
@@ -586,6 +591,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "connect_timeout_secs",
         "requests_per_second",
         "detail_concurrency",
+        "max_response_mib",
         "max_attempts",
         "max_elapsed_secs",
         "initial_interval_ms",
