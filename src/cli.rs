@@ -23,6 +23,8 @@ use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
 
+mod campaign;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "callsync",
@@ -73,6 +75,8 @@ enum Command {
     Migrate,
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
+    #[command(flatten)]
+    Service(campaign::ServiceCommand),
 }
 
 impl Command {
@@ -81,7 +85,7 @@ impl Command {
     fn talks_to_the_service(&self) -> bool {
         matches!(
             self,
-            Command::Run | Command::Sync { .. } | Command::Backfill(_)
+            Command::Run | Command::Sync { .. } | Command::Backfill(_) | Command::Service(_)
         )
     }
 }
@@ -231,6 +235,7 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
+        Command::Service(command) => campaign::run(&config, command).await,
         Command::Simulate(_) | Command::Demo { .. } => {
             unreachable!("handled before the configuration is loaded")
         }

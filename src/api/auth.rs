@@ -150,7 +150,7 @@ async fn fetch_token(
             hint: if status.as_u16() == 400 || status.as_u16() == 401 {
                 "; check api.oauth.client_id, client_secret and scope"
             } else {
-                hint_for(status)
+                hint_for(status, "POST")
             },
         });
     }

@@ -114,7 +114,7 @@ impl ApiClient {
         )
     }
 
-    fn endpoint(&self, segments: &[&str]) -> Url {
+    pub(super) fn endpoint(&self, segments: &[&str]) -> Url {
         let mut url = self.inner.base_url.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(["api", "v1"]).extend(segments);
@@ -122,7 +122,7 @@ impl ApiClient {
         url
     }
 
-    async fn get_json<T: DeserializeOwned>(
+    pub(super) async fn get_json<T: DeserializeOwned>(
         &self,
         url: Url,
         query: &[(&'static str, String)],
@@ -138,24 +138,40 @@ impl ApiClient {
         query: &[(&'static str, String)],
         counters: &Counters,
     ) -> Result<(T, Option<Timestamp>), ApiError> {
-        let name = format!("GET {}{}", url.path(), describe_query(query));
-        let inner = &self.inner;
-        inner
+        let request = Request {
+            method: Method::GET,
+            url,
+            query,
+            json: None,
+        };
+        self.exchange(&request, ApiError::is_transient, counters)
+            .await
+    }
+
+    /// Sends `request` (retried while `worth_retrying` says so) and decodes the answer.
+    pub(super) async fn exchange<T: DeserializeOwned>(
+        &self,
+        request: &Request<'_>,
+        worth_retrying: fn(&ApiError) -> bool,
+        counters: &Counters,
+    ) -> Result<(T, Option<Timestamp>), ApiError> {
+        let name = request.name();
+        self.inner
             .retry
-            .run(&name, counters, || async {
-                let body = self.send_authorized(&name, &url, query, counters).await?;
+            .run_when(&name, counters, worth_retrying, || async {
+                let body = self.send_authorized(&name, request, counters).await?;
                 Ok((decode(&name, &body)?, body.date))
             })
             .await
     }
 
     /// One attempt: waits for the rate limiter, sends with the current token, and on a 401
-    /// fetches a fresh token and sends once more.
+    /// fetches a fresh token and sends once more (a 401 means nothing was done, so this is
+    /// safe for a create too).
     async fn send_authorized(
         &self,
         name: &str,
-        url: &Url,
-        query: &[(&'static str, String)],
+        request: &Request<'_>,
         counters: &Counters,
     ) -> Result<Body, ApiError> {
         let inner = &self.inner;
@@ -164,7 +180,7 @@ impl ApiClient {
             .bearer(&inner.http, &inner.retry, counters)
             .await?;
         match self
-            .send_once(name, url, query, token.expose(), counters)
+            .send_once(name, request, token.expose(), counters)
             .await
         {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
@@ -179,7 +195,7 @@ impl ApiClient {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Once only: a token fetched this instant that is rejected too will not be
                 // cured by another (and a 401 is permanent, so no retry loops on it either).
-                self.send_once(name, url, query, fresh.expose(), counters)
+                self.send_once(name, request, fresh.expose(), counters)
                     .await
                     .map_err(fresh_token_rejected)
             }
@@ -190,8 +206,7 @@ impl ApiClient {
     async fn send_once(
         &self,
         name: &str,
-        url: &Url,
-        query: &[(&'static str, String)],
+        request: &Request<'_>,
         token: &str,
         counters: &Counters,
     ) -> Result<Body, ApiError> {
@@ -200,12 +215,18 @@ impl ApiClient {
         counters.add_throttled(grant.waited);
         let transport =
             |problem: &'static str| move |source| ApiError::transport(name, problem, source);
-        let response = inner
+        let mut builder = inner
             .http
-            .request(Method::GET, url.clone())
-            .query(query)
+            .request(request.method.clone(), request.url.clone())
+            .query(request.query)
             .header(AUTHORIZATION, format!("Bearer {token}"))
-            .header(ACCEPT, "application/json")
+            .header(ACCEPT, "application/json");
+        if let Some(json) = &request.json {
+            builder = builder
+                .header(CONTENT_TYPE, "application/json")
+                .body(json.clone());
+        }
+        let response = builder
             .send()
             .await
             .map_err(transport("request failed (connection, timeout or TLS)"))?;
@@ -226,6 +247,27 @@ impl ApiClient {
             });
         }
         Err(status_error(name, status, &headers, &bytes, token))
+    }
+}
+
+/// One request, as each attempt sends it again.
+pub(super) struct Request<'a> {
+    pub method: Method,
+    pub url: Url,
+    pub query: &'a [(&'static str, String)],
+    /// A JSON body, serialized once.
+    pub json: Option<bytes::Bytes>,
+}
+
+impl Request<'_> {
+    /// How errors and logs name it: method, path and query, never the body (personal data).
+    fn name(&self) -> String {
+        format!(
+            "{} {}{}",
+            self.method,
+            self.url.path(),
+            describe_query(self.query)
+        )
     }
 }
 
@@ -316,8 +358,9 @@ fn status_error(
         .filter(|b| b.title.is_some() || b.detail.is_some() || !b.errors.is_empty())
         .map(|b| redact_error_body(b, &secrets));
     if status.is_client_error() {
-        // A 4xx is our fault or our credentials': log everything the service said about it.
-        tracing::error!(
+        // The error itself carries the title, detail and every pointer, and is logged or
+        // printed once by whoever ends with it; this is for debugging the exchange.
+        tracing::debug!(
             request = name,
             status = status.as_u16(),
             title = parsed.as_ref().and_then(|b| b.title.as_deref()),
@@ -335,7 +378,7 @@ fn status_error(
             .filter(|e| !e.is_empty()),
         body: parsed.map(Box::new),
         retry_after: retry_after(headers),
-        hint: hint_for(status),
+        hint: hint_for(status, name),
     }
 }
 
@@ -720,7 +763,7 @@ pub(crate) mod fake {
     }
 
     impl FakeService {
-        /// `token` answers `POST /oauth/token`, `api` every `GET /api/v1/…`.
+        /// `token` answers `POST /oauth/token`, `api` every `GET` and `POST /api/v1/…`.
         pub async fn start(
             token: impl Fn(usize, &Request) -> Reply + Send + Sync + 'static,
             api: impl Fn(usize, &Request) -> Reply + Send + Sync + 'static,
@@ -746,7 +789,12 @@ pub(crate) mod fake {
                     "/api/v1/{*rest}",
                     get(|State(s): State<Arc<Shared>>, h: HeaderMap| async move {
                         answer(&s.api, &h, String::new()).await
-                    }),
+                    })
+                    .post(
+                        |State(s): State<Arc<Shared>>, h: HeaderMap, body: String| async move {
+                            answer(&s.api, &h, body).await
+                        },
+                    ),
                 )
                 .with_state(shared.clone());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -85,6 +85,15 @@ pub enum ApiError {
     )]
     TooLarge { request: String, limit: u64 },
 
+    /// A request body that cannot be written as JSON (a bug, never the user's data: every
+    /// field is a string, a number or a list of them).
+    #[error("{request}: cannot encode the request body: {source}")]
+    Encode {
+        request: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
     #[error("{request}: the service broke the protocol: {problem}")]
     Protocol { request: String, problem: String },
 
@@ -169,8 +178,20 @@ impl ApiError {
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
             | ApiError::TooLarge { .. }
+            | ApiError::Encode { .. }
             | ApiError::RetriesExhausted { .. }
             | ApiError::RetryAfterBeyondBudget { .. } => false,
+        }
+    }
+
+    /// Worth another attempt even for a request that must not happen twice (a create): the
+    /// service certainly did not act on it — it refused it with 429, or no connection was made.
+    /// A timeout or a 5xx may come after the work was done, so neither qualifies.
+    pub fn never_reached_the_service(&self) -> bool {
+        match self {
+            ApiError::Status { status, .. } => *status == StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Transport { source, .. } => source.is_connect(),
+            _ => false,
         }
     }
 
@@ -221,18 +242,24 @@ fn tls_failure<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rus
 }
 
 /// What an operator can do about a status, appended to the message.
-pub(crate) fn hint_for(status: StatusCode) -> &'static str {
+/// What to do about an error status of `request` (method, path and query).
+pub(crate) fn hint_for(status: StatusCode, request: &str) -> &'static str {
+    let walking_a_schedule = request.starts_with("GET /api/v1/schedules/");
     match status {
         StatusCode::UNAUTHORIZED => {
             "; check api.access_token or the [api.oauth] credentials (is the token expired or revoked?)"
         }
-        StatusCode::FORBIDDEN => {
-            "; the credentials are valid but not allowed to read this resource"
-        }
-        StatusCode::NOT_FOUND => {
+        StatusCode::FORBIDDEN => "; the credentials are valid but not allowed to do this",
+        StatusCode::NOT_FOUND if walking_a_schedule => {
             "; check the schedule uid in sync.schedules and api.base_url (it must not include /api/v1)"
         }
-        StatusCode::TOO_MANY_REQUESTS => "; lower api.requests_per_second",
+        StatusCode::NOT_FOUND => "; check the uid, and api.base_url (it must not include /api/v1)",
+        StatusCode::CONFLICT if request.contains("/outbound_calls") => {
+            "; the schedule is enabled: calls are added to a disabled schedule, or with --force"
+        }
+        StatusCode::TOO_MANY_REQUESTS => {
+            "; the service is rate-limiting callsync, which slows down by itself; if this persists, another client shares the quota: set api.requests_per_second below it"
+        }
         _ => "",
     }
 }
@@ -302,7 +329,10 @@ mod tests {
             body: Some(Box::new(ErrorBody::new("Not found", "no schedule abc"))),
             raw_excerpt: None,
             retry_after: None,
-            hint: hint_for(StatusCode::NOT_FOUND),
+            hint: hint_for(
+                StatusCode::NOT_FOUND,
+                "GET /api/v1/schedules/abc/outbound_calls",
+            ),
         };
         assert_eq!(
             err.to_string(),

@@ -11,6 +11,7 @@ mod limiter;
 pub mod models;
 mod retry;
 pub mod timestamp;
+mod write;
 
 pub use client::{ApiClient, ListQuery, Listed, MAX_PAGE_SIZE};
 pub use error::ApiError;
@@ -18,3 +19,4 @@ pub use filter::ListFilter;
 pub use models::*;
 pub use retry::Counters;
 pub use timestamp::{Timestamp, TimestampError};
+pub use write::{FieldProblem, MAX_BULK, new_call_problems};

@@ -100,6 +100,23 @@ impl RetryPolicy {
         &self,
         request: &str,
         counters: &Counters,
+        attempt: F,
+    ) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, ApiError>>,
+    {
+        self.run_when(request, counters, ApiError::is_transient, attempt)
+            .await
+    }
+
+    /// [`run`](Self::run), retrying only the errors `worth_retrying` accepts (a create is
+    /// repeated only when the service certainly did not receive it).
+    pub async fn run_when<T, F, Fut>(
+        &self,
+        request: &str,
+        counters: &Counters,
+        worth_retrying: fn(&ApiError) -> bool,
         mut attempt: F,
     ) -> Result<T, ApiError>
     where
@@ -121,7 +138,7 @@ impl RetryPolicy {
             let fut = attempt();
             async move {
                 fut.await.map_err(|err| {
-                    if !err.is_transient() || last_allowed {
+                    if !worth_retrying(&err) || last_allowed {
                         return backoff::Error::Permanent(err);
                     }
                     let Some(asked) = err.retry_after() else {
@@ -150,7 +167,7 @@ impl RetryPolicy {
         };
         let result = backoff::future::retry_notify(self.backoff(), op, notify).await;
         result.map_err(|last| {
-            if attempts > 1 && last.is_transient() {
+            if attempts > 1 && worth_retrying(&last) {
                 ApiError::RetriesExhausted {
                     request: request.to_owned(),
                     attempts,

@@ -25,3 +25,5 @@ mod logs;
 mod horizon;
 // The request rate adapts to a rate-limited service; schedules share it.
 mod rate;
+// The write half on the command line: campaigns, schedules, calls.
+mod campaign;

@@ -1,0 +1,287 @@
+//! The write half of the service on the command line: call flows, campaigns, schedules and
+//! single calls. Each command validates what it can before sending, prints the new uid (or
+//! the object with `--json`), and fails with one line naming the request and what to do.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{UsageError, parse_timestamp};
+use crate::api::{
+    ApiClient, Counters, NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems,
+};
+use crate::config::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Print the campaign uid of a call flow (--json: the whole call flow)
+    CallFlow {
+        /// The call flow's uid
+        uid: Uuid,
+        /// Print the object as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create campaigns
+    #[command(subcommand)]
+    Campaign(CampaignCommand),
+    /// Create schedules, enable or disable them
+    #[command(subcommand)]
+    Schedule(ScheduleCommand),
+    /// Create a single call
+    #[command(subcommand)]
+    Call(CallCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CampaignCommand {
+    /// Create a campaign (disabled, as the service creates every campaign) and print its uid
+    Create {
+        #[arg(long)]
+        name: String,
+        /// The campaign type (`scheduled_call` is the value in use)
+        #[arg(long = "type", default_value = "scheduled_call")]
+        kind: String,
+        #[arg(long, default_value = "outbound")]
+        direction: String,
+        /// Print the object as JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ScheduleCommand {
+    /// Create a schedule in a campaign (disabled) and print its uid
+    Create(ScheduleCreate),
+    /// Enable a schedule: the service starts dialling its calls
+    Enable {
+        uid: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disable a schedule: the service stops dialling; calls can be added again
+    Disable {
+        uid: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ScheduleCreate {
+    /// The campaign the schedule belongs to
+    #[arg(long, value_name = "UID")]
+    campaign: Uuid,
+    #[arg(long)]
+    name: String,
+    /// When dialling may start (RFC 3339 with a zone)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    starts_at: Timestamp,
+    /// When dialling stops (RFC 3339 with a zone; after --starts-at)
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    ends_at: Timestamp,
+    /// Waits before each retry, comma-separated, each positive (three give four attempts)
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',', required = true)]
+    retry_intervals: Vec<i64>,
+    #[arg(long, default_value = "consistent")]
+    retry_type: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CallCommand {
+    /// Create one call in a schedule and print its uid
+    Create(CallCreate),
+}
+
+#[derive(Debug, Args)]
+pub struct CallCreate {
+    #[arg(long, value_name = "UID")]
+    schedule: Uuid,
+    /// The number to dial, international form: + and digits
+    #[arg(long, value_name = "+DIGITS")]
+    phone: String,
+    /// The contact's full name
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    first_name: Option<String>,
+    #[arg(long)]
+    last_name: Option<String>,
+    #[arg(long)]
+    email: Option<String>,
+    /// Your own reference for the call, echoed by the service
+    #[arg(long)]
+    external_id: Option<String>,
+    /// A custom parameter (repeatable); datetimes need a zone (Z or +hh:mm)
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
+    params: Vec<(String, String)>,
+    /// Create it even though the schedule is enabled
+    #[arg(long)]
+    force: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
+    let client = ApiClient::new(&config.api).context("cannot set up the service's client")?;
+    let counters = Counters::default();
+    match command {
+        ServiceCommand::CallFlow { uid, json } => {
+            let flow = client
+                .call_flow(uid, &counters)
+                .await
+                .with_context(|| format!("cannot read call flow {uid}"))?;
+            print_resource(&flow, json, &flow.campaign_uid.to_string())
+        }
+        ServiceCommand::Campaign(CampaignCommand::Create {
+            name,
+            kind,
+            direction,
+            json,
+        }) => {
+            let new = NewCampaign {
+                name: non_empty("--name", name)?,
+                kind,
+                direction: Some(direction),
+            };
+            let campaign = client
+                .create_campaign(&new, &counters)
+                .await
+                .context("cannot create the campaign")?;
+            print_resource(&campaign, json, &campaign.uid.to_string())
+        }
+        ServiceCommand::Schedule(ScheduleCommand::Create(args)) => {
+            let (campaign, json) = (args.campaign, args.json);
+            let new = new_schedule(args)?;
+            let schedule = client
+                .create_schedule(campaign, &new, &counters)
+                .await
+                .with_context(|| format!("cannot create the schedule in campaign {campaign}"))?;
+            print_resource(&schedule, json, &schedule.uid.to_string())
+        }
+        ServiceCommand::Schedule(ScheduleCommand::Enable { uid, json }) => {
+            set_enabled(&client, &counters, uid, true, json).await
+        }
+        ServiceCommand::Schedule(ScheduleCommand::Disable { uid, json }) => {
+            set_enabled(&client, &counters, uid, false, json).await
+        }
+        ServiceCommand::Call(CallCommand::Create(args)) => {
+            let (schedule, force, json) = (args.schedule, args.force, args.json);
+            let new = new_call(args)?;
+            let call = client
+                .create_call(schedule, &new, force, &counters)
+                .await
+                .with_context(|| format!("cannot create the call in schedule {schedule}"))?;
+            print_resource(&call, json, &call.uid.to_string())
+        }
+    }
+}
+
+async fn set_enabled(
+    client: &ApiClient,
+    counters: &Counters,
+    uid: Uuid,
+    enabled: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let verb = if enabled { "enable" } else { "disable" };
+    let schedule = client
+        .set_schedule_enabled(uid, enabled, counters)
+        .await
+        .with_context(|| format!("cannot {verb} schedule {uid}"))?;
+    let state = if schedule.is_enabled {
+        "enabled"
+    } else {
+        "disabled"
+    };
+    print_resource(&schedule, json, &format!("schedule {uid} is {state}"))
+}
+
+fn new_schedule(args: ScheduleCreate) -> Result<NewSchedule> {
+    if args.ends_at <= args.starts_at {
+        bail!(UsageError(format!(
+            "--ends-at {} is not after --starts-at {}",
+            args.ends_at, args.starts_at
+        )));
+    }
+    if let Some(bad) = args.retry_intervals.iter().find(|i| **i <= 0) {
+        bail!(UsageError(format!(
+            "--retry-intervals: {bad} is not a positive number of seconds"
+        )));
+    }
+    Ok(NewSchedule {
+        name: non_empty("--name", args.name)?,
+        starts_at: args.starts_at,
+        ends_at: args.ends_at,
+        retry_type: args.retry_type,
+        retry_intervals: args.retry_intervals,
+    })
+}
+
+fn new_call(args: CallCreate) -> Result<NewCall> {
+    let call = NewCall {
+        phone_number: args.phone,
+        full_name: args.name,
+        first_name: args.first_name,
+        last_name: args.last_name,
+        email: args.email,
+        external_id: args.external_id,
+        custom_parameters: args.params.into_iter().collect::<BTreeMap<_, _>>(),
+        ..NewCall::default()
+    };
+    let problems = new_call_problems(&call);
+    if !problems.is_empty() {
+        let each: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        bail!(UsageError(format!(
+            "the call is not valid: {}",
+            each.join("; ")
+        )));
+    }
+    Ok(call)
+}
+
+fn non_empty(flag: &str, value: String) -> Result<String> {
+    if value.trim().is_empty() {
+        bail!(UsageError(format!("{flag} must not be empty")));
+    }
+    Ok(value)
+}
+
+/// `KEY=VALUE`, the key not empty.
+fn parse_param(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
+/// The object as JSON with `--json`, else the one line a script or a person wants.
+fn print_resource(resource: &impl Serialize, json: bool, line: &str) -> Result<ExitCode> {
+    if json {
+        let text =
+            serde_json::to_string_pretty(resource).context("cannot print the answer as JSON")?;
+        print_line(&text)?;
+    } else {
+        print_line(line)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A line on stdout; a closed stdout (`| head -0`) is not worth a panic, nor an error: the
+/// work is done and the reader has gone.
+fn print_line(line: &str) -> Result<()> {
+    use std::io::Write as _;
+    match writeln!(std::io::stdout().lock(), "{line}") {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(err).context("cannot write to stdout")
+        }
+        _ => Ok(()),
+    }
+}
