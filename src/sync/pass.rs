@@ -292,26 +292,58 @@ impl Pass<'_> {
         let mut walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
         let mut recent = RecentRows::default();
         let mut in_flight: Option<Pending<PageWrite>> = None;
+        // The next page, fetched while the details of the one before were.
+        let mut prefetched: Option<Result<Listed, SyncError>> = None;
         let mut end = WalkEnd::Finished;
-        while let Some(request) = walker.next_request() {
+        let mut next = walker.next_request();
+        while let Some(request) = next.take() {
             if let Some(stop) = self.stop_before(&walker) {
                 end = stop;
                 break;
             }
-            let listed = tokio::select! {
+            let listed = match prefetched.take() {
+                Some(listed) => listed,
+                None => tokio::select! {
+                    biased;
+                    () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
+                    listed = self.fetch_page(&request) => listed,
+                },
+            };
+            let accepted = listed.and_then(|l| self.accept(&request, l, &mut walker, &mut recent));
+            let accepted = match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    end = WalkEnd::Failed(err);
+                    break;
+                }
+            };
+            // The next request is known as soon as this page is accepted: it goes out while
+            // this page's details are fetched, so a latency-bound pass keeps the service busy.
+            next = walker.next_request();
+            let ahead = next
+                .as_ref()
+                .filter(|_| self.stop_before(&walker).is_none());
+            let (calls, listed) = tokio::select! {
                 biased;
                 () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                listed = self.fetch_page(&request) => listed,
+                both = futures::future::join(
+                    self.complete(accepted.calls),
+                    async {
+                        match ahead {
+                            Some(request) => Some(self.fetch_page(request).await),
+                            None => None,
+                        }
+                    },
+                ) => both,
             };
-            let batch = match listed {
-                Ok(listed) => {
-                    self.prepare(&request, listed, &mut walker, &mut recent, rule)
-                        .await
-                }
-                Err(err) => Err(err),
-            };
-            let batch = match batch {
-                Ok(batch) => batch,
+            prefetched = listed;
+            let batch = match calls {
+                Ok(calls) => PageBatch {
+                    schedule: self.schedule,
+                    calls,
+                    checkpoint: rule.checkpoint(accepted.checkpoint, accepted.service_now),
+                    synced_at: Timestamp::now(),
+                },
                 Err(err) => {
                     end = WalkEnd::Failed(err);
                     break;
@@ -375,16 +407,15 @@ impl Pass<'_> {
         Ok(())
     }
 
-    /// Checks a fetched page against the walk and completes its calls: the page for the
-    /// sink, with the checkpoint that may go with it.
-    async fn prepare(
+    /// Checks a fetched page against the walk: its fresh calls (still to be completed by
+    /// detail requests), and where the checkpoint may go with them.
+    fn accept(
         &mut self,
         request: &PageRequest,
         listed: Listed,
         walker: &mut PageWalker,
         recent: &mut RecentRows,
-        rule: CheckpointRule,
-    ) -> Result<PageBatch, SyncError> {
+    ) -> Result<AcceptedPage, SyncError> {
         let Listed { page, served_at } = listed;
         let stamps = page.data.iter().map(|c| c.updated_at);
         let (service_now, future) = self.clock.observe(served_at, stamps);
@@ -402,13 +433,13 @@ impl Pass<'_> {
             SyncError::Walk { request, source }
         })?;
         self.position = Some(walker.position().min(service_now));
-        let fresh = recent.keep_fresh(page.data, walker.position());
-        let calls = self.complete(fresh).await?;
-        Ok(PageBatch {
-            schedule: self.schedule,
+        let calls = recent.keep_fresh(page.data, walker.position());
+        let mode = self.plan.details;
+        self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
+        Ok(AcceptedPage {
             calls,
-            checkpoint: rule.checkpoint(accepted.checkpoint, service_now),
-            synced_at: Timestamp::now(),
+            checkpoint: accepted.checkpoint,
+            service_now,
         })
     }
 
@@ -456,9 +487,8 @@ impl Pass<'_> {
 
     /// Replaces list items that lack attempt children (or all, in `always` mode) by the
     /// detail endpoint's version, a bounded number at a time, keeping the page's order.
-    async fn complete(&mut self, calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
+    async fn complete(&self, calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
         let mode = self.plan.details;
-        self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
         let client: &ApiClient = &self.engine.client;
         let counters = &self.counters;
         futures::stream::iter(calls)
@@ -502,6 +532,15 @@ impl Pass<'_> {
     fn lag_secs(&self) -> Option<f64> {
         Some(self.clock.now()?.secs_since(self.position?))
     }
+}
+
+/// A page the walk accepted, before its details are fetched.
+struct AcceptedPage {
+    calls: Vec<OutboundCall>,
+    /// Where the walk may put the checkpoint once these calls are written (before the cap
+    /// at the service's clock).
+    checkpoint: Timestamp,
+    service_now: Timestamp,
 }
 
 fn needs_detail(call: &OutboundCall, mode: DetailsMode) -> bool {
