@@ -3,6 +3,7 @@
 //! the object with `--json`), and fails with one line naming the request and what to do.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -11,10 +12,13 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{UsageError, parse_timestamp};
+use crate::api::MAX_BULK;
 use crate::api::{
     ApiClient, Counters, NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems,
 };
 use crate::config::Config;
+use crate::upload::{self, UploadOptions, UploadProgress};
+use crate::warehouse::Warehouse;
 
 #[derive(Debug, Subcommand)]
 pub enum ServiceCommand {
@@ -35,6 +39,31 @@ pub enum ServiceCommand {
     /// Create a single call
     #[command(subcommand)]
     Call(CallCommand),
+    /// Load a contact list (CSV with a header row) into a schedule as calls: every row is
+    /// checked first; chunks of 1,000; a re-run continues and creates nothing twice
+    Upload(UploadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UploadArgs {
+    /// The schedule the calls go to
+    #[arg(long, value_name = "UID")]
+    schedule: Uuid,
+    /// The contact list: phone_number, full_name, first_name, last_name, phonetic_*, email,
+    /// external_id columns fill those fields; every other column is a custom parameter
+    file: PathBuf,
+    /// Rename a column (repeatable): to a field, a parameter name, or nothing to drop it
+    #[arg(long = "map", value_name = "COLUMN=FIELD", value_parser = parse_rename)]
+    renames: Vec<(String, String)>,
+    /// Create the calls even though the schedule is enabled
+    #[arg(long)]
+    force: bool,
+    /// Check the file and say what would be sent; send nothing
+    #[arg(long)]
+    dry_run: bool,
+    /// Accept rows without external_id (a re-run after a lost answer may then duplicate them)
+    #[arg(long)]
+    allow_missing_external_id: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +160,10 @@ pub struct CallCreate {
 
 pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
     let client = ApiClient::new(&config.api).context("cannot set up the service's client")?;
+    let command = match command {
+        ServiceCommand::Upload(args) => return upload(config, &client, args).await,
+        other => other,
+    };
     let counters = Counters::default();
     match command {
         ServiceCommand::CallFlow { uid, json } => {
@@ -180,6 +213,93 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot create the call in schedule {schedule}"))?;
             print_resource(&call, json, &call.uid.to_string())
+        }
+        ServiceCommand::Upload(_) => unreachable!("handled above"),
+    }
+}
+
+async fn upload(config: &Config, client: &ApiClient, args: UploadArgs) -> Result<ExitCode> {
+    let options = UploadOptions {
+        schedule: args.schedule,
+        path: args.file,
+        renames: args.renames,
+        force: args.force,
+        allow_missing_external_id: args.allow_missing_external_id,
+    };
+    let shown = options.path.display().to_string();
+    let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
+    if checked.problem_count > 0 {
+        for problem in &checked.problems {
+            eprintln!("{shown}: {problem}");
+        }
+        let unlisted = checked.problem_count - checked.problems.len() as u64;
+        if unlisted > 0 {
+            eprintln!("{shown}: … and {unlisted} more problems");
+        }
+        bail!(UsageError(format!(
+            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
+            checked.problem_count, checked.rows
+        )));
+    }
+    let chunks = checked.rows.div_ceil(MAX_BULK as u64);
+    if args.dry_run {
+        print_line(&format!(
+            "{shown}: {} rows checked, all valid; would send {chunks} chunks to schedule {} (dry run: nothing sent)",
+            checked.rows, options.schedule
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)
+        .with_context(|| {
+            format!(
+                "cannot open the warehouse {} for the upload ledger",
+                config.warehouse.path.display()
+            )
+        })?;
+    let bar = super::ProgressBar::for_terminal();
+    let log = super::ProgressLog::every(std::time::Duration::from_secs(10));
+    let progress: &dyn UploadProgress = match &bar {
+        Some(bar) => bar,
+        None => &log,
+    };
+    let summary = upload::send(client, &mut warehouse, &options, &checked, progress)
+        .await
+        .with_context(|| format!("upload of {shown} to schedule {}", options.schedule))?;
+    if let Some(bar) = bar {
+        bar.0.finish_and_clear();
+    }
+    print_line(&format!(
+        "{shown}: {} rows, {} calls created, {} chunks sent, {} chunks found already created, 0 rows refused",
+        summary.rows, summary.calls_created, summary.chunks_sent, summary.chunks_already_created
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `COLUMN=FIELD`; an empty field drops the column.
+fn parse_rename(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((column, field)) if !column.trim().is_empty() => {
+            Ok((column.trim().to_owned(), field.trim().to_owned()))
+        }
+        _ => Err(format!("{text:?} is not COLUMN=FIELD")),
+    }
+}
+
+impl UploadProgress for super::ProgressBar {
+    fn chunk_done(&self, rows_done: u64, rows: u64) {
+        self.0.set_length(rows);
+        self.0.set_position(rows_done);
+    }
+}
+
+impl UploadProgress for super::ProgressLog {
+    fn chunk_done(&self, rows_done: u64, rows: u64) {
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        if last.elapsed() >= self.every || rows_done == rows {
+            *last = std::time::Instant::now();
+            tracing::info!(rows_done, rows, "upload progress");
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct FaultPlan {
     pub slow_delay: Duration,
     /// Close the connection half way through the body.
     pub truncate_rate: f64,
+    /// Hold the answer of every write (POST, PATCH) this long after acting on it: a client
+    /// killed or timed out meanwhile never learns that its calls were created.
+    pub hold_write_answers: Duration,
     /// A rate limit as a real service has one: requests beyond this many a second (a
     /// second's worth of burst) are answered 429 without `Retry-After`; 0 for none.
     pub quota_per_second: u32,
@@ -83,6 +86,13 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, challenge);
         }
+        return response;
+    }
+    let is_write = request.method() != axum::http::Method::GET;
+    let hold = shared.faults().hold_write_answers;
+    if is_write && !hold.is_zero() {
+        let response = next.run(request).await;
+        tokio::time::sleep(hold).await;
         return response;
     }
     if shared.over_quota() {

@@ -6,6 +6,7 @@
 //! speaks SQL; `rows.rs` is the one place where a model field becomes a column.
 
 mod error;
+mod ledger;
 mod queries;
 mod rows;
 mod runs;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 pub use error::WarehouseError;
+pub use ledger::{ChunkKey, ChunkState};
 pub use queries::{
     FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, ScheduleStatus, Snapshot,
     render_status,

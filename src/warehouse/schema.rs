@@ -175,6 +175,6 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 3);
+        assert_eq!(latest_version(), 4);
     }
 }

@@ -135,7 +135,7 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 3\n",
+            "warehouse {}: schema version 0 -> 4\n",
             env.warehouse_path().display()
         )
     );
@@ -214,7 +214,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 3\n",
+            "warehouse {}: schema version 0 -> 4\n",
             env.warehouse_path().display()
         )
     );

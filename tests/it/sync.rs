@@ -217,6 +217,7 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
                 slow_delay: Duration::from_millis(200),
                 truncate_rate: 0.05,
                 quota_per_second: 0,
+                hold_write_answers: Duration::ZERO,
             },
             dialer: Some(DialerOptions {
                 tick: Duration::from_millis(20),

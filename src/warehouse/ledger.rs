@@ -1,0 +1,118 @@
+//! The upload ledger (`upload_chunks`): what each chunk of a contact-list upload became.
+//!
+//! A chunk is recorded as `sent` (committed) before its request goes out, and as `created`
+//! with the service's uids when the answer comes. A `sent` chunk without an answer is the
+//! hard case the upload resolves by asking the service; the ledger only remembers.
+
+use rusqlite::{OptionalExtension, params};
+use uuid::Uuid;
+
+use super::Warehouse;
+use super::error::{SqlContext, WarehouseError};
+use crate::api::Timestamp;
+
+/// Which upload a chunk belongs to, and where it is in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkKey {
+    pub schedule: Uuid,
+    /// SHA-256 (hex) of the file's bytes and the column mapping.
+    pub fingerprint: String,
+    /// CSV line of the chunk's first row.
+    pub first_line: u64,
+}
+
+/// What the ledger knows of a chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkState {
+    /// Sent; whether the service created it is not known.
+    Sent,
+    /// Created: the new calls' uids in row order.
+    Created(Vec<Uuid>),
+}
+
+impl Warehouse {
+    pub fn chunk_state(&self, key: &ChunkKey) -> Result<Option<ChunkState>, WarehouseError> {
+        let row: Option<(String, Option<String>)> = self
+            .conn
+            .query_row(
+                "SELECT state, call_uids FROM upload_chunks
+                 WHERE schedule_uid = ?1 AND fingerprint = ?2 AND first_line = ?3",
+                params![
+                    key.schedule.to_string(),
+                    key.fingerprint,
+                    key.first_line as i64
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .sql("reading the upload ledger")?;
+        Ok(row.map(|(state, uids)| match (state.as_str(), uids) {
+            ("created", Some(uids)) => {
+                ChunkState::Created(serde_json::from_str(&uids).unwrap_or_default())
+            }
+            _ => ChunkState::Sent,
+        }))
+    }
+
+    /// Records that the chunk is about to be sent; committed before the request goes out.
+    pub fn chunk_sent(
+        &mut self,
+        key: &ChunkKey,
+        last_line: u64,
+        rows: usize,
+    ) -> Result<(), WarehouseError> {
+        self.conn
+            .execute(
+                "INSERT INTO upload_chunks
+                   (schedule_uid, fingerprint, first_line, last_line, rows, state, sent_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'sent', ?6)
+                 ON CONFLICT (schedule_uid, fingerprint, first_line)
+                 DO UPDATE SET state = 'sent', sent_at = excluded.sent_at",
+                params![
+                    key.schedule.to_string(),
+                    key.fingerprint,
+                    key.first_line as i64,
+                    last_line as i64,
+                    rows as i64,
+                    Timestamp::now().to_sqlite()
+                ],
+            )
+            .sql("recording a chunk in the upload ledger")?;
+        Ok(())
+    }
+
+    /// Records the calls the service created for the chunk.
+    pub fn chunk_created(&mut self, key: &ChunkKey, uids: &[Uuid]) -> Result<(), WarehouseError> {
+        let uids = serde_json::to_string(uids).unwrap_or_else(|_| "[]".to_owned());
+        self.conn
+            .execute(
+                "UPDATE upload_chunks SET state = 'created', call_uids = ?4, created_at = ?5
+                 WHERE schedule_uid = ?1 AND fingerprint = ?2 AND first_line = ?3",
+                params![
+                    key.schedule.to_string(),
+                    key.fingerprint,
+                    key.first_line as i64,
+                    uids,
+                    Timestamp::now().to_sqlite()
+                ],
+            )
+            .sql("recording created calls in the upload ledger")?;
+        Ok(())
+    }
+
+    /// Forgets a chunk the service certainly did not create (it refused it).
+    pub fn chunk_not_created(&mut self, key: &ChunkKey) -> Result<(), WarehouseError> {
+        self.conn
+            .execute(
+                "DELETE FROM upload_chunks
+                 WHERE schedule_uid = ?1 AND fingerprint = ?2 AND first_line = ?3",
+                params![
+                    key.schedule.to_string(),
+                    key.fingerprint,
+                    key.first_line as i64
+                ],
+            )
+            .sql("updating the upload ledger")?;
+        Ok(())
+    }
+}
