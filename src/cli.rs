@@ -71,6 +71,19 @@ enum Command {
     },
     /// Apply pending warehouse migrations, then exit
     Migrate,
+    /// Write a consistent copy of the warehouse to PATH (safe while the daemon runs)
+    Backup {
+        /// Where to write the copy (one self-contained SQLite file)
+        path: PathBuf,
+        /// Overwrite PATH if it exists
+        #[arg(long)]
+        force: bool,
+    },
+    /// Replace the warehouse with the backup at PATH (stop the daemon first)
+    Restore {
+        /// The backup to restore (made by `callsync backup`)
+        path: PathBuf,
+    },
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
 }
@@ -231,6 +244,8 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
+        Command::Backup { path, force } => backup(&config, &path, force),
+        Command::Restore { path } => restore(&config, &path),
         Command::Simulate(_) | Command::Demo { .. } => {
             unreachable!("handled before the configuration is loaded")
         }
@@ -405,6 +420,46 @@ fn migrate(config: &Config) -> Result<ExitCode> {
         path.display(),
         report.from,
         report.to
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn backup(config: &Config, dest: &std::path::Path, force: bool) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    // Every error opening it names the path already.
+    let warehouse = Warehouse::open_read_only(path)?;
+    let report = warehouse
+        .backup_to(dest, force)
+        .with_context(|| format!("cannot back up the warehouse {}", path.display()))?;
+    println!(
+        "backed up {} to {}: {} bytes, {}",
+        path.display(),
+        report.path.display(),
+        report.bytes,
+        report.contents
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn restore(config: &Config, backup: &std::path::Path) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
+    let removed: Vec<String> = report
+        .removed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    println!(
+        "restored {} into {}: {} bytes, {}; {}",
+        backup.display(),
+        path.display(),
+        report.bytes,
+        report.contents,
+        if removed.is_empty() {
+            "no old WAL files to remove".to_owned()
+        } else {
+            format!("removed the old {}", removed.join(" and "))
+        }
     );
     Ok(ExitCode::SUCCESS)
 }
