@@ -259,10 +259,13 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     let cancel = cancel_on_signal()?;
     refuse_reload_on_sighup();
     let path = config.warehouse.path.clone();
-    crate::daemon::run(config, cancel.cancelled_owned())
-        .await
-        .with_context(|| format!("the daemon could not start on {}", path.display()))?;
-    Ok(ExitCode::SUCCESS)
+    match crate::daemon::run(config, cancel.cancelled_owned()).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // It ran, then stopped: the error names the warehouse and what to do.
+        Err(lost @ crate::daemon::DaemonError::WarehouseLost(_)) => Err(lost.into()),
+        Err(err) => Err(anyhow::Error::new(err)
+            .context(format!("the daemon could not start on {}", path.display()))),
+    }
 }
 
 async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode> {

@@ -6,7 +6,9 @@
 //! that finds a schedule's previous pass still running skips it; a failing schedule backs
 //! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
 //! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
-//! page it is writing, and returns within `sync.shutdown_timeout`. The configuration is read
+//! page it is writing, and returns within `sync.shutdown_timeout`. Each tick first checks
+//! that the warehouse's path still names the file it writes into: if it was deleted or
+//! replaced, `/healthz` turns 503 and the daemon stops the same way, then returns an error. The configuration is read
 //! once; restart to change it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
 mod metrics;
@@ -25,7 +27,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
-use crate::warehouse::RunKind;
+use crate::warehouse::{RunKind, WarehouseError};
 
 pub use scheduler::{SchedulerError, Tick};
 
@@ -35,6 +37,10 @@ pub enum DaemonError {
     Sync(#[from] SyncError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
+    /// The warehouse was deleted or replaced while the daemon ran: it exits non-zero, so
+    /// systemd restarts it on whatever file the path names now.
+    #[error(transparent)]
+    WarehouseLost(WarehouseError),
     #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
     Metrics {
         listen: std::net::SocketAddr,
@@ -80,10 +86,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
+    let mut lost = None;
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            Some(tick) = ticks.recv() => dispatcher.on_tick(tick),
+            Some(tick) = ticks.recv() => match engine.check_warehouse() {
+                Ok(()) => dispatcher.on_tick(tick),
+                Err(err) => {
+                    tracing::error!(error = %err, "stopping: the warehouse is not where it was");
+                    metrics.warehouse_lost(err.to_string());
+                    lost = Some(err);
+                    break;
+                }
+            },
             Some(done) = dispatcher.passes.join_next_with_id(), if !dispatcher.passes.is_empty() => {
                 dispatcher.on_done(done);
             }
@@ -117,7 +132,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
     }
-    Ok(())
+    match lost {
+        Some(err) => Err(DaemonError::WarehouseLost(err)),
+        None => Ok(()),
+    }
 }
 
 /// Each schedule's place in the daemon.

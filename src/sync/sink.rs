@@ -56,6 +56,8 @@ pub struct WarehouseSink(pub Warehouse);
 
 impl Sink for WarehouseSink {
     fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+        // Every pass first checks that its pages would not go into a deleted file.
+        self.0.check_in_place()?;
         Ok(Claim(Box::new(ScheduleLock::acquire(
             self.0.path(),
             schedule,

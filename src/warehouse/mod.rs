@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use file_lock::{FileIdentity, FileLock, LockByte, LockError, LockMode};
+pub use file_lock::FileIdentity;
+use file_lock::{FileLock, LockByte, LockError, LockMode};
 
 pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;

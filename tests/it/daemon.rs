@@ -464,3 +464,63 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     );
     env.assert_matches_truth(&s);
 }
+
+/// Runs the daemon on a 1-second cron until its first passes are recorded, does `what` to
+/// the warehouse's path, and returns the error the daemon stopped with.
+async fn stopped_by(what: impl FnOnce(&std::path::Path)) -> (TestEnv, String) {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 40,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    let daemon = tokio::spawn(callsync::daemon::run(
+        env.config.clone(),
+        std::future::pending(),
+    ));
+    wait_for("a pass of every schedule", || {
+        env.schedules()
+            .iter()
+            .all(|s| finished_passes(&env, *s) >= 1)
+    })
+    .await;
+    what(&env.warehouse_path());
+    let ended = tokio::time::timeout(PATIENCE, daemon)
+        .await
+        .expect("the daemon stops by itself")
+        .expect("joined");
+    let err = ended.expect_err("the daemon fails");
+    (env, err.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stops_with_an_error_when_its_warehouse_is_deleted() {
+    let (env, err) = stopped_by(|db| std::fs::remove_file(db).expect("rm")).await;
+    assert_eq!(
+        err,
+        format!(
+            "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`",
+            env.warehouse_path().display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stops_with_an_error_when_another_file_is_moved_over_its_warehouse() {
+    let (env, err) = stopped_by(|db| {
+        let other = db.with_file_name("other.db");
+        std::fs::write(&other, b"").expect("written");
+        std::fs::rename(&other, db).expect("mv");
+    })
+    .await;
+    assert_eq!(
+        err,
+        format!(
+            "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+            env.warehouse_path().display()
+        )
+    );
+    // The daemon wrote nothing into the file now at the path.
+    assert_eq!(std::fs::metadata(env.warehouse_path()).unwrap().len(), 0);
+}
