@@ -262,7 +262,7 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     match crate::daemon::run(config, cancel.cancelled_owned()).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // It ran, then stopped: the error names the warehouse and what to do.
-        Err(lost @ crate::daemon::DaemonError::WarehouseLost(_)) => Err(lost.into()),
+        Err(lost @ crate::daemon::DaemonError::WarehouseUnusable(_)) => Err(lost.into()),
         Err(err) => Err(anyhow::Error::new(err)
             .context(format!("the daemon could not start on {}", path.display()))),
     }
@@ -345,6 +345,7 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let rows = warehouse
         .status()
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
+    warn_if_read_only(path);
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -354,6 +355,17 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
+/// passes either, so the last pass shown may be older than failures it could not record.
+/// On stderr, so that `--json` stays parseable.
+fn warn_if_read_only(path: &std::path::Path) {
+    if let Some(why) = crate::warehouse::unwritable_for_owner(path) {
+        eprintln!(
+            "warning: {why}: callsync cannot record its passes there, so passes since then may have failed unrecorded and those below be out of date; make it writable again and see the daemon's log (journalctl -u callsync)"
+        );
+    }
 }
 
 fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {

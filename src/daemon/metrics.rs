@@ -7,7 +7,7 @@
 //! committed a page for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not
 //! seconds, so a cron with long quiet hours is not flagged overnight —, when a schedule is
 //! falling behind (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the
-//! scheduler itself has stopped firing, or when the warehouse was deleted or replaced.
+//! scheduler itself has stopped firing, or when the warehouse was deleted, replaced or made read-only.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,8 +42,8 @@ struct Figures {
     /// Passes in a row that ended behind, and what slowed the latest down.
     behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
     freshness: BTreeMap<Uuid, Freshness>,
-    /// Why the daemon is stopping: its warehouse was deleted or replaced.
-    warehouse_lost: Option<String>,
+    /// Why the daemon is stopping: its warehouse was deleted, replaced or made read-only.
+    warehouse_unusable: Option<String>,
 }
 
 impl Figures {
@@ -76,15 +76,15 @@ impl Metrics {
         }
     }
 
-    /// The warehouse is gone from its path: unhealthy until the daemon has exited.
-    pub fn warehouse_lost(&self, why: String) {
+    /// The warehouse is gone from its path or read-only: unhealthy until the daemon has exited.
+    pub fn warehouse_unusable(&self, why: String) {
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.warehouse_lost = Some(why);
+        f.warehouse_unusable = Some(why);
     }
 
     fn lost(&self) -> Option<String> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.warehouse_lost.clone()
+        f.warehouse_unusable.clone()
     }
 
     /// A sync tick fired: every schedule without progress since the previous one ages.
@@ -318,7 +318,7 @@ mod tests {
             clock: clock.clone(),
         };
         assert_eq!(healthz(State(health())).await.0, StatusCode::OK);
-        metrics.warehouse_lost("the warehouse /w.db was deleted".into());
+        metrics.warehouse_unusable("the warehouse /w.db was deleted".into());
         assert_eq!(
             healthz(State(health())).await,
             (

@@ -7,9 +7,10 @@
 //! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
 //! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
 //! page it is writing, and returns within `sync.shutdown_timeout`. Each tick first checks
-//! that the warehouse's path still names the file it writes into: if it was deleted or
-//! replaced, `/healthz` turns 503 and the daemon stops the same way, then returns an error. The configuration is read
-//! once; restart to change it (SIGHUP is logged and ignored, see `cli::run_daemon`).
+//! that the warehouse's path still names the file it writes into and that it can write it:
+//! if it was deleted, replaced or made read-only, `/healthz` turns 503 and the daemon stops
+//! the same way, then returns an error. The configuration is read once; restart to change
+//! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
 mod metrics;
 mod notify;
@@ -37,10 +38,11 @@ pub enum DaemonError {
     Sync(#[from] SyncError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
-    /// The warehouse was deleted or replaced while the daemon ran: it exits non-zero, so
-    /// systemd restarts it on whatever file the path names now.
+    /// The warehouse was deleted, replaced or made read-only while the daemon ran: it exits
+    /// non-zero, so systemd restarts it on whatever file the path names now (and a start-up
+    /// on a read-only warehouse fails naming it).
     #[error(transparent)]
-    WarehouseLost(WarehouseError),
+    WarehouseUnusable(WarehouseError),
     #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
     Metrics {
         listen: std::net::SocketAddr,
@@ -93,8 +95,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             Some(tick) = ticks.recv() => match engine.check_warehouse() {
                 Ok(()) => dispatcher.on_tick(tick),
                 Err(err) => {
-                    tracing::error!(error = %err, "stopping: the warehouse is not where it was");
-                    metrics.warehouse_lost(err.to_string());
+                    tracing::error!(error = %err, "stopping: the warehouse cannot be written any more");
+                    metrics.warehouse_unusable(err.to_string());
                     lost = Some(err);
                     break;
                 }
@@ -133,7 +135,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         engine.close().await;
     }
     match lost {
-        Some(err) => Err(DaemonError::WarehouseLost(err)),
+        Some(err) => Err(DaemonError::WarehouseUnusable(err)),
         None => Ok(()),
     }
 }

@@ -25,7 +25,7 @@ use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
-    check_in_place,
+    check_usable,
 };
 
 pub use error::{SyncError, error_chain};
@@ -269,10 +269,11 @@ impl Engine {
     }
 
     /// Fails when the warehouse's path no longer names the file the engine writes into
-    /// (deleted, or another file moved over it): everything written would be lost.
+    /// (deleted, or another file moved over it: everything written would be lost), or when
+    /// the warehouse has become read-only (no pass could even be recorded).
     pub fn check_warehouse(&self) -> Result<(), WarehouseError> {
         match self.warehouse_file {
-            Some(opened) => check_in_place(&self.warehouse_path, opened),
+            Some(opened) => check_usable(&self.warehouse_path, opened),
             None => Ok(()),
         }
     }

@@ -66,6 +66,17 @@ pub enum WarehouseError {
         path.display()
     )]
     InUse { path: PathBuf },
+    #[error(
+        "cannot write the warehouse {}: {what} {} is not writable ({source}); give the user callsync runs as write permission on it, or choose a writable warehouse.path",
+        warehouse.display(), path.display()
+    )]
+    NotWritable {
+        warehouse: PathBuf,
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot {step} {}: {source}", path.display())]
     Io {
         path: PathBuf,

@@ -7,6 +7,7 @@
 //! the file alone is the whole warehouse once callsync has stopped. Only this module speaks
 //! SQL; `rows.rs` is the one place where a model field becomes a column.
 
+mod access;
 mod backup;
 mod error;
 pub mod file_lock;
@@ -24,6 +25,7 @@ use rusqlite::Connection;
 pub use file_lock::FileIdentity;
 use file_lock::{FileLock, LockByte, LockError, LockMode};
 
+pub use access::unwritable_for_owner;
 pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use queries::{
@@ -117,8 +119,14 @@ impl Warehouse {
     }
 }
 
+/// Fails when `path` no longer names the file `opened`, or this process could not write it.
+pub fn check_usable(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
+    check_in_place(path, opened)?;
+    access::check_writable(path)
+}
+
 /// Fails when `path` no longer names the file `opened`.
-pub fn check_in_place(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
+fn check_in_place(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
     let now = FileIdentity::of_path(path).map_err(|source| WarehouseError::Io {
         path: path.to_owned(),
         step: "check the warehouse",
@@ -140,6 +148,7 @@ fn open_locked(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, FileLock, usize), WarehouseError> {
+    access::check_writable(path)?;
     let (conn, before) = schema::open_for_writing(path, busy_timeout)?;
     let in_use = match FileLock::try_lock(path, LockByte::Warehouse, LockMode::Shared) {
         Ok(lock) => lock,

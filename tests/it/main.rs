@@ -11,6 +11,8 @@ mod bad_page;
 mod crash;
 // backup and restore on the binary.
 mod backup;
+// A warehouse callsync cannot write: refused at start, warned about by status.
+mod writable;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.
