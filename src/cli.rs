@@ -420,9 +420,10 @@ fn replace_checkpoint(
     cursor: Option<Timestamp>,
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
     let path = &config.warehouse.path;
-    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
     let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)
         .with_context(|| format!("cannot open the warehouse {}", path.display()))?;
+    // The lock is on the warehouse file itself, which exists once it is open.
+    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
     Ok(warehouse.replace_checkpoint(schedule, cursor)?)
 }
 

@@ -431,6 +431,7 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     env.config.sync.cron = "* * * * * *".into();
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock until s[1] has synced three times.
+    env.create_warehouse();
     let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let mut released = None;
     let mut held = Some(held);
