@@ -88,21 +88,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
-    let mut lost = None;
-    loop {
+    let lost = loop {
         tokio::select! {
-            () = &mut shutdown => break,
+            () = &mut shutdown => break None,
+            // Before any pass starts: the warehouse is still the file opened, and writable.
             Some(tick) = ticks.recv() => match engine.check_warehouse() {
                 Ok(()) => dispatcher.on_tick(tick),
-                Err(err) => {
-                    tracing::error!(error = %err, "stopping: the warehouse cannot be written any more");
-                    metrics.warehouse_unusable(err.to_string());
-                    lost = Some(err);
-                    break;
-                }
+                Err(err) => break Some(err),
             },
             Some(done) = dispatcher.passes.join_next_with_id(), if !dispatcher.passes.is_empty() => {
                 dispatcher.on_done(done);
+                // A pass that failed because the warehouse went stops the daemon now, not at
+                // the next tick.
+                if let Err(err) = engine.check_warehouse() {
+                    break Some(err);
+                }
             }
             _ = heartbeat.tick() => match clock.missed(scheduler::STALL_GRACE) {
                 // Fed only while ticks really fire: a stalled scheduler gets us restarted.
@@ -110,6 +110,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Some(due) => tracing::error!(%due, "the scheduler missed a tick; not feeding the watchdog"),
             },
         }
+    };
+    if let Some(err) = &lost {
+        tracing::error!(error = %err, "stopping: the warehouse cannot be used any more");
+        metrics.warehouse_unusable(err.to_string());
     }
     tracing::info!(
         running = dispatcher.passes.len(),

@@ -56,6 +56,11 @@ impl Warehouse {
     /// Writes a consistent copy of the warehouse to `dest` (refused if something is there,
     /// unless `overwrite`): one self-contained file, without a `-wal` of its own.
     pub fn backup_to(&self, dest: &Path, overwrite: bool) -> Result<BackupReport, WarehouseError> {
+        if same_file(dest, &self.path) {
+            return Err(WarehouseError::BackupOverWarehouse {
+                path: dest.to_owned(),
+            });
+        }
         if !overwrite && dest.symlink_metadata().is_ok() {
             return Err(WarehouseError::BackupExists {
                 path: dest.to_owned(),
@@ -214,22 +219,31 @@ fn contents(conn: &Connection, path: &Path) -> Result<Contents, WarehouseError> 
     })
 }
 
-/// The restored file gets the old warehouse's owner and mode (`sudo callsync restore` must
-/// not leave a file the service user cannot write).
+/// The restored file gets the old warehouse's owner and mode, or without one its directory's
+/// owner (`sudo callsync restore` must not leave a file the service user cannot write).
 fn keep_owner_and_mode(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(old) = std::fs::metadata(target) else {
-        return Ok(());
-    };
     let io = |source| WarehouseError::Io {
         path: staged.to_owned(),
         step: "set the owner and mode of",
         source,
     };
-    std::fs::set_permissions(staged, old.permissions()).map_err(io)?;
+    let owner = match std::fs::metadata(target) {
+        Ok(old) => {
+            std::fs::set_permissions(staged, old.permissions()).map_err(io)?;
+            old
+        }
+        Err(_) => match target.parent().map(std::fs::metadata) {
+            Some(Ok(dir)) => dir,
+            _ => return Ok(()),
+        },
+    };
     let new = std::fs::metadata(staged).map_err(io)?;
-    if (new.uid(), new.gid()) != (old.uid(), old.gid()) {
-        std::os::unix::fs::chown(staged, Some(old.uid()), Some(old.gid())).map_err(io)?;
+    // Only root may give a file away; anyone else restores as themselves.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && (new.uid(), new.gid()) != (owner.uid(), owner.gid()) {
+        std::os::unix::fs::chown(staged, Some(owner.uid()), Some(owner.gid())).map_err(io)?;
     }
     Ok(())
 }
@@ -288,6 +302,14 @@ fn file_len(path: &Path) -> Result<u64, WarehouseError> {
             step: "read the size of",
             source,
         })
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use super::FileIdentity;
+    matches!(
+        (FileIdentity::of_path(a), FileIdentity::of_path(b)),
+        (Ok(Some(a)), Ok(Some(b))) if a == b
+    )
 }
 
 /// `.<name>.<what>-<pid>` beside `path`: same directory, so the final rename is atomic.

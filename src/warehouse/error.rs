@@ -59,6 +59,11 @@ pub enum WarehouseError {
         path.display()
     )]
     BackupExists { path: PathBuf },
+    #[error(
+        "{} is the warehouse itself; back up to another path (to put a backup back, use `callsync restore`)",
+        path.display()
+    )]
+    BackupOverWarehouse { path: PathBuf },
     #[error("cannot restore {}: {problem}; choose an intact callsync backup", path.display())]
     BadBackup { path: PathBuf, problem: String },
     #[error(

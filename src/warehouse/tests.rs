@@ -353,6 +353,11 @@ fn a_backup_restored_replaces_the_warehouse_whole() {
         )
     );
     w.backup_to(&copy, true).unwrap();
+    let over_itself = w.backup_to(&path, true).unwrap_err();
+    assert!(
+        matches!(over_itself, WarehouseError::BackupOverWarehouse { .. }),
+        "{over_itself}"
+    );
     write(
         &mut w,
         &[call(call_json(2, "2026-01-01T00:20:00Z", 1))],

@@ -525,3 +525,40 @@ async fn the_daemon_stops_with_an_error_when_another_file_is_moved_over_its_ware
     // The daemon wrote nothing into the file now at the path.
     assert_eq!(std::fs::metadata(env.warehouse_path()).unwrap().len(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 40,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let db = env.warehouse_path();
+    let engine = callsync::sync::Engine::start(&env.config).expect("engine");
+    let other = db.with_file_name("other.db");
+    std::fs::write(&other, b"").expect("written");
+    std::fs::rename(&other, &db).expect("mv");
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let report = engine
+        .run_pass(
+            s[0],
+            &plan,
+            &tokio_util::sync::CancellationToken::new(),
+            &callsync::sync::Quiet,
+        )
+        .await;
+    assert_eq!(
+        report.result,
+        callsync::sync::PassResult::Failed(format!(
+            "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+            db.display()
+        ))
+    );
+    assert!(env.sim.requests().is_empty(), "nothing was read");
+    engine.close().await;
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
+    let wal = std::fs::metadata(format!("{}-wal", db.display())).unwrap();
+    assert_eq!(wal.len(), 0, "no frame left to replay onto the new file");
+}

@@ -11,7 +11,7 @@ mod bad_page;
 mod crash;
 // backup and restore on the binary.
 mod backup;
-// A warehouse callsync cannot write: refused at start, warned about by status.
+// A warehouse callsync cannot write: refused at start, warned about by status; file owners.
 mod writable;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
 mod backfill;

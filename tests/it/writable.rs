@@ -1,5 +1,6 @@
 //! A warehouse callsync cannot write: `run`, `sync` and `backfill` refuse to start with one line
-//! naming the file or directory; `status` warns that passes may have failed unrecorded.
+//! naming the file or directory; `status` warns that passes may have failed unrecorded; a
+//! restore run as root leaves the warehouse to its user.
 //!
 //! "Cannot write" is made for the child process as the test's user allows: as root (who may
 //! write anything) the child runs as `nobody` on root's files; otherwise the test takes the
@@ -26,7 +27,7 @@ fn chmod(path: &Path, mode: u32) {
 }
 
 /// `callsync args`, as `nobody` when the test runs as root.
-async fn callsync_without_write_access(args: &[&str]) -> Output {
+async fn callsync_as_nobody_if_root(args: &[&str]) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"));
     command.args(args).env_remove("RUST_LOG").kill_on_drop(true);
     if running_as_root() {
@@ -69,7 +70,7 @@ async fn run_and_sync_refuse_a_read_only_warehouse_file_naming_it() {
         chmod(&db, 0o444);
     }
     let expected = not_writable(&db, "the file", &db);
-    let out = callsync_without_write_access(&["--config", &c, "sync"]).await;
+    let out = callsync_as_nobody_if_root(&["--config", &c, "sync"]).await;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -78,7 +79,7 @@ async fn run_and_sync_refuse_a_read_only_warehouse_file_naming_it() {
             db.display()
         )
     );
-    let out = callsync_without_write_access(&["--config", &c, "run"]).await;
+    let out = callsync_as_nobody_if_root(&["--config", &c, "run"]).await;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
@@ -102,7 +103,7 @@ async fn sync_refuses_a_warehouse_in_a_read_only_directory_naming_it() {
     } else {
         chmod(env.dir.path(), 0o555);
     }
-    let out = callsync_without_write_access(&["--config", &c, "sync"]).await;
+    let out = callsync_as_nobody_if_root(&["--config", &c, "sync"]).await;
     chmod(env.dir.path(), 0o755);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
@@ -140,4 +141,43 @@ async fn status_warns_that_passes_may_have_failed_unrecorded_on_a_read_only_ware
         table.contains(": ok; 1 pages, 20 calls seen, 20 written"),
         "{table}"
     );
+}
+
+/// `sudo callsync restore`: the restored warehouse and its WAL files belong to the service
+/// user, as the old one did. Only root can give files away, so only root can check it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_run_as_root_keeps_the_warehouse_owned_by_its_user() {
+    use std::os::unix::fs::MetadataExt;
+    if !running_as_root() {
+        return;
+    }
+    let (env, c) = synced().await;
+    let db = env.warehouse_path();
+    let copy = env.dir.path().join("copy.db");
+    let wal_files = [
+        format!("{}-wal", db.display()),
+        format!("{}-shm", db.display()),
+    ];
+    for file in [db.display().to_string()].iter().chain(&wal_files) {
+        std::os::unix::fs::chown(file, Some(NOBODY), Some(NOBODY)).expect("chown");
+    }
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", &c, "backup", copy.to_str().unwrap()])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", &c, "restore", copy.to_str().unwrap()])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for file in [db.display().to_string()].iter().chain(&wal_files) {
+        let meta = std::fs::metadata(file).expect("exists");
+        assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY), "{file}");
+    }
+    // And the service user can sync into it.
+    let out = callsync_as_nobody_if_root(&["--config", &c, "sync"]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
