@@ -382,6 +382,29 @@ fn a_backup_restored_replaces_the_warehouse_whole() {
 }
 
 #[test]
+fn no_writer_opens_the_warehouse_while_a_restore_holds_it() {
+    use file_lock::{FileLock, LockByte, LockMode};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    drop(open(&dir));
+    let restoring = FileLock::try_lock(&path, LockByte::Warehouse, LockMode::Exclusive).unwrap();
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the warehouse {} is being restored by `callsync restore`; run this again when it has finished",
+            path.display()
+        )
+    );
+    // Readers are not held back.
+    Warehouse::open_read_only(&path).unwrap();
+    drop(restoring);
+    drop(open(&dir));
+}
+
+#[test]
 fn a_restore_refuses_what_is_not_an_intact_callsync_warehouse() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
