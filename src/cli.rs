@@ -447,7 +447,9 @@ fn backup(config: &Config, dest: &std::path::Path, force: bool) -> Result<ExitCo
     let report = warehouse
         .backup_to(dest, force)
         .with_context(|| format!("cannot back up the warehouse {}", path.display()))?;
-    println!(
+    // Not `println!`: the copy is made, and a closed stdout must not turn that into a panic.
+    let _ = writeln!(
+        std::io::stdout(),
         "backed up {} to {}: {} bytes, {}",
         path.display(),
         report.path.display(),
@@ -465,7 +467,9 @@ fn restore(config: &Config, backup: &std::path::Path) -> Result<ExitCode> {
         .iter()
         .map(|p| p.display().to_string())
         .collect();
-    println!(
+    // Not `println!`: the restore is done, and a closed stdout must not turn that into a panic.
+    let _ = writeln!(
+        std::io::stdout(),
         "restored {} into {}: {} bytes, {}; {}",
         backup.display(),
         path.display(),

@@ -165,7 +165,8 @@ fn open_locked(
             });
         }
     };
-    // The lock is on whatever the path named when it was taken: the file opened must be it.
+    // The lock is on whatever the path named when it was taken: a restore that renamed a
+    // file into place meanwhile is noticed here rather than at the first pass.
     check_in_place(path, in_use.identity())?;
     Ok((conn, in_use, before))
 }
