@@ -54,6 +54,37 @@ pub fn unwritable_for_owner(path: &Path) -> Option<String> {
     })
 }
 
+/// Creates the warehouse file when there is none yet, owned — when root creates it — by
+/// its directory's owner: `sudo callsync backfill` on a new warehouse must not leave a file the
+/// service user cannot write. SQLite then opens the empty file as an empty database and, as
+/// root, gives its `-wal` and `-shm` the file's owner.
+pub fn create_owned_by_directory(path: &Path) -> Result<(), WarehouseError> {
+    let io = |source| WarehouseError::Io {
+        path: path.to_owned(),
+        step: "create the warehouse",
+        source,
+    };
+    use std::os::unix::fs::OpenOptionsExt;
+    // A new file: no SQLite connection of this process has it open, so closing this
+    // descriptor drops no lock of theirs. 0644 before the umask, as SQLite creates files.
+    let file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(err) => return Err(io(err)),
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let dir = std::fs::metadata(directory_of(path)).map_err(io)?;
+    std::os::unix::fs::fchown(&file, Some(dir.uid()), Some(dir.gid())).map_err(io)
+}
+
 fn writable(file: &Path, what: &'static str, warehouse: &Path) -> Result<(), WarehouseError> {
     let Ok(c_path) = CString::new(file.as_os_str().as_bytes()) else {
         return Ok(()); // a NUL in the path: SQLite's own open reports it

@@ -149,6 +149,7 @@ fn open_locked(
     busy_timeout: Duration,
 ) -> Result<(Connection, FileLock, usize), WarehouseError> {
     access::check_writable(path)?;
+    access::create_owned_by_directory(path)?;
     let (conn, before) = schema::open_for_writing(path, busy_timeout)?;
     let in_use = match FileLock::try_lock(path, LockByte::Warehouse, LockMode::Shared) {
         Ok(lock) => lock,

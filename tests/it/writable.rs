@@ -181,3 +181,44 @@ async fn a_restore_run_as_root_keeps_the_warehouse_owned_by_its_user() {
     let out = callsync_as_nobody_if_root(&["--config", &c, "sync"]).await;
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
+
+/// `sudo callsync migrate` (or `backfill`) creating the warehouse in the service user's
+/// directory leaves it, and its `-wal` and `-shm`, to that user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warehouse_created_by_root_belongs_to_its_directorys_owner() {
+    use std::os::unix::fs::MetadataExt;
+    if !running_as_root() {
+        return;
+    }
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let state = env.dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(NOBODY), Some(NOBODY)).unwrap();
+    chmod(env.dir.path(), 0o755);
+    let config = std::fs::read_to_string(env.write_config("")).unwrap();
+    let db = env.warehouse_path();
+    let moved = state.join("callsync.db");
+    let text = config.replace(&db.display().to_string(), &moved.display().to_string());
+    let c = env.dir.path().join("state.toml");
+    std::fs::write(&c, text).unwrap();
+    chmod(&c, 0o644);
+    let c = c.to_str().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", c, "migrate"])
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for suffix in ["", "-wal", "-shm"] {
+        let file = format!("{}{suffix}", moved.display());
+        let meta = std::fs::metadata(&file).expect("exists");
+        assert_eq!((meta.uid(), meta.gid()), (NOBODY, NOBODY), "{file}");
+    }
+    let out = callsync_as_nobody_if_root(&["--config", c, "sync"]).await;
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
