@@ -562,3 +562,39 @@ async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
     let wal = std::fs::metadata(format!("{}-wal", db.display())).unwrap();
     assert_eq!(wal.len(), 0, "no frame left to replay onto the new file");
 }
+
+/// What systemd sees: `callsync run` exits 1 with one line naming the warehouse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callsync_run_exits_1_naming_a_deleted_warehouse() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("cron = \"* * * * * *\"");
+    let daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env_remove("RUST_LOG")
+        .env("CALLSYNC_LOG__LEVEL", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("callsync runs");
+    let s = env.schedules()[0];
+    wait_for("a pass", || finished_passes(&env, s) >= 1).await;
+    std::fs::remove_file(env.warehouse_path()).expect("rm");
+    let out = tokio::time::timeout(PATIENCE, daemon.wait_with_output())
+        .await
+        .expect("the daemon stops by itself")
+        .expect("waited");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`\n",
+            env.warehouse_path().display()
+        )
+    );
+}
