@@ -73,6 +73,19 @@ enum Command {
     },
     /// Apply pending warehouse migrations, then exit
     Migrate,
+    /// Write a consistent copy of the warehouse to PATH (safe while the daemon runs)
+    Backup {
+        /// Where to write the copy (one self-contained SQLite file)
+        path: PathBuf,
+        /// Overwrite PATH if it exists
+        #[arg(long)]
+        force: bool,
+    },
+    /// Replace the warehouse with the backup at PATH (stop the daemon first)
+    Restore {
+        /// The backup to restore (made by `callsync backup`)
+        path: PathBuf,
+    },
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
     #[command(flatten)]
@@ -236,6 +249,8 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Status { json } => status(&config, json),
         Command::Migrate => migrate(&config),
         Command::Service(command) => campaign::run(&config, command).await,
+        Command::Backup { path, force } => backup(&config, &path, force),
+        Command::Restore { path } => restore(&config, &path),
         Command::Simulate(_) | Command::Demo { .. } => {
             unreachable!("handled before the configuration is loaded")
         }
@@ -249,10 +264,13 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     let cancel = cancel_on_signal()?;
     refuse_reload_on_sighup();
     let path = config.warehouse.path.clone();
-    crate::daemon::run(config, cancel.cancelled_owned())
-        .await
-        .with_context(|| format!("the daemon could not start on {}", path.display()))?;
-    Ok(ExitCode::SUCCESS)
+    match crate::daemon::run(config, cancel.cancelled_owned()).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // It ran, then stopped: the error names the warehouse and what to do.
+        Err(lost @ crate::daemon::DaemonError::WarehouseUnusable(_)) => Err(lost.into()),
+        Err(err) => Err(anyhow::Error::new(err)
+            .context(format!("the daemon could not start on {}", path.display()))),
+    }
 }
 
 async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode> {
@@ -332,6 +350,7 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let rows = warehouse
         .status()
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
+    warn_if_read_only(path);
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
@@ -341,6 +360,17 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
+/// passes either, so the last pass shown may be older than failures it could not record.
+/// On stderr, so that `--json` stays parseable.
+fn warn_if_read_only(path: &std::path::Path) {
+    if let Some(why) = crate::warehouse::unwritable_for_owner(path) {
+        eprintln!(
+            "warning: {why}: callsync cannot record its passes there, so passes since then may have failed unrecorded and those below be out of date; make it writable again and see the daemon's log (journalctl -u callsync)"
+        );
+    }
 }
 
 fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
@@ -395,9 +425,10 @@ fn replace_checkpoint(
     cursor: Option<Timestamp>,
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
     let path = &config.warehouse.path;
-    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
     let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)
         .with_context(|| format!("cannot open the warehouse {}", path.display()))?;
+    // The lock is on the warehouse file itself, which exists once it is open.
+    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
     Ok(warehouse.replace_checkpoint(schedule, cursor)?)
 }
 
@@ -410,6 +441,50 @@ fn migrate(config: &Config) -> Result<ExitCode> {
         path.display(),
         report.from,
         report.to
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn backup(config: &Config, dest: &std::path::Path, force: bool) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    // Every error opening it names the path already.
+    let warehouse = Warehouse::open_read_only(path)?;
+    let report = warehouse
+        .backup_to(dest, force)
+        .with_context(|| format!("cannot back up the warehouse {}", path.display()))?;
+    // Not `println!`: the copy is made, and a closed stdout must not turn that into a panic.
+    let _ = writeln!(
+        std::io::stdout(),
+        "backed up {} to {}: {} bytes, {}",
+        path.display(),
+        report.path.display(),
+        report.bytes,
+        report.contents
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn restore(config: &Config, backup: &std::path::Path) -> Result<ExitCode> {
+    let path = &config.warehouse.path;
+    let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
+    let removed: Vec<String> = report
+        .removed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    // Not `println!`: the restore is done, and a closed stdout must not turn that into a panic.
+    let _ = writeln!(
+        std::io::stdout(),
+        "restored {} into {}: {} bytes, {}; {}",
+        backup.display(),
+        path.display(),
+        report.bytes,
+        report.contents,
+        if removed.is_empty() {
+            "no old WAL files to remove".to_owned()
+        } else {
+            format!("removed the old {}", removed.join(" and "))
+        }
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -6,8 +6,8 @@
 //! ended behind. `/healthz` fails (503) when a schedule has neither completed a pass nor
 //! committed a page for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not
 //! seconds, so a cron with long quiet hours is not flagged overnight —, when a schedule is
-//! falling behind (`FALLING_BEHIND_PASSES` passes in a row ended behind), or when the
-//! scheduler itself has stopped firing.
+//! falling behind (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the
+//! scheduler itself has stopped firing, or when the warehouse was deleted, replaced or made read-only.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -43,6 +43,8 @@ struct Figures {
     /// Passes in a row that ended behind, and what slowed the latest down.
     behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
     freshness: BTreeMap<Uuid, Freshness>,
+    /// Why the daemon is stopping: its warehouse was deleted, replaced or made read-only.
+    warehouse_unusable: Option<String>,
 }
 
 impl Figures {
@@ -73,6 +75,17 @@ impl Metrics {
             figures: Mutex::default(),
             schedules,
         }
+    }
+
+    /// The warehouse is gone from its path or read-only: unhealthy until the daemon has exited.
+    pub fn warehouse_unusable(&self, why: String) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.warehouse_unusable = Some(why);
+    }
+
+    fn lost(&self) -> Option<String> {
+        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.warehouse_unusable.clone()
     }
 
     /// A sync tick fired: every schedule without progress since the previous one ages.
@@ -263,6 +276,9 @@ async fn metrics_page(State(health): State<Health>) -> String {
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
+    if let Some(why) = health.metrics.lost() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+    }
     if let Some(due) = health.clock.missed(STALL_GRACE) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -294,4 +310,28 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
         return (StatusCode::OK, "ok\n".into());
     }
     (StatusCode::SERVICE_UNAVAILABLE, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn healthz_fails_naming_a_lost_warehouse() {
+        let metrics = Arc::new(Metrics::new(vec![Uuid::from_u128(1)]));
+        let clock = TickClock::new("* * * * * *").unwrap();
+        let health = || Health {
+            metrics: metrics.clone(),
+            clock: clock.clone(),
+        };
+        assert_eq!(healthz(State(health())).await.0, StatusCode::OK);
+        metrics.warehouse_unusable("the warehouse /w.db was deleted".into());
+        assert_eq!(
+            healthz(State(health())).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the warehouse /w.db was deleted\n".to_owned()
+            )
+        );
+    }
 }

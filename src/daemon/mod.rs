@@ -6,8 +6,11 @@
 //! that finds a schedule's previous pass still running skips it; a failing schedule backs
 //! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
 //! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
-//! page it is writing, and returns within `sync.shutdown_timeout`. The configuration is read
-//! once; restart to change it (SIGHUP is logged and ignored, see `cli::run_daemon`).
+//! page it is writing, and returns within `sync.shutdown_timeout`. Each tick first checks
+//! that the warehouse's path still names the file it writes into and that it can write it:
+//! if it was deleted, replaced or made read-only, `/healthz` turns 503 and the daemon stops
+//! the same way, then returns an error. The configuration is read once; restart to change
+//! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
 mod metrics;
 mod notify;
@@ -25,7 +28,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
-use crate::warehouse::RunKind;
+use crate::warehouse::{RunKind, WarehouseError};
 
 pub use scheduler::{SchedulerError, Tick};
 
@@ -35,6 +38,11 @@ pub enum DaemonError {
     Sync(#[from] SyncError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
+    /// The warehouse was deleted, replaced or made read-only while the daemon ran: it exits
+    /// non-zero, so systemd restarts it on whatever file the path names now (and a start-up
+    /// on a read-only warehouse fails naming it).
+    #[error(transparent)]
+    WarehouseUnusable(WarehouseError),
     #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
     Metrics {
         listen: std::net::SocketAddr,
@@ -80,12 +88,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tokio::pin!(shutdown);
-    loop {
+    let lost = loop {
         tokio::select! {
-            () = &mut shutdown => break,
-            Some(tick) = ticks.recv() => dispatcher.on_tick(tick),
+            () = &mut shutdown => break None,
+            // Before any pass starts: the warehouse is still the file opened, and writable.
+            Some(tick) = ticks.recv() => match engine.check_warehouse() {
+                Ok(()) => dispatcher.on_tick(tick),
+                Err(err) => break Some(err),
+            },
             Some(done) = dispatcher.passes.join_next_with_id(), if !dispatcher.passes.is_empty() => {
                 dispatcher.on_done(done);
+                // A pass that failed because the warehouse went stops the daemon now, not at
+                // the next tick.
+                if let Err(err) = engine.check_warehouse() {
+                    break Some(err);
+                }
             }
             _ = heartbeat.tick() => match clock.missed(scheduler::STALL_GRACE) {
                 // Fed only while ticks really fire: a stalled scheduler gets us restarted.
@@ -93,6 +110,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 Some(due) => tracing::error!(%due, "the scheduler missed a tick; not feeding the watchdog"),
             },
         }
+    };
+    if let Some(err) = &lost {
+        tracing::error!(error = %err, "stopping: the warehouse cannot be used any more");
+        metrics.warehouse_unusable(err.to_string());
     }
     tracing::info!(
         running = dispatcher.passes.len(),
@@ -117,7 +138,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
     }
-    Ok(())
+    match lost {
+        Some(err) => Err(DaemonError::WarehouseUnusable(err)),
+        None => Ok(()),
+    }
 }
 
 /// Each schedule's place in the daemon.

@@ -21,11 +21,11 @@ pub enum SyncError {
         source: WalkError,
     },
     #[error(
-        "schedule {schedule} is being synced by another callsync process (lock {}); wait for it to finish, or stop it",
+        "schedule {schedule} is being synced by another callsync process (it holds the schedule's lock on {}); wait for it to finish, or stop it",
         path.display()
     )]
     Busy { schedule: Uuid, path: PathBuf },
-    #[error("cannot use the lock file {}: {source}", path.display())]
+    #[error("cannot lock a schedule on the warehouse {}: {source}", path.display())]
     Lock {
         path: PathBuf,
         #[source]

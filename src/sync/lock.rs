@@ -1,59 +1,56 @@
 //! `ScheduleLock`: one process at a time syncs a given schedule.
 //!
-//! An exclusive advisory lock on `<warehouse>.locks/<schedule>.lock`, held for the whole
-//! pass. The operating system releases it when the process dies, even by `kill -9`, so a
-//! crash never leaves a stale lock behind. The daemon and a `backfill` run may share a
-//! warehouse; they may not walk the same schedule at once.
+//! An exclusive lock on one byte of the warehouse file itself, chosen by the schedule's uid
+//! (`warehouse::file_lock`), held for the whole pass. Every path to the warehouse (a symlink,
+//! a hard link) reaches the same file and so the same lock; no lock file is ever created, so a
+//! command run as root leaves nothing the service user cannot open. The operating system
+//! releases the lock when the process dies, even by `kill -9`, so a crash never leaves a
+//! stale lock behind. The daemon and a `backfill` run may share a warehouse; they may not
+//! walk the same schedule at once.
 
-use std::fs::{File, OpenOptions, TryLockError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use uuid::Uuid;
 
 use super::error::SyncError;
+use crate::warehouse::file_lock::{FileLock, LockByte, LockError, LockMode};
 
 #[derive(Debug)]
 pub struct ScheduleLock {
-    _file: File,
+    _lock: FileLock,
 }
 
 impl ScheduleLock {
+    /// Takes `schedule`'s lock on the existing warehouse file at `warehouse`, without waiting.
     pub fn acquire(warehouse: &Path, schedule: Uuid) -> Result<ScheduleLock, SyncError> {
-        let dir = lock_dir(warehouse);
-        let path = dir.join(format!("{schedule}.lock"));
-        let io = |source| SyncError::Lock {
-            path: path.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io)?;
-        match file.try_lock() {
-            Ok(()) => Ok(ScheduleLock { _file: file }),
-            Err(TryLockError::WouldBlock) => Err(SyncError::Busy { schedule, path }),
-            Err(TryLockError::Error(source)) => Err(io(source)),
+        match FileLock::try_lock(warehouse, LockByte::Schedule(schedule), LockMode::Exclusive) {
+            Ok(lock) => Ok(ScheduleLock { _lock: lock }),
+            Err(LockError::Busy) => Err(SyncError::Busy {
+                schedule,
+                path: warehouse.to_owned(),
+            }),
+            Err(LockError::Io(source)) => Err(SyncError::Lock {
+                path: warehouse.to_owned(),
+                source,
+            }),
         }
     }
-}
-
-fn lock_dir(warehouse: &Path) -> PathBuf {
-    let mut name = warehouse.as_os_str().to_owned();
-    name.push(".locks");
-    PathBuf::from(name)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_second_holder_is_refused_until_the_first_lets_go() {
+    fn warehouse() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("w.db");
+        std::fs::write(&db, b"").unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn a_second_holder_is_refused_until_the_first_lets_go() {
+        let (_dir, db) = warehouse();
         let schedule = Uuid::from_u128(7);
         let first = ScheduleLock::acquire(&db, schedule).unwrap();
         let err = ScheduleLock::acquire(&db, schedule).unwrap_err();
@@ -66,5 +63,41 @@ mod tests {
         ScheduleLock::acquire(&db, Uuid::from_u128(8)).unwrap();
         drop(first);
         ScheduleLock::acquire(&db, schedule).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_or_a_hard_link_to_the_warehouse_shares_its_locks() {
+        let (dir, db) = warehouse();
+        let symlink = dir.path().join("alias.db");
+        std::os::unix::fs::symlink(&db, &symlink).unwrap();
+        let other_dir = dir.path().join("elsewhere");
+        std::fs::create_dir(&other_dir).unwrap();
+        let hard_link = other_dir.join("hard.db");
+        std::fs::hard_link(&db, &hard_link).unwrap();
+        let schedule = Uuid::from_u128(7);
+        for (held_through, tried_through) in
+            [(&db, &symlink), (&symlink, &hard_link), (&hard_link, &db)]
+        {
+            let held = ScheduleLock::acquire(held_through, schedule).unwrap();
+            let err = ScheduleLock::acquire(tried_through, schedule).unwrap_err();
+            assert!(matches!(err, SyncError::Busy { .. }), "{err}");
+            drop(held);
+        }
+    }
+
+    #[test]
+    fn locking_creates_no_file() {
+        let (dir, db) = warehouse();
+        let listing = || -> Vec<_> {
+            let mut names: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing();
+        let _held = ScheduleLock::acquire(&db, Uuid::from_u128(7)).unwrap();
+        assert_eq!(listing(), before);
     }
 }

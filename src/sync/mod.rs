@@ -23,7 +23,10 @@ use uuid::Uuid;
 
 use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
-use crate::warehouse::{INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse};
+use crate::warehouse::{
+    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
+    check_usable,
+};
 
 pub use error::{SyncError, error_chain};
 pub use lock::ScheduleLock;
@@ -37,6 +40,8 @@ pub struct Engine {
     settings: SyncConfig,
     detail_concurrency: usize,
     warehouse_path: PathBuf,
+    /// The file the warehouse sink opened (`None` when nothing is written to a file).
+    warehouse_file: Option<FileIdentity>,
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
 }
@@ -226,7 +231,11 @@ impl Engine {
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
-        Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)
+        let opened = warehouse.identity();
+        let mut engine =
+            Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;
+        engine.warehouse_file = opened;
+        Ok(engine)
     }
 
     /// An engine whose passes fetch and count what they would write, and write nothing.
@@ -250,12 +259,23 @@ impl Engine {
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),
             warehouse_path: config.warehouse.path.clone(),
+            warehouse_file: None,
             counts_only,
         })
     }
 
     pub fn warehouse_path(&self) -> &Path {
         &self.warehouse_path
+    }
+
+    /// Fails when the warehouse's path no longer names the file the engine writes into
+    /// (deleted, or another file moved over it: everything written would be lost), or when
+    /// the warehouse has become read-only (no pass could even be recorded).
+    pub fn check_warehouse(&self) -> Result<(), WarehouseError> {
+        match self.warehouse_file {
+            Some(opened) => check_usable(&self.warehouse_path, opened),
+            None => Ok(()),
+        }
     }
 
     pub fn settings(&self) -> &SyncConfig {

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::error::SyncError;
 use super::lock::ScheduleLock;
 use crate::api::{OutboundCall, Timestamp};
-use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse};
+use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, WarehouseError};
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
 /// that goes with them.
@@ -51,11 +51,22 @@ pub trait Sink: Send + 'static {
 }
 
 /// The warehouse: pages written, passes recorded in `sync_runs`, one process per schedule
-/// through a lock file beside it.
+/// through a lock on the file.
 pub struct WarehouseSink(pub Warehouse);
+
+impl WarehouseSink {
+    /// The warehouse, once its path is checked to still name the file it writes into (one
+    /// `stat`): after `rm` or `mv` over it, writing on would be lost, or — as the `-wal` goes
+    /// by the path — replayed onto the file now there.
+    fn in_place(&mut self) -> Result<&mut Warehouse, WarehouseError> {
+        self.0.check_in_place()?;
+        Ok(&mut self.0)
+    }
+}
 
 impl Sink for WarehouseSink {
     fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+        self.0.check_in_place()?;
         Ok(Claim(Box::new(ScheduleLock::acquire(
             self.0.path(),
             schedule,
@@ -72,17 +83,22 @@ impl Sink for WarehouseSink {
         kind: RunKind,
         started_at: Timestamp,
     ) -> Result<Option<RunId>, SyncError> {
-        Ok(Some(self.0.start_run(schedule, kind, started_at)?))
+        Ok(Some(
+            self.in_place()?.start_run(schedule, kind, started_at)?,
+        ))
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
-        Ok(self
-            .0
-            .write_page(page.schedule, &page.calls, page.checkpoint, page.synced_at)?)
+        Ok(self.in_place()?.write_page(
+            page.schedule,
+            &page.calls,
+            page.checkpoint,
+            page.synced_at,
+        )?)
     }
 
     fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
-        Ok(self.0.finish_run(run, record)?)
+        Ok(self.in_place()?.finish_run(run, record)?)
     }
 }
 

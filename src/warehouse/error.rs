@@ -39,6 +39,56 @@ pub enum WarehouseError {
         found: usize,
         supported: usize,
     },
+    #[error(
+        "the warehouse {} is being restored by `callsync restore`; run this again when it has finished",
+        path.display()
+    )]
+    Restoring { path: PathBuf },
+    #[error(
+        "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`",
+        path.display()
+    )]
+    Deleted { path: PathBuf },
+    #[error(
+        "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+        path.display()
+    )]
+    Replaced { path: PathBuf },
+    #[error(
+        "{} already exists; choose another path, or pass --force to overwrite it",
+        path.display()
+    )]
+    BackupExists { path: PathBuf },
+    #[error(
+        "{} is the warehouse itself; back up to another path (to put a backup back, use `callsync restore`)",
+        path.display()
+    )]
+    BackupOverWarehouse { path: PathBuf },
+    #[error("cannot restore {}: {problem}; choose an intact callsync backup", path.display())]
+    BadBackup { path: PathBuf, problem: String },
+    #[error(
+        "the warehouse {} is in use by another callsync process (the daemon, sync, backfill or checkpoint); stop it (systemctl stop callsync) and run restore again",
+        path.display()
+    )]
+    InUse { path: PathBuf },
+    #[error(
+        "cannot write the warehouse {}: {what} {} is not writable ({source}); give the user callsync runs as write permission on it, or choose a writable warehouse.path",
+        warehouse.display(), path.display()
+    )]
+    NotWritable {
+        warehouse: PathBuf,
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot {step} {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        step: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("warehouse: {step}: {source}")]
     Sql {
         step: &'static str,

@@ -2,10 +2,15 @@
 //!
 //! Synchronous rusqlite, no tokio: the sync engine owns one [`Warehouse`] on its writer
 //! thread. Opening sets WAL (readers never block the writer nor see half a page), a busy
-//! timeout, foreign keys and a persistent WAL, and applies `migrations/`. Only this module
-//! speaks SQL; `rows.rs` is the one place where a model field becomes a column.
+//! timeout, foreign keys and a persistent WAL, and applies `migrations/`; a writer holds the
+//! warehouse's shared lock (`file_lock.rs`) until it closes, and closing empties the WAL, so
+//! the file alone is the whole warehouse once callsync has stopped. Only this module speaks
+//! SQL; `rows.rs` is the one place where a model field becomes a column.
 
+mod access;
+mod backup;
 mod error;
+pub mod file_lock;
 mod ledger;
 mod queries;
 mod rows;
@@ -18,6 +23,11 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+pub use file_lock::FileIdentity;
+use file_lock::{FileLock, LockByte, LockError, LockMode};
+
+pub use access::unwritable_for_owner;
+pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
 pub use queries::{
@@ -30,6 +40,9 @@ pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, R
 pub struct Warehouse {
     conn: Connection,
     path: PathBuf,
+    /// A writer's shared lock on the file: `restore` waits for every writer to be gone. It
+    /// also says which file was opened, to notice the path being deleted or replaced.
+    in_use: Option<FileLock>,
 }
 
 /// What `write_page` did.
@@ -49,10 +62,11 @@ pub struct MigrationReport {
 impl Warehouse {
     /// Opens or creates the warehouse and applies pending migrations.
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Warehouse, WarehouseError> {
-        let (conn, _) = schema::open_for_writing(path, busy_timeout)?;
+        let (conn, in_use, _) = open_locked(path, busy_timeout)?;
         Ok(Warehouse {
             conn,
             path: path.to_owned(),
+            in_use: Some(in_use),
         })
     }
 
@@ -61,6 +75,7 @@ impl Warehouse {
         Ok(Warehouse {
             conn: schema::open_read_only(path)?,
             path: path.to_owned(),
+            in_use: None,
         })
     }
 
@@ -73,12 +88,14 @@ impl Warehouse {
         Ok(Warehouse {
             conn: schema::open_in_memory()?,
             path: path.to_owned(),
+            in_use: None,
         })
     }
 
     /// Applies pending migrations and says from which version to which.
     pub fn migrate(path: &Path, busy_timeout: Duration) -> Result<MigrationReport, WarehouseError> {
-        let (_, from) = schema::open_for_writing(path, busy_timeout)?;
+        let (conn, _in_use, from) = open_locked(path, busy_timeout)?;
+        close_cleanly(&conn);
         Ok(MigrationReport {
             from,
             to: schema::latest_version(),
@@ -87,6 +104,105 @@ impl Warehouse {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file this writer opened; `None` for a read-only or in-memory warehouse.
+    pub fn identity(&self) -> Option<FileIdentity> {
+        self.in_use.as_ref().map(FileLock::identity)
+    }
+
+    /// Fails when the path no longer names the file this writer opened (deleted, or another
+    /// file moved over it): what it writes would then be lost.
+    pub fn check_in_place(&self) -> Result<(), WarehouseError> {
+        match self.identity() {
+            Some(opened) => check_in_place(&self.path, opened),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Fails when `path` no longer names the file `opened`, or this process could not write it.
+pub fn check_usable(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
+    check_in_place(path, opened)?;
+    access::check_writable(path)
+}
+
+/// Fails when `path` no longer names the file `opened`.
+fn check_in_place(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
+    let now = FileIdentity::of_path(path).map_err(|source| WarehouseError::Io {
+        path: path.to_owned(),
+        step: "check the warehouse",
+        source,
+    })?;
+    match now {
+        Some(now) if now == opened => Ok(()),
+        Some(_) => Err(WarehouseError::Replaced {
+            path: path.to_owned(),
+        }),
+        None => Err(WarehouseError::Deleted {
+            path: path.to_owned(),
+        }),
+    }
+}
+
+/// Opens `path` for writing with the writers' shared lock; refused while `restore` runs.
+fn open_locked(
+    path: &Path,
+    busy_timeout: Duration,
+) -> Result<(Connection, FileLock, usize), WarehouseError> {
+    access::check_writable(path)?;
+    access::create_owned_by_directory(path)?;
+    let (conn, before) = schema::open_for_writing(path, busy_timeout)?;
+    let in_use = match FileLock::try_lock(path, LockByte::Warehouse, LockMode::Shared) {
+        Ok(lock) => lock,
+        Err(LockError::Busy) => {
+            return Err(WarehouseError::Restoring {
+                path: path.to_owned(),
+            });
+        }
+        Err(LockError::Io(source)) => {
+            return Err(WarehouseError::Io {
+                path: path.to_owned(),
+                step: "lock the warehouse",
+                source,
+            });
+        }
+    };
+    // The lock is on whatever the path named when it was taken: a restore that renamed a
+    // file into place meanwhile is noticed here rather than at the first pass.
+    check_in_place(path, in_use.identity())?;
+    Ok((conn, in_use, before))
+}
+
+/// Moves every page of the WAL into the database and empties it, so that the file alone is
+/// the whole warehouse (a copy of it is complete, and a stale WAL is never replayed onto a
+/// restored file). The `-wal` file itself stays, for read-only readers. Best effort: a
+/// reader still on an old snapshot keeps the frames it reads, and the next close empties it.
+fn close_cleanly(conn: &Connection) {
+    let emptied = conn
+        .busy_timeout(CLOSE_CHECKPOINT_WAIT)
+        // Also makes SQLite's own checkpoint on the last close truncate the WAL to 0 bytes.
+        .and_then(|()| conn.pragma_update(None, "journal_size_limit", 0))
+        .and_then(|()| {
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        });
+    match emptied {
+        Ok(0) => {}
+        Ok(_) => tracing::info!("the WAL was not emptied on close: a reader is still using it"),
+        Err(err) => tracing::warn!(error = %err, "cannot empty the WAL on close"),
+    }
+}
+
+/// How long closing waits for readers to leave the WAL before leaving it for the next close.
+const CLOSE_CHECKPOINT_WAIT: Duration = Duration::from_secs(2);
+
+impl Drop for Warehouse {
+    fn drop(&mut self) {
+        if self.in_use.is_some() {
+            close_cleanly(&self.conn);
+        }
     }
 }
 

@@ -123,7 +123,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
     }
 }
 
-fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
+pub(super) fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
         .map_err(|source| WarehouseError::Migrate {

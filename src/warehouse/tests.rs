@@ -261,6 +261,186 @@ fn wal_persists_so_read_only_users_can_open_after_the_writer_stops() {
     assert_eq!(r.status().unwrap()[0].calls, 1);
 }
 
+fn calls_in(path: &std::path::Path) -> Vec<String> {
+    let r = Warehouse::open_read_only(path).unwrap();
+    let check: String = r
+        .conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let mut stmt = r
+        .conn
+        .prepare("SELECT uid FROM calls ORDER BY uid")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn a_clean_close_empties_the_wal_so_a_file_copied_back_is_not_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let wal = dir.path().join("w.db-wal");
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 2))],
+        None,
+    );
+    drop(w);
+    assert_eq!(
+        std::fs::metadata(&wal).unwrap().len(),
+        0,
+        "the WAL is kept, empty"
+    );
+    std::fs::copy(&path, dir.path().join("old.db")).unwrap();
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:20:00Z", 3))],
+        None,
+    );
+    write(
+        &mut w,
+        &[call(call_json(2, "2026-01-01T00:20:00Z", 3))],
+        None,
+    );
+    drop(w);
+    // What an operator does with a copy: put it back while callsync is stopped.
+    std::fs::copy(dir.path().join("old.db"), &path).unwrap();
+    drop(open(&dir));
+    assert_eq!(calls_in(&path), vec![uid(1)]);
+    let attempts: i64 = open(&dir)
+        .conn
+        .query_row("SELECT count(*) FROM call_attempts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(attempts, 2, "the copy's rows, not the later ones");
+}
+
+#[test]
+fn a_backup_restored_replaces_the_warehouse_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let copy = dir.path().join("copy.db");
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 1))],
+        Some("2026-01-01T00:10:00Z"),
+    );
+    let report = w.backup_to(&copy, false).unwrap();
+    assert_eq!(
+        report.contents,
+        Contents {
+            schema_version: schema::latest_version(),
+            schedules: 1,
+            calls: 1
+        }
+    );
+    assert_eq!(report.bytes, std::fs::metadata(&copy).unwrap().len());
+    assert!(
+        !dir.path().join("copy.db-wal").exists(),
+        "a backup is one file"
+    );
+    let again = w.backup_to(&copy, false).unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        format!(
+            "{} already exists; choose another path, or pass --force to overwrite it",
+            copy.display()
+        )
+    );
+    w.backup_to(&copy, true).unwrap();
+    let over_itself = w.backup_to(&path, true).unwrap_err();
+    assert!(
+        matches!(over_itself, WarehouseError::BackupOverWarehouse { .. }),
+        "{over_itself}"
+    );
+    write(
+        &mut w,
+        &[call(call_json(2, "2026-01-01T00:20:00Z", 1))],
+        Some("2026-01-01T00:20:00Z"),
+    );
+    // A writer has the warehouse open: the restore waits for it to be gone.
+    let busy = restore(&copy, &path, Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(busy, WarehouseError::InUse { .. }), "{busy}");
+    drop(w);
+    let report = restore(&copy, &path, Duration::from_secs(5)).unwrap();
+    assert_eq!(report.contents.calls, 1);
+    assert_eq!(
+        report.removed,
+        vec![dir.path().join("w.db-wal"), dir.path().join("w.db-shm")]
+    );
+    assert_eq!(calls_in(&path), vec![uid(1)]);
+    let w = open(&dir);
+    assert_eq!(
+        w.checkpoint(SCHEDULE).unwrap().unwrap().cursor,
+        ts("2026-01-01T00:10:00Z")
+    );
+}
+
+#[test]
+fn no_writer_opens_the_warehouse_while_a_restore_holds_it() {
+    use file_lock::{FileLock, LockByte, LockMode};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    drop(open(&dir));
+    let restoring = FileLock::try_lock(&path, LockByte::Warehouse, LockMode::Exclusive).unwrap();
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the warehouse {} is being restored by `callsync restore`; run this again when it has finished",
+            path.display()
+        )
+    );
+    // Readers are not held back.
+    Warehouse::open_read_only(&path).unwrap();
+    drop(restoring);
+    drop(open(&dir));
+}
+
+#[test]
+fn a_restore_refuses_what_is_not_an_intact_callsync_warehouse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    drop(open(&dir));
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "not a database at all, just some text that is long enough",
+    )
+    .unwrap();
+    let other = dir.path().join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    for (backup, problem) in [
+        (&text, "file is not a database"),
+        (&other, "it is not a callsync warehouse"),
+        (&dir.path().join("missing.db"), "no such file"),
+    ] {
+        let err = restore(backup, &path, Duration::from_secs(5)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot restore {}: {problem}; choose an intact callsync backup",
+                backup.display()
+            )
+        );
+    }
+    assert_eq!(
+        calls_in(&path),
+        Vec::<String>::new(),
+        "the warehouse is untouched"
+    );
+}
+
 #[test]
 fn a_warehouse_from_a_newer_callsync_is_refused() {
     let dir = tempfile::tempdir().unwrap();

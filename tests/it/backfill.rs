@@ -97,6 +97,8 @@ async fn a_second_process_on_the_same_schedule_is_refused_clearly() {
     })
     .await;
     let s = env.schedules();
+    // Another process with the warehouse open holds the schedule's lock (on the file itself).
+    env.create_warehouse();
     let _held = ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     // Skipped, not failed: nothing is wrong with the schedule, and the daemon must not back
     // off from it while a backfill holds it.
@@ -107,6 +109,60 @@ async fn a_second_process_on_the_same_schedule_is_refused_clearly() {
         error.contains("is being synced by another callsync process"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_through_a_symlink_or_hard_link_of_the_warehouse_is_refused_too() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let db = env.warehouse_path();
+    env.create_warehouse();
+    let _held = ScheduleLock::acquire(&db, s[0]).expect("lock");
+    let config = std::fs::read_to_string(env.write_config("")).unwrap();
+    let symlink = env.dir.path().join("alias.db");
+    std::os::unix::fs::symlink(&db, &symlink).unwrap();
+    let elsewhere = env.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let hard_link = elsewhere.join("hard.db");
+    std::fs::hard_link(&db, &hard_link).unwrap();
+    for alias in [&symlink, &hard_link] {
+        let alias_config = env.dir.path().join("alias.toml");
+        let text = config.replace(
+            &format!("path = \"{}\"", db.display()),
+            &format!("path = \"{}\"", alias.display()),
+        );
+        std::fs::write(&alias_config, text).unwrap();
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+            .args([
+                "--config",
+                alias_config.to_str().unwrap(),
+                "backfill",
+                "--schedule",
+                &s[0].to_string(),
+            ])
+            .env_remove("RUST_LOG")
+            .env("CALLSYNC_LOG__LEVEL", "info")
+            .output()
+            .await
+            .expect("callsync runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&format!(
+                "schedule {} is being synced by another callsync process (it holds the schedule's lock on {})",
+                s[0],
+                alias.display()
+            )),
+            "{err}"
+        );
+    }
+    // Nothing was read through either alias.
+    assert!(env.sim.requests().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -431,6 +431,7 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     env.config.sync.cron = "* * * * * *".into();
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock until s[1] has synced three times.
+    env.create_warehouse();
     let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let mut released = None;
     let mut held = Some(held);
@@ -463,4 +464,137 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
         held_runs.len()
     );
     env.assert_matches_truth(&s);
+}
+
+/// Runs the daemon on a 1-second cron until its first passes are recorded, does `what` to
+/// the warehouse's path, and returns the error the daemon stopped with.
+async fn stopped_by(what: impl FnOnce(&std::path::Path)) -> (TestEnv, String) {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 40,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.cron = "* * * * * *".into();
+    let daemon = tokio::spawn(callsync::daemon::run(
+        env.config.clone(),
+        std::future::pending(),
+    ));
+    wait_for("a pass of every schedule", || {
+        env.schedules()
+            .iter()
+            .all(|s| finished_passes(&env, *s) >= 1)
+    })
+    .await;
+    what(&env.warehouse_path());
+    let ended = tokio::time::timeout(PATIENCE, daemon)
+        .await
+        .expect("the daemon stops by itself")
+        .expect("joined");
+    let err = ended.expect_err("the daemon fails");
+    (env, err.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stops_with_an_error_when_its_warehouse_is_deleted() {
+    let (env, err) = stopped_by(|db| std::fs::remove_file(db).expect("rm")).await;
+    assert_eq!(
+        err,
+        format!(
+            "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`",
+            env.warehouse_path().display()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_stops_with_an_error_when_another_file_is_moved_over_its_warehouse() {
+    let (env, err) = stopped_by(|db| {
+        let other = db.with_file_name("other.db");
+        std::fs::write(&other, b"").expect("written");
+        std::fs::rename(&other, db).expect("mv");
+    })
+    .await;
+    assert_eq!(
+        err,
+        format!(
+            "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+            env.warehouse_path().display()
+        )
+    );
+    // The daemon wrote nothing into the file now at the path.
+    assert_eq!(std::fs::metadata(env.warehouse_path()).unwrap().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 40,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let db = env.warehouse_path();
+    let engine = callsync::sync::Engine::start(&env.config).expect("engine");
+    let other = db.with_file_name("other.db");
+    std::fs::write(&other, b"").expect("written");
+    std::fs::rename(&other, &db).expect("mv");
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let report = engine
+        .run_pass(
+            s[0],
+            &plan,
+            &tokio_util::sync::CancellationToken::new(),
+            &callsync::sync::Quiet,
+        )
+        .await;
+    assert_eq!(
+        report.result,
+        callsync::sync::PassResult::Failed(format!(
+            "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+            db.display()
+        ))
+    );
+    assert!(env.sim.requests().is_empty(), "nothing was read");
+    engine.close().await;
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
+    let wal = std::fs::metadata(format!("{}-wal", db.display())).unwrap();
+    assert_eq!(wal.len(), 0, "no frame left to replay onto the new file");
+}
+
+/// What systemd sees: `callsync run` exits 1 with one line naming the warehouse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callsync_run_exits_1_naming_a_deleted_warehouse() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("cron = \"* * * * * *\"");
+    let daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env_remove("RUST_LOG")
+        .env("CALLSYNC_LOG__LEVEL", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("callsync runs");
+    let s = env.schedules()[0];
+    wait_for("a pass", || finished_passes(&env, s) >= 1).await;
+    std::fs::remove_file(env.warehouse_path()).expect("rm");
+    let out = tokio::time::timeout(PATIENCE, daemon.wait_with_output())
+        .await
+        .expect("the daemon stops by itself")
+        .expect("waited");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`\n",
+            env.warehouse_path().display()
+        )
+    );
 }

@@ -95,6 +95,14 @@ impl TestEnv {
         reports
     }
 
+    /// Creates the (empty) warehouse, as any process that opens it for writing does.
+    pub fn create_warehouse(&self) {
+        drop(
+            Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
+                .expect("warehouse opens"),
+        );
+    }
+
     pub fn snapshot(&self, schedule: Uuid) -> Snapshot {
         Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
             .expect("warehouse opens")

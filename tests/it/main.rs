@@ -9,6 +9,10 @@ mod sync;
 mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
+// backup and restore on the binary.
+mod backup;
+// A warehouse callsync cannot write: refused at start, warned about by status; file owners.
+mod writable;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.

@@ -1,0 +1,322 @@
+//! `callsync backup` and `callsync restore`: copies made by SQLite's online backup, and a
+//! restore that swaps the file whole.
+//!
+//! A backup is a consistent snapshot (one read transaction, so the daemon goes on writing)
+//! written beside its destination and renamed into place, so a half-written backup never
+//! bears the name. A restore validates the backup, waits for no writer (it takes the
+//! warehouse's lock exclusively), removes the old warehouse's `-wal`/`-shm` (frames of the
+//! old file must never be replayed onto the restored one), and renames a copy over the
+//! warehouse: readers see the old file or the new one, never a mix.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::backup::{Backup, StepResult};
+use rusqlite::{Connection, OpenFlags};
+
+use super::Warehouse;
+use super::error::{SqlContext, WarehouseError};
+use super::file_lock::{FileLock, LockByte, LockError, LockMode};
+use super::schema;
+
+/// What a warehouse file holds, as `backup` and `restore` report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contents {
+    pub schema_version: usize,
+    pub schedules: u64,
+    pub calls: u64,
+}
+
+impl std::fmt::Display for Contents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "schema version {}, {} schedules, {} calls",
+            self.schema_version, self.schedules, self.calls
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub contents: Contents,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    pub bytes: u64,
+    pub contents: Contents,
+    /// The old warehouse's `-wal`/`-shm` files, removed.
+    pub removed: Vec<PathBuf>,
+}
+
+impl Warehouse {
+    /// Writes a consistent copy of the warehouse to `dest` (refused if something is there,
+    /// unless `overwrite`): one self-contained file, without a `-wal` of its own.
+    pub fn backup_to(&self, dest: &Path, overwrite: bool) -> Result<BackupReport, WarehouseError> {
+        if same_file(dest, &self.path) {
+            return Err(WarehouseError::BackupOverWarehouse {
+                path: dest.to_owned(),
+            });
+        }
+        if !overwrite && dest.symlink_metadata().is_ok() {
+            return Err(WarehouseError::BackupExists {
+                path: dest.to_owned(),
+            });
+        }
+        let partial = sibling(dest, "partial");
+        let written = copy_into(&self.conn, &partial).and_then(|contents| {
+            install(&partial, dest)?;
+            Ok(contents)
+        });
+        let contents = written.inspect_err(|_| {
+            let _ = std::fs::remove_file(&partial);
+        })?;
+        Ok(BackupReport {
+            path: dest.to_owned(),
+            bytes: file_len(dest)?,
+            contents,
+        })
+    }
+}
+
+/// Replaces the warehouse at `target` with the backup at `backup`; refused while another
+/// callsync process writes the warehouse. Migrates a backup of an older schema.
+pub fn restore(
+    backup: &Path,
+    target: &Path,
+    busy_timeout: Duration,
+) -> Result<RestoreReport, WarehouseError> {
+    let source = open_backup(backup)?;
+    // Held until the new file is in place: no callsync writer opens the old one meanwhile.
+    let _no_writers = lock_out_writers(target)?;
+    let staged = sibling(target, "restore");
+    let staged_ok = copy_into(&source, &staged)
+        .and_then(|_| keep_owner_and_mode(target, &staged))
+        .and_then(|()| {
+            let removed = remove_stale_wal(target)?;
+            install(&staged, target)?;
+            Ok(removed)
+        });
+    let removed = staged_ok.inspect_err(|_| {
+        let _ = std::fs::remove_file(&staged);
+    })?;
+    // Opened once for writing: migrated if the backup is older, WAL set up (its files are
+    // created as the warehouse's owner), so read-only readers can open it at once.
+    let restored = Warehouse::open(target, busy_timeout)?;
+    let contents = contents(&restored.conn, target)?;
+    drop(restored);
+    Ok(RestoreReport {
+        bytes: file_len(target)?,
+        contents,
+        removed,
+    })
+}
+
+/// Opens a backup read-only and checks that it is an intact callsync warehouse this version
+/// can use.
+fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {
+    let bad = |problem: String| WarehouseError::BadBackup {
+        path: path.to_owned(),
+        problem,
+    };
+    if !path.is_file() {
+        return Err(bad("no such file".into()));
+    }
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| bad(e.to_string()))?;
+    let check: String = conn
+        .query_row("PRAGMA integrity_check(1)", [], |r| r.get(0))
+        .map_err(|e| bad(e.to_string()))?;
+    if check != "ok" {
+        return Err(bad(format!("integrity_check says {check}")));
+    }
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name IN ('calls', 'sync_checkpoints', 'sync_runs')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| bad(e.to_string()))?;
+    let found = schema::version(&conn, path)?;
+    if tables != 3 || found == 0 {
+        return Err(bad("it is not a callsync warehouse".into()));
+    }
+    if found > schema::latest_version() {
+        return Err(WarehouseError::TooNew {
+            path: path.to_owned(),
+            found,
+            supported: schema::latest_version(),
+        });
+    }
+    Ok(conn)
+}
+
+/// The warehouse's lock, exclusively: no callsync process is writing it. `None` when there
+/// is no warehouse yet.
+fn lock_out_writers(target: &Path) -> Result<Option<FileLock>, WarehouseError> {
+    if !target.exists() {
+        return Ok(None);
+    }
+    match FileLock::try_lock(target, LockByte::Warehouse, LockMode::Exclusive) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Busy) => Err(WarehouseError::InUse {
+            path: target.to_owned(),
+        }),
+        Err(LockError::Io(source)) => Err(WarehouseError::Io {
+            path: target.to_owned(),
+            step: "lock the warehouse",
+            source,
+        }),
+    }
+}
+
+/// Copies every page of `source` into a new file at `dest`, in one read transaction (a
+/// consistent snapshot while others write), as a self-contained file (rollback journal, no
+/// `-wal`); returns what it holds.
+fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseError> {
+    let _ = std::fs::remove_file(dest);
+    let mut copy = Connection::open(dest).map_err(|source| WarehouseError::Open {
+        path: dest.to_owned(),
+        source,
+    })?;
+    {
+        let backup = Backup::new(source, &mut copy).sql("starting the copy")?;
+        // -1: every page in one step, so the copy is one snapshot and never restarts.
+        match backup.step(-1).sql("copying the pages")? {
+            StepResult::Done => {}
+            _ => {
+                return Err(WarehouseError::Io {
+                    path: dest.to_owned(),
+                    step: "copy the warehouse into",
+                    source: std::io::Error::other("the copy did not finish in one step"),
+                });
+            }
+        }
+    }
+    copy.pragma_update(None, "journal_mode", "DELETE")
+        .sql("making the copy self-contained")?;
+    let contents = contents(&copy, dest)?;
+    drop(copy);
+    sync_file(dest)?;
+    Ok(contents)
+}
+
+fn contents(conn: &Connection, path: &Path) -> Result<Contents, WarehouseError> {
+    let count = |sql: &str| -> Result<u64, WarehouseError> {
+        conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+            .sql("counting what the warehouse holds")
+            .map(|n| n.max(0) as u64)
+    };
+    Ok(Contents {
+        schema_version: schema::version(conn, path)?,
+        schedules: count(
+            "SELECT count(*) FROM (SELECT schedule_uid FROM calls UNION SELECT schedule_uid FROM sync_checkpoints)",
+        )?,
+        calls: count("SELECT count(*) FROM calls")?,
+    })
+}
+
+/// The restored file gets the old warehouse's owner and mode, or without one its directory's
+/// owner (`sudo callsync restore` must not leave a file the service user cannot write).
+fn keep_owner_and_mode(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| WarehouseError::Io {
+        path: staged.to_owned(),
+        step: "set the owner and mode of",
+        source,
+    };
+    let owner = match std::fs::metadata(target) {
+        Ok(old) => {
+            std::fs::set_permissions(staged, old.permissions()).map_err(io)?;
+            old
+        }
+        Err(_) => match target.parent().map(std::fs::metadata) {
+            Some(Ok(dir)) => dir,
+            _ => return Ok(()),
+        },
+    };
+    let new = std::fs::metadata(staged).map_err(io)?;
+    // Only root may give a file away; anyone else restores as themselves.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && (new.uid(), new.gid()) != (owner.uid(), owner.gid()) {
+        std::os::unix::fs::chown(staged, Some(owner.uid()), Some(owner.gid())).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// Removes `-wal` and `-shm` beside `target`, returning those that were there.
+fn remove_stale_wal(target: &Path) -> Result<Vec<PathBuf>, WarehouseError> {
+    let mut removed = Vec::new();
+    for suffix in ["-wal", "-shm"] {
+        let mut name = target.as_os_str().to_owned();
+        name.push(suffix);
+        let path = PathBuf::from(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed.push(path),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(WarehouseError::Io {
+                    path,
+                    step: "remove the old warehouse's WAL file",
+                    source,
+                });
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Renames `staged` to `dest` (atomic on one filesystem) and makes the rename durable.
+fn install(staged: &Path, dest: &Path) -> Result<(), WarehouseError> {
+    std::fs::rename(staged, dest).map_err(|source| WarehouseError::Io {
+        path: dest.to_owned(),
+        step: "move the new file into place at",
+        source,
+    })?;
+    if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Best effort: not every filesystem lets a directory be synced.
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+fn sync_file(path: &Path) -> Result<(), WarehouseError> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|source| WarehouseError::Io {
+            path: path.to_owned(),
+            step: "flush to disk",
+            source,
+        })
+}
+
+fn file_len(path: &Path) -> Result<u64, WarehouseError> {
+    std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|source| WarehouseError::Io {
+            path: path.to_owned(),
+            step: "read the size of",
+            source,
+        })
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use super::FileIdentity;
+    matches!(
+        (FileIdentity::of_path(a), FileIdentity::of_path(b)),
+        (Ok(Some(a)), Ok(Some(b))) if a == b
+    )
+}
+
+/// `.<name>.<what>-<pid>` beside `path`: same directory, so the final rename is atomic.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.{what}-{}", std::process::id()))
+}
