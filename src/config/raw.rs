@@ -644,12 +644,8 @@ fn filter(raw: RawFilter) -> ListFilter {
 
 fn log(raw: RawLog) -> Result<LogConfig, ConfigError> {
     let level = raw.level.unwrap_or_else(|| "info".into());
-    tracing_subscriber::EnvFilter::try_new(&level).map_err(|e| {
-        ConfigError::invalid(
-            "log.level",
-            format!("{level:?} is not a log filter such as \"info\" or \"callsync=debug\": {e}"),
-        )
-    })?;
+    crate::telemetry::parse_filter(&level)
+        .map_err(|problem| ConfigError::invalid("log.level", format!("{level:?} {problem}")))?;
     let format = match raw.format.as_deref().unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,

@@ -106,6 +106,27 @@ async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothin
     assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // A typo of a level is not a target that silences every line (even `ERROR pass failed`).
+    let levels =
+        "off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)";
+    let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "eror")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: cannot set up logging: RUST_LOG=\"eror\" is not a log level: \"eror\" is not one of {levels}; fix or unset RUST_LOG\n"
+        )
+    );
+    std::fs::write(&config, format!("{valid}[log]\nlevel = \"warnings\"\n")).unwrap();
+    let out = callsync(&["--config", c, "sync"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: log.level: \"warnings\" is not a log level: \"warnings\" is not one of {levels}\n"
+        )
+    );
+
     // The closing quote missing: the line with the token must not be quoted back.
     std::fs::write(&config, valid.replace("abc123\"", "abc123")).unwrap();
     let out = callsync(&["--config", c, "status"]).await;

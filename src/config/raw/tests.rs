@@ -160,7 +160,11 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             with("log", "level = \"info,=[\""),
-            "config: log.level: \"info,=[\" is not a log filter",
+            "config: log.level: \"info,=[\" is not a valid filter (e.g. info, debug, callsync=debug): ",
+        ),
+        (
+            with("log", "level = \"warnings\""),
+            "config: log.level: \"warnings\" is not a log level: \"warnings\" is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)",
         ),
         (
             with("metrics", "listen = \"localhost\""),
