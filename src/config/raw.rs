@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::{
     ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
+    MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
 };
 use crate::api::ListFilter;
 use strict::strict;
@@ -467,9 +467,7 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
         }
         (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
         (None, Some(token)) => Some(AuthConfig::Static(token)),
-        (None, None) => {
-            credential(env, "access_token", "api.access_token")?.map(AuthConfig::Static)
-        }
+        (None, None) => credential(env, "access_token", "api.access_token").map(AuthConfig::Static),
     };
     let retry = raw.retry;
     let defaults = RetryConfig::default();
@@ -530,7 +528,7 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
     })
 }
 
-fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
+fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig<SecretSource>, ConfigError> {
     let token_url = url(
         "api.oauth.token_url",
         raw.token_url
@@ -547,7 +545,7 @@ fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
         raw.client_secret_file,
     )? {
         Some(secret) => secret,
-        None => credential(env, "client_secret", "api.oauth.client_secret")?.ok_or_else(|| {
+        None => credential(env, "client_secret", "api.oauth.client_secret").ok_or_else(|| {
             ConfigError::invalid(
                 "api.oauth.client_secret",
                 "is required (inline, client_secret_file, or the systemd credential client_secret)",
@@ -754,12 +752,13 @@ fn bounded<T: TryFrom<i64>>(
     T::try_from(value).map_err(|_| outside())
 }
 
-/// A secret given inline or as `<key>_file`; never both. `None` when neither is set.
+/// A secret given inline or as `<key>_file` (read when a command needs it); never both.
+/// `None` when neither is set.
 fn secret(
     key: &str,
     inline: Option<String>,
     file: Option<PathBuf>,
-) -> Result<Option<Secret>, ConfigError> {
+) -> Result<Option<SecretSource>, ConfigError> {
     match (inline, file) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
             key,
@@ -768,31 +767,22 @@ fn secret(
         (Some(value), None) if value.trim().is_empty() => {
             Err(ConfigError::invalid(key, "is empty"))
         }
-        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()))),
-        (None, Some(path)) => read_secret(&format!("{key}_file"), &path).map(Some),
+        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()).into())),
+        (None, Some(path)) => Ok(Some(SecretSource::File {
+            key: format!("{key}_file"),
+            path,
+        })),
         (None, None) => Ok(None),
     }
 }
 
 /// `$CREDENTIALS_DIRECTORY/<name>` when systemd passed that credential.
-fn credential(env: &Env, name: &str, key: &str) -> Result<Option<Secret>, ConfigError> {
-    match &env.credentials_dir {
-        Some(dir) if dir.join(name).is_file() => read_secret(key, &dir.join(name)).map(Some),
-        _ => Ok(None),
-    }
-}
-
-fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::invalid(key, format!("cannot read {}: {e}", path.display())))?;
-    let value = text.trim();
-    if value.is_empty() {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{} is empty", path.display()),
-        ));
-    }
-    Ok(Secret::new(value.to_owned()))
+fn credential(env: &Env, name: &str, key: &str) -> Option<SecretSource> {
+    let path = env.credentials_dir.as_ref()?.join(name);
+    path.is_file().then(|| SecretSource::File {
+        key: key.to_owned(),
+        path,
+    })
 }
 
 mod strict;

@@ -280,6 +280,64 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
 }
 
 #[tokio::test]
+async fn a_missing_or_unreadable_secret_file_stops_only_the_commands_that_need_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let schedule = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    // Missing, and a directory (unreadable as a file even by root, unlike mode 0000).
+    for token_file in [dir.path().join("no-such-token"), dir.path().to_owned()] {
+        let config = dir.path().join("c.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[api]\nbase_url = \"http://127.0.0.1:9\"\naccess_token_file = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"{schedule}\"]\n",
+                token_file.display(),
+                db.display()
+            ),
+        )
+        .unwrap();
+        let c = config.to_str().unwrap();
+        for command in [
+            vec!["migrate"],
+            vec!["status"],
+            vec!["status", "--json"],
+            vec![
+                "checkpoint",
+                "set",
+                "--schedule",
+                schedule,
+                "--cursor",
+                "2026-01-01T00:00:00Z",
+            ],
+            vec!["checkpoint", "show"],
+            vec!["checkpoint", "reset", "--schedule", schedule],
+        ] {
+            let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+            let out = callsync(&args).await;
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        }
+        for command in [
+            vec!["sync"],
+            vec!["backfill", "--schedule", schedule],
+            vec!["run"],
+        ] {
+            let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+            let out = callsync(&args).await;
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let err = stderr(&out);
+            assert!(
+                err.starts_with(&format!(
+                    "error: config: api.access_token_file: cannot read {}: ",
+                    token_file.display()
+                )),
+                "{args:?}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn status_before_the_first_sync_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db");

@@ -41,6 +41,12 @@ fn env_error_of(text: &str, env: &Env) -> String {
     result.unwrap_err().to_string().replace(&path, "<file>")
 }
 
+/// The error asking for the credentials of `text`'s configuration gives (files are read then).
+fn credentials_error_of(text: &str) -> String {
+    let config = load_text(text, &Env::default()).expect("the configuration loads");
+    config.api.credentials().unwrap_err().to_string()
+}
+
 fn error_of(text: &str) -> String {
     env_error_of(text, &Env::default())
 }
@@ -64,7 +70,7 @@ fn with(section: &str, line: &str) -> String {
 fn defaults_fill_everything_not_given() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, Some(20));
     assert_eq!(c.api.retry, RetryConfig::default());
@@ -299,9 +305,9 @@ fn secrets_from_files_and_systemd_credentials() {
         &Env::default(),
     )
     .unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-file"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "from-file"));
 
-    let missing = error_of(&format!(
+    let missing = credentials_error_of(&format!(
         "{base}access_token_file = \"/nonexistent/token\"\n"
     ));
     assert!(
@@ -309,7 +315,7 @@ fn secrets_from_files_and_systemd_credentials() {
         "{missing}"
     );
     std::fs::write(&token, "\n").unwrap();
-    let empty = error_of(&format!(
+    let empty = credentials_error_of(&format!(
         "{base}access_token_file = \"{}\"\n",
         token.display()
     ));
@@ -330,12 +336,14 @@ fn secrets_from_files_and_systemd_credentials() {
         ..Env::default()
     };
     let c = load_text(base, &env).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-credential"));
+    assert!(
+        matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "from-credential")
+    );
     let oauth =
         format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\n");
     let c = load_text(&oauth, &env).unwrap();
     assert!(
-        matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
+        matches!(c.api.credentials(), Ok(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
     );
 }
 
@@ -351,20 +359,30 @@ fn credentials_are_optional_until_a_command_asks_for_them() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
 
-    // A secret that is configured but missing or empty still stops every command at load.
+    // A secret file is read only when a command asks for the credentials: one that is
+    // missing or empty stops that command, not the loading of the configuration.
     let creds = tempfile::tempdir().unwrap();
     std::fs::write(creds.path().join("access_token"), " \n").unwrap();
     let env = Env {
         credentials_dir: Some(creds.path().to_owned()),
         ..Env::default()
     };
-    let (result, _) = load_text_at(base, &env);
+    let c = load_text(base, &env).unwrap();
     assert_eq!(
-        result.unwrap_err().to_string(),
+        c.api.credentials().unwrap_err().to_string(),
         format!(
             "config: api.access_token: {} is empty",
             creds.path().join("access_token").display()
         )
+    );
+    let c = load_text(
+        &format!("{base}access_token_file = \"/nonexistent/token\"\n"),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api.access_token_file: cannot read /nonexistent/token: No such file or directory (os error 2)"
     );
 }
 
@@ -399,7 +417,7 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
         ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "env-token"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "env-token"));
     assert_eq!(c.sync.page_size, 50);
     assert_eq!(c.api.retry.max_attempts, 3);
     assert_eq!(c.api.retry.multiplier, 1.5);
@@ -427,7 +445,7 @@ fn environment_values_reach_string_keys_verbatim() {
         ("CALLSYNC_SYNC__FILTER__SOURCE", "0x10"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "007"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "007"));
     let f = &c.sync.filter;
     assert_eq!(f.external_id.as_deref(), Some("007"));
     assert_eq!(f.outcome.as_deref(), Some("1e3"));
@@ -440,7 +458,7 @@ fn environment_values_reach_string_keys_verbatim() {
         let c = load_text(&minimal(), &e).unwrap();
         // A secret is trimmed like one read from a file, and otherwise untouched.
         assert!(
-            matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == token.trim()),
+            matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == token.trim()),
             "{token}"
         );
     }
