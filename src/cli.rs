@@ -166,7 +166,12 @@ pub fn main() -> ExitCode {
         Err(err) => {
             // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
-            eprintln!("error: {}", crate::sync::error_chain(dyn_err));
+            // Not `eprintln!`: it panics when stderr is a closed pipe.
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: {}",
+                crate::sync::error_chain(dyn_err)
+            );
             if is_configuration_error(&err) {
                 ExitCode::from(2)
             } else {
@@ -278,8 +283,8 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
     engine.close().await;
     if dry_run {
         for r in &reports {
-            println!(
-                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}",
+            print_out(format_args!(
+                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}\n",
                 r.schedule,
                 r.stats.calls_written,
                 r.stats.calls_seen,
@@ -289,7 +294,7 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
                     PassResult::Completed => String::new(),
                     other => format!("; {other}"),
                 }
-            );
+            ))?;
         }
     }
     Ok(exit_code(&reports))
@@ -328,12 +333,9 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
         .status()
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        print_out(format_args!("{}\n", serde_json::to_string_pretty(&rows)?))?;
     } else {
-        print!(
-            "{}",
-            crate::warehouse::render_status(&rows, Timestamp::now())
-        );
+        print_out(crate::warehouse::render_status(&rows, Timestamp::now()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -357,30 +359,53 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
             for s in schedules {
                 let c = warehouse.checkpoint(s)?;
                 let written = c.as_ref().map(|c| c.updated_at.to_rfc3339());
-                println!(
-                    "schedule {s}: cursor {} (written {})",
+                print_out(format_args!(
+                    "schedule {s}: cursor {} (written {})\n",
                     describe(c),
                     written.as_deref().unwrap_or("never")
-                );
+                ))?;
             }
         }
         CheckpointCommand::Set { schedule, cursor } => {
             let before = replace_checkpoint(config, schedule, Some(cursor))?;
-            println!(
+            print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now {}",
                 describe(before),
                 cursor.to_rfc3339()
-            );
+            ))?;
         }
         CheckpointCommand::Reset { schedule } => {
             let before = replace_checkpoint(config, schedule, None)?;
-            println!(
+            print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now none (the next pass reads everything)",
                 describe(before)
-            );
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to stdout. A reader that has gone (`| head -1`, `| true`) is no error: what
+/// it did not read is dropped and the command ends with its own outcome (`println!` would
+/// panic). Any other failure to write (a full disk under `> file`) is an error.
+pub(crate) fn print_out(text: impl std::fmt::Display) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The line that says where a moved checkpoint was, the only way to undo the move. The move
+/// is committed already, so when stdout is not a terminal (a pipe may drop the line,
+/// `| true`) it goes to stderr too.
+fn print_undo_line(line: &str) -> Result<()> {
+    if !std::io::stdout().is_terminal() {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+    print_out(format_args!("{line}\n"))
 }
 
 /// Moves a checkpoint while holding the schedule's lock, so no pass moves it meanwhile.
@@ -400,12 +425,12 @@ fn migrate(config: &Config) -> Result<ExitCode> {
     let path = &config.warehouse.path;
     let report = Warehouse::migrate(path, config.warehouse.busy_timeout)
         .with_context(|| format!("cannot migrate the warehouse {}", path.display()))?;
-    println!(
-        "warehouse {}: schema version {} -> {}",
+    print_out(format_args!(
+        "warehouse {}: schema version {} -> {}\n",
         path.display(),
         report.from,
         report.to
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -426,13 +451,12 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
     let stop = cancel_on_signal()?;
-    // Not `println!`: `callsync simulate | head -1` (to grab the base URL) closes stdout,
-    // and the simulator should go on serving rather than panic.
-    let _ = writeln!(
-        std::io::stdout(),
-        "{}\nPress Ctrl-C to stop.",
+    // `callsync simulate | head -1` (to grab the base URL) closes stdout; the simulator
+    // goes on serving.
+    print_out(format_args!(
+        "{}\nPress Ctrl-C to stop.\n",
         simulator.summary()
-    );
+    ))?;
     stop.cancelled().await;
     simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)

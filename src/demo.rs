@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::cli::print_out;
 use crate::config::{self, Config};
 use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
 use crate::warehouse::{Overview, Warehouse};
@@ -36,17 +37,14 @@ pub async fn run(dir: &Path) -> Result<()> {
     .await
     .context("cannot start the simulator")?;
     let config = write_config(dir, &sim)?;
-    println!("callsync demo");
-    println!(
-        "  simulator  {} (3 schedules, 1,200 calls, dialer running)",
-        sim.base_url()
-    );
-    println!("  config     {}", dir.join("callsync.toml").display());
-    println!("  warehouse  {}", config.warehouse.path.display());
-    println!(
-        "  running the daemon for {} s (a pass every 2 s)…",
+    print_out(format_args!(
+        "callsync demo\n  simulator  {} (3 schedules, 1,200 calls, dialer running)\n  \
+         config     {}\n  warehouse  {}\n  running the daemon for {} s (a pass every 2 s)…\n",
+        sim.base_url(),
+        dir.join("callsync.toml").display(),
+        config.warehouse.path.display(),
         RUN_FOR.as_secs()
-    );
+    ))?;
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let path = config.warehouse.path.clone();
@@ -57,7 +55,7 @@ pub async fn run(dir: &Path) -> Result<()> {
     ticker.tick().await;
     for _ in 0..RUN_FOR.as_secs() / 2 {
         ticker.tick().await;
-        println!("  {}", progress_line(&path));
+        print_out(format_args!("  {}\n", progress_line(&path)))?;
     }
     let _ = stop.send(());
     daemon
@@ -69,7 +67,7 @@ pub async fn run(dir: &Path) -> Result<()> {
     let overview = Warehouse::open_read_only(&path)
         .and_then(|w| w.overview())
         .with_context(|| format!("cannot read {}", path.display()))?;
-    print!("{}", render(&overview, &path));
+    print_out(render(&overview, &path))?;
     Ok(())
 }
 

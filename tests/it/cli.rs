@@ -557,6 +557,90 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
     assert_eq!(by_status, rows, "{text}");
 }
 
+/// `callsync args` with stdout a pipe whose reader is gone before it starts (`| true`).
+async fn callsync_into_a_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        // Not `output()`: tokio's would replace stdout with a pipe of its own.
+        .spawn()
+        .expect("callsync starts")
+        .wait_with_output()
+        .await
+        .expect("callsync runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_was() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 30,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+    let demo = env.dir.path().join("demo");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["--version"],
+        vec!["--config", c, "migrate"],
+        vec!["--config", c, "sync"],
+        vec!["--config", c, "sync", "--dry-run"],
+        vec!["--config", c, "status"],
+        vec!["--config", c, "status", "--json"],
+        vec!["--config", c, "checkpoint", "show"],
+        vec!["--config", c, "checkpoint", "show", "--schedule", &s],
+        vec!["demo", "--dir", demo.to_str().unwrap()],
+    ];
+    for args in &commands {
+        let out = callsync_into_a_closed_pipe(args).await;
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+    let last = env
+        .sim
+        .truth(env.schedules()[0])
+        .iter()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap();
+    // The cursor moved before the line was printed: it is on stderr too, to undo the move.
+    let out = callsync_into_a_closed_pipe(&[
+        "--config",
+        c,
+        "checkpoint",
+        "set",
+        "--schedule",
+        &s,
+        "--cursor",
+        "2026-01-01T00:00:00Z",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("schedule {s}: cursor was {last}, now 2026-01-01T00:00:00Z\n")
+    );
+    let out =
+        callsync_into_a_closed_pipe(&["--config", c, "checkpoint", "reset", "--schedule", &s])
+            .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "schedule {s}: cursor was 2026-01-01T00:00:00Z, now none (the next pass reads everything)\n"
+        )
+    );
+}
+
 #[test]
 fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
     use std::io::BufRead;
