@@ -43,9 +43,14 @@ pub struct Cli {
 enum Command {
     /// Try it: a simulator, the daemon against it for a few seconds, then what an analyst sees
     Demo {
-        /// Where to write the demo's config and warehouse
+        /// Where to write the demo's config and warehouse: a new or empty directory, or an
+        /// earlier demo's
         #[arg(long, default_value = "demo")]
         dir: PathBuf,
+        /// Use DIR even when it holds other files (its callsync.toml is overwritten, its
+        /// callsync.db deleted)
+        #[arg(long)]
+        force: bool,
     },
     /// Run as a daemon: a pass of every schedule now, then on sync.cron, until SIGTERM
     Run,
@@ -185,7 +190,10 @@ pub fn main() -> ExitCode {
 /// the chain of causes that was found (a library error may carry a `ConfigError`).
 fn is_configuration_error(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
-        cause.is::<ConfigError>() || cause.is::<UsageError>() || cause.is::<TelemetryError>()
+        cause.is::<ConfigError>()
+            || cause.is::<UsageError>()
+            || cause.is::<TelemetryError>()
+            || cause.is::<crate::demo::ForeignDirectory>()
     })
 }
 
@@ -204,12 +212,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             init_logging(&LogConfig::default())?;
             runtime.block_on(simulate(args))
         }
-        Command::Demo { dir } => {
+        Command::Demo { dir, force } => {
             init_logging(&LogConfig {
                 level: "warn".into(),
                 ..LogConfig::default()
             })?;
-            runtime.block_on(crate::demo::run(&dir))?;
+            runtime.block_on(crate::demo::run(&dir, force))?;
             Ok(ExitCode::SUCCESS)
         }
         command => {

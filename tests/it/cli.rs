@@ -641,6 +641,38 @@ async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_w
     );
 }
 
+#[tokio::test]
+async fn the_demo_refuses_a_directory_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let production = [
+        ("callsync.db", "a production warehouse"),
+        ("callsync.toml", "[api]\n"),
+    ];
+    for (name, text) in production {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let out = callsync(&["demo", "--dir", d]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!("error: demo: {d} holds callsync.")),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(", which no earlier demo wrote; choose a new or empty directory with --dir, or pass --force to overwrite its callsync.toml and delete its callsync.db\n"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    for (name, text) in production {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(name)).unwrap(),
+            text
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}
+
 #[test]
 fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
     use std::io::BufRead;
