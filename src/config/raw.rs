@@ -12,6 +12,7 @@ use serde::Deserialize;
 use url::Url;
 use uuid::Uuid;
 
+use super::secret::is_placeholder;
 use super::{
     ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
     MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
@@ -767,6 +768,12 @@ fn secret(
         (Some(value), None) if value.trim().is_empty() => {
             Err(ConfigError::invalid(key, "is empty"))
         }
+        (Some(value), None) if is_placeholder(&value) => Err(ConfigError::invalid(
+            key,
+            format!(
+                "is a placeholder, not a secret: set the real one, or delete {key} to use {key}_file or the systemd credential"
+            ),
+        )),
         (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()).into())),
         (None, Some(path)) => Ok(Some(SecretSource::File {
             key: format!("{key}_file"),

@@ -68,8 +68,56 @@ impl SecretSource {
                 format!("{} is empty", path.display()),
             ));
         }
+        if is_placeholder(value) {
+            return Err(ConfigError::invalid(
+                key.as_str(),
+                format!(
+                    "{} holds a placeholder, not a secret; write the real one there",
+                    path.display()
+                ),
+            ));
+        }
         Ok(Secret::new(value.to_owned()))
     }
+}
+
+/// Words that stand for a secret in examples, compared with case and punctuation ignored
+/// (`replace-me`, `REPLACE_ME` and `replaceme` alike).
+const PLACEHOLDER_WORDS: [&str; 16] = [
+    "replaceme",
+    "changeme",
+    "todo",
+    "fixme",
+    "tbd",
+    "placeholder",
+    "example",
+    "token",
+    "secret",
+    "password",
+    "accesstoken",
+    "clientsecret",
+    "yourtoken",
+    "yourtokenhere",
+    "yoursecret",
+    "yoursecrethere",
+];
+
+/// A value an example or a template left for the operator to replace: sent as a token it
+/// only earns 401s at run time, and it would win over the systemd credential. The rule (in
+/// README, "Secrets"): anything in angle brackets (`<token>`); or, case and punctuation
+/// ignored, nothing but `x`s (`xxx`, `xxxx-xxxx`) or no letter or digit at all (`...`, `***`);
+/// or one of [`PLACEHOLDER_WORDS`]. Whole values only, so a random token is never refused.
+pub fn is_placeholder(value: &str) -> bool {
+    let value = value.trim();
+    if value.starts_with('<') && value.ends_with('>') {
+        return true;
+    }
+    let letters: String = value
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    letters.chars().all(|c| c == 'x') || PLACEHOLDER_WORDS.contains(&letters.as_str())
 }
 
 impl From<Secret> for SecretSource {
@@ -80,7 +128,7 @@ impl From<Secret> for SecretSource {
 
 #[cfg(test)]
 mod tests {
-    use super::Secret;
+    use super::{Secret, is_placeholder};
 
     #[test]
     fn never_prints_its_value() {
@@ -90,5 +138,37 @@ mod tests {
             "[redacted] [redacted] Some([redacted])"
         );
         assert_eq!(s.expose(), "hunter2");
+    }
+
+    #[test]
+    fn placeholders_are_whole_values_an_example_leaves_behind() {
+        for placeholder in [
+            "replace-me",
+            "REPLACE_ME",
+            "changeme",
+            "change-me",
+            "<token>",
+            "<your access token>",
+            "xxx",
+            "XXXX-XXXX-XXXX",
+            "...",
+            "***",
+            "TODO",
+            "your-token-here",
+            "secret",
+        ] {
+            assert!(is_placeholder(placeholder), "{placeholder}");
+        }
+        for token in [
+            "007",
+            "tok",
+            "secret-8f3a9c",
+            "sk_live_replaceme1",
+            "todo-list-token-4b1e",
+            "x1",
+            "eyJhbGciOiJIUzI1NiJ9.e30.xxxx",
+        ] {
+            assert!(!is_placeholder(token), "{token}");
+        }
     }
 }

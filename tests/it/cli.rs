@@ -338,6 +338,35 @@ async fn a_missing_or_unreadable_secret_file_stops_only_the_commands_that_need_i
 }
 
 #[tokio::test]
+async fn the_example_config_with_its_placeholder_token_filled_in_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = include_str!("../../config/callsync.example.toml");
+    assert!(
+        !example.lines().any(|l| l.starts_with("access_token")),
+        "the example has no active secret line"
+    );
+    let config = dir.path().join("callsync.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(
+        &config,
+        example
+            .replace("# access_token = \"...\"", "access_token = \"replace-me\"")
+            .replace(
+                "path = \"callsync.db\"",
+                &format!("path = \"{}\"", db.display()),
+            ),
+    )
+    .unwrap();
+    let out = callsync(&["--config", config.to_str().unwrap(), "sync"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential\n"
+    );
+    assert!(!db.exists());
+}
+
+#[tokio::test]
 async fn status_before_the_first_sync_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db");

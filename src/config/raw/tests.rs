@@ -348,6 +348,38 @@ fn secrets_from_files_and_systemd_credentials() {
 }
 
 #[test]
+fn a_placeholder_secret_is_a_configuration_error() {
+    let base = "[api]\nbase_url = \"https://x.example\"\n";
+    assert_eq!(
+        error_of(&format!("{base}access_token = \"replace-me\"\n")),
+        "config: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential"
+    );
+    assert_eq!(
+        env_error_of(base, &env(&[("CALLSYNC_API__ACCESS_TOKEN", "<token>")])),
+        "config: CALLSYNC_API__ACCESS_TOKEN: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential"
+    );
+    assert!(
+        error_of(&format!(
+            "{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret = \"...\"\n"
+        ))
+        .starts_with("config: api.oauth.client_secret: is a placeholder, not a secret")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "changeme\n").unwrap();
+    assert_eq!(
+        credentials_error_of(&format!(
+            "{base}access_token_file = \"{}\"\n",
+            token.display()
+        )),
+        format!(
+            "config: api.access_token_file: {} holds a placeholder, not a secret; write the real one there",
+            token.display()
+        )
+    );
+}
+
+#[test]
 fn credentials_are_optional_until_a_command_asks_for_them() {
     let base = "[api]\nbase_url = \"https://x.example\"\n";
     let c = load_text(base, &Env::default()).unwrap();
@@ -599,6 +631,8 @@ fn the_example_file_loads_and_documents_every_key() {
     let example = include_str!("../../../config/callsync.example.toml");
     let c = load_text(example, &Env::default()).unwrap();
     assert_eq!(c.sync.page_size, 100);
+    // No active secret: one copied from the example would win over the systemd credential.
+    assert!(c.api.auth.is_none());
     // Every key the loader accepts appears in the example (commented or not).
     let keys = [
         "base_url",
