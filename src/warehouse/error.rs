@@ -22,6 +22,11 @@ pub enum WarehouseError {
         source: rusqlite_migration::Error,
     },
     #[error(
+        "{} is an SQLite database of another program, not a callsync warehouse (it has tables and no callsync schema version); point warehouse.path at a new file or at a callsync warehouse",
+        path.display()
+    )]
+    NotAWarehouse { path: PathBuf },
+    #[error(
         "the warehouse {} has schema version {found}, newer than this callsync knows ({supported}); upgrade callsync",
         path.display()
     )]

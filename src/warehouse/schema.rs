@@ -8,7 +8,7 @@ use include_dir::{Dir, include_dir};
 use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{Migrations, SchemaVersion};
 
-use super::error::WarehouseError;
+use super::error::{SqlContext, WarehouseError};
 
 static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 
@@ -123,6 +123,8 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
     }
 }
 
+/// The schema version of the database at `path`, 0 for a new one. A database that holds
+/// tables but no callsync version is another program's: it is refused, not given our tables.
 fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
@@ -130,9 +132,21 @@ fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
             path: path.to_owned(),
             source,
         })?;
-    Ok(match found {
+    let version = match found {
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
+    };
+    if version == 0 && holds_anything(conn).sql("reading the schema")? {
+        return Err(WarehouseError::NotAWarehouse {
+            path: path.to_owned(),
+        });
+    }
+    Ok(version)
+}
+
+fn holds_anything(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT EXISTS (SELECT 1 FROM sqlite_schema)", [], |r| {
+        r.get(0)
     })
 }
 

@@ -289,6 +289,46 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
 }
 
 #[test]
+fn another_programs_database_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crm.db");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch("CREATE TABLE contacts (name TEXT); INSERT INTO contacts VALUES ('Ada');")
+        .unwrap();
+    drop(other);
+    let expected = format!(
+        "{} is an SQLite database of another program, not a callsync warehouse (it has tables and no callsync schema version); point warehouse.path at a new file or at a callsync warehouse",
+        path.display()
+    );
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::NotAWarehouse { .. }), "{err}");
+    assert_eq!(err.to_string(), expected);
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), expected);
+    let err = Warehouse::open_read_only(&path).err().unwrap();
+    assert_eq!(err.to_string(), expected);
+    let tables: Vec<String> = rusqlite::Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT name FROM sqlite_schema")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tables, vec!["contacts"], "none of our tables were added");
+
+    // An empty file is a new database, not someone else's.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, "").unwrap();
+    assert!(Warehouse::open(&empty, Duration::from_secs(5)).is_ok());
+}
+
+#[test]
 fn reading_a_warehouse_that_does_not_exist_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
