@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use serde::Deserialize;
 use url::Url;
@@ -676,19 +677,38 @@ fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     Ok(url)
 }
 
-/// A 6-field cron expression (seconds first), checked with the scheduler's own parser.
+/// A 6-field cron expression (seconds first), checked with the scheduler's own parser, that
+/// fires within a year from now.
 fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
+    cron_at(key, expr, chrono::Utc::now())
+}
+
+/// The longest a valid cron may wait for its next firing: a year, leap day included.
+const CRON_HORIZON_DAYS: i64 = 366;
+
+/// [`cron`] as of `now`. A cron that parses but never fires soon (`0 0 0 30 2 *`, the 30th of
+/// February) would leave the daemon running and syncing nothing after its first pass.
+fn cron_at(key: &str, expr: String, now: DateTime<Utc>) -> Result<String, ConfigError> {
     let parser = CronParser::builder()
         .seconds(Seconds::Required)
         .year(Year::Disallowed)
         .build();
-    parser.parse(&expr).map_err(|e| {
+    let schedule = parser.parse(&expr).map_err(|e| {
         ConfigError::invalid(
             key,
             format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
         )
     })?;
-    Ok(expr)
+    match schedule.find_next_occurrence(&now, false) {
+        Ok(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(expr),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!(
+                "{expr:?} does not fire within a year of now ({} UTC); check its day and month fields",
+                now.format("%Y-%m-%d %H:%M:%S")
+            ),
+        )),
+    }
 }
 
 /// Ten years: any longer window is a mistake (and would overflow the arithmetic on instants).

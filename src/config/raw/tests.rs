@@ -380,6 +380,43 @@ fn a_placeholder_secret_is_a_configuration_error() {
 }
 
 #[test]
+fn a_cron_that_does_not_fire_within_a_year_is_refused() {
+    let at = |text: &str| text.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        cron_at(
+            "sync.cron",
+            "0 0 0 30 2 *".into(),
+            at("2026-11-24T18:00:00Z")
+        )
+        .unwrap_err()
+        .to_string(),
+        "config: sync.cron: \"0 0 0 30 2 *\" does not fire within a year of now (2026-11-24 18:00:00 UTC); check its day and month fields"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the search ends"
+    );
+    // The 29th of February: more than a year away in 2026, not in 2027.
+    let leap = "0 0 0 29 2 *";
+    assert!(cron_at("sync.cron", leap.into(), at("2026-03-01T00:00:00Z")).is_err());
+    assert!(cron_at("sync.cron", leap.into(), at("2027-03-01T00:00:00Z")).is_ok());
+    assert!(
+        cron_at(
+            "sync.cron",
+            "0 */5 * * * *".into(),
+            at("2026-11-24T18:00:00Z")
+        )
+        .is_ok()
+    );
+    assert!(
+        error_of(&with("sync", "reconcile_cron = \"0 0 0 31 4 *\"")).starts_with(
+            "config: sync.reconcile_cron: \"0 0 0 31 4 *\" does not fire within a year of now ("
+        )
+    );
+}
+
+#[test]
 fn credentials_are_optional_until_a_command_asks_for_them() {
     let base = "[api]\nbase_url = \"https://x.example\"\n";
     let c = load_text(base, &Env::default()).unwrap();
