@@ -98,6 +98,9 @@ enum CheckpointCommand {
         /// Only this schedule; default: every schedule in the warehouse
         #[arg(long, value_name = "UID")]
         schedule: Option<Uuid>,
+        /// Show a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
     /// Move a schedule's cursor (backwards too), printing what was there before
     Set {
@@ -107,12 +110,19 @@ enum CheckpointCommand {
         /// The new cursor (RFC 3339, any offset)
         #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
         cursor: Timestamp,
+        /// Set a cursor in the future or before the year 1, or of a schedule that is in
+        /// neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
     /// Delete a schedule's checkpoint: its next pass reads everything again
     Reset {
         /// The schedule whose checkpoint is deleted
         #[arg(long, value_name = "UID")]
         schedule: Uuid,
+        /// Reset a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -354,7 +364,10 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
         c.map_or("none".to_owned(), |c| c.cursor.to_rfc3339())
     };
     match command {
-        CheckpointCommand::Show { schedule } => {
+        CheckpointCommand::Show { schedule, force } => {
+            if let Some(schedule) = schedule {
+                refuse_unknown_schedule(config, schedule, force)?;
+            }
             let warehouse = Warehouse::open_read_only(path)?;
             let schedules = match schedule {
                 Some(s) => vec![s],
@@ -374,7 +387,15 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
                 ))?;
             }
         }
-        CheckpointCommand::Set { schedule, cursor } => {
+        CheckpointCommand::Set {
+            schedule,
+            cursor,
+            force,
+        } => {
+            if !force {
+                check_cursor(cursor, Timestamp::now())?;
+            }
+            refuse_unknown_schedule(config, schedule, force)?;
             let before = replace_checkpoint(config, schedule, Some(cursor))?;
             print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now {}",
@@ -382,7 +403,8 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
                 cursor.to_rfc3339()
             ))?;
         }
-        CheckpointCommand::Reset { schedule } => {
+        CheckpointCommand::Reset { schedule, force } => {
+            refuse_unknown_schedule(config, schedule, force)?;
             let before = replace_checkpoint(config, schedule, None)?;
             print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now none (the next pass reads everything)",
@@ -414,6 +436,55 @@ fn print_undo_line(line: &str) -> Result<()> {
         let _ = writeln!(std::io::stderr(), "{line}");
     }
     print_out(format_args!("{line}\n"))
+}
+
+/// How far past this machine's clock `checkpoint set` takes a cursor without `--force`: the
+/// service's clock cannot be read offline, and a few minutes cover a clock that is slow.
+const CURSOR_CLOCK_ALLOWANCE: Duration = Duration::from_secs(5 * 60);
+
+/// A cursor an operator most likely did not mean: past the service's clock every change
+/// until then would be skipped; before the year 1 every pass asks for `-001-12-31…` and the
+/// service refuses it.
+fn check_cursor(cursor: Timestamp, now: Timestamp) -> Result<(), UsageError> {
+    let force = "pass --force to set it anyway";
+    if cursor > now.saturating_add(CURSOR_CLOCK_ALLOWANCE) {
+        return Err(UsageError(format!(
+            "--cursor {cursor} is more than 5 minutes ahead of this machine's clock ({now}; the service's clock cannot be read offline): the schedule would skip every change until then; {force}"
+        )));
+    }
+    if cursor.as_offset_date_time().year() < 1 {
+        return Err(UsageError(format!(
+            "--cursor {cursor} is before the year 1, which the service cannot be asked about; {force}"
+        )));
+    }
+    Ok(())
+}
+
+/// A schedule in neither `sync.schedules` nor the warehouse is most likely a typo: refused,
+/// or with `force` a warning.
+fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bool) -> Result<()> {
+    let path = &config.warehouse.path;
+    if config.sync.schedules.contains(&schedule) || warehouse_knows(path, schedule)? {
+        return Ok(());
+    }
+    let problem = format!(
+        "schedule {schedule} is in neither sync.schedules nor the warehouse {} (a typo?)",
+        path.display()
+    );
+    if !force {
+        return Err(UsageError(format!("{problem}; pass --force to use it anyway")).into());
+    }
+    let _ = writeln!(std::io::stderr(), "warning: {problem}; going on (--force)");
+    Ok(())
+}
+
+/// Whether the warehouse at `path` has heard of `schedule`; a warehouse not created yet has not.
+fn warehouse_knows(path: &std::path::Path, schedule: Uuid) -> Result<bool> {
+    match Warehouse::open_read_only(path) {
+        Ok(warehouse) => Ok(warehouse.knows_schedule(schedule)?),
+        Err(crate::warehouse::WarehouseError::Missing { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Moves a checkpoint while holding the schedule's lock, so no pass moves it meanwhile.
@@ -641,5 +712,27 @@ impl PassProgress for ProgressBar {
         }
         self.0.set_position(calls_seen);
         self.0.set_message(format!("{pages} pages"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_ahead_of_our_clock_or_before_the_year_1_is_refused() {
+        let now = Timestamp::parse("2026-11-24T18:00:00Z").unwrap();
+        let at = |text: &str| check_cursor(Timestamp::parse(text).unwrap(), now);
+        assert!(at("2026-11-24T18:05:00Z").is_ok(), "within the allowance");
+        assert!(at("2020-01-01T00:00:00Z").is_ok());
+        assert!(at("0001-01-01T00:00:00Z").is_ok());
+        assert_eq!(
+            at("2026-11-24T18:05:00.000001Z").unwrap_err().to_string(),
+            "--cursor 2026-11-24T18:05:00.000001Z is more than 5 minutes ahead of this machine's clock (2026-11-24T18:00:00Z; the service's clock cannot be read offline): the schedule would skip every change until then; pass --force to set it anyway"
+        );
+        assert_eq!(
+            at("0000-12-31T23:59:59Z").unwrap_err().to_string(),
+            "--cursor 0000-12-31T23:59:59Z is before the year 1, which the service cannot be asked about; pass --force to set it anyway"
+        );
     }
 }

@@ -545,6 +545,111 @@ async fn checkpoints_can_be_shown_moved_and_reset() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlikely_cursors_and_unknown_schedules_need_force() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+    assert!(callsync(&["--config", c, "sync"]).await.status.success());
+    let show = || async {
+        let out = callsync(&["--config", c, "checkpoint", "show", "--schedule", &s]).await;
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = show().await;
+
+    let set = |cursor: &'static str, force: bool| {
+        let mut args = vec!["--config", c, "checkpoint", "set", "--schedule", &s];
+        args.extend(["--cursor", cursor]);
+        if force {
+            args.push("--force");
+        }
+        async move { callsync(&args).await }
+    };
+    let out = set("2999-01-01T00:00:00Z", false).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: --cursor 2999-01-01T00:00:00Z is more than 5 minutes ahead of this machine's clock ("),
+        "{err}"
+    );
+    assert!(err.ends_with("; pass --force to set it anyway\n"), "{err}");
+    let out = set("0000-06-01T00:00:00Z", false).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: --cursor 0000-06-01T00:00:00Z is before the year 1, which the service cannot be asked about; pass --force to set it anyway\n"
+    );
+    assert_eq!(show().await, before, "nothing moved");
+    let out = set("2999-01-01T00:00:00Z", true).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        show()
+            .await
+            .starts_with(&format!("schedule {s}: cursor 2999-01-01T00:00:00Z "))
+    );
+
+    // A uid in neither the configuration nor the warehouse: a typo, most likely.
+    let typo = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    let problem = format!(
+        "schedule {typo} is in neither sync.schedules nor the warehouse {} (a typo?)",
+        env.warehouse_path().display()
+    );
+    for command in [
+        vec!["checkpoint", "show", "--schedule", typo],
+        vec!["checkpoint", "reset", "--schedule", typo],
+        // Last: once set, the warehouse knows it.
+        vec![
+            "checkpoint",
+            "set",
+            "--schedule",
+            typo,
+            "--cursor",
+            "2026-01-01T00:00:00Z",
+        ],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            format!("error: {problem}; pass --force to use it anyway\n"),
+            "{args:?}"
+        );
+        let forced: Vec<&str> = args.iter().copied().chain(["--force"]).collect();
+        let out = callsync(&forced).await;
+        assert!(out.status.success(), "{forced:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(&format!("warning: {problem}; going on (--force)\n")),
+            "{forced:?}: {}",
+            stderr(&out)
+        );
+    }
+
+    // A schedule the warehouse knows is fine without being configured.
+    let unconfigured = env.dir.path().join("unconfigured.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("schedules") {
+                "schedules = []\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&unconfigured, text).unwrap();
+    let u = unconfigured.to_str().unwrap();
+    let out = callsync(&["--config", u, "checkpoint", "reset", "--schedule", &s]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
     let dir = tempfile::tempdir().unwrap();
     let demo = dir.path().join("demo");
