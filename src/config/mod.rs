@@ -205,11 +205,11 @@ pub struct MetricsConfig {
 pub enum ConfigError {
     #[error("config: no configuration file found (looked for {searched}); pass --config PATH")]
     NotFound { searched: String },
-    #[error("config: cannot read {path}: {source}")]
+    /// The cause is in the message, so it is not also a `source()` (see ARCHITECTURE.md, Errors).
+    #[error("config: cannot read {path}: {cause}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A problem with the file as a whole: its syntax, or a key it should not have.
     #[error("config: {}: {problem}", path.display())]

@@ -64,11 +64,20 @@ pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
 /// Loads `path` (or the first default path that exists) with `env`'s overrides.
 pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> {
     let file = match path {
+        Some(path) if path.is_dir() => {
+            return Err(ConfigError::File {
+                path: path.to_owned(),
+                problem: format!(
+                    "is a directory; pass the configuration file itself (e.g. --config {})",
+                    path.join("callsync.toml").display()
+                ),
+            });
+        }
         Some(path) => {
             if !path.is_file() {
                 return Err(ConfigError::Read {
                     path: path.to_owned(),
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                    cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
                 });
             }
             path.to_owned()
@@ -81,9 +90,9 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
                 searched: DEFAULT_PATHS.join(", "),
             })?,
     };
-    let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read {
         path: file.clone(),
-        source,
+        cause,
     })?;
     let raw = parse(&text, &file, env)?;
     let mut config = convert(raw, env).map_err(|e| blame_variable(e, env))?;
@@ -415,7 +424,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
-            path: raw.warehouse.path.unwrap_or_else(|| "callsync.db".into()),
+            path: warehouse_path(raw.warehouse.path)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
                 raw.warehouse.busy_timeout_secs,
@@ -441,6 +450,21 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
         },
         source: None,
     })
+}
+
+/// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a
+/// private temporary database and every pass would vanish with the process.
+fn warehouse_path(path: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    match path {
+        None => Ok("callsync.db".into()),
+        Some(path) if path.as_os_str().to_string_lossy().trim().is_empty() => {
+            Err(ConfigError::invalid(
+                "warehouse.path",
+                "is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"",
+            ))
+        }
+        Some(path) => Ok(path),
+    }
 }
 
 fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {

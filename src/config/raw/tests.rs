@@ -161,6 +161,14 @@ fn every_invalid_value_is_one_line_naming_its_key() {
             "config: api.access_token: set either api.access_token or api.access_token_file, not both",
         ),
         (
+            with("warehouse", "path = \"\""),
+            "config: warehouse.path: is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"",
+        ),
+        (
+            with("warehouse", "path = \"  \""),
+            "config: warehouse.path: is empty",
+        ),
+        (
             with("log", "format = \"xml\""),
             "config: log.format: \"xml\" is not one of \"text\", \"json\"",
         ),
@@ -660,6 +668,18 @@ fn a_missing_file_is_a_clear_error() {
     assert_eq!(
         err,
         "config: cannot read /nonexistent/callsync.toml: no such file"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let err = load_from(Some(dir.path()), &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "config: {}: is a directory; pass the configuration file itself (e.g. --config {})",
+            dir.path().display(),
+            dir.path().join("callsync.toml").display()
+        )
     );
 }
 
