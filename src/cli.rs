@@ -179,7 +179,8 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
+            // Each cause once, on one line: `{:#}` for errors that follow ARCHITECTURE.md's
+            // rule, and a guard for those that still embed their source's message.
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
             // Not `eprintln!`: it panics when stderr is a closed pipe.
             let _ = writeln!(
@@ -266,10 +267,10 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     }
     let cancel = cancel_on_signal()?;
     refuse_reload_on_sighup();
-    let path = config.warehouse.path.clone();
+    // The warehouse's errors name it; the others (metrics, scheduler) need no path.
     crate::daemon::run(config, cancel.cancelled_owned())
         .await
-        .with_context(|| format!("the daemon could not start on {}", path.display()))?;
+        .context("the daemon could not start")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -285,15 +286,11 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
         )
         .into());
     }
+    // Every error opening the warehouse names it already.
     let engine = if dry_run {
-        Engine::start_dry_run(&config).with_context(|| {
-            format!(
-                "cannot read {} for a dry run",
-                config.warehouse.path.display()
-            )
-        })?
+        Engine::start_dry_run(&config)?
     } else {
-        start_engine(&config)?
+        Engine::start(&config)?
     };
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::incremental(engine.settings());
@@ -324,7 +321,7 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
     {
         return Err(UsageError(format!("--since {since} is after --until {until}")).into());
     }
-    let engine = start_engine(&config)?;
+    let engine = Engine::start(&config)?;
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
     let bar = ProgressBar::for_terminal();
@@ -369,16 +366,18 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
             let warehouse = Warehouse::open_read_only(path)?;
+            let reading = || format!("cannot read the checkpoints in {}", path.display());
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse
-                    .status()?
+                    .status()
+                    .with_context(reading)?
                     .iter()
                     .filter_map(|s| s.schedule_uid.parse().ok())
                     .collect(),
             };
             for s in schedules {
-                let c = warehouse.checkpoint(s)?;
+                let c = warehouse.checkpoint(s).with_context(reading)?;
                 let written = c.as_ref().map(|c| c.updated_at.to_rfc3339());
                 print_out(format_args!(
                     "schedule {s}: cursor {} (written {})\n",
@@ -495,15 +494,17 @@ fn replace_checkpoint(
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
     let path = &config.warehouse.path;
     let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
-    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)
-        .with_context(|| format!("cannot open the warehouse {}", path.display()))?;
-    Ok(warehouse.replace_checkpoint(schedule, cursor)?)
+    // Every error opening it names the path already; those of the change do not.
+    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)?;
+    warehouse
+        .replace_checkpoint(schedule, cursor)
+        .with_context(|| format!("cannot change the checkpoint in {}", path.display()))
 }
 
 fn migrate(config: &Config) -> Result<ExitCode> {
     let path = &config.warehouse.path;
-    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)
-        .with_context(|| format!("cannot migrate the warehouse {}", path.display()))?;
+    // Every error it returns names the path already.
+    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)?;
     print_out(format_args!(
         "warehouse {}: schema version {} -> {}\n",
         path.display(),
@@ -549,15 +550,6 @@ fn parse_time_scale(text: &str) -> Result<f64, String> {
             "{text:?} is not a positive number (1 is real time, 0.01 is 100 times faster)"
         )),
     }
-}
-
-fn start_engine(config: &Config) -> Result<Engine> {
-    Engine::start(config).with_context(|| {
-        format!(
-            "cannot start syncing into {}",
-            config.warehouse.path.display()
-        )
-    })
 }
 
 /// 0 when every pass completed, 1 otherwise.

@@ -35,11 +35,11 @@ pub enum DaemonError {
     Sync(#[from] SyncError),
     #[error(transparent)]
     Scheduler(#[from] SchedulerError),
-    #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
+    /// The cause is in the message, before the advice, so it is not also a `source()`.
+    #[error("cannot serve metrics on {listen}: {cause}; check [metrics] listen")]
     Metrics {
         listen: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -63,7 +63,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(listen) = config.metrics.listen {
         metrics::serve(listen, metrics.clone(), clock.clone(), cancel.clone())
             .await
-            .map_err(|source| DaemonError::Metrics { listen, source })?;
+            .map_err(|cause| DaemonError::Metrics { listen, cause })?;
     }
     notify::ready();
     tracing::info!(

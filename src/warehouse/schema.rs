@@ -31,9 +31,9 @@ pub fn open_for_writing(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, usize), WarehouseError> {
-    let open_err = |source| WarehouseError::Open {
+    let open_err = |cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     };
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.busy_timeout(busy_timeout).map_err(open_err)?;
@@ -62,9 +62,9 @@ pub fn open_for_writing(
     }
     MIGRATIONS
         .to_latest(&mut conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Migrate {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
     Ok((conn, before))
 }
@@ -72,15 +72,15 @@ pub fn open_for_writing(
 /// A private in-memory warehouse with the current schema (a dry run without a file).
 pub fn open_in_memory() -> Result<Connection, WarehouseError> {
     let path = Path::new(":memory:");
-    let mut conn = Connection::open_in_memory().map_err(|source| WarehouseError::Open {
+    let mut conn = Connection::open_in_memory().map_err(|cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     })?;
     MIGRATIONS
         .to_latest(&mut conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Migrate {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
     Ok(conn)
 }
@@ -94,9 +94,9 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
             path: path.to_owned(),
         });
     }
-    let open_err = |source| WarehouseError::Open {
+    let open_err = |cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     };
     let conn = Connection::open_with_flags(
         path,
@@ -128,9 +128,9 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
 fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Unreadable {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
     let version = match found {
         SchemaVersion::NoneSet => 0,

@@ -367,6 +367,97 @@ async fn the_example_config_with_its_placeholder_token_filled_in_is_refused() {
 }
 
 #[tokio::test]
+async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let schedule = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:9\"\naccess_token = \"abc123\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"{schedule}\"]\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let commands = [
+        vec!["migrate"],
+        vec!["status"],
+        vec!["checkpoint", "show"],
+        vec!["checkpoint", "reset", "--schedule", schedule],
+        vec!["sync"],
+        vec!["sync", "--dry-run"],
+    ];
+    let check = |out: &Output, args: &[&str], expected: &str| {
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert_eq!(
+            err.matches(&db.display().to_string()).count(),
+            1,
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(expected), "{args:?}: {err}");
+        if args.first() != Some(&"migrate") {
+            assert!(!err.contains("migrate"), "{args:?}: {err}");
+        }
+    };
+
+    std::fs::write(&db, vec![7u8; 8192]).unwrap();
+    for command in &commands {
+        let args: Vec<&str> = ["--config", c].iter().chain(command).copied().collect();
+        let out = callsync(&args).await;
+        check(
+            &out,
+            &args,
+            "file is not a database; the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse\n",
+        );
+    }
+    std::fs::remove_file(&db).unwrap();
+    assert!(callsync(&["--config", c, "migrate"]).await.status.success());
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", 7)
+        .unwrap();
+    for command in &commands {
+        let args: Vec<&str> = ["--config", c].iter().chain(command).copied().collect();
+        let out = callsync(&args).await;
+        check(
+            &out,
+            &args,
+            "has schema version 7, newer than this callsync knows (3); upgrade callsync\n",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_directory_as_the_config_file_or_an_empty_warehouse_path_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = callsync(&["--config", d, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: {d}: is a directory; pass the configuration file itself (e.g. --config {d}/callsync.toml)\n"
+        )
+    );
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"\"\n",
+    )
+    .unwrap();
+    let out = callsync(&["--config", config.to_str().unwrap(), "migrate"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: warehouse.path: is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"\n"
+    );
+}
+
+#[tokio::test]
 async fn status_before_the_first_sync_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db");
