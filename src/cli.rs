@@ -447,8 +447,9 @@ const CURSOR_CLOCK_ALLOWANCE: Duration = Duration::from_secs(5 * 60);
 fn check_cursor(cursor: Timestamp, now: Timestamp) -> Result<(), UsageError> {
     let force = "pass --force to set it anyway";
     if cursor > now.saturating_add(CURSOR_CLOCK_ALLOWANCE) {
+        let minutes = CURSOR_CLOCK_ALLOWANCE.as_secs() / 60;
         return Err(UsageError(format!(
-            "--cursor {cursor} is more than 5 minutes ahead of this machine's clock ({now}; the service's clock cannot be read offline): the schedule would skip every change until then; {force}"
+            "--cursor {cursor} is more than {minutes} minutes ahead of this machine's clock ({now}; the service's clock cannot be read offline): the schedule would skip every change until then; {force}"
         )));
     }
     if cursor.as_offset_date_time().year() < 1 {
