@@ -811,7 +811,10 @@ async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_w
     let config = env.write_config("");
     let c = config.to_str().unwrap();
     let s = env.schedules()[0].to_string();
+    // With --force the demo uses a directory holding other files, and leaves them be.
     let demo = env.dir.path().join("demo");
+    std::fs::create_dir(&demo).unwrap();
+    std::fs::write(demo.join("notes.txt"), "mine").unwrap();
     let commands: Vec<Vec<&str>> = vec![
         vec!["--help"],
         vec!["--version"],
@@ -822,7 +825,7 @@ async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_w
         vec!["--config", c, "status", "--json"],
         vec!["--config", c, "checkpoint", "show"],
         vec!["--config", c, "checkpoint", "show", "--schedule", &s],
-        vec!["demo", "--dir", demo.to_str().unwrap()],
+        vec!["demo", "--force", "--dir", demo.to_str().unwrap()],
     ];
     for args in &commands {
         let out = callsync_into_a_closed_pipe(args).await;
@@ -830,6 +833,10 @@ async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_w
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
+    assert_eq!(
+        std::fs::read_to_string(demo.join("notes.txt")).unwrap(),
+        "mine"
+    );
     let last = env
         .sim
         .truth(env.schedules()[0])

@@ -461,6 +461,15 @@ fn credentials_are_optional_until_a_command_asks_for_them() {
         c.api.credentials().unwrap_err().to_string(),
         "config: api.access_token_file: cannot read /nonexistent/token: No such file or directory (os error 2)"
     );
+    let c = load_text(
+        &format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret_file = \"/nonexistent/secret\"\n"),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api.oauth.client_secret_file: cannot read /nonexistent/secret: No such file or directory (os error 2)"
+    );
 }
 
 #[test]
