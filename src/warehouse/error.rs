@@ -29,7 +29,7 @@ pub enum WarehouseError {
         cause: rusqlite_migration::Error,
     },
     #[error(
-        "{} is an SQLite database of another program, not a callsync warehouse (it has tables and no callsync schema version); point warehouse.path at a new file or at a callsync warehouse",
+        "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
         path.display()
     )]
     NotAWarehouse { path: PathBuf },

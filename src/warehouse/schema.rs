@@ -124,7 +124,8 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
 }
 
 /// The schema version of the database at `path`, 0 for a new one. A database that holds
-/// tables but no callsync version is another program's: it is refused, not given our tables.
+/// tables but not callsync's is another program's (whatever its `user_version`): it is
+/// refused, not given our tables.
 fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
@@ -136,7 +137,7 @@ fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
     };
-    if version == 0 && holds_anything(conn).sql("reading the schema")? {
+    if is_foreign(conn).sql("reading the schema")? {
         return Err(WarehouseError::NotAWarehouse {
             path: path.to_owned(),
         });
@@ -144,10 +145,16 @@ fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     Ok(version)
 }
 
-fn holds_anything(conn: &Connection) -> rusqlite::Result<bool> {
-    conn.query_row("SELECT EXISTS (SELECT 1 FROM sqlite_schema)", [], |r| {
-        r.get(0)
-    })
+/// Objects in the schema, none of them `sync_checkpoints`, which every callsync schema
+/// version has (migration 1 creates it in the same transaction as the version).
+fn is_foreign(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema)
+            AND NOT EXISTS (SELECT 1 FROM sqlite_schema
+                            WHERE type = 'table' AND name = 'sync_checkpoints')",
+        [],
+        |r| r.get(0),
+    )
 }
 
 /// Applies the migrations up to schema `version` only: a warehouse as an older callsync

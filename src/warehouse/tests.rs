@@ -298,7 +298,7 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         .unwrap();
     drop(other);
     let expected = format!(
-        "{} is an SQLite database of another program, not a callsync warehouse (it has tables and no callsync schema version); point warehouse.path at a new file or at a callsync warehouse",
+        "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
         path.display()
     );
     let err = Warehouse::open(&path, Duration::from_secs(5))
@@ -321,6 +321,15 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(tables, vec!["contacts"], "none of our tables were added");
+    // Whatever its user_version says.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 2)
+        .unwrap();
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), expected);
 
     // An empty file is a new database, not someone else's.
     let empty = dir.path().join("empty.db");
