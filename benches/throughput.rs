@@ -46,7 +46,7 @@ async fn run(calls: usize) {
     let config = Config {
         api: ApiConfig {
             base_url: sim.base_url().clone(),
-            auth: Some(AuthConfig::Static(Secret::new(sim.access_token()))),
+            auth: Some(AuthConfig::Static(Secret::new(sim.access_token())).into()),
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             requests_per_second: None,

@@ -45,9 +45,14 @@ pub struct Cli {
 enum Command {
     /// Try it: a simulator, the daemon against it for a few seconds, then what an analyst sees
     Demo {
-        /// Where to write the demo's config and warehouse
+        /// Where to write the demo's config and warehouse: a new or empty directory, or an
+        /// earlier demo's
         #[arg(long, default_value = "demo")]
         dir: PathBuf,
+        /// Use DIR even when it holds other files (its callsync.toml is overwritten, its
+        /// callsync.db deleted)
+        #[arg(long)]
+        force: bool,
     },
     /// Run as a daemon: a pass of every schedule now, then on sync.cron, until SIGTERM
     Run,
@@ -110,6 +115,9 @@ enum CheckpointCommand {
         /// Only this schedule; default: every schedule in the warehouse
         #[arg(long, value_name = "UID")]
         schedule: Option<Uuid>,
+        /// Show a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
     /// Move a schedule's cursor (backwards too), printing what was there before
     Set {
@@ -119,12 +127,19 @@ enum CheckpointCommand {
         /// The new cursor (RFC 3339, any offset)
         #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
         cursor: Timestamp,
+        /// Set a cursor in the future or before the year 1, or of a schedule that is in
+        /// neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
     /// Delete a schedule's checkpoint: its next pass reads everything again
     Reset {
         /// The schedule whose checkpoint is deleted
         #[arg(long, value_name = "UID")]
         schedule: Uuid,
+        /// Reset a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -181,9 +196,15 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            // Each cause once, on one line (`{:#}` would repeat causes that messages embed).
+            // Each cause once, on one line: `{:#}` for errors that follow ARCHITECTURE.md's
+            // rule, and a guard for those that still embed their source's message.
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
-            eprintln!("error: {}", crate::sync::error_chain(dyn_err));
+            // Not `eprintln!`: it panics when stderr is a closed pipe.
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: {}",
+                crate::sync::error_chain(dyn_err)
+            );
             if is_configuration_error(&err) {
                 ExitCode::from(2)
             } else {
@@ -197,7 +218,10 @@ pub fn main() -> ExitCode {
 /// the chain of causes that was found (a library error may carry a `ConfigError`).
 fn is_configuration_error(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
-        cause.is::<ConfigError>() || cause.is::<UsageError>() || cause.is::<TelemetryError>()
+        cause.is::<ConfigError>()
+            || cause.is::<UsageError>()
+            || cause.is::<TelemetryError>()
+            || cause.is::<crate::demo::ForeignDirectory>()
     })
 }
 
@@ -216,12 +240,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             init_logging(&LogConfig::default())?;
             runtime.block_on(simulate(args))
         }
-        Command::Demo { dir } => {
+        Command::Demo { dir, force } => {
             init_logging(&LogConfig {
                 level: "warn".into(),
                 ..LogConfig::default()
             })?;
-            runtime.block_on(crate::demo::run(&dir))?;
+            runtime.block_on(crate::demo::run(&dir, force))?;
             Ok(ExitCode::SUCCESS)
         }
         command => {
@@ -263,13 +287,12 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     }
     let cancel = cancel_on_signal()?;
     refuse_reload_on_sighup();
-    let path = config.warehouse.path.clone();
     match crate::daemon::run(config, cancel.cancelled_owned()).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // It ran, then stopped: the error names the warehouse and what to do.
         Err(lost @ crate::daemon::DaemonError::WarehouseUnusable(_)) => Err(lost.into()),
-        Err(err) => Err(anyhow::Error::new(err)
-            .context(format!("the daemon could not start on {}", path.display()))),
+        // The warehouse's errors name it; the others (metrics, scheduler) need no path.
+        Err(err) => Err(anyhow::Error::new(err).context("the daemon could not start")),
     }
 }
 
@@ -285,15 +308,11 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
         )
         .into());
     }
+    // Every error opening the warehouse names it already.
     let engine = if dry_run {
-        Engine::start_dry_run(&config).with_context(|| {
-            format!(
-                "cannot read {} for a dry run",
-                config.warehouse.path.display()
-            )
-        })?
+        Engine::start_dry_run(&config)?
     } else {
-        start_engine(&config)?
+        Engine::start(&config)?
     };
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::incremental(engine.settings());
@@ -301,8 +320,8 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
     engine.close().await;
     if dry_run {
         for r in &reports {
-            println!(
-                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}",
+            print_out(format_args!(
+                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}\n",
                 r.schedule,
                 r.stats.calls_written,
                 r.stats.calls_seen,
@@ -312,7 +331,7 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
                     PassResult::Completed => String::new(),
                     other => format!("; {other}"),
                 }
-            );
+            ))?;
         }
     }
     Ok(exit_code(&reports))
@@ -324,7 +343,7 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
     {
         return Err(UsageError(format!("--since {since} is after --until {until}")).into());
     }
-    let engine = start_engine(&config)?;
+    let engine = Engine::start(&config)?;
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
     let bar = ProgressBar::for_terminal();
@@ -352,12 +371,9 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
     warn_if_read_only(path);
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        print_out(format_args!("{}\n", serde_json::to_string_pretty(&rows)?))?;
     } else {
-        print!(
-            "{}",
-            crate::warehouse::render_status(&rows, Timestamp::now())
-        );
+        print_out(crate::warehouse::render_status(&rows, Timestamp::now()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -379,43 +395,130 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
         c.map_or("none".to_owned(), |c| c.cursor.to_rfc3339())
     };
     match command {
-        CheckpointCommand::Show { schedule } => {
+        CheckpointCommand::Show { schedule, force } => {
+            if let Some(schedule) = schedule {
+                refuse_unknown_schedule(config, schedule, force)?;
+            }
             let warehouse = Warehouse::open_read_only(path)?;
+            let reading = || format!("cannot read the checkpoints in {}", path.display());
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse
-                    .status()?
+                    .status()
+                    .with_context(reading)?
                     .iter()
                     .filter_map(|s| s.schedule_uid.parse().ok())
                     .collect(),
             };
             for s in schedules {
-                let c = warehouse.checkpoint(s)?;
+                let c = warehouse.checkpoint(s).with_context(reading)?;
                 let written = c.as_ref().map(|c| c.updated_at.to_rfc3339());
-                println!(
-                    "schedule {s}: cursor {} (written {})",
+                print_out(format_args!(
+                    "schedule {s}: cursor {} (written {})\n",
                     describe(c),
                     written.as_deref().unwrap_or("never")
-                );
+                ))?;
             }
         }
-        CheckpointCommand::Set { schedule, cursor } => {
+        CheckpointCommand::Set {
+            schedule,
+            cursor,
+            force,
+        } => {
+            if !force {
+                check_cursor(cursor, Timestamp::now())?;
+            }
+            refuse_unknown_schedule(config, schedule, force)?;
             let before = replace_checkpoint(config, schedule, Some(cursor))?;
-            println!(
+            print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now {}",
                 describe(before),
                 cursor.to_rfc3339()
-            );
+            ))?;
         }
-        CheckpointCommand::Reset { schedule } => {
+        CheckpointCommand::Reset { schedule, force } => {
+            refuse_unknown_schedule(config, schedule, force)?;
             let before = replace_checkpoint(config, schedule, None)?;
-            println!(
+            print_undo_line(&format!(
                 "schedule {schedule}: cursor was {}, now none (the next pass reads everything)",
                 describe(before)
-            );
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to stdout. A reader that has gone (`| head -1`, `| true`) is no error: what
+/// it did not read is dropped and the command ends with its own outcome (`println!` would
+/// panic). Any other failure to write (a full disk under `> file`) is an error.
+pub(crate) fn print_out(text: impl std::fmt::Display) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match write!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(e).context("cannot write to standard output")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The line that says where a moved checkpoint was, the only way to undo the move. The move
+/// is committed already, so when stdout is not a terminal (a pipe may drop the line,
+/// `| true`) it goes to stderr too.
+fn print_undo_line(line: &str) -> Result<()> {
+    if !std::io::stdout().is_terminal() {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+    print_out(format_args!("{line}\n"))
+}
+
+/// How far past this machine's clock `checkpoint set` takes a cursor without `--force`: the
+/// service's clock cannot be read offline, and a few minutes cover a clock that is slow.
+const CURSOR_CLOCK_ALLOWANCE: Duration = Duration::from_secs(5 * 60);
+
+/// A cursor an operator most likely did not mean: past the service's clock every change
+/// until then would be skipped; before the year 1 every pass asks for `-001-12-31…` and the
+/// service refuses it.
+fn check_cursor(cursor: Timestamp, now: Timestamp) -> Result<(), UsageError> {
+    let force = "pass --force to set it anyway";
+    if cursor > now.saturating_add(CURSOR_CLOCK_ALLOWANCE) {
+        let minutes = CURSOR_CLOCK_ALLOWANCE.as_secs() / 60;
+        return Err(UsageError(format!(
+            "--cursor {cursor} is more than {minutes} minutes ahead of this machine's clock ({now}; the service's clock cannot be read offline): the schedule would skip every change until then; {force}"
+        )));
+    }
+    if cursor.as_offset_date_time().year() < 1 {
+        return Err(UsageError(format!(
+            "--cursor {cursor} is before the year 1, which the service cannot be asked about; {force}"
+        )));
+    }
+    Ok(())
+}
+
+/// A schedule in neither `sync.schedules` nor the warehouse is most likely a typo: refused,
+/// or with `force` a warning.
+fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bool) -> Result<()> {
+    let path = &config.warehouse.path;
+    if config.sync.schedules.contains(&schedule) || warehouse_knows(path, schedule)? {
+        return Ok(());
+    }
+    let problem = format!(
+        "schedule {schedule} is in neither sync.schedules nor the warehouse {} (a typo?)",
+        path.display()
+    );
+    if !force {
+        return Err(UsageError(format!("{problem}; pass --force to use it anyway")).into());
+    }
+    let _ = writeln!(std::io::stderr(), "warning: {problem}; going on (--force)");
+    Ok(())
+}
+
+/// Whether the warehouse at `path` has heard of `schedule`; a warehouse not created yet has not.
+fn warehouse_knows(path: &std::path::Path, schedule: Uuid) -> Result<bool> {
+    match Warehouse::open_read_only(path) {
+        Ok(warehouse) => Ok(warehouse.knows_schedule(schedule)?),
+        Err(crate::warehouse::WarehouseError::Missing { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Moves a checkpoint while holding the schedule's lock, so no pass moves it meanwhile.
@@ -425,23 +528,25 @@ fn replace_checkpoint(
     cursor: Option<Timestamp>,
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
     let path = &config.warehouse.path;
-    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)
-        .with_context(|| format!("cannot open the warehouse {}", path.display()))?;
+    // Every error opening it names the path already; those of the change do not.
+    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)?;
     // The lock is on the warehouse file itself, which exists once it is open.
     let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
-    Ok(warehouse.replace_checkpoint(schedule, cursor)?)
+    warehouse
+        .replace_checkpoint(schedule, cursor)
+        .with_context(|| format!("cannot change the checkpoint in {}", path.display()))
 }
 
 fn migrate(config: &Config) -> Result<ExitCode> {
     let path = &config.warehouse.path;
-    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)
-        .with_context(|| format!("cannot migrate the warehouse {}", path.display()))?;
-    println!(
-        "warehouse {}: schema version {} -> {}",
+    // Every error it returns names the path already.
+    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)?;
+    print_out(format_args!(
+        "warehouse {}: schema version {} -> {}\n",
         path.display(),
         report.from,
         report.to
-    );
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -506,13 +611,12 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
     let stop = cancel_on_signal()?;
-    // Not `println!`: `callsync simulate | head -1` (to grab the base URL) closes stdout,
-    // and the simulator should go on serving rather than panic.
-    let _ = writeln!(
-        std::io::stdout(),
-        "{}\nPress Ctrl-C to stop.",
+    // `callsync simulate | head -1` (to grab the base URL) closes stdout; the simulator
+    // goes on serving.
+    print_out(format_args!(
+        "{}\nPress Ctrl-C to stop.\n",
         simulator.summary()
-    );
+    ))?;
     stop.cancelled().await;
     simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)
@@ -526,15 +630,6 @@ fn parse_time_scale(text: &str) -> Result<f64, String> {
             "{text:?} is not a positive number (1 is real time, 0.01 is 100 times faster)"
         )),
     }
-}
-
-fn start_engine(config: &Config) -> Result<Engine> {
-    Engine::start(config).with_context(|| {
-        format!(
-            "cannot start syncing into {}",
-            config.warehouse.path.display()
-        )
-    })
 }
 
 /// 0 when every pass completed, 1 otherwise.
@@ -689,5 +784,27 @@ impl PassProgress for ProgressBar {
         }
         self.0.set_position(calls_seen);
         self.0.set_message(format!("{pages} pages"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_ahead_of_our_clock_or_before_the_year_1_is_refused() {
+        let now = Timestamp::parse("2026-11-24T18:00:00Z").unwrap();
+        let at = |text: &str| check_cursor(Timestamp::parse(text).unwrap(), now);
+        assert!(at("2026-11-24T18:05:00Z").is_ok(), "within the allowance");
+        assert!(at("2020-01-01T00:00:00Z").is_ok());
+        assert!(at("0001-01-01T00:00:00Z").is_ok());
+        assert_eq!(
+            at("2026-11-24T18:05:00.000001Z").unwrap_err().to_string(),
+            "--cursor 2026-11-24T18:05:00.000001Z is more than 5 minutes ahead of this machine's clock (2026-11-24T18:00:00Z; the service's clock cannot be read offline): the schedule would skip every change until then; pass --force to set it anyway"
+        );
+        assert_eq!(
+            at("0000-12-31T23:59:59Z").unwrap_err().to_string(),
+            "--cursor 0000-12-31T23:59:59Z is before the year 1, which the service cannot be asked about; pass --force to set it anyway"
+        );
     }
 }

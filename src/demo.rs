@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::cli::print_out;
 use crate::config::{self, Config};
 use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
 use crate::warehouse::{Overview, Warehouse};
@@ -18,7 +19,28 @@ use crate::warehouse::{Overview, Warehouse};
 /// How long the daemon runs in the demo.
 const RUN_FOR: Duration = Duration::from_secs(12);
 
-pub async fn run(dir: &Path) -> Result<()> {
+/// The first line of the configuration the demo writes: how a later demo knows the directory
+/// is its own.
+const CONFIG_HEADER: &str =
+    "# Written by `callsync demo` for its in-process simulator (gone when the demo ends).";
+
+/// `dir` holds something the demo did not write: it would delete `callsync.db` and overwrite
+/// `callsync.toml` there (`--dir /var/lib/callsync` would wipe a production warehouse).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "demo: {} holds {name}, which no earlier demo wrote; choose a new or empty directory with --dir, or pass --force to overwrite its callsync.toml and delete its callsync.db",
+    dir.display()
+)]
+pub struct ForeignDirectory {
+    dir: PathBuf,
+    name: String,
+}
+
+/// Runs the demo in `dir`, which must be new, empty or an earlier demo's unless `force`.
+pub async fn run(dir: &Path, force: bool) -> Result<()> {
+    if !force {
+        refuse_foreign_directory(dir)?;
+    }
     let sim = Simulator::start(
         "127.0.0.1:0".parse().context("loopback address")?,
         SimulatorOptions {
@@ -36,17 +58,14 @@ pub async fn run(dir: &Path) -> Result<()> {
     .await
     .context("cannot start the simulator")?;
     let config = write_config(dir, &sim)?;
-    println!("callsync demo");
-    println!(
-        "  simulator  {} (3 schedules, 1,200 calls, dialer running)",
-        sim.base_url()
-    );
-    println!("  config     {}", dir.join("callsync.toml").display());
-    println!("  warehouse  {}", config.warehouse.path.display());
-    println!(
-        "  running the daemon for {} s (a pass every 2 s)…",
+    print_out(format_args!(
+        "callsync demo\n  simulator  {} (3 schedules, 1,200 calls, dialer running)\n  \
+         config     {}\n  warehouse  {}\n  running the daemon for {} s (a pass every 2 s)…\n",
+        sim.base_url(),
+        dir.join("callsync.toml").display(),
+        config.warehouse.path.display(),
         RUN_FOR.as_secs()
-    );
+    ))?;
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let path = config.warehouse.path.clone();
@@ -57,7 +76,7 @@ pub async fn run(dir: &Path) -> Result<()> {
     ticker.tick().await;
     for _ in 0..RUN_FOR.as_secs() / 2 {
         ticker.tick().await;
-        println!("  {}", progress_line(&path));
+        print_out(format_args!("  {}\n", progress_line(&path)))?;
     }
     let _ = stop.send(());
     daemon
@@ -69,7 +88,34 @@ pub async fn run(dir: &Path) -> Result<()> {
     let overview = Warehouse::open_read_only(&path)
         .and_then(|w| w.overview())
         .with_context(|| format!("cannot read {}", path.display()))?;
-    print!("{}", render(&overview, &path));
+    print_out(render(&overview, &path))?;
+    Ok(())
+}
+
+/// Refuses `dir` when it holds anything but an earlier demo's files: its configuration
+/// (known by [`CONFIG_HEADER`]) and the warehouse with its companions (`-wal`, `-shm`, the
+/// lock directory), which are all named `callsync.db…`.
+fn refuse_foreign_directory(dir: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    let config = dir.join("callsync.toml");
+    let demo_config = std::fs::read_to_string(&config)
+        .is_ok_and(|text| text.lines().next() == Some(CONFIG_HEADER));
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = name == "callsync.toml" || name.starts_with("callsync.db");
+        if !(ours && demo_config) {
+            return Err(ForeignDirectory {
+                dir: dir.to_owned(),
+                name,
+            }
+            .into());
+        }
+    }
     Ok(())
 }
 
@@ -85,7 +131,7 @@ fn write_config(dir: &Path, sim: &Simulator) -> Result<Config> {
         .map(|s| format!("\"{s}\""))
         .collect();
     let text = format!(
-        "# Written by `callsync demo` for its in-process simulator (gone when the demo ends).\n\
+        "{CONFIG_HEADER}\n\
          [api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n\
          [warehouse]\npath = \"{}\"\n\n\
          [sync]\nschedules = [{}]\ncron = \"*/2 * * * * *\"\nlookback_secs = 2\n\n\
@@ -142,4 +188,47 @@ fn render(o: &Overview, path: &Path) -> String {
          datasette {db}        (pip install datasette)\nThe tables and views are described in README.md, \"The warehouse\".\n"
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(dir: &Path) -> Option<String> {
+        refuse_foreign_directory(dir)
+            .err()
+            .map(|e| e.to_string().replace(&dir.display().to_string(), "<dir>"))
+    }
+
+    #[test]
+    fn only_a_new_or_empty_directory_or_an_earlier_demos_is_used() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("demo");
+        assert_eq!(refusal(&dir), None, "a new directory");
+        std::fs::create_dir(&dir).unwrap();
+        assert_eq!(refusal(&dir), None, "an empty directory");
+
+        // A production warehouse, without the demo's configuration beside it.
+        std::fs::write(dir.join("callsync.db"), "data").unwrap();
+        assert_eq!(
+            refusal(&dir).as_deref(),
+            Some(
+                "demo: <dir> holds callsync.db, which no earlier demo wrote; choose a new or empty directory with --dir, or pass --force to overwrite its callsync.toml and delete its callsync.db"
+            )
+        );
+        std::fs::write(dir.join("callsync.toml"), "[api]\n").unwrap();
+        assert!(refusal(&dir).is_some(), "an operator's configuration");
+
+        // An earlier demo's files.
+        std::fs::write(
+            dir.join("callsync.toml"),
+            format!("{CONFIG_HEADER}\n[api]\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("callsync.db-wal"), "").unwrap();
+        std::fs::create_dir(dir.join("callsync.db.locks")).unwrap();
+        assert_eq!(refusal(&dir), None);
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        assert!(refusal(&dir).unwrap().contains(" holds notes.txt, "));
+    }
 }

@@ -6,6 +6,7 @@
 use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::{LogConfig, LogFormat};
@@ -13,14 +14,39 @@ use crate::config::{LogConfig, LogFormat};
 /// A bad log filter: a configuration error (exit code 2), named by where it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    #[error("log.level = {level:?} {problem}")]
+    BadLevel { level: String, problem: FilterError },
+    #[error("RUST_LOG={level:?} {problem}; fix or unset RUST_LOG")]
+    BadRustLog { level: String, problem: FilterError },
+}
+
+/// Why a log filter is refused; the message follows the filter's text.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// A bare word is a target to `EnvFilter` (`eror` would show only the events of a module
+    /// named `eror`, so nothing at all): a typo of a level must not silence the logs.
     #[error(
-        "log.level = {level:?} is not a valid filter (e.g. info, debug, callsync=debug): {reason}"
+        "is not a log level: {word:?} is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)"
     )]
-    BadLevel { level: String, reason: String },
-    #[error(
-        "RUST_LOG={level:?} is not a valid filter (e.g. info, debug, callsync=debug): {reason}; fix or unset RUST_LOG"
-    )]
-    BadRustLog { level: String, reason: String },
+    NotALevel { word: String },
+    #[error("is not a valid filter (e.g. info, debug, callsync=debug): {reason}")]
+    Syntax { reason: String },
+}
+
+/// `text` as a filter: comma-separated directives, each a level (`info`) or a target, span
+/// or field with `=LEVEL` (`callsync::sync=trace`); never a bare word that is not a level.
+pub fn parse_filter(text: &str) -> Result<EnvFilter, FilterError> {
+    for directive in text.split(',').map(str::trim) {
+        let names_a_target = directive.contains('=') || directive.contains('[');
+        if !directive.is_empty() && !names_a_target && directive.parse::<LevelFilter>().is_err() {
+            return Err(FilterError::NotALevel {
+                word: directive.to_owned(),
+            });
+        }
+    }
+    EnvFilter::try_new(text).map_err(|e| FilterError::Syntax {
+        reason: e.to_string(),
+    })
 }
 
 /// Installs the global subscriber; a second call keeps the first one (tests call it often).
@@ -52,14 +78,13 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
 /// `rust_log` when set and not blank (it wins over the configuration), else `log.level`.
 fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, TelemetryError> {
     match rust_log.filter(|level| !level.trim().is_empty()) {
-        Some(level) => EnvFilter::try_new(&level).map_err(|e| TelemetryError::BadRustLog {
-            reason: e.to_string(),
-            level,
-        }),
+        Some(level) => {
+            parse_filter(&level).map_err(|problem| TelemetryError::BadRustLog { level, problem })
+        }
         None => {
-            let filter = EnvFilter::try_new(&log.level).map_err(|e| TelemetryError::BadLevel {
+            let filter = parse_filter(&log.level).map_err(|problem| TelemetryError::BadLevel {
                 level: log.level.clone(),
-                reason: e.to_string(),
+                problem,
             })?;
             Ok(quiet_dependencies(filter, &log.level))
         }
@@ -112,7 +137,9 @@ mod tests {
         };
         let err = env_filter(&bad, None).unwrap_err().to_string();
         assert!(
-            err.starts_with("log.level = \"info,=[\" is not a valid filter"),
+            err.starts_with(
+                "log.level = \"info,=[\" is not a valid filter (e.g. info, debug, callsync=debug): "
+            ),
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
@@ -138,5 +165,48 @@ mod tests {
         );
         init(&LogConfig::default()).unwrap();
         init(&LogConfig::default()).unwrap();
+    }
+
+    #[test]
+    fn a_bare_word_that_is_not_a_level_is_refused_not_taken_as_a_target() {
+        for typo in [
+            "warnings",
+            "eror",
+            "warn,eror",
+            "callsync",
+            "INFO,callsync=debug,inof",
+        ] {
+            let word = typo.rsplit(',').next().unwrap();
+            let expected = format!(
+                "is not a log level: {word:?} is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)"
+            );
+            assert_eq!(
+                parse_filter(typo).unwrap_err().to_string(),
+                expected,
+                "{typo}"
+            );
+        }
+        let err = env_filter(&LogConfig::default(), Some("eror".into()))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "RUST_LOG=\"eror\" is not a log level: \"eror\" is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug); fix or unset RUST_LOG"
+        );
+        for good in [
+            "warn",
+            "WARN",
+            "callsync=debug",
+            "warn,callsync::sync=trace",
+            "3",
+            "[pass]=debug",
+            "",
+        ] {
+            assert!(parse_filter(good).is_ok(), "{good}");
+        }
+        assert!(matches!(
+            parse_filter("callsync=eror"),
+            Err(FilterError::Syntax { .. })
+        ));
     }
 }

@@ -63,7 +63,7 @@ struct Inner {
 impl ApiClient {
     /// Fails without credentials ([`ApiConfig::credentials`]): every request needs them.
     pub fn new(config: &ApiConfig) -> Result<Self, ApiError> {
-        let tokens = TokenSource::new(config.credentials()?);
+        let tokens = TokenSource::new(&config.credentials()?);
         // reqwest is built without a default crypto provider (no OpenSSL, no C toolchain beyond
         // a C compiler): install ring once per process. An error means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -831,7 +831,7 @@ pub(crate) mod fake {
         pub fn config(&self, auth: AuthConfig) -> ApiConfig {
             ApiConfig {
                 base_url: self.base_url.clone(),
-                auth: Some(auth),
+                auth: Some(auth.into()),
                 request_timeout: Duration::from_secs(5),
                 connect_timeout: Duration::from_secs(2),
                 requests_per_second: None,

@@ -3,6 +3,7 @@
 //! the object with `--json`), and fails with one line naming the request and what to do.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -230,11 +231,11 @@ async fn upload(config: &Config, client: &ApiClient, args: UploadArgs) -> Result
     let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
     if checked.problem_count > 0 {
         for problem in &checked.problems {
-            eprintln!("{shown}: {problem}");
+            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
         }
         let unlisted = checked.problem_count - checked.problems.len() as u64;
         if unlisted > 0 {
-            eprintln!("{shown}: … and {unlisted} more problems");
+            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
         }
         bail!(UsageError(format!(
             "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
@@ -394,14 +395,7 @@ fn print_resource(resource: &impl Serialize, json: bool, line: &str) -> Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// A line on stdout; a closed stdout (`| head -0`) is not worth a panic, nor an error: the
-/// work is done and the reader has gone.
+/// A line on stdout, through the one writer that survives a reader that has gone.
 fn print_line(line: &str) -> Result<()> {
-    use std::io::Write as _;
-    match writeln!(std::io::stdout().lock(), "{line}") {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(err).context("cannot write to stdout")
-        }
-        _ => Ok(()),
-    }
+    super::print_out(format_args!("{line}\n"))
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::api::ListFilter;
 
 pub use raw::{Env, load_from};
-pub use secret::Secret;
+pub use secret::{Secret, SecretSource};
 
 /// Everything callsync needs, validated.
 #[derive(Debug, Clone)]
@@ -37,9 +37,9 @@ pub struct Config {
 pub struct ApiConfig {
     /// The service's `{base_url}`; `/api/v1/...` is appended.
     pub base_url: Url,
-    /// `None` when none is configured: only the commands that talk to the service need one,
-    /// and they ask [`ApiConfig::credentials`] before doing anything.
-    pub auth: Option<AuthConfig>,
+    /// `None` when none is configured. Secret files are not read yet: only the commands that
+    /// talk to the service need them, and they ask [`ApiConfig::credentials`] first.
+    pub auth: Option<AuthConfig<SecretSource>>,
     /// Whole-request timeout.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
@@ -53,33 +53,59 @@ pub struct ApiConfig {
 }
 
 impl ApiConfig {
-    /// The credentials, or the configuration error a command that talks to the service stops
-    /// with. `status`, `checkpoint` and `migrate` never call this: a BI-group user without
-    /// the daemon's secret can run them.
-    pub fn credentials(&self) -> Result<&AuthConfig, ConfigError> {
-        self.auth.as_ref().ok_or_else(|| {
+    /// The credentials with their secret files read, or the configuration error a command
+    /// that talks to the service stops with. `status`, `checkpoint` and `migrate` never call
+    /// this: a BI-group user without the daemon's secret can run them.
+    pub fn credentials(&self) -> Result<AuthConfig, ConfigError> {
+        let auth = self.auth.as_ref().ok_or_else(|| {
             ConfigError::invalid(
                 "api",
                 "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
             )
+        })?;
+        Ok(match auth {
+            AuthConfig::Static(token) => AuthConfig::Static(token.read()?),
+            AuthConfig::OAuth(oauth) => AuthConfig::OAuth(OAuthConfig {
+                token_url: oauth.token_url.clone(),
+                client_id: oauth.client_id.clone(),
+                client_secret: oauth.client_secret.read()?,
+                scope: oauth.scope.clone(),
+            }),
         })
     }
 }
 
+/// How to authenticate; `S` is a loaded [`Secret`], or in the configuration a
+/// [`SecretSource`] not read yet.
 #[derive(Debug, Clone)]
-pub enum AuthConfig {
+pub enum AuthConfig<S = Secret> {
     /// A static bearer token.
-    Static(Secret),
+    Static(S),
     /// OAuth 2.0 client-credentials grant.
-    OAuth(OAuthConfig),
+    OAuth(OAuthConfig<S>),
 }
 
 #[derive(Debug, Clone)]
-pub struct OAuthConfig {
+pub struct OAuthConfig<S = Secret> {
     pub token_url: Url,
     pub client_id: String,
-    pub client_secret: Secret,
+    pub client_secret: S,
     pub scope: Option<String>,
+}
+
+/// Loaded credentials as a configuration holds them (tests, benchmarks).
+impl From<AuthConfig> for AuthConfig<SecretSource> {
+    fn from(auth: AuthConfig) -> Self {
+        match auth {
+            AuthConfig::Static(token) => AuthConfig::Static(token.into()),
+            AuthConfig::OAuth(oauth) => AuthConfig::OAuth(OAuthConfig {
+                token_url: oauth.token_url,
+                client_id: oauth.client_id,
+                client_secret: oauth.client_secret.into(),
+                scope: oauth.scope,
+            }),
+        }
+    }
 }
 
 /// Request-level retry limits; every limit explicit (see `api::retry`).
@@ -181,11 +207,11 @@ pub struct MetricsConfig {
 pub enum ConfigError {
     #[error("config: no configuration file found (looked for {searched}); pass --config PATH")]
     NotFound { searched: String },
-    #[error("config: cannot read {path}: {source}")]
+    /// The cause is in the message, so it is not also a `source()` (see ARCHITECTURE.md, Errors).
+    #[error("config: cannot read {path}: {cause}")]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A problem with the file as a whole: its syntax, or a key it should not have.
     #[error("config: {}: {problem}", path.display())]

@@ -7,14 +7,16 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds, Year};
 use serde::Deserialize;
 use url::Url;
 use uuid::Uuid;
 
+use super::secret::is_placeholder;
 use super::{
     ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
+    MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
 };
 use crate::api::ListFilter;
 use strict::strict;
@@ -62,11 +64,20 @@ pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
 /// Loads `path` (or the first default path that exists) with `env`'s overrides.
 pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> {
     let file = match path {
+        Some(path) if path.is_dir() => {
+            return Err(ConfigError::File {
+                path: path.to_owned(),
+                problem: format!(
+                    "is a directory; pass the configuration file itself (e.g. --config {})",
+                    path.join("callsync.toml").display()
+                ),
+            });
+        }
         Some(path) => {
             if !path.is_file() {
                 return Err(ConfigError::Read {
                     path: path.to_owned(),
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+                    cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
                 });
             }
             path.to_owned()
@@ -79,9 +90,9 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
                 searched: DEFAULT_PATHS.join(", "),
             })?,
     };
-    let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read {
         path: file.clone(),
-        source,
+        cause,
     })?;
     let raw = parse(&text, &file, env)?;
     let mut config = convert(raw, env).map_err(|e| blame_variable(e, env))?;
@@ -415,7 +426,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
-            path: raw.warehouse.path.unwrap_or_else(|| "callsync.db".into()),
+            path: warehouse_path(raw.warehouse.path)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
                 raw.warehouse.busy_timeout_secs,
@@ -441,6 +452,21 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
         },
         source: None,
     })
+}
+
+/// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a
+/// private temporary database and every pass would vanish with the process.
+fn warehouse_path(path: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    match path {
+        None => Ok("callsync.db".into()),
+        Some(path) if path.as_os_str().to_string_lossy().trim().is_empty() => {
+            Err(ConfigError::invalid(
+                "warehouse.path",
+                "is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"",
+            ))
+        }
+        Some(path) => Ok(path),
+    }
 }
 
 fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
@@ -469,9 +495,7 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
         }
         (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
         (None, Some(token)) => Some(AuthConfig::Static(token)),
-        (None, None) => {
-            credential(env, "access_token", "api.access_token")?.map(AuthConfig::Static)
-        }
+        (None, None) => credential(env, "access_token", "api.access_token").map(AuthConfig::Static),
     };
     let retry = raw.retry;
     let defaults = RetryConfig::default();
@@ -541,7 +565,7 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
     })
 }
 
-fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
+fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig<SecretSource>, ConfigError> {
     let token_url = url(
         "api.oauth.token_url",
         raw.token_url
@@ -558,7 +582,7 @@ fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig, ConfigError> {
         raw.client_secret_file,
     )? {
         Some(secret) => secret,
-        None => credential(env, "client_secret", "api.oauth.client_secret")?.ok_or_else(|| {
+        None => credential(env, "client_secret", "api.oauth.client_secret").ok_or_else(|| {
             ConfigError::invalid(
                 "api.oauth.client_secret",
                 "is required (inline, client_secret_file, or the systemd credential client_secret)",
@@ -655,12 +679,8 @@ fn filter(raw: RawFilter) -> ListFilter {
 
 fn log(raw: RawLog) -> Result<LogConfig, ConfigError> {
     let level = raw.level.unwrap_or_else(|| "info".into());
-    tracing_subscriber::EnvFilter::try_new(&level).map_err(|e| {
-        ConfigError::invalid(
-            "log.level",
-            format!("{level:?} is not a log filter such as \"info\" or \"callsync=debug\": {e}"),
-        )
-    })?;
+    crate::telemetry::parse_filter(&level)
+        .map_err(|problem| ConfigError::invalid("log.level", format!("{level:?} {problem}")))?;
     let format = match raw.format.as_deref().unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
@@ -692,19 +712,38 @@ fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     Ok(url)
 }
 
-/// A 6-field cron expression (seconds first), checked with the scheduler's own parser.
+/// A 6-field cron expression (seconds first), checked with the scheduler's own parser, that
+/// fires within a year from now.
 fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
+    cron_at(key, expr, chrono::Utc::now())
+}
+
+/// The longest a valid cron may wait for its next firing: a year, leap day included.
+const CRON_HORIZON_DAYS: i64 = 366;
+
+/// [`cron`] as of `now`. A cron that parses but never fires soon (`0 0 0 30 2 *`, the 30th of
+/// February) would leave the daemon running and syncing nothing after its first pass.
+fn cron_at(key: &str, expr: String, now: DateTime<Utc>) -> Result<String, ConfigError> {
     let parser = CronParser::builder()
         .seconds(Seconds::Required)
         .year(Year::Disallowed)
         .build();
-    parser.parse(&expr).map_err(|e| {
+    let schedule = parser.parse(&expr).map_err(|e| {
         ConfigError::invalid(
             key,
             format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
         )
     })?;
-    Ok(expr)
+    match schedule.find_next_occurrence(&now, false) {
+        Ok(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(expr),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!(
+                "{expr:?} does not fire within a year of now ({} UTC); check its day and month fields",
+                now.format("%Y-%m-%d %H:%M:%S")
+            ),
+        )),
+    }
 }
 
 /// Ten years: any longer window is a mistake (and would overflow the arithmetic on instants).
@@ -769,12 +808,13 @@ fn bounded<T: TryFrom<i64>>(
     T::try_from(value).map_err(|_| outside())
 }
 
-/// A secret given inline or as `<key>_file`; never both. `None` when neither is set.
+/// A secret given inline or as `<key>_file` (read when a command needs it); never both.
+/// `None` when neither is set.
 fn secret(
     key: &str,
     inline: Option<String>,
     file: Option<PathBuf>,
-) -> Result<Option<Secret>, ConfigError> {
+) -> Result<Option<SecretSource>, ConfigError> {
     match (inline, file) {
         (Some(_), Some(_)) => Err(ConfigError::invalid(
             key,
@@ -783,31 +823,28 @@ fn secret(
         (Some(value), None) if value.trim().is_empty() => {
             Err(ConfigError::invalid(key, "is empty"))
         }
-        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()))),
-        (None, Some(path)) => read_secret(&format!("{key}_file"), &path).map(Some),
+        (Some(value), None) if is_placeholder(&value) => Err(ConfigError::invalid(
+            key,
+            format!(
+                "is a placeholder, not a secret: set the real one, or delete {key} to use {key}_file or the systemd credential"
+            ),
+        )),
+        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()).into())),
+        (None, Some(path)) => Ok(Some(SecretSource::File {
+            key: format!("{key}_file"),
+            path,
+        })),
         (None, None) => Ok(None),
     }
 }
 
 /// `$CREDENTIALS_DIRECTORY/<name>` when systemd passed that credential.
-fn credential(env: &Env, name: &str, key: &str) -> Result<Option<Secret>, ConfigError> {
-    match &env.credentials_dir {
-        Some(dir) if dir.join(name).is_file() => read_secret(key, &dir.join(name)).map(Some),
-        _ => Ok(None),
-    }
-}
-
-fn read_secret(key: &str, path: &Path) -> Result<Secret, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::invalid(key, format!("cannot read {}: {e}", path.display())))?;
-    let value = text.trim();
-    if value.is_empty() {
-        return Err(ConfigError::invalid(
-            key,
-            format!("{} is empty", path.display()),
-        ));
-    }
-    Ok(Secret::new(value.to_owned()))
+fn credential(env: &Env, name: &str, key: &str) -> Option<SecretSource> {
+    let path = env.credentials_dir.as_ref()?.join(name);
+    path.is_file().then(|| SecretSource::File {
+        key: key.to_owned(),
+        path,
+    })
 }
 
 mod strict;

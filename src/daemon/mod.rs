@@ -43,11 +43,11 @@ pub enum DaemonError {
     /// on a read-only warehouse fails naming it).
     #[error(transparent)]
     WarehouseUnusable(WarehouseError),
-    #[error("cannot serve metrics on {listen}: {source}; check [metrics] listen")]
+    /// The cause is in the message, before the advice, so it is not also a `source()`.
+    #[error("cannot serve metrics on {listen}: {cause}; check [metrics] listen")]
     Metrics {
         listen: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -71,7 +71,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     if let Some(listen) = config.metrics.listen {
         metrics::serve(listen, metrics.clone(), clock.clone(), cancel.clone())
             .await
-            .map_err(|source| DaemonError::Metrics { listen, source })?;
+            .map_err(|cause| DaemonError::Metrics { listen, cause })?;
     }
     notify::ready();
     tracing::info!(

@@ -26,14 +26,14 @@ pub enum Tick {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
-    #[error("cannot schedule {what} with cron {cron:?}: {source}")]
+    #[error("cannot schedule {what} with cron {cron:?}")]
     Job {
         what: &'static str,
         cron: String,
         #[source]
         source: tokio_cron_scheduler::JobSchedulerError,
     },
-    #[error("cannot start the scheduler: {0}")]
+    #[error("cannot start the scheduler")]
     Start(#[source] tokio_cron_scheduler::JobSchedulerError),
     #[error("cron {cron:?} cannot be parsed: {reason}")]
     Cron { cron: String, reason: String },

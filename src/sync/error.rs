@@ -1,4 +1,7 @@
 //! `SyncError`: why a pass of one schedule stopped.
+//!
+//! A variant whose cause is a `source()` does not repeat it in its message (ARCHITECTURE.md,
+//! "Errors"); [`error_chain`] prints them together.
 
 use std::path::PathBuf;
 
@@ -14,7 +17,7 @@ pub enum SyncError {
     Api(#[from] ApiError),
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
-    #[error("{request}: {source}")]
+    #[error("{request}")]
     Walk {
         request: String,
         #[source]
@@ -25,13 +28,13 @@ pub enum SyncError {
         path.display()
     )]
     Busy { schedule: Uuid, path: PathBuf },
-    #[error("cannot lock a schedule on the warehouse {}: {source}", path.display())]
+    #[error("cannot lock a schedule on the warehouse {}", path.display())]
     Lock {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot start the warehouse writer thread: {0}")]
+    #[error("cannot start the warehouse writer thread")]
     WriterStart(#[source] std::io::Error),
     #[error("the warehouse writer stopped unexpectedly (see the error logged before this one)")]
     WriterGone,

@@ -62,7 +62,7 @@ pub fn create_owned_by_directory(path: &Path) -> Result<(), WarehouseError> {
     let io = |source| WarehouseError::Io {
         path: path.to_owned(),
         step: "create the warehouse",
-        source,
+        cause: source,
     };
     use std::os::unix::fs::OpenOptionsExt;
     // A new file: no SQLite connection of this process has it open, so closing this
@@ -106,7 +106,7 @@ fn writable(file: &Path, what: &'static str, warehouse: &Path) -> Result<(), War
         warehouse: warehouse.to_owned(),
         what,
         path: file.to_owned(),
-        source: std::io::Error::last_os_error(),
+        cause: std::io::Error::last_os_error(),
     })
 }
 

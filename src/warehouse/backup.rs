@@ -140,8 +140,11 @@ fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {
             |r| r.get(0),
         )
         .map_err(|e| bad(e.to_string()))?;
+    if tables != 3 {
+        return Err(bad("it is not a callsync warehouse".into()));
+    }
     let found = schema::version(&conn, path)?;
-    if tables != 3 || found == 0 {
+    if found == 0 {
         return Err(bad("it is not a callsync warehouse".into()));
     }
     if found > schema::latest_version() {
@@ -168,7 +171,7 @@ fn lock_out_writers(target: &Path) -> Result<Option<FileLock>, WarehouseError> {
         Err(LockError::Io(source)) => Err(WarehouseError::Io {
             path: target.to_owned(),
             step: "lock the warehouse",
-            source,
+            cause: source,
         }),
     }
 }
@@ -180,7 +183,7 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseErro
     let _ = std::fs::remove_file(dest);
     let mut copy = Connection::open(dest).map_err(|source| WarehouseError::Open {
         path: dest.to_owned(),
-        source,
+        cause: source,
     })?;
     {
         let backup = Backup::new(source, &mut copy).sql("starting the copy")?;
@@ -191,7 +194,7 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseErro
                 return Err(WarehouseError::Io {
                     path: dest.to_owned(),
                     step: "copy the warehouse into",
-                    source: std::io::Error::other("the copy did not finish in one step"),
+                    cause: std::io::Error::other("the copy did not finish in one step"),
                 });
             }
         }
@@ -226,7 +229,7 @@ fn keep_owner_and_mode(target: &Path, staged: &Path) -> Result<(), WarehouseErro
     let io = |source| WarehouseError::Io {
         path: staged.to_owned(),
         step: "set the owner and mode of",
-        source,
+        cause: source,
     };
     let owner = match std::fs::metadata(target) {
         Ok(old) => {
@@ -262,7 +265,7 @@ fn remove_stale_wal(target: &Path) -> Result<Vec<PathBuf>, WarehouseError> {
                 return Err(WarehouseError::Io {
                     path,
                     step: "remove the old warehouse's WAL file",
-                    source,
+                    cause: source,
                 });
             }
         }
@@ -275,7 +278,7 @@ fn install(staged: &Path, dest: &Path) -> Result<(), WarehouseError> {
     std::fs::rename(staged, dest).map_err(|source| WarehouseError::Io {
         path: dest.to_owned(),
         step: "move the new file into place at",
-        source,
+        cause: source,
     })?;
     if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty()) {
         // Best effort: not every filesystem lets a directory be synced.
@@ -290,7 +293,7 @@ fn sync_file(path: &Path) -> Result<(), WarehouseError> {
         .map_err(|source| WarehouseError::Io {
             path: path.to_owned(),
             step: "flush to disk",
-            source,
+            cause: source,
         })
 }
 
@@ -300,7 +303,7 @@ fn file_len(path: &Path) -> Result<u64, WarehouseError> {
         .map_err(|source| WarehouseError::Io {
             path: path.to_owned(),
             step: "read the size of",
-            source,
+            cause: source,
         })
 }
 

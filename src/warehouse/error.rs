@@ -1,4 +1,7 @@
 //! `WarehouseError`: what can go wrong with the SQLite file, naming the file and the step.
+//!
+//! Each message holds its cause, on one line with what to do, so no variant also returns it
+//! as `source()` (ARCHITECTURE.md, "Errors").
 
 use std::path::PathBuf;
 
@@ -9,18 +12,27 @@ pub enum WarehouseError {
         path.display()
     )]
     Missing { path: PathBuf },
-    #[error("cannot open the warehouse {}: {source}; check the path and its directory's permissions", path.display())]
+    #[error("cannot open the warehouse {}: {}", path.display(), opening_problem(cause))]
     Open {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
-    #[error("cannot migrate the warehouse {}: {source}", path.display())]
+    #[error("cannot migrate the warehouse {}: {}", path.display(), migration_problem(cause))]
     Migrate {
         path: PathBuf,
-        #[source]
-        source: rusqlite_migration::Error,
+        cause: rusqlite_migration::Error,
     },
+    /// Its schema version could not be read (a read-only command never migrates).
+    #[error("cannot read the warehouse {}: {}", path.display(), migration_problem(cause))]
+    Unreadable {
+        path: PathBuf,
+        cause: rusqlite_migration::Error,
+    },
+    #[error(
+        "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
+        path.display()
+    )]
+    NotAWarehouse { path: PathBuf },
     #[error(
         "the warehouse {} has schema version {found}, newer than this callsync knows ({supported}); upgrade callsync",
         path.display()
@@ -72,31 +84,71 @@ pub enum WarehouseError {
     )]
     InUse { path: PathBuf },
     #[error(
-        "cannot write the warehouse {}: {what} {} is not writable ({source}); give the user callsync runs as write permission on it, or choose a writable warehouse.path",
+        "cannot write the warehouse {}: {what} {} is not writable ({cause}); give the user callsync runs as write permission on it, or choose a writable warehouse.path",
         warehouse.display(), path.display()
     )]
     NotWritable {
         warehouse: PathBuf,
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("cannot {step} {}: {source}", path.display())]
+    #[error("cannot {step} {}: {cause}", path.display())]
     Io {
         path: PathBuf,
         step: &'static str,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("warehouse: {step}: {source}")]
+    #[error("warehouse: {step}: {}", sqlite_problem(cause))]
     Sql {
         step: &'static str,
-        #[source]
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("warehouse: {what} holds `{value}`, which is not a callsync timestamp")]
     BadTimestamp { what: &'static str, value: String },
+}
+
+/// SQLite's words and, where the code tells, what to do about it.
+fn sqlite_problem(err: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode as C;
+    let advice = match err.sqlite_error_code() {
+        Some(C::DiskFull) => "free space on its filesystem, then run callsync again",
+        Some(C::ReadOnly) => {
+            "make the file, its -wal and -shm files and its directory writable by this user"
+        }
+        Some(C::NotADatabase | C::DatabaseCorrupt) => {
+            "the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse"
+        }
+        Some(C::CannotOpen | C::PermissionDenied) => {
+            "check the path and its directory's permissions"
+        }
+        _ => return one_line(&err.to_string()),
+    };
+    format!("{}; {advice}", one_line(&err.to_string()))
+}
+
+/// Opening fails mostly on the path or its permissions, so that is the advice by default.
+fn opening_problem(err: &rusqlite::Error) -> String {
+    match err.sqlite_error_code() {
+        None | Some(rusqlite::ErrorCode::Unknown) => format!(
+            "{}; check the path and its directory's permissions",
+            one_line(&err.to_string())
+        ),
+        Some(_) => sqlite_problem(err),
+    }
+}
+
+/// rusqlite_migration's own message quotes the whole SQL of the failing migration (a
+/// 21-line dump); SQLite's error is what the operator can act on.
+fn migration_problem(err: &rusqlite_migration::Error) -> String {
+    match err {
+        rusqlite_migration::Error::RusqliteError { err, .. } => sqlite_problem(err),
+        other => one_line(&other.to_string()),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Adds the step to a rusqlite error: `conn.execute(..).sql("saving the checkpoint")?`.
@@ -106,6 +158,6 @@ pub(crate) trait SqlContext<T> {
 
 impl<T> SqlContext<T> for Result<T, rusqlite::Error> {
     fn sql(self, step: &'static str) -> Result<T, WarehouseError> {
-        self.map_err(|source| WarehouseError::Sql { step, source })
+        self.map_err(|cause| WarehouseError::Sql { step, cause })
     }
 }

@@ -132,7 +132,7 @@ fn check_in_place(path: &Path, opened: FileIdentity) -> Result<(), WarehouseErro
     let now = FileIdentity::of_path(path).map_err(|source| WarehouseError::Io {
         path: path.to_owned(),
         step: "check the warehouse",
-        source,
+        cause: source,
     })?;
     match now {
         Some(now) if now == opened => Ok(()),
@@ -164,7 +164,7 @@ fn open_locked(
             return Err(WarehouseError::Io {
                 path: path.to_owned(),
                 step: "lock the warehouse",
-                source,
+                cause: source,
             });
         }
     };

@@ -136,6 +136,19 @@ impl Warehouse {
         read_checkpoint(&self.conn, schedule)
     }
 
+    /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
+    pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = ?1)
+                     OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = ?1)
+                     OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = ?1)",
+                [schedule.to_string()],
+                |r| r.get(0),
+            )
+            .sql("looking a schedule up")
+    }
+
     /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
     /// Returns what was there before.
     pub fn replace_checkpoint(

@@ -8,7 +8,7 @@ use include_dir::{Dir, include_dir};
 use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{Migrations, SchemaVersion};
 
-use super::error::WarehouseError;
+use super::error::{SqlContext, WarehouseError};
 
 static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 
@@ -31,9 +31,9 @@ pub fn open_for_writing(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, usize), WarehouseError> {
-    let open_err = |source| WarehouseError::Open {
+    let open_err = |cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     };
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.busy_timeout(busy_timeout).map_err(open_err)?;
@@ -62,9 +62,9 @@ pub fn open_for_writing(
     }
     MIGRATIONS
         .to_latest(&mut conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Migrate {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
     Ok((conn, before))
 }
@@ -72,15 +72,15 @@ pub fn open_for_writing(
 /// A private in-memory warehouse with the current schema (a dry run without a file).
 pub fn open_in_memory() -> Result<Connection, WarehouseError> {
     let path = Path::new(":memory:");
-    let mut conn = Connection::open_in_memory().map_err(|source| WarehouseError::Open {
+    let mut conn = Connection::open_in_memory().map_err(|cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     })?;
     MIGRATIONS
         .to_latest(&mut conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Migrate {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
     Ok(conn)
 }
@@ -94,9 +94,9 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
             path: path.to_owned(),
         });
     }
-    let open_err = |source| WarehouseError::Open {
+    let open_err = |cause| WarehouseError::Open {
         path: path.to_owned(),
-        source,
+        cause,
     };
     let conn = Connection::open_with_flags(
         path,
@@ -123,17 +123,38 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
     }
 }
 
+/// The schema version of the database at `path`, 0 for a new one. A database that holds
+/// tables but not callsync's is another program's (whatever its `user_version`): it is
+/// refused, not given our tables.
 pub(super) fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
-        .map_err(|source| WarehouseError::Migrate {
+        .map_err(|cause| WarehouseError::Unreadable {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
-    Ok(match found {
+    let version = match found {
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
-    })
+    };
+    if is_foreign(conn).sql("reading the schema")? {
+        return Err(WarehouseError::NotAWarehouse {
+            path: path.to_owned(),
+        });
+    }
+    Ok(version)
+}
+
+/// Objects in the schema, none of them `sync_checkpoints`, which every callsync schema
+/// version has (migration 1 creates it in the same transaction as the version).
+fn is_foreign(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema)
+            AND NOT EXISTS (SELECT 1 FROM sqlite_schema
+                            WHERE type = 'table' AND name = 'sync_checkpoints')",
+        [],
+        |r| r.get(0),
+    )
 }
 
 /// Applies the migrations up to schema `version` only: a warehouse as an older callsync

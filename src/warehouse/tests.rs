@@ -469,6 +469,98 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
 }
 
 #[test]
+fn another_programs_database_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crm.db");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other
+        .execute_batch("CREATE TABLE contacts (name TEXT); INSERT INTO contacts VALUES ('Ada');")
+        .unwrap();
+    drop(other);
+    let expected = format!(
+        "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
+        path.display()
+    );
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::NotAWarehouse { .. }), "{err}");
+    assert_eq!(err.to_string(), expected);
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), expected);
+    let err = Warehouse::open_read_only(&path).err().unwrap();
+    assert_eq!(err.to_string(), expected);
+    let tables: Vec<String> = rusqlite::Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT name FROM sqlite_schema")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tables, vec!["contacts"], "none of our tables were added");
+    // Whatever its user_version says.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 2)
+        .unwrap();
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), expected);
+
+    // An empty file is a new database, not someone else's.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, "").unwrap();
+    assert!(Warehouse::open(&empty, Duration::from_secs(5)).is_ok());
+}
+
+#[test]
+fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 2).unwrap();
+    // Migration 3 adds this column: it fails, quoting its whole SQL in rusqlite_migration's
+    // own message.
+    conn.execute_batch("ALTER TABLE sync_runs ADD COLUMN outcome TEXT")
+        .unwrap();
+    drop(conn);
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "cannot migrate the warehouse {}: duplicate column name: outcome",
+            path.display()
+        )
+    );
+
+    // Not a database at all: a read-only command says it cannot read it, never "migrate".
+    std::fs::write(&path, vec![7u8; 8192]).unwrap();
+    let advice = "file is not a database; the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse";
+    assert_eq!(
+        Warehouse::open_read_only(&path).err().unwrap().to_string(),
+        format!("cannot read the warehouse {}: {advice}", path.display())
+    );
+    let err = Warehouse::open(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot open the warehouse {}: {advice}", path.display())
+    );
+    assert!(
+        std::error::Error::source(&err).is_none(),
+        "the cause is in the message, not also a source"
+    );
+}
+
+#[test]
 fn reading_a_warehouse_that_does_not_exist_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");

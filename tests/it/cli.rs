@@ -106,6 +106,27 @@ async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothin
     assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // A typo of a level is not a target that silences every line (even `ERROR pass failed`).
+    let levels =
+        "off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)";
+    let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "eror")]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: cannot set up logging: RUST_LOG=\"eror\" is not a log level: \"eror\" is not one of {levels}; fix or unset RUST_LOG\n"
+        )
+    );
+    std::fs::write(&config, format!("{valid}[log]\nlevel = \"warnings\"\n")).unwrap();
+    let out = callsync(&["--config", c, "sync"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: log.level: \"warnings\" is not a log level: \"warnings\" is not one of {levels}\n"
+        )
+    );
+
     // The closing quote missing: the line with the token must not be quoted back.
     std::fs::write(&config, valid.replace("abc123\"", "abc123")).unwrap();
     let out = callsync(&["--config", c, "status"]).await;
@@ -255,6 +276,184 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert!(
         text.starts_with(&format!("schedule {s}: cursor {last} (written ")),
         "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_unreadable_secret_file_stops_only_the_commands_that_need_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let schedule = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    // Missing, and a directory (unreadable as a file even by root, unlike mode 0000).
+    for token_file in [dir.path().join("no-such-token"), dir.path().to_owned()] {
+        let config = dir.path().join("c.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[api]\nbase_url = \"http://127.0.0.1:9\"\naccess_token_file = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"{schedule}\"]\n",
+                token_file.display(),
+                db.display()
+            ),
+        )
+        .unwrap();
+        let c = config.to_str().unwrap();
+        for command in [
+            vec!["migrate"],
+            vec!["status"],
+            vec!["status", "--json"],
+            vec![
+                "checkpoint",
+                "set",
+                "--schedule",
+                schedule,
+                "--cursor",
+                "2026-01-01T00:00:00Z",
+            ],
+            vec!["checkpoint", "show"],
+            vec!["checkpoint", "reset", "--schedule", schedule],
+        ] {
+            let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+            let out = callsync(&args).await;
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        }
+        for command in [
+            vec!["sync"],
+            vec!["backfill", "--schedule", schedule],
+            vec!["run"],
+        ] {
+            let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+            let out = callsync(&args).await;
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            let err = stderr(&out);
+            assert!(
+                err.starts_with(&format!(
+                    "error: config: api.access_token_file: cannot read {}: ",
+                    token_file.display()
+                )),
+                "{args:?}: {err}"
+            );
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_example_config_with_its_placeholder_token_filled_in_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = include_str!("../../config/callsync.example.toml");
+    assert!(
+        !example.lines().any(|l| l.starts_with("access_token")),
+        "the example has no active secret line"
+    );
+    let config = dir.path().join("callsync.toml");
+    let db = dir.path().join("w.db");
+    std::fs::write(
+        &config,
+        example
+            .replace("# access_token = \"...\"", "access_token = \"replace-me\"")
+            .replace(
+                "path = \"callsync.db\"",
+                &format!("path = \"{}\"", db.display()),
+            ),
+    )
+    .unwrap();
+    let out = callsync(&["--config", config.to_str().unwrap(), "sync"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential\n"
+    );
+    assert!(!db.exists());
+}
+
+#[tokio::test]
+async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("w.db");
+    let schedule = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:9\"\naccess_token = \"abc123\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [\"{schedule}\"]\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let commands = [
+        vec!["migrate"],
+        vec!["status"],
+        vec!["checkpoint", "show"],
+        vec!["checkpoint", "reset", "--schedule", schedule],
+        vec!["sync"],
+        vec!["sync", "--dry-run"],
+    ];
+    let check = |out: &Output, args: &[&str], expected: &str| {
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert_eq!(
+            err.matches(&db.display().to_string()).count(),
+            1,
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(expected), "{args:?}: {err}");
+        if args.first() != Some(&"migrate") {
+            assert!(!err.contains("migrate"), "{args:?}: {err}");
+        }
+    };
+
+    std::fs::write(&db, vec![7u8; 8192]).unwrap();
+    for command in &commands {
+        let args: Vec<&str> = ["--config", c].iter().chain(command).copied().collect();
+        let out = callsync(&args).await;
+        check(
+            &out,
+            &args,
+            "file is not a database; the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse\n",
+        );
+    }
+    std::fs::remove_file(&db).unwrap();
+    assert!(callsync(&["--config", c, "migrate"]).await.status.success());
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .pragma_update(None, "user_version", 7)
+        .unwrap();
+    for command in &commands {
+        let args: Vec<&str> = ["--config", c].iter().chain(command).copied().collect();
+        let out = callsync(&args).await;
+        check(
+            &out,
+            &args,
+            "has schema version 7, newer than this callsync knows (4); upgrade callsync\n",
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_directory_as_the_config_file_or_an_empty_warehouse_path_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = callsync(&["--config", d, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: {d}: is a directory; pass the configuration file itself (e.g. --config {d}/callsync.toml)\n"
+        )
+    );
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[api]\nbase_url = \"https://x.example\"\n[warehouse]\npath = \"\"\n",
+    )
+    .unwrap();
+    let out = callsync(&["--config", config.to_str().unwrap(), "migrate"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: config: warehouse.path: is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"\n"
     );
 }
 
@@ -437,6 +636,111 @@ async fn checkpoints_can_be_shown_moved_and_reset() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlikely_cursors_and_unknown_schedules_need_force() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+    assert!(callsync(&["--config", c, "sync"]).await.status.success());
+    let show = || async {
+        let out = callsync(&["--config", c, "checkpoint", "show", "--schedule", &s]).await;
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let before = show().await;
+
+    let set = |cursor: &'static str, force: bool| {
+        let mut args = vec!["--config", c, "checkpoint", "set", "--schedule", &s];
+        args.extend(["--cursor", cursor]);
+        if force {
+            args.push("--force");
+        }
+        async move { callsync(&args).await }
+    };
+    let out = set("2999-01-01T00:00:00Z", false).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: --cursor 2999-01-01T00:00:00Z is more than 5 minutes ahead of this machine's clock ("),
+        "{err}"
+    );
+    assert!(err.ends_with("; pass --force to set it anyway\n"), "{err}");
+    let out = set("0000-06-01T00:00:00Z", false).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: --cursor 0000-06-01T00:00:00Z is before the year 1, which the service cannot be asked about; pass --force to set it anyway\n"
+    );
+    assert_eq!(show().await, before, "nothing moved");
+    let out = set("2999-01-01T00:00:00Z", true).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        show()
+            .await
+            .starts_with(&format!("schedule {s}: cursor 2999-01-01T00:00:00Z "))
+    );
+
+    // A uid in neither the configuration nor the warehouse: a typo, most likely.
+    let typo = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    let problem = format!(
+        "schedule {typo} is in neither sync.schedules nor the warehouse {} (a typo?)",
+        env.warehouse_path().display()
+    );
+    for command in [
+        vec!["checkpoint", "show", "--schedule", typo],
+        vec!["checkpoint", "reset", "--schedule", typo],
+        // Last: once set, the warehouse knows it.
+        vec![
+            "checkpoint",
+            "set",
+            "--schedule",
+            typo,
+            "--cursor",
+            "2026-01-01T00:00:00Z",
+        ],
+    ] {
+        let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
+        let out = callsync(&args).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            format!("error: {problem}; pass --force to use it anyway\n"),
+            "{args:?}"
+        );
+        let forced: Vec<&str> = args.iter().copied().chain(["--force"]).collect();
+        let out = callsync(&forced).await;
+        assert!(out.status.success(), "{forced:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(&format!("warning: {problem}; going on (--force)\n")),
+            "{forced:?}: {}",
+            stderr(&out)
+        );
+    }
+
+    // A schedule the warehouse knows is fine without being configured.
+    let unconfigured = env.dir.path().join("unconfigured.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("schedules") {
+                "schedules = []\n".to_owned()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    std::fs::write(&unconfigured, text).unwrap();
+    let u = unconfigured.to_str().unwrap();
+    let out = callsync(&["--config", u, "checkpoint", "reset", "--schedule", &s]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
     let dir = tempfile::tempdir().unwrap();
     let demo = dir.path().join("demo");
@@ -476,6 +780,129 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
         })
         .sum();
     assert_eq!(by_status, rows, "{text}");
+}
+
+/// `callsync args` with stdout a pipe whose reader is gone before it starts (`| true`).
+async fn callsync_into_a_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        // Not `output()`: tokio's would replace stdout with a pipe of its own.
+        .spawn()
+        .expect("callsync starts")
+        .wait_with_output()
+        .await
+        .expect("callsync runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_command_panics_on_a_closed_stdout_and_a_moved_cursor_says_where_it_was() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 30,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let s = env.schedules()[0].to_string();
+    // With --force the demo uses a directory holding other files, and leaves them be.
+    let demo = env.dir.path().join("demo");
+    std::fs::create_dir(&demo).unwrap();
+    std::fs::write(demo.join("notes.txt"), "mine").unwrap();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["--version"],
+        vec!["--config", c, "migrate"],
+        vec!["--config", c, "sync"],
+        vec!["--config", c, "sync", "--dry-run"],
+        vec!["--config", c, "status"],
+        vec!["--config", c, "status", "--json"],
+        vec!["--config", c, "checkpoint", "show"],
+        vec!["--config", c, "checkpoint", "show", "--schedule", &s],
+        vec!["demo", "--force", "--dir", demo.to_str().unwrap()],
+    ];
+    for args in &commands {
+        let out = callsync_into_a_closed_pipe(args).await;
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(demo.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    let last = env
+        .sim
+        .truth(env.schedules()[0])
+        .iter()
+        .map(|c| c.updated_at)
+        .max()
+        .unwrap();
+    // The cursor moved before the line was printed: it is on stderr too, to undo the move.
+    let out = callsync_into_a_closed_pipe(&[
+        "--config",
+        c,
+        "checkpoint",
+        "set",
+        "--schedule",
+        &s,
+        "--cursor",
+        "2026-01-01T00:00:00Z",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("schedule {s}: cursor was {last}, now 2026-01-01T00:00:00Z\n")
+    );
+    let out =
+        callsync_into_a_closed_pipe(&["--config", c, "checkpoint", "reset", "--schedule", &s])
+            .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "schedule {s}: cursor was 2026-01-01T00:00:00Z, now none (the next pass reads everything)\n"
+        )
+    );
+}
+
+#[tokio::test]
+async fn the_demo_refuses_a_directory_it_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let production = [
+        ("callsync.db", "a production warehouse"),
+        ("callsync.toml", "[api]\n"),
+    ];
+    for (name, text) in production {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let d = dir.path().to_str().unwrap();
+    let out = callsync(&["demo", "--dir", d]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(&format!("error: demo: {d} holds callsync.")),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(", which no earlier demo wrote; choose a new or empty directory with --dir, or pass --force to overwrite its callsync.toml and delete its callsync.db\n"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    for (name, text) in production {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(name)).unwrap(),
+            text
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }
 
 #[test]

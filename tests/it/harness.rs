@@ -208,7 +208,7 @@ pub fn config_for(
     Config {
         api: ApiConfig {
             base_url,
-            auth: Some(auth),
+            auth: Some(auth.into()),
             request_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             requests_per_second: None,

@@ -41,6 +41,12 @@ fn env_error_of(text: &str, env: &Env) -> String {
     result.unwrap_err().to_string().replace(&path, "<file>")
 }
 
+/// The error asking for the credentials of `text`'s configuration gives (files are read then).
+fn credentials_error_of(text: &str) -> String {
+    let config = load_text(text, &Env::default()).expect("the configuration loads");
+    config.api.credentials().unwrap_err().to_string()
+}
+
 fn error_of(text: &str) -> String {
     env_error_of(text, &Env::default())
 }
@@ -64,7 +70,7 @@ fn with(section: &str, line: &str) -> String {
 fn defaults_fill_everything_not_given() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "tok"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, None);
     assert_eq!(c.api.max_response_bytes, 32 * 1024 * 1024);
@@ -160,12 +166,24 @@ fn every_invalid_value_is_one_line_naming_its_key() {
             "config: api.access_token: set either api.access_token or api.access_token_file, not both",
         ),
         (
+            with("warehouse", "path = \"\""),
+            "config: warehouse.path: is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"",
+        ),
+        (
+            with("warehouse", "path = \"  \""),
+            "config: warehouse.path: is empty",
+        ),
+        (
             with("log", "format = \"xml\""),
             "config: log.format: \"xml\" is not one of \"text\", \"json\"",
         ),
         (
             with("log", "level = \"info,=[\""),
-            "config: log.level: \"info,=[\" is not a log filter",
+            "config: log.level: \"info,=[\" is not a valid filter (e.g. info, debug, callsync=debug): ",
+        ),
+        (
+            with("log", "level = \"warnings\""),
+            "config: log.level: \"warnings\" is not a log level: \"warnings\" is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)",
         ),
         (
             with("metrics", "listen = \"localhost\""),
@@ -300,9 +318,9 @@ fn secrets_from_files_and_systemd_credentials() {
         &Env::default(),
     )
     .unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-file"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "from-file"));
 
-    let missing = error_of(&format!(
+    let missing = credentials_error_of(&format!(
         "{base}access_token_file = \"/nonexistent/token\"\n"
     ));
     assert!(
@@ -310,7 +328,7 @@ fn secrets_from_files_and_systemd_credentials() {
         "{missing}"
     );
     std::fs::write(&token, "\n").unwrap();
-    let empty = error_of(&format!(
+    let empty = credentials_error_of(&format!(
         "{base}access_token_file = \"{}\"\n",
         token.display()
     ));
@@ -331,12 +349,83 @@ fn secrets_from_files_and_systemd_credentials() {
         ..Env::default()
     };
     let c = load_text(base, &env).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "from-credential"));
+    assert!(
+        matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "from-credential")
+    );
     let oauth =
         format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\n");
     let c = load_text(&oauth, &env).unwrap();
     assert!(
-        matches!(&c.api.auth, Some(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
+        matches!(c.api.credentials(), Ok(AuthConfig::OAuth(o)) if o.client_secret.expose() == "oauth-secret")
+    );
+}
+
+#[test]
+fn a_placeholder_secret_is_a_configuration_error() {
+    let base = "[api]\nbase_url = \"https://x.example\"\n";
+    assert_eq!(
+        error_of(&format!("{base}access_token = \"replace-me\"\n")),
+        "config: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential"
+    );
+    assert_eq!(
+        env_error_of(base, &env(&[("CALLSYNC_API__ACCESS_TOKEN", "<token>")])),
+        "config: CALLSYNC_API__ACCESS_TOKEN: api.access_token: is a placeholder, not a secret: set the real one, or delete api.access_token to use api.access_token_file or the systemd credential"
+    );
+    assert!(
+        error_of(&format!(
+            "{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret = \"...\"\n"
+        ))
+        .starts_with("config: api.oauth.client_secret: is a placeholder, not a secret")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "changeme\n").unwrap();
+    assert_eq!(
+        credentials_error_of(&format!(
+            "{base}access_token_file = \"{}\"\n",
+            token.display()
+        )),
+        format!(
+            "config: api.access_token_file: {} holds a placeholder, not a secret; write the real one there",
+            token.display()
+        )
+    );
+}
+
+#[test]
+fn a_cron_that_does_not_fire_within_a_year_is_refused() {
+    let at = |text: &str| text.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(
+        cron_at(
+            "sync.cron",
+            "0 0 0 30 2 *".into(),
+            at("2026-11-24T18:00:00Z")
+        )
+        .unwrap_err()
+        .to_string(),
+        "config: sync.cron: \"0 0 0 30 2 *\" does not fire within a year of now (2026-11-24 18:00:00 UTC); check its day and month fields"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the search ends"
+    );
+    // The 29th of February: more than a year away in 2026, not in 2027.
+    let leap = "0 0 0 29 2 *";
+    assert!(cron_at("sync.cron", leap.into(), at("2026-03-01T00:00:00Z")).is_err());
+    assert!(cron_at("sync.cron", leap.into(), at("2027-03-01T00:00:00Z")).is_ok());
+    assert!(
+        cron_at(
+            "sync.cron",
+            "0 */5 * * * *".into(),
+            at("2026-11-24T18:00:00Z")
+        )
+        .is_ok()
+    );
+    assert!(
+        error_of(&with("sync", "reconcile_cron = \"0 0 0 31 4 *\"")).starts_with(
+            "config: sync.reconcile_cron: \"0 0 0 31 4 *\" does not fire within a year of now ("
+        )
     );
 }
 
@@ -352,20 +441,39 @@ fn credentials_are_optional_until_a_command_asks_for_them() {
     let c = load_text(&minimal(), &Env::default()).unwrap();
     assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "tok"));
 
-    // A secret that is configured but missing or empty still stops every command at load.
+    // A secret file is read only when a command asks for the credentials: one that is
+    // missing or empty stops that command, not the loading of the configuration.
     let creds = tempfile::tempdir().unwrap();
     std::fs::write(creds.path().join("access_token"), " \n").unwrap();
     let env = Env {
         credentials_dir: Some(creds.path().to_owned()),
         ..Env::default()
     };
-    let (result, _) = load_text_at(base, &env);
+    let c = load_text(base, &env).unwrap();
     assert_eq!(
-        result.unwrap_err().to_string(),
+        c.api.credentials().unwrap_err().to_string(),
         format!(
             "config: api.access_token: {} is empty",
             creds.path().join("access_token").display()
         )
+    );
+    let c = load_text(
+        &format!("{base}access_token_file = \"/nonexistent/token\"\n"),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api.access_token_file: cannot read /nonexistent/token: No such file or directory (os error 2)"
+    );
+    let c = load_text(
+        &format!("{base}[api.oauth]\ntoken_url = \"https://x.example/t\"\nclient_id = \"c\"\nclient_secret_file = \"/nonexistent/secret\"\n"),
+        &Env::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.api.credentials().unwrap_err().to_string(),
+        "config: api.oauth.client_secret_file: cannot read /nonexistent/secret: No such file or directory (os error 2)"
     );
 }
 
@@ -400,7 +508,7 @@ fn environment_overrides_nested_keys_lists_and_numbers() {
         ("CALLSYNC_SYNC__FILTER__IS_TEST_CALL", "false"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "env-token"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "env-token"));
     assert_eq!(c.sync.page_size, 50);
     assert_eq!(c.api.retry.max_attempts, 3);
     assert_eq!(c.api.retry.multiplier, 1.5);
@@ -428,7 +536,7 @@ fn environment_values_reach_string_keys_verbatim() {
         ("CALLSYNC_SYNC__FILTER__SOURCE", "0x10"),
     ]);
     let c = load_text(&minimal(), &e).unwrap();
-    assert!(matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == "007"));
+    assert!(matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == "007"));
     let f = &c.sync.filter;
     assert_eq!(f.external_id.as_deref(), Some("007"));
     assert_eq!(f.outcome.as_deref(), Some("1e3"));
@@ -441,7 +549,7 @@ fn environment_values_reach_string_keys_verbatim() {
         let c = load_text(&minimal(), &e).unwrap();
         // A secret is trimmed like one read from a file, and otherwise untouched.
         assert!(
-            matches!(&c.api.auth, Some(AuthConfig::Static(t)) if t.expose() == token.trim()),
+            matches!(c.api.credentials(), Ok(AuthConfig::Static(t)) if t.expose() == token.trim()),
             "{token}"
         );
     }
@@ -575,6 +683,18 @@ fn a_missing_file_is_a_clear_error() {
         err,
         "config: cannot read /nonexistent/callsync.toml: no such file"
     );
+    let dir = tempfile::tempdir().unwrap();
+    let err = load_from(Some(dir.path()), &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "config: {}: is a directory; pass the configuration file itself (e.g. --config {})",
+            dir.path().display(),
+            dir.path().join("callsync.toml").display()
+        )
+    );
 }
 
 #[test]
@@ -582,6 +702,8 @@ fn the_example_file_loads_and_documents_every_key() {
     let example = include_str!("../../../config/callsync.example.toml");
     let c = load_text(example, &Env::default()).unwrap();
     assert_eq!(c.sync.page_size, 100);
+    // No active secret: one copied from the example would win over the systemd credential.
+    assert!(c.api.auth.is_none());
     // Every key the loader accepts appears in the example (commented or not).
     let keys = [
         "base_url",
