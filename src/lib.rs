@@ -22,3 +22,19 @@ pub mod sync;
 pub mod telemetry;
 pub mod upload;
 pub mod warehouse;
+
+/// An error and its causes on one line, `a: b: c`, each cause once: for logs, `sync_runs.error`
+/// and the CLI's error line. Lives at the root because every layer uses it.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -158,7 +158,7 @@ async fn fetch_token(
         serde_json::from_slice(&body).map_err(|source| ApiError::Decode {
             request,
             content_type,
-            source,
+            cause: source,
         })?;
     let lifetime = lifetime(parsed.expires_in.as_ref());
     // Cannot overflow with a lifetime of a day at most; were it to, refresh at once.

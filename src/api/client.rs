@@ -72,7 +72,7 @@ impl ApiClient {
             .timeout(config.request_timeout)
             .connect_timeout(config.connect_timeout)
             .build()
-            .map_err(|source| ApiError::ClientSetup { source })?;
+            .map_err(|source| ApiError::ClientSetup { cause: source })?;
         let limiter = Limiter::new(config.requests_per_second.and_then(NonZeroU32::new));
         Ok(ApiClient {
             inner: Arc::new(Inner {
@@ -339,7 +339,7 @@ fn decode<T: DeserializeOwned>(name: &str, body: &Body) -> Result<T, ApiError> {
     serde_json::from_slice(&body.bytes).map_err(|source| ApiError::Decode {
         request: name.to_owned(),
         content_type: body.content_type.clone(),
-        source,
+        cause: source,
     })
 }
 

@@ -17,19 +17,15 @@ pub enum ApiError {
     Config(#[from] ConfigError),
 
     #[error(
-        "cannot set up the HTTPS client: {source}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
+        "cannot set up the HTTPS client: {cause}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
     )]
-    ClientSetup {
-        #[source]
-        source: reqwest::Error,
-    },
+    ClientSetup { cause: reqwest::Error },
 
-    #[error("{request}: {problem}: {source}")]
+    #[error("{request}: {problem}: {}", crate::error_chain(.cause))]
     Transport {
         request: String,
         problem: &'static str,
-        #[source]
-        source: reqwest::Error,
+        cause: reqwest::Error,
     },
 
     /// No complete response within `api.request_timeout_secs` (or no connection within
@@ -69,13 +65,12 @@ pub enum ApiError {
     },
 
     #[error(
-        "{request}: malformed response ({content_type}): {source}; if it persists, the service sends data callsync cannot read: report the response to its operators"
+        "{request}: malformed response ({content_type}): {cause}; if it persists, the service sends data callsync cannot read: report the response to its operators"
     )]
     Decode {
         request: String,
         content_type: String,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 
     /// A body beyond `api.max_response_mib`: a misbehaving service or proxy. Not retried: the
@@ -87,11 +82,10 @@ pub enum ApiError {
 
     /// A request body that cannot be written as JSON (a bug, never the user's data: every
     /// field is a string, a number or a list of them).
-    #[error("{request}: cannot encode the request body: {source}")]
+    #[error("{request}: cannot encode the request body: {cause}")]
     Encode {
         request: String,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 
     #[error("{request}: the service broke the protocol: {problem}")]
@@ -115,7 +109,6 @@ pub enum ApiError {
         request: String,
         attempts: u32,
         elapsed: Duration,
-        #[source]
         last: Box<ApiError>,
     },
 }
@@ -155,7 +148,7 @@ impl ApiError {
         ApiError::Transport {
             request,
             problem,
-            source,
+            cause: source,
         }
     }
 
@@ -170,7 +163,7 @@ impl ApiError {
                     || *status == StatusCode::TOO_MANY_REQUESTS
                     || *status == StatusCode::REQUEST_TIMEOUT
             }
-            ApiError::Decode { source, .. } => {
+            ApiError::Decode { cause: source, .. } => {
                 !matches!(source.classify(), serde_json::error::Category::Data)
             }
             ApiError::Config(_)
@@ -190,7 +183,7 @@ impl ApiError {
     pub fn never_reached_the_service(&self) -> bool {
         match self {
             ApiError::Status { status, .. } => *status == StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Transport { source, .. } => source.is_connect(),
+            ApiError::Transport { cause: source, .. } => source.is_connect(),
             _ => false,
         }
     }
@@ -297,7 +290,7 @@ mod tests {
         ApiError::Decode {
             request: "GET /x".into(),
             content_type: "application/json".into(),
-            source: serde_json::from_str::<super::super::models::CallPage>(text).unwrap_err(),
+            cause: serde_json::from_str::<super::super::models::CallPage>(text).unwrap_err(),
         }
     }
 

@@ -159,7 +159,7 @@ impl ApiClient {
     ) -> Result<T, ApiError> {
         let json = serde_json::to_vec(body).map_err(|source| ApiError::Encode {
             request: format!("{method} {}", url.path()),
-            source,
+            cause: source,
         })?;
         let request = Request {
             method,

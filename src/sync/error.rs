@@ -40,17 +40,4 @@ pub enum SyncError {
     WriterGone,
 }
 
-/// An error and its causes on one line, `a: b: c`, for logs and `sync_runs.error`.
-pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
-}
+pub use crate::error_chain;
