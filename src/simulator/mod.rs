@@ -37,9 +37,14 @@ pub use faults::{FaultPlan, RequestRecord};
 pub use state::Precision;
 
 /// Every knob; `Default` is a small, well-behaved service.
+/// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
+const RUNTIME_STREAM: u64 = 0x7275_6e74_696d_6521;
+
 #[derive(Debug, Clone)]
 pub struct SimulatorOptions {
     pub precision: Precision,
+    /// Everything random — the seeded data, and at runtime new uids, the dialer's choices and
+    /// injected faults — follows from it: the same seed replays the same run.
     pub seed: u64,
     /// Schedules created (enabled) at start, each with `calls_per_schedule` calls.
     pub schedules: usize,
@@ -332,8 +337,9 @@ impl Simulator {
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             // Not the generator's stream: what happens at runtime (uids of new resources,
-            // the dialer's choices, faults) must not repeat what the seed made.
-            rng: Mutex::new(StdRng::from_os_rng()),
+            // the dialer's choices, faults) must not repeat what the seed made, yet must come
+            // from the seed too, so that a failing test replays: a second stream of it.
+            rng: Mutex::new(StdRng::seed_from_u64(options.seed ^ RUNTIME_STREAM)),
             dialer_running: AtomicBool::new(options.dialer.is_some()),
         });
         let stop = CancellationToken::new();
