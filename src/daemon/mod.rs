@@ -157,6 +157,70 @@ struct Slot {
     skip_ticks: u32,
 }
 
+/// What a tick means for one schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TickDecision {
+    Start(RunKind),
+    /// A sync tick while a pass runs: skipped, never queued behind it.
+    StillRunning(RunKind),
+    /// A reconcile tick while the schedule is busy or backing off: it runs when it may.
+    ReconcileQueued {
+        backing_off: bool,
+    },
+    /// A sync tick sat out after failures.
+    BackingOff {
+        failures: u32,
+        ticks_left: u32,
+    },
+}
+
+impl Slot {
+    /// The daemon's decision for this schedule on a tick; pure, so it is tested without a
+    /// clock, a cron or a service.
+    fn on_tick(&mut self, tick: Tick) -> TickDecision {
+        match (tick, self.running) {
+            (Tick::Sync, Some(running)) => TickDecision::StillRunning(running),
+            (Tick::Reconcile, Some(_)) => {
+                self.reconcile_due = true;
+                TickDecision::ReconcileQueued { backing_off: false }
+            }
+            (Tick::Sync, None) if self.skip_ticks > 0 => {
+                self.skip_ticks -= 1;
+                TickDecision::BackingOff {
+                    failures: self.failures,
+                    ticks_left: self.skip_ticks,
+                }
+            }
+            (Tick::Reconcile, None) if self.skip_ticks > 0 => {
+                self.reconcile_due = true;
+                TickDecision::ReconcileQueued { backing_off: true }
+            }
+            (Tick::Sync, None) => TickDecision::Start(RunKind::Incremental),
+            (Tick::Reconcile, None) => TickDecision::Start(RunKind::Reconcile),
+        }
+    }
+
+    /// A pass of this schedule ended with `result`; `true` when a queued reconciliation
+    /// should start now.
+    fn on_done(&mut self, result: &PassResult) -> bool {
+        self.running = None;
+        match result {
+            PassResult::Failed(_) => {
+                self.failures += 1;
+                self.skip_ticks = backoff_ticks(self.failures);
+            }
+            // Behind is no failure: the pass moved the checkpoint as far as it may, and the
+            // next one should start as soon as its tick comes.
+            PassResult::Completed | PassResult::Behind => {
+                self.failures = 0;
+                self.skip_ticks = 0;
+            }
+            PassResult::Interrupted | PassResult::Skipped(_) => {}
+        }
+        self.reconcile_due && self.skip_ticks == 0
+    }
+}
+
 /// Starts passes on ticks and takes their reports: the only owner of the slots.
 struct Dispatcher {
     engine: Arc<Engine>,
@@ -205,31 +269,23 @@ impl Dispatcher {
         for i in 0..self.slots.len() {
             let (schedule, slot) = &mut self.slots[i];
             let schedule = *schedule;
-            let start = match (tick, slot.running) {
-                (Tick::Sync, Some(running)) => {
+            match slot.on_tick(tick) {
+                TickDecision::Start(kind) => self.start(i, kind),
+                TickDecision::StillRunning(running) => {
                     tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
-                    None
                 }
-                (Tick::Reconcile, Some(_)) => {
-                    slot.reconcile_due = true;
+                TickDecision::ReconcileQueued { backing_off: false } => {
                     tracing::info!(%schedule, "reconciliation queued: it starts when the running pass ends");
-                    None
                 }
-                (Tick::Sync, None) if slot.skip_ticks > 0 => {
-                    slot.skip_ticks -= 1;
-                    tracing::info!(%schedule, failures = slot.failures, ticks_left = slot.skip_ticks, "tick skipped: backing off after failures");
-                    None
-                }
-                (Tick::Reconcile, None) if slot.skip_ticks > 0 => {
-                    slot.reconcile_due = true;
+                TickDecision::ReconcileQueued { backing_off: true } => {
                     tracing::info!(%schedule, "reconciliation queued: the schedule is backing off after failures");
-                    None
                 }
-                (Tick::Sync, None) => Some(RunKind::Incremental),
-                (Tick::Reconcile, None) => Some(RunKind::Reconcile),
-            };
-            if let Some(kind) = start {
-                self.start(i, kind);
+                TickDecision::BackingOff {
+                    failures,
+                    ticks_left,
+                } => {
+                    tracing::info!(%schedule, failures, ticks_left, "tick skipped: backing off after failures");
+                }
             }
         }
     }
@@ -268,24 +324,12 @@ impl Dispatcher {
             return;
         };
         let slot = &mut self.slots[i].1;
-        slot.running = None;
-        match result {
-            PassResult::Failed(_) => {
-                slot.failures += 1;
-                slot.skip_ticks = backoff_ticks(slot.failures);
-            }
-            // Behind is no failure: the pass moved the checkpoint as far as it may, and the
-            // next one should start as soon as its tick comes.
-            PassResult::Completed | PassResult::Behind => {
-                if slot.failures > 0 {
-                    tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
-                }
-                slot.failures = 0;
-                slot.skip_ticks = 0;
-            }
-            PassResult::Interrupted | PassResult::Skipped(_) => {}
+        let recovered =
+            slot.failures > 0 && matches!(result, PassResult::Completed | PassResult::Behind);
+        if recovered {
+            tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
         }
-        if slot.reconcile_due && slot.skip_ticks == 0 && !self.cancel.is_cancelled() {
+        if slot.on_done(&result) && !self.cancel.is_cancelled() {
             self.start(i, RunKind::Reconcile);
         }
     }
@@ -359,6 +403,83 @@ fn backoff_ticks(failures: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failed() -> PassResult {
+        PassResult::Failed("HTTP 500".into())
+    }
+
+    /// Runs `result` as the outcome of the pass a sync tick starts, if it starts one.
+    fn tick_and_finish(slot: &mut Slot, result: PassResult) -> TickDecision {
+        let decision = slot.on_tick(Tick::Sync);
+        if let TickDecision::Start(kind) = decision {
+            slot.running = Some(kind);
+            slot.on_done(&result);
+        }
+        decision
+    }
+
+    #[test]
+    fn a_failing_schedule_sits_out_1_3_7_ticks_and_one_good_pass_ends_it() {
+        let mut slot = Slot::default();
+        let mut started = Vec::new();
+        for tick in 0..16 {
+            if let TickDecision::Start(_) = tick_and_finish(&mut slot, failed()) {
+                started.push(tick);
+            }
+        }
+        // Failures 1, 2, 3, 4 sit out 0, 1, 3, 7 ticks.
+        assert_eq!(started, [0, 1, 3, 7, 15]);
+        // Behind is no failure: the cadence is back at once.
+        slot.skip_ticks = 0;
+        assert_eq!(
+            tick_and_finish(&mut slot, PassResult::Behind),
+            TickDecision::Start(RunKind::Incremental)
+        );
+        assert_eq!((slot.failures, slot.skip_ticks), (0, 0));
+        assert_eq!(
+            slot.on_tick(Tick::Sync),
+            TickDecision::Start(RunKind::Incremental)
+        );
+    }
+
+    #[test]
+    fn passes_never_overlap_and_a_reconciliation_is_queued_not_lost() {
+        let mut slot = Slot::default();
+        assert_eq!(
+            slot.on_tick(Tick::Sync),
+            TickDecision::Start(RunKind::Incremental)
+        );
+        slot.running = Some(RunKind::Incremental);
+        assert_eq!(
+            slot.on_tick(Tick::Sync),
+            TickDecision::StillRunning(RunKind::Incremental)
+        );
+        assert_eq!(
+            slot.on_tick(Tick::Reconcile),
+            TickDecision::ReconcileQueued { backing_off: false }
+        );
+        // The running pass ends: the queued reconciliation starts now.
+        assert!(slot.on_done(&PassResult::Completed));
+        // A reconciliation during backoff waits for the backoff to end.
+        let mut slot = Slot {
+            running: Some(RunKind::Incremental),
+            ..Slot::default()
+        };
+        assert!(!slot.on_done(&failed()));
+        assert!(!slot.on_done(&failed()));
+        assert_eq!(
+            slot.on_tick(Tick::Reconcile),
+            TickDecision::ReconcileQueued { backing_off: true }
+        );
+        assert_eq!(
+            slot.on_tick(Tick::Sync),
+            TickDecision::BackingOff {
+                failures: 2,
+                ticks_left: 0
+            }
+        );
+        assert!(slot.on_done(&PassResult::Completed));
+    }
 
     #[test]
     fn backoff_grows_and_is_capped() {
