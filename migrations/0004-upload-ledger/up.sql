@@ -15,3 +15,30 @@ CREATE TABLE upload_chunks (
     created_at   TEXT,              -- when the creation was confirmed
     PRIMARY KEY (schedule_uid, fingerprint, first_line)
 ) WITHOUT ROWID;
+
+-- What callsync created or changed through the service's write endpoints, as the service last
+-- answered, so BI tools can show names next to uids.
+CREATE TABLE campaigns (
+    uid         TEXT PRIMARY KEY,
+    name        TEXT NOT NULL,
+    type        TEXT NOT NULL,     -- `scheduled_call`
+    direction   TEXT NOT NULL,     -- `outbound`
+    is_enabled  INTEGER NOT NULL,  -- 0/1, as last answered
+    created_at  TEXT NOT NULL,     -- UTC, by the service
+    updated_at  TEXT NOT NULL,
+    recorded_at TEXT NOT NULL      -- UTC, when callsync last wrote this row
+);
+
+CREATE TABLE schedules (
+    uid             TEXT PRIMARY KEY,
+    campaign_uid    TEXT,              -- NULL when callsync did not create it
+    name            TEXT NOT NULL,
+    starts_at       TEXT NOT NULL,
+    ends_at         TEXT NOT NULL,
+    retry_type      TEXT NOT NULL,
+    retry_intervals TEXT NOT NULL,     -- JSON array of seconds; attempts = entries + 1
+    is_enabled      INTEGER NOT NULL,  -- 0/1, as last set or answered
+    created_at      TEXT NOT NULL,
+    updated_at      TEXT NOT NULL,
+    recorded_at     TEXT NOT NULL
+);

@@ -189,6 +189,9 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
                 .create_campaign(&new, &counters)
                 .await
                 .context("cannot create the campaign")?;
+            remember(config, "the campaign was created", |w| {
+                w.remember_campaign(&campaign)
+            });
             print_resource(&campaign, json, &campaign.uid.to_string())
         }
         ServiceCommand::Schedule(ScheduleCommand::Create(args)) => {
@@ -198,13 +201,16 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
                 .create_schedule(campaign, &new, &counters)
                 .await
                 .with_context(|| format!("cannot create the schedule in campaign {campaign}"))?;
+            remember(config, "the schedule was created", |w| {
+                w.remember_schedule(&schedule, Some(campaign))
+            });
             print_resource(&schedule, json, &schedule.uid.to_string())
         }
         ServiceCommand::Schedule(ScheduleCommand::Enable { uid, json }) => {
-            set_enabled(&client, &counters, uid, true, json).await
+            set_enabled(config, &client, &counters, uid, true, json).await
         }
         ServiceCommand::Schedule(ScheduleCommand::Disable { uid, json }) => {
-            set_enabled(&client, &counters, uid, false, json).await
+            set_enabled(config, &client, &counters, uid, false, json).await
         }
         ServiceCommand::Call(CallCommand::Create(args)) => {
             let (schedule, force, json) = (args.schedule, args.force, args.json);
@@ -306,6 +312,7 @@ impl UploadProgress for super::ProgressLog {
 }
 
 async fn set_enabled(
+    config: &Config,
     client: &ApiClient,
     counters: &Counters,
     uid: Uuid,
@@ -317,12 +324,36 @@ async fn set_enabled(
         .set_schedule_enabled(uid, enabled, counters)
         .await
         .with_context(|| format!("cannot {verb} schedule {uid}"))?;
+    remember(config, &format!("the schedule was {verb}d"), |w| {
+        w.remember_schedule(&schedule, None)
+    });
     let state = if schedule.is_enabled {
         "enabled"
     } else {
         "disabled"
     };
     print_resource(&schedule, json, &format!("schedule {uid} is {state}"))
+}
+
+/// Records what the service answered in the warehouse (`campaigns`, `schedules`). The
+/// service's change stands whatever happens here, so a failure is a warning: an error would
+/// invite running a create again.
+fn remember(
+    config: &Config,
+    done: &str,
+    write: impl FnOnce(&mut Warehouse) -> Result<(), crate::warehouse::WarehouseError>,
+) {
+    let path = &config.warehouse.path;
+    let recorded =
+        Warehouse::open(path, config.warehouse.busy_timeout).and_then(|mut w| write(&mut w));
+    if let Err(err) = recorded {
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: {done}, but is not recorded in the warehouse {}: {}",
+            path.display(),
+            crate::error_chain(&err)
+        );
+    }
 }
 
 fn new_schedule(args: ScheduleCreate) -> Result<NewSchedule> {

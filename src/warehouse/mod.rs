@@ -13,6 +13,7 @@ mod error;
 pub mod file_lock;
 mod ledger;
 mod queries;
+mod resources;
 mod rows;
 mod runs;
 mod schema;

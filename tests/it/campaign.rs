@@ -178,6 +178,32 @@ async fn a_campaign_is_set_up_from_the_command_line() {
     let info = &truth[0].outbound_call_info;
     assert_eq!(info.custom_parameters["plan"], "gold");
 
+    // What callsync created, it remembers, names included, for BI.
+    let db = rusqlite::Connection::open(env.warehouse_path()).unwrap();
+    let (name, kind, enabled): (String, String, bool) = db
+        .query_row(
+            "SELECT name, type, is_enabled FROM campaigns WHERE uid = ?1",
+            [campaign.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (name.as_str(), kind.as_str(), enabled),
+        ("Spring renewals", "scheduled_call", false)
+    );
+    let (name, of, intervals, enabled): (String, String, String, bool) = db
+        .query_row(
+            "SELECT name, campaign_uid, retry_intervals, is_enabled FROM schedules WHERE uid = ?1",
+            [&schedule],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (name.as_str(), of, intervals.as_str(), enabled),
+        ("Week 1", campaign.to_string(), "[60,300,900]", false),
+        "the last state set (disabled) and the campaign kept"
+    );
+
     // A uid the service does not know: 404, one line, exit 1.
     let missing = callsync(&config, &["schedule", "enable", &Uuid::nil().to_string()]).await;
     assert_eq!(missing.status.code(), Some(1));

@@ -1,0 +1,76 @@
+//! `campaigns` and `schedules`: what callsync created or changed through the write
+//! endpoints, as the service last answered, so BI shows names next to uids.
+
+use rusqlite::params;
+use uuid::Uuid;
+
+use super::Warehouse;
+use super::error::{SqlContext, WarehouseError};
+use crate::api::{Campaign, Schedule, Timestamp};
+
+impl Warehouse {
+    pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
+        self.conn
+            .execute(
+                "INSERT INTO campaigns
+                   (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (uid) DO UPDATE SET
+                   name = excluded.name, type = excluded.type, direction = excluded.direction,
+                   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+                   recorded_at = excluded.recorded_at",
+                params![
+                    campaign.uid.to_string(),
+                    campaign.name,
+                    campaign.kind,
+                    campaign.direction,
+                    campaign.is_enabled,
+                    campaign.created_at.to_sqlite(),
+                    campaign.updated_at.to_sqlite(),
+                    Timestamp::now().to_sqlite(),
+                ],
+            )
+            .sql("recording a campaign")?;
+        Ok(())
+    }
+
+    /// `campaign`: when known (callsync created the schedule in it); an update keeps the
+    /// campaign recorded before.
+    pub fn remember_schedule(
+        &mut self,
+        schedule: &Schedule,
+        campaign: Option<Uuid>,
+    ) -> Result<(), WarehouseError> {
+        let intervals =
+            serde_json::to_string(&schedule.retry_intervals).unwrap_or_else(|_| "[]".into());
+        self.conn
+            .execute(
+                "INSERT INTO schedules
+                   (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
+                    is_enabled, created_at, updated_at, recorded_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (uid) DO UPDATE SET
+                   campaign_uid = coalesce(excluded.campaign_uid, schedules.campaign_uid),
+                   name = excluded.name, starts_at = excluded.starts_at,
+                   ends_at = excluded.ends_at, retry_type = excluded.retry_type,
+                   retry_intervals = excluded.retry_intervals,
+                   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+                   recorded_at = excluded.recorded_at",
+                params![
+                    schedule.uid.to_string(),
+                    campaign.map(|c| c.to_string()),
+                    schedule.name,
+                    schedule.starts_at.to_sqlite(),
+                    schedule.ends_at.to_sqlite(),
+                    schedule.retry_type,
+                    intervals,
+                    schedule.is_enabled,
+                    schedule.created_at.to_sqlite(),
+                    schedule.updated_at.to_sqlite(),
+                    Timestamp::now().to_sqlite(),
+                ],
+            )
+            .sql("recording a schedule")?;
+        Ok(())
+    }
+}
