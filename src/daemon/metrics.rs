@@ -18,6 +18,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use axum::serve::ListenerExt as _;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -251,7 +252,12 @@ pub async fn serve(
     clock: TickClock,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    // TCP_NODELAY: a response written in two parts must not wait for the scraper's ACK.
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await?
+        .tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
     tracing::info!(%listen, "serving /metrics and /healthz");
     let app = Router::new()
         .route("/metrics", get(metrics_page))

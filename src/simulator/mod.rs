@@ -22,6 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use axum::serve::ListenerExt as _;
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
@@ -345,6 +347,11 @@ impl Simulator {
         let stop = CancellationToken::new();
         let app = routes::router(shared.clone());
         let server_stop = stop.clone();
+        // TCP_NODELAY, as real HTTP servers set it: without it a response written in two parts
+        // waits for the client's delayed ACK, and every request costs 40 ms more on loopback.
+        let listener = listener.tap_io(|stream| {
+            let _ = stream.set_nodelay(true);
+        });
         let mut tasks = vec![tokio::spawn(async move {
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(server_stop.cancelled_owned())

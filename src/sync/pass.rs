@@ -487,30 +487,32 @@ impl Pass<'_> {
 
     /// Replaces list items that lack attempt children (or all, in `always` mode) by the
     /// detail endpoint's version, a bounded number at a time, keeping the page's order.
-    async fn complete(&self, calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
+    async fn complete(&self, mut calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
         let mode = self.plan.details;
         let client: &ApiClient = &self.engine.client;
         let counters = &self.counters;
-        futures::stream::iter(calls)
-            .map(|call| async move {
-                if !needs_detail(&call, mode) {
-                    return Ok(call);
+        // Only the calls that need one go into the stream: a list item that needs none would
+        // hold a place of `detail_concurrency` while it waits its turn to be yielded.
+        let wanted: Vec<(usize, uuid::Uuid)> = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, call)| needs_detail(call, mode))
+            .map(|(i, call)| (i, call.uid))
+            .collect();
+        let mut details = futures::stream::iter(wanted)
+            .map(|(i, uid)| async move { (i, uid, client.get_call(uid, counters).await) })
+            .buffer_unordered(self.engine.detail_concurrency);
+        while let Some((i, uid, detail)) = details.next().await {
+            match detail {
+                Ok(detail) => calls[i] = detail,
+                // Gone between the list and the detail request: keep what the list said.
+                Err(err) if err.is_not_found() => {
+                    tracing::warn!(call = %uid, "call listed but its detail is gone; keeping the list item");
                 }
-                match client.get_call(call.uid, counters).await {
-                    Ok(detail) => Ok(detail),
-                    // Gone between the list and the detail request: keep what the list said.
-                    Err(err) if err.is_not_found() => {
-                        tracing::warn!(call = %call.uid, "call listed but its detail is gone; keeping the list item");
-                        Ok(call)
-                    }
-                    Err(err) => Err(SyncError::from(err)),
-                }
-            })
-            .buffered(self.engine.detail_concurrency)
-            .collect::<Vec<_>>()
-            .await
-            .into_iter()
-            .collect()
+                Err(err) => return Err(SyncError::from(err)),
+            }
+        }
+        Ok(calls)
     }
 
     fn stats(&self) -> RunStats {
