@@ -181,6 +181,91 @@ pub fn notification(
     )
 }
 
+/// The derived summary columns of `calls`, computed from the children written with the call.
+/// They equal what `upsert::summarize` reads back from the child tables with SQL (a test
+/// proves it), so a page write need not read its own rows back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    pub attempt_count: i64,
+    pub last_attempt_uid: Option<String>,
+    pub last_attempt_status: Option<String>,
+    pub last_attempt_started_at: Option<String>,
+    pub last_attempt_answered_at: Option<String>,
+    pub last_attempt_ended_at: Option<String>,
+    pub last_attempt_duration: Option<i64>,
+    pub outcome_names: Option<String>,
+    pub answered: bool,
+    pub transferred: bool,
+    pub notification_count: i64,
+}
+
+/// The summary of a call whose child rows are exactly `attempts` (rows of
+/// `call.outbound_call_attempts`, in order), their `call_outcomes` and `notification_count`
+/// notifications: an absent key counts as empty.
+pub fn summary(call: &OutboundCall, attempts: &[AttemptRow], notification_count: i64) -> Summary {
+    // SQL: ORDER BY coalesce(started_at, created_at) DESC, position DESC LIMIT 1 — NULL is the
+    // smallest value in SQLite, as `None` is in Rust, and text compares bytewise in both.
+    let last = attempts
+        .iter()
+        .max_by(|a, b| last_attempt_key(a).cmp(&last_attempt_key(b)));
+    Summary {
+        attempt_count: i64::try_from(attempts.len()).unwrap_or(i64::MAX),
+        last_attempt_uid: last.map(|a| a.uid.clone()),
+        last_attempt_status: last.map(|a| a.status.clone()),
+        last_attempt_started_at: last.and_then(|a| a.started_at.clone()),
+        last_attempt_answered_at: last.and_then(|a| a.answered_at.clone()),
+        last_attempt_ended_at: last.and_then(|a| a.ended_at.clone()),
+        last_attempt_duration: last.and_then(|a| a.duration),
+        outcome_names: outcome_names(call),
+        answered: attempts.iter().any(|a| a.answered_at.is_some()),
+        transferred: attempts.iter().any(|a| a.transfer_started_at.is_some()),
+        notification_count,
+    }
+}
+
+fn last_attempt_key(a: &AttemptRow) -> (Option<&str>, i64) {
+    (
+        a.started_at.as_deref().or(a.created_at.as_deref()),
+        a.position,
+    )
+}
+
+/// Distinct outcome names, ', '-separated, ordered by the first attempt showing each, then
+/// by its earliest `created_at` (NULLs first, as SQL's `min` and `ORDER BY` do), then by name.
+fn outcome_names(call: &OutboundCall) -> Option<String> {
+    struct Group<'a> {
+        position: usize,
+        first_at: Option<String>,
+        name: &'a str,
+    }
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
+    for (position, attempt) in attempts.iter().enumerate() {
+        for o in attempt.call_outcomes.as_deref().unwrap_or_default() {
+            let at = ts(o.created_at);
+            match groups.iter_mut().find(|g| g.name == o.name) {
+                // Attempts come in position order: a group's first position is where it began.
+                Some(g) => {
+                    // SQL's min() skips NULLs.
+                    g.first_at = match (g.first_at.take(), at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => groups.push(Group {
+                    position,
+                    first_at: at,
+                    name: &o.name,
+                }),
+            }
+        }
+    }
+    groups
+        .sort_by(|a, b| (a.position, &a.first_at, a.name).cmp(&(b.position, &b.first_at, b.name)));
+    let names: Vec<&str> = groups.iter().map(|g| g.name).collect();
+    (!names.is_empty()).then(|| names.join(", "))
+}
+
 /// `+` and the digits; `None` when there are no digits.
 pub fn e164(phone: &str) -> Option<String> {
     let digits: String = phone.chars().filter(char::is_ascii_digit).collect();

@@ -23,7 +23,10 @@ pub fn latest_version() -> usize {
 }
 
 /// Page cache of the writer connection, in KiB (SQLite's negative `cache_size` form).
-const WRITER_CACHE_KIB: i64 = -64 * 1024;
+const WRITER_CACHE_KIB: i64 = -16 * 1024;
+
+/// WAL pages after which a commit copies the WAL into the file (SQLite's default: 1,000).
+const WAL_CHECKPOINT_PAGES: i64 = 10_000;
 
 /// Opens (creating) `path` for writing and applies pending migrations; returns the
 /// connection and the schema version found before migrating.
@@ -47,6 +50,8 @@ pub fn open_for_writing(
     // The writer looks up every call and child of a page by key: with SQLite's 2 MiB default
     // cache those lookups become a pread each once the file outgrows it.
     conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)
+        .map_err(open_err)?;
+    conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
         .map_err(open_err)?;
     // Every statement of a page write stays prepared (rusqlite keeps 16 by default, about as
     // many as a page write uses).

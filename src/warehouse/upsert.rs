@@ -3,14 +3,21 @@
 //! Children mirror the service: rows the service no longer shows are deleted; a key the
 //! service did not send (`None`) leaves the stored rows alone. A call whose content hash is
 //! unchanged is skipped entirely — comparing content, not `updated_at`, because at second
-//! precision a call can change twice within one second. The per-call summary columns are
-//! recomputed in SQL from the child tables, so they always agree with them.
+//! precision a call can change twice within one second.
+//!
+//! The write costs what SQLite costs: the page's stored fingerprints are read in one query,
+//! a call that was not stored has nothing to delete, and the summary columns are computed
+//! from the children being written and stored with the call's one INSERT. Only a call whose
+//! stored children are partly unknown (a key not sent) or which repeats a child uid has its
+//! summary recomputed in SQL from the child tables (`summarize`), as every call once had.
 
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use std::collections::{HashMap, HashSet};
+
+use rusqlite::{Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
 use super::error::{SqlContext, WarehouseError};
-use super::rows;
+use super::rows::{self, CallRow, Summary};
 use super::{PageWrite, Warehouse};
 use crate::api::{Attempt, OutboundCall, Timestamp};
 
@@ -29,13 +36,20 @@ impl Warehouse {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .sql("starting a page transaction")?;
         let synced_at = synced_at.to_sqlite();
+        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
+        let mut stored = stored_fingerprints(&tx, &call_rows)?;
         let mut written = PageWrite::default();
-        for call in calls {
-            if write_call(&tx, schedule, call, &synced_at)? {
-                written.calls_written += 1;
-            } else {
+        for (call, row) in calls.iter().zip(&call_rows) {
+            let fingerprint = Fingerprint::of(row);
+            let before = stored.get(row.uid.as_str());
+            if before == Some(&fingerprint) {
                 written.calls_unchanged += 1;
+                continue;
             }
+            write_call(&tx, call, row, before.is_some(), &synced_at)?;
+            // A call listed twice in one page is compared with what the page just wrote.
+            stored.insert(row.uid.as_str(), fingerprint);
+            written.calls_written += 1;
         }
         if let Some(cursor) = checkpoint {
             super::runs::advance_checkpoint(&tx, schedule, cursor)?;
@@ -52,74 +66,143 @@ impl Warehouse {
         schedule: Uuid,
         calls: &[OutboundCall],
     ) -> Result<u64, WarehouseError> {
-        let mut changed = 0;
-        for call in calls {
-            let row = rows::call(schedule, call);
-            if stored_fingerprint(&self.conn, &row.uid)?
-                != Some((row.content_hash, row.schedule_uid))
-            {
-                changed += 1;
-            }
-        }
-        Ok(changed)
+        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
+        let stored = stored_fingerprints(&self.conn, &call_rows)?;
+        let changed = call_rows
+            .iter()
+            .filter(|row| stored.get(row.uid.as_str()) != Some(&Fingerprint::of(row)))
+            .count();
+        Ok(changed as u64)
     }
 }
 
-/// The stored content hash and schedule of a call, if it is stored.
-fn stored_fingerprint(
-    conn: &rusqlite::Connection,
-    uid: &str,
-) -> Result<Option<(i64, String)>, WarehouseError> {
-    conn.prepare_cached("SELECT content_hash, schedule_uid FROM calls WHERE uid = ?1")
-        .and_then(|mut s| {
-            s.query_row([uid], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()
-        })
-        .sql("reading a stored call")
+/// What decides whether a stored call is rewritten: its content and its schedule.
+#[derive(Debug, PartialEq, Eq)]
+struct Fingerprint {
+    content_hash: i64,
+    schedule_uid: String,
 }
 
-/// Upserts one call and its children; `false` when its content was already stored.
+impl Fingerprint {
+    fn of(row: &CallRow) -> Fingerprint {
+        Fingerprint {
+            content_hash: row.content_hash,
+            schedule_uid: row.schedule_uid.clone(),
+        }
+    }
+}
+
+/// The stored fingerprints of the page's calls that are stored, by uid: one query a page.
+fn stored_fingerprints<'a>(
+    conn: &rusqlite::Connection,
+    call_rows: &'a [CallRow],
+) -> Result<HashMap<&'a str, Fingerprint>, WarehouseError> {
+    let uids: Vec<&str> = call_rows.iter().map(|r| r.uid.as_str()).collect();
+    // A JSON array of uuid strings always serializes.
+    let uids_json = serde_json::to_string(&uids).unwrap_or_else(|_| "[]".into());
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT uid, content_hash, schedule_uid FROM calls
+             WHERE uid IN (SELECT value FROM json_each(?1))",
+        )
+        .sql("preparing the stored-call lookup")?;
+    let found = stmt
+        .query_map([uids_json], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                Fingerprint {
+                    content_hash: r.get(1)?,
+                    schedule_uid: r.get(2)?,
+                },
+            ))
+        })
+        .sql("reading the page's stored calls")?;
+    let mut stored = HashMap::with_capacity(uids.len());
+    for item in found {
+        let (uid, fingerprint) = item.sql("reading a stored call")?;
+        // Keyed by the page's own strings: the uid read back is one of them.
+        if let Some(key) = uids.iter().find(|u| **u == uid) {
+            stored.insert(*key, fingerprint);
+        }
+    }
+    Ok(stored)
+}
+
+/// Upserts one call and its children. `was_stored`: the call has rows from an earlier write,
+/// so children the service no longer shows may have to go.
 fn write_call(
     tx: &Transaction<'_>,
-    schedule: Uuid,
     call: &OutboundCall,
+    row: &CallRow,
+    was_stored: bool,
     synced_at: &str,
-) -> Result<bool, WarehouseError> {
-    let row = rows::call(schedule, call);
-    let stored = stored_fingerprint(tx, &row.uid)?;
-    if stored.as_ref() == Some(&(row.content_hash, row.schedule_uid.clone())) {
-        return Ok(false);
+) -> Result<(), WarehouseError> {
+    let attempts: Vec<rows::AttemptRow> = call
+        .outbound_call_attempts
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(position, a)| rows::attempt(position, a))
+        .collect();
+    // A repeated child uid makes later rows overwrite (and delete) earlier ones of the same
+    // call: only the child tables then know the outcome, and the old stored rows matter.
+    let repeats = repeats_a_child_uid(call);
+    let mirror = was_stored || repeats;
+    let summary_known = !repeats && (!was_stored || sends_every_child_list(call));
+    let notification_count = call.notifications().map_or(0, <[_]>::len);
+    let summary = rows::summary(
+        call,
+        &attempts,
+        i64::try_from(notification_count).unwrap_or(i64::MAX),
+    );
+    upsert_call_row(tx, row, &summary, synced_at)?;
+    if mirror {
+        clear_custom_parameters(tx, &row.uid)?;
     }
-    upsert_call_row(tx, &row, synced_at)?;
-    replace_custom_parameters(tx, call, &row.uid)?;
-    if let Some(attempts) = &call.outbound_call_attempts {
-        mirror_attempts(tx, &row.uid, attempts)?;
+    insert_custom_parameters(tx, call, &row.uid)?;
+    if let Some(sent) = &call.outbound_call_attempts {
+        write_attempts(tx, &row.uid, sent, &attempts, mirror)?;
     }
     if let Some(notifications) = call.notifications() {
-        let uids: Vec<String> = notifications.iter().map(|n| n.uid.to_string()).collect();
-        delete_missing(tx, "call_notifications", "call_uid", &row.uid, &uids)?;
-        let mut stmt = tx
-            .prepare_cached(
-                "INSERT INTO call_notifications (uid, call_uid, status, message_count, delivered_at, extra)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (uid) DO UPDATE SET call_uid = excluded.call_uid, status = excluded.status,
-                   message_count = excluded.message_count, delivered_at = excluded.delivered_at,
-                   extra = excluded.extra",
-            )
-            .sql("preparing the notification upsert")?;
-        for n in notifications {
-            let (uid, status, count, delivered, extra) = rows::notification(n);
-            stmt.execute(params![uid, row.uid, status, count, delivered, extra])
-                .sql("writing a notification")?;
-        }
+        write_notifications(tx, &row.uid, notifications, mirror)?;
     }
-    summarize(tx, &row.uid)?;
-    Ok(true)
+    if !summary_known {
+        summarize(tx, &row.uid)?;
+    }
+    Ok(())
+}
+
+/// True when the call sends its attempts, notifications and every attempt's outcomes: the
+/// stored children the summary reads are then exactly the ones sent.
+fn sends_every_child_list(call: &OutboundCall) -> bool {
+    call.notifications().is_some()
+        && call
+            .outbound_call_attempts
+            .as_deref()
+            .is_some_and(|attempts| attempts.iter().all(|a| a.call_outcomes.is_some()))
+}
+
+/// True when an attempt, outcome or notification uid appears twice in the call.
+fn repeats_a_child_uid(call: &OutboundCall) -> bool {
+    let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
+    let outcomes = attempts
+        .iter()
+        .flat_map(|a| a.call_outcomes.as_deref().unwrap_or_default());
+    let notifications = call.notifications().unwrap_or_default();
+    has_repeat(attempts.iter().map(|a| a.uid))
+        || has_repeat(outcomes.map(|o| o.uid))
+        || has_repeat(notifications.iter().map(|n| n.uid))
+}
+
+fn has_repeat(mut uids: impl Iterator<Item = Uuid>) -> bool {
+    let mut seen = HashSet::new();
+    uids.any(|uid| !seen.insert(uid))
 }
 
 fn upsert_call_row(
     tx: &Transaction<'_>,
-    r: &rows::CallRow,
+    r: &CallRow,
+    s: &Summary,
     synced_at: &str,
 ) -> Result<(), WarehouseError> {
     tx.prepare_cached(
@@ -127,9 +210,12 @@ fn upsert_call_row(
            cooldown_until, delay, priority, attempts_remaining, retry_intervals, created_at,
            updated_at, phone_number, phone_e164, full_name, first_name, last_name,
            phonetic_full_name, phonetic_first_name, phonetic_last_name, email, event_date_time,
-           extra, content_hash, synced_at)
+           extra, content_hash, synced_at, attempt_count, last_attempt_uid, last_attempt_status,
+           last_attempt_started_at, last_attempt_answered_at, last_attempt_ended_at,
+           last_attempt_duration, outcome_names, answered, transferred, notification_count)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-           ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)
+           ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35,
+           ?36, ?37)
          ON CONFLICT (uid) DO UPDATE SET schedule_uid = excluded.schedule_uid,
            external_id = excluded.external_id, status = excluded.status,
            progress = excluded.progress, is_test_call = excluded.is_test_call,
@@ -143,10 +229,18 @@ fn upsert_call_row(
            phonetic_first_name = excluded.phonetic_first_name,
            phonetic_last_name = excluded.phonetic_last_name, email = excluded.email,
            event_date_time = excluded.event_date_time, extra = excluded.extra,
-           content_hash = excluded.content_hash, synced_at = excluded.synced_at",
+           content_hash = excluded.content_hash, synced_at = excluded.synced_at,
+           attempt_count = excluded.attempt_count, last_attempt_uid = excluded.last_attempt_uid,
+           last_attempt_status = excluded.last_attempt_status,
+           last_attempt_started_at = excluded.last_attempt_started_at,
+           last_attempt_answered_at = excluded.last_attempt_answered_at,
+           last_attempt_ended_at = excluded.last_attempt_ended_at,
+           last_attempt_duration = excluded.last_attempt_duration,
+           outcome_names = excluded.outcome_names, answered = excluded.answered,
+           transferred = excluded.transferred, notification_count = excluded.notification_count",
     )
-    .and_then(|mut s| {
-        s.execute(params![
+    .and_then(|mut stmt| {
+        stmt.execute(params![
             r.uid,
             r.schedule_uid,
             r.external_id,
@@ -173,20 +267,35 @@ fn upsert_call_row(
             r.extra,
             r.content_hash,
             synced_at,
+            s.attempt_count,
+            s.last_attempt_uid,
+            s.last_attempt_status,
+            s.last_attempt_started_at,
+            s.last_attempt_answered_at,
+            s.last_attempt_ended_at,
+            s.last_attempt_duration,
+            s.outcome_names,
+            s.answered,
+            s.transferred,
+            s.notification_count,
         ])
     })
     .sql("writing a call")?;
     Ok(())
 }
 
-fn replace_custom_parameters(
+fn clear_custom_parameters(tx: &Transaction<'_>, call_uid: &str) -> Result<(), WarehouseError> {
+    tx.prepare_cached("DELETE FROM call_custom_parameters WHERE call_uid = ?1")
+        .and_then(|mut s| s.execute([call_uid]))
+        .sql("clearing custom parameters")?;
+    Ok(())
+}
+
+fn insert_custom_parameters(
     tx: &Transaction<'_>,
     call: &OutboundCall,
     call_uid: &str,
 ) -> Result<(), WarehouseError> {
-    tx.prepare_cached("DELETE FROM call_custom_parameters WHERE call_uid = ?1")
-        .and_then(|mut s| s.execute([call_uid]))
-        .sql("clearing custom parameters")?;
     let mut stmt = tx
         .prepare_cached(
             "INSERT INTO call_custom_parameters (call_uid, name, value) VALUES (?1, ?2, ?3)",
@@ -199,14 +308,19 @@ fn replace_custom_parameters(
     Ok(())
 }
 
-fn mirror_attempts(
+/// Upserts the attempts the service sent (`rows` are their rows) and their outcomes and
+/// variables; with `mirror`, first deletes the stored ones it no longer shows.
+fn write_attempts(
     tx: &Transaction<'_>,
     call_uid: &str,
-    attempts: &[Attempt],
+    sent: &[Attempt],
+    rows: &[rows::AttemptRow],
+    mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let uids: Vec<String> = attempts.iter().map(|a| a.uid.to_string()).collect();
-    // Outcomes and variables of a vanished attempt go with it (ON DELETE CASCADE).
-    delete_missing(tx, "call_attempts", "call_uid", call_uid, &uids)?;
+    if mirror {
+        // Outcomes and variables of a vanished attempt go with it (ON DELETE CASCADE).
+        delete_missing(tx, ATTEMPTS, call_uid, rows.iter().map(|a| a.uid.as_str()))?;
+    }
     let mut stmt = tx
         .prepare_cached(
             "INSERT INTO call_attempts (uid, call_uid, position, status, started_at, answered_at,
@@ -224,8 +338,7 @@ fn mirror_attempts(
                transfer_destination = excluded.transfer_destination, extra = excluded.extra",
         )
         .sql("preparing the attempt upsert")?;
-    for (position, attempt) in attempts.iter().enumerate() {
-        let a = rows::attempt(position, attempt);
+    for (attempt, a) in sent.iter().zip(rows) {
         stmt.execute(params![
             a.uid,
             call_uid,
@@ -245,23 +358,26 @@ fn mirror_attempts(
         ])
         .sql("writing an attempt")?;
         if let Some(outcomes) = &attempt.call_outcomes {
-            mirror_outcomes(tx, call_uid, &a.uid, outcomes)?;
+            write_outcomes(tx, call_uid, &a.uid, outcomes, mirror)?;
         }
         if let Some(variables) = &attempt.call_attempts_variables {
-            mirror_variables(tx, call_uid, &a.uid, variables)?;
+            write_variables(tx, call_uid, &a.uid, variables, mirror)?;
         }
     }
     Ok(())
 }
 
-fn mirror_outcomes(
+fn write_outcomes(
     tx: &Transaction<'_>,
     call_uid: &str,
     attempt_uid: &str,
     outcomes: &[crate::api::Outcome],
+    mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let uids: Vec<String> = outcomes.iter().map(|o| o.uid.to_string()).collect();
-    delete_missing(tx, "attempt_outcomes", "attempt_uid", attempt_uid, &uids)?;
+    let rows: Vec<_> = outcomes.iter().map(rows::outcome).collect();
+    if mirror {
+        delete_missing(tx, OUTCOMES, attempt_uid, rows.iter().map(|o| o.0.as_str()))?;
+    }
     let mut stmt = tx
         .prepare_cached(
             "INSERT INTO attempt_outcomes (uid, attempt_uid, call_uid, name, created_at, extra)
@@ -271,22 +387,29 @@ fn mirror_outcomes(
                created_at = excluded.created_at, extra = excluded.extra",
         )
         .sql("preparing the outcome upsert")?;
-    for o in outcomes {
-        let (uid, name, created_at, extra) = rows::outcome(o);
+    for (uid, name, created_at, extra) in rows {
         stmt.execute(params![uid, attempt_uid, call_uid, name, created_at, extra])
             .sql("writing an outcome")?;
     }
     Ok(())
 }
 
-fn mirror_variables(
+fn write_variables(
     tx: &Transaction<'_>,
     call_uid: &str,
     attempt_uid: &str,
     variables: &[crate::api::AttemptVariable],
+    mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let uids: Vec<String> = variables.iter().map(|v| v.uid.to_string()).collect();
-    delete_missing(tx, "attempt_variables", "attempt_uid", attempt_uid, &uids)?;
+    let rows: Vec<_> = variables.iter().map(rows::variable).collect();
+    if mirror {
+        delete_missing(
+            tx,
+            VARIABLES,
+            attempt_uid,
+            rows.iter().map(|v| v.0.as_str()),
+        )?;
+    }
     let mut stmt = tx
         .prepare_cached(
             "INSERT INTO attempt_variables (uid, attempt_uid, call_uid, name, value, status, created_at, extra)
@@ -296,8 +419,7 @@ fn mirror_variables(
                status = excluded.status, created_at = excluded.created_at, extra = excluded.extra",
         )
         .sql("preparing the variable upsert")?;
-    for v in variables {
-        let (uid, name, value, status, created_at, extra) = rows::variable(v);
+    for (uid, name, value, status, created_at, extra) in rows {
         stmt.execute(params![
             uid,
             attempt_uid,
@@ -313,28 +435,90 @@ fn mirror_variables(
     Ok(())
 }
 
-/// Deletes the rows of `table` belonging to `parent` whose uid is not in `keep`.
-fn delete_missing(
+fn write_notifications(
     tx: &Transaction<'_>,
-    table: &'static str,
-    parent_column: &'static str,
-    parent: &str,
-    keep: &[String],
+    call_uid: &str,
+    notifications: &[crate::api::Notification],
+    mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let keep = serde_json::to_string(keep).unwrap_or_else(|_| "[]".into());
-    // `table` and `parent_column` are compile-time constants, never input.
-    let sql = format!(
-        "DELETE FROM {table} WHERE {parent_column} = ?1
-         AND uid NOT IN (SELECT value FROM json_each(?2))"
-    );
-    tx.prepare_cached(&sql)
-        .and_then(|mut s| s.execute(params![parent, keep]))
-        .sql("deleting children the service no longer shows")?;
+    let rows: Vec<_> = notifications.iter().map(rows::notification).collect();
+    if mirror {
+        delete_missing(
+            tx,
+            NOTIFICATIONS,
+            call_uid,
+            rows.iter().map(|n| n.0.as_str()),
+        )?;
+    }
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO call_notifications (uid, call_uid, status, message_count, delivered_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (uid) DO UPDATE SET call_uid = excluded.call_uid, status = excluded.status,
+               message_count = excluded.message_count, delivered_at = excluded.delivered_at,
+               extra = excluded.extra",
+        )
+        .sql("preparing the notification upsert")?;
+    for (uid, status, count, delivered, extra) in rows {
+        stmt.execute(params![uid, call_uid, status, count, delivered, extra])
+            .sql("writing a notification")?;
+    }
+    Ok(())
+}
+
+/// A child table that mirrors a list of the service: its stored uids of one parent, and
+/// how one of them is deleted. Compile-time SQL, never input.
+#[derive(Clone, Copy)]
+struct MirroredTable {
+    uids_of_parent: &'static str,
+    delete_one: &'static str,
+}
+
+const ATTEMPTS: MirroredTable = MirroredTable {
+    uids_of_parent: "SELECT uid FROM call_attempts WHERE call_uid = ?1",
+    delete_one: "DELETE FROM call_attempts WHERE uid = ?1",
+};
+const OUTCOMES: MirroredTable = MirroredTable {
+    uids_of_parent: "SELECT uid FROM attempt_outcomes WHERE attempt_uid = ?1",
+    delete_one: "DELETE FROM attempt_outcomes WHERE uid = ?1",
+};
+const VARIABLES: MirroredTable = MirroredTable {
+    uids_of_parent: "SELECT uid FROM attempt_variables WHERE attempt_uid = ?1",
+    delete_one: "DELETE FROM attempt_variables WHERE uid = ?1",
+};
+const NOTIFICATIONS: MirroredTable = MirroredTable {
+    uids_of_parent: "SELECT uid FROM call_notifications WHERE call_uid = ?1",
+    delete_one: "DELETE FROM call_notifications WHERE uid = ?1",
+};
+
+/// Deletes the rows of `table` belonging to `parent` whose uid is not in `keep`.
+fn delete_missing<'a>(
+    tx: &Transaction<'_>,
+    table: MirroredTable,
+    parent: &str,
+    keep: impl Iterator<Item = &'a str>,
+) -> Result<(), WarehouseError> {
+    let keep: HashSet<&str> = keep.collect();
+    let stored: Vec<String> = tx
+        .prepare_cached(table.uids_of_parent)
+        .and_then(|mut s| {
+            s.query_map([parent], |r| r.get(0))?
+                .collect::<Result<_, _>>()
+        })
+        .sql("reading the stored children of a call")?;
+    let mut delete = tx
+        .prepare_cached(table.delete_one)
+        .sql("preparing a child delete")?;
+    for uid in stored.iter().filter(|uid| !keep.contains(uid.as_str())) {
+        delete
+            .execute([uid])
+            .sql("deleting children the service no longer shows")?;
+    }
     Ok(())
 }
 
 /// Recomputes the call's summary columns from its child rows.
-fn summarize(tx: &Transaction<'_>, call_uid: &str) -> Result<(), WarehouseError> {
+pub(super) fn summarize(tx: &Transaction<'_>, call_uid: &str) -> Result<(), WarehouseError> {
     tx.prepare_cached(
         "UPDATE calls SET
            attempt_count = (SELECT count(*) FROM call_attempts WHERE call_uid = calls.uid),

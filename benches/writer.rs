@@ -1,0 +1,105 @@
+//! The write half alone (not a test): pre-parsed pages into a new warehouse with
+//! `Warehouse::write_page`, measured against the reference in the same run.
+//!
+//! `cargo bench --bench writer` (`CALLS` [200000] to change the size). The calls are the
+//! simulator's seeded calls of one schedule, exactly as the service returns them, in the order
+//! a pass reads them (`updated_at`, then uid), 100 per page, each page with the checkpoint a
+//! pass would give it. Reference: bare prepared INSERTs of the same rows into a new file with
+//! callsync's schema (`common::reference`). Then the same pages are written a second time,
+//! unchanged: that write must store nothing. Prints calls/s of each, the ratio to the
+//! reference, and warehouse bytes per call.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use callsync::api::{OutboundCall, Timestamp};
+use callsync::simulator::{Simulator, SimulatorOptions};
+use callsync::warehouse::{PageWrite, Warehouse};
+use uuid::Uuid;
+
+/// Calls per page, as the default `sync.page_size`.
+const PAGE: usize = 100;
+
+fn main() {
+    let calls = std::env::var("CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let (schedule, truth) = seeded_calls(calls);
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let reference = common::reference::insert_rate(&dir.path().join("reference.db"), &truth);
+    let path = dir.path().join("callsync.db");
+    let (first, written) = write_all(&path, schedule, &truth);
+    let (second, written_again) = write_all(&path, schedule, &truth);
+    assert_eq!(
+        written.calls_written,
+        truth.len() as u64,
+        "a first write stores every call"
+    );
+    assert_eq!(
+        written_again.calls_written, 0,
+        "an unchanged page is written again"
+    );
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let rate = |took: Duration| truth.len() as f64 / took.as_secs_f64();
+    println!("\n## writer: {calls} pre-parsed calls, {PAGE} per page, into a new warehouse\n");
+    println!(
+        "| calls | reference calls/s | write_page calls/s | × reference | second write calls/s | × faster | written again | bytes/call |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {calls} | {reference:.0} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} |",
+        rate(first),
+        rate(first) / reference,
+        rate(second),
+        first.as_secs_f64() / second.as_secs_f64(),
+        written_again.calls_written,
+        bytes / truth.len().max(1) as u64
+    );
+}
+
+/// The seeded calls of one schedule in the order a pass lists them.
+fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let sim = Simulator::start(
+            "127.0.0.1:0".parse().expect("a loopback address"),
+            SimulatorOptions {
+                schedules: 1,
+                calls_per_schedule: calls,
+                seed: 42,
+                ..SimulatorOptions::default()
+            },
+        )
+        .await
+        .expect("the simulator starts");
+        let schedule = sim.schedule_uids()[0];
+        let mut truth = sim.truth(schedule);
+        sim.shutdown().await;
+        truth.sort_by_key(|c| (c.updated_at, c.uid));
+        (schedule, truth)
+    })
+}
+
+/// Writes every page of `calls` into the warehouse at `path`, with the checkpoint a pass
+/// would move to (the page's last `updated_at`); the time taken and what was written.
+fn write_all(path: &Path, schedule: Uuid, calls: &[OutboundCall]) -> (Duration, PageWrite) {
+    let mut warehouse = Warehouse::open(path, Duration::from_secs(5)).expect("the warehouse opens");
+    let synced_at = Timestamp::now();
+    let mut total = PageWrite::default();
+    let started = Instant::now();
+    for page in calls.chunks(PAGE) {
+        let checkpoint = page.last().map(|c| c.updated_at);
+        let written = warehouse
+            .write_page(schedule, page, checkpoint, synced_at)
+            .expect("a page is written");
+        total.calls_written += written.calls_written;
+        total.calls_unchanged += written.calls_unchanged;
+    }
+    let took = started.elapsed();
+    // Closing checkpoints the WAL into the file, so its size counts every row.
+    drop(warehouse);
+    (took, total)
+}
