@@ -17,6 +17,9 @@
 //! - `latency`: `LAT_SCHEDULES` [20] schedules × `LAT_CALLS` [5000] changed calls with
 //!   `LAT_MS` [50] ms added to every response, with full list items and with summary list
 //!   items (one detail request per call). Reference: requests × latency ÷ concurrency.
+//!
+//! `CALLSYNC_BIN` runs `first-sync` with another build of callsync (an older release, for
+//! BENCHMARKS.md's "before" column) against the same simulator and reference.
 
 mod common;
 
@@ -96,7 +99,10 @@ fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::Pat
 fn run_sync(config: &Path) -> (f64, f64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%e %M"])
-        .arg(env!("CARGO_BIN_EXE_callsync"))
+        .arg(
+            std::env::var_os("CALLSYNC_BIN")
+                .unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into()),
+        )
         .args(["sync", "--config"])
         .arg(config)
         .output()

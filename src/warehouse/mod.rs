@@ -37,6 +37,7 @@ pub use queries::{
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
+pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB};
 
 pub struct Warehouse {
     conn: Connection,

@@ -23,10 +23,11 @@ pub fn latest_version() -> usize {
 }
 
 /// Page cache of the writer connection, in KiB (SQLite's negative `cache_size` form).
-const WRITER_CACHE_KIB: i64 = -16 * 1024;
+/// Public for the benchmarks' reference, which runs SQLite with the writer's settings.
+pub const WRITER_CACHE_KIB: i64 = -16 * 1024;
 
 /// WAL pages after which a commit copies the WAL into the file (SQLite's default: 1,000).
-const WAL_CHECKPOINT_PAGES: i64 = 10_000;
+pub const WAL_CHECKPOINT_PAGES: i64 = 10_000;
 
 /// Opens (creating) `path` for writing and applies pending migrations; returns the
 /// connection and the schema version found before migrating.
