@@ -6,10 +6,12 @@
 //!
 //! - `first-sync`: a first sync of one schedule at each of `SIZES` [100000,300000,1000000]
 //!   calls by the release binary (`callsync sync`, default configuration) in its own process,
-//!   the simulator in this one; then a second pass over the same, unchanged data. Reference:
-//!   bare prepared INSERTs of the same rows into a new file with callsync's schema
-//!   (`common::reference`). Reports calls/s, the ratio to the reference, the second pass's
-//!   speed-up, the peak RSS of the callsync process and warehouse bytes per call.
+//!   the simulator in this one; then a second pass over the same, unchanged data
+//!   (`callsync backfill` from the beginning: every call read again, nothing to write), and an
+//!   incremental pass (reads the lookback only). Reference: bare prepared INSERTs of the same
+//!   rows into a new file with callsync's schema (`common::reference`). Reports calls/s, the
+//!   ratio to the reference, the second pass's speed-up and calls written by it, the peak RSS
+//!   of the callsync process and warehouse bytes per call.
 //! - `idle`: a pass over `IDLE_SCHEDULES` [1000] schedules where nothing changed.
 //!   Reference: requests = schedules.
 //! - `incremental`: a pass after 1,000 of `INCR_CALLS` [1000000] calls changed. Reference:
@@ -95,20 +97,21 @@ fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::Pat
     path
 }
 
-/// `callsync sync` in its own process: wall seconds and peak RSS in MiB.
-fn run_sync(config: &Path) -> (f64, f64) {
+/// `callsync ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB.
+fn run_callsync(config: &Path, args: &[&str]) -> (f64, f64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%e %M"])
         .arg(
             std::env::var_os("CALLSYNC_BIN")
                 .unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into()),
         )
-        .args(["sync", "--config"])
+        .args(args)
+        .arg("--config")
         .arg(config)
         .output()
         .expect("/usr/bin/time runs callsync");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "callsync sync failed: {stderr}");
+    assert!(out.status.success(), "callsync {args:?} failed: {stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     let mut fields = last
         .split_whitespace()
@@ -137,9 +140,9 @@ async fn first_sync() {
         .collect();
     println!("\n## first-sync: one schedule, release binary, default configuration\n");
     println!(
-        "| calls | reference calls/s | first sync s | calls/s | × reference | second pass s | × faster | written again | peak RSS MiB | bytes/call |"
+        "| calls | reference calls/s | first sync s | calls/s | × reference | second pass (all re-read) s | × faster | written again | incremental pass s | peak RSS MiB | bytes/call |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for calls in sizes {
         let sim = simulator(1, calls, FaultPlan::default(), false).await;
         let schedule = sim.schedule_uids()[0];
@@ -149,16 +152,18 @@ async fn first_sync() {
         drop(truth);
         let warehouse = dir.path().join("callsync.db");
         let config = write_config(dir.path(), &sim, &warehouse);
-        let (first, rss) = run_sync(&config);
+        let (first, rss) = run_callsync(&config, &["sync"]);
         let bytes = std::fs::metadata(&warehouse).map_or(0, |m| m.len());
-        let (second, rss2) = run_sync(&config);
+        let uid = schedule.to_string();
+        let (second, rss2) = run_callsync(&config, &["backfill", "--schedule", &uid]);
         let again = last_written(&warehouse);
+        let (incremental, rss3) = run_callsync(&config, &["sync"]);
         let rate = calls as f64 / first;
         println!(
-            "| {calls} | {reference:.0} | {first:.1} | {rate:.0} | {:.2} | {second:.2} | {:.0} | {again} | {:.0} | {} |",
+            "| {calls} | {reference:.0} | {first:.1} | {rate:.0} | {:.2} | {second:.1} | {:.1} | {again} | {incremental:.2} | {:.0} | {} |",
             rate / reference,
             first / second,
-            rss.max(rss2),
+            rss.max(rss2).max(rss3),
             bytes / calls.max(1) as u64
         );
         sim.shutdown().await;
