@@ -20,7 +20,8 @@
 //!   `LAT_MS` [50] ms added to every response, with full list items and with summary list
 //!   items (one detail request per call). Reference: requests × latency ÷ concurrency.
 //!
-//! `CALLSYNC_BIN` runs `first-sync` with another build of callsync (an older release, for
+//! `first-sync`, `idle` and `incremental` run the release binary as a user would;
+//! `BENCH_BINARY` runs them with another build of callsync (an older release, for
 //! BENCHMARKS.md's "before" column) against the same simulator and reference.
 
 mod common;
@@ -31,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
 use callsync::sync::{Engine, PassPlan, PassReport};
-use callsync::warehouse::Warehouse;
 use tokio_util::sync::CancellationToken;
 
 fn main() {
@@ -102,7 +102,7 @@ fn run_callsync(config: &Path, args: &[&str]) -> (f64, f64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%e %M"])
         .arg(
-            std::env::var_os("CALLSYNC_BIN")
+            std::env::var_os("BENCH_BINARY")
                 .unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into()),
         )
         .args(args)
@@ -121,15 +121,35 @@ fn run_callsync(config: &Path, args: &[&str]) -> (f64, f64) {
     (wall, rss_kib / 1024.0)
 }
 
-/// Calls written by the latest pass of every schedule, from `sync_runs`.
-fn last_written(warehouse: &Path) -> u64 {
-    let w = Warehouse::open_read_only(warehouse).expect("the warehouse opens");
-    w.status()
-        .expect("status")
-        .iter()
-        .filter_map(|s| s.last_run.as_ref())
-        .map(|r| u64::try_from(r.calls_written).unwrap_or(0))
-        .sum()
+/// Figures of the latest pass of every schedule, summed, read from `sync_runs` with plain SQL
+/// (so a warehouse written by an older build reads the same).
+#[derive(Default)]
+struct LastPasses {
+    requests: i64,
+    calls_seen: i64,
+    calls_written: i64,
+}
+
+fn last_passes(warehouse: &Path) -> LastPasses {
+    let conn = rusqlite::Connection::open_with_flags(
+        warehouse,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("the warehouse opens");
+    conn.query_row(
+        "SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(calls_seen), 0),
+                COALESCE(SUM(calls_written), 0)
+         FROM sync_runs WHERE id IN (SELECT MAX(id) FROM sync_runs GROUP BY schedule_uid)",
+        [],
+        |r| {
+            Ok(LastPasses {
+                requests: r.get(0)?,
+                calls_seen: r.get(1)?,
+                calls_written: r.get(2)?,
+            })
+        },
+    )
+    .expect("sync_runs reads")
 }
 
 async fn first_sync() {
@@ -156,7 +176,7 @@ async fn first_sync() {
         let bytes = std::fs::metadata(&warehouse).map_or(0, |m| m.len());
         let uid = schedule.to_string();
         let (second, rss2) = run_callsync(&config, &["backfill", "--schedule", &uid]);
-        let again = last_written(&warehouse);
+        let again = last_passes(&warehouse).calls_written;
         let (incremental, rss3) = run_callsync(&config, &["sync"]);
         let rate = calls as f64 / first;
         println!(
@@ -198,17 +218,17 @@ async fn idle() {
     let schedules = env_usize("IDLE_SCHEDULES", 1000);
     let sim = simulator(schedules, 1, FaultPlan::default(), false).await;
     let dir = tempfile::tempdir().expect("a temp dir");
-    let config = config_for(&sim, &dir.path().join("callsync.db"));
-    let (_, first) = pass(&config).await;
-    let (reports, took) = pass(&config).await;
+    let warehouse = dir.path().join("callsync.db");
+    let config = write_config(dir.path(), &sim, &warehouse);
+    let (first, _) = run_callsync(&config, &["sync"]);
+    let (took, _) = run_callsync(&config, &["sync"]);
+    let idle = last_passes(&warehouse);
     println!("\n## idle: {schedules} schedules, nothing changed\n");
     println!("| schedules | requests | wall s | first pass s |");
     println!("|---:|---:|---:|---:|");
     println!(
-        "| {schedules} | {} | {:.2} | {:.2} |",
-        requests(&reports),
-        took.as_secs_f64(),
-        first.as_secs_f64()
+        "| {schedules} | {} | {took:.2} | {first:.2} |",
+        idle.requests
     );
     sim.shutdown().await;
 }
@@ -219,8 +239,9 @@ async fn incremental() {
     let sim = simulator(1, calls, FaultPlan::default(), false).await;
     let schedule = sim.schedule_uids()[0];
     let dir = tempfile::tempdir().expect("a temp dir");
-    let config = config_for(&sim, &dir.path().join("callsync.db"));
-    let (_, first) = pass(&config).await;
+    let warehouse = dir.path().join("callsync.db");
+    let config = write_config(dir.path(), &sim, &warehouse);
+    let (first, _) = run_callsync(&config, &["sync"]);
     let uids: Vec<_> = sim
         .truth(schedule)
         .iter()
@@ -229,9 +250,9 @@ async fn incremental() {
         .map(|c| c.uid)
         .collect();
     sim.touch_calls(&uids);
-    let (reports, took) = pass(&config).await;
-    let r = &reports[0];
-    let page = config.sync.page_size as usize;
+    let (took, _) = run_callsync(&config, &["sync"]);
+    let pass = last_passes(&warehouse);
+    let page = callsync::api::MAX_PAGE_SIZE as usize;
     println!(
         "\n## incremental: {} of {calls} calls changed\n",
         uids.len()
@@ -241,14 +262,12 @@ async fn incremental() {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {calls} | {} | {} | {} | {} | {} | {:.2} | {:.1} |",
+        "| {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
         uids.len(),
-        r.stats.requests,
+        pass.requests,
         uids.len() / page + 1,
-        r.stats.calls_seen,
-        r.stats.calls_written,
-        took.as_secs_f64(),
-        first.as_secs_f64()
+        pass.calls_seen,
+        pass.calls_written,
     );
     sim.shutdown().await;
 }
