@@ -52,6 +52,7 @@ async fn run(calls: usize) {
             requests_per_second: None,
             detail_concurrency: 4,
             max_response_bytes: 32 * 1024 * 1024,
+            create_settle: Duration::from_secs(60),
             retry: RetryConfig::default(),
         },
         warehouse: WarehouseConfig {
