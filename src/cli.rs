@@ -101,10 +101,11 @@ impl Command {
     /// Only these need credentials: `status`, `checkpoint` and `migrate` read or change the
     /// warehouse alone, so a BI-group user without the daemon's secret can run them.
     fn talks_to_the_service(&self) -> bool {
-        matches!(
-            self,
-            Command::Run | Command::Sync { .. } | Command::Backfill(_) | Command::Service(_)
-        )
+        match self {
+            Command::Run | Command::Sync { .. } | Command::Backfill(_) => true,
+            Command::Service(command) => command.talks_to_the_service(),
+            _ => false,
+        }
     }
 }
 
