@@ -101,6 +101,19 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
     }
     let delay = shared.faults().delay_writes;
     if is_write && !delay.is_zero() {
+        // The whole request first, as a service reads it before it works on it.
+        let (parts, body) = request.into_parts();
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "the body was cut off",
+            );
+        };
+        let request = Request::from_parts(parts, Body::from(body));
+        shared
+            .delayed_writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Spawned, so that the work is done even when the client hangs up and this future is
         // dropped.
         let work = tokio::spawn(async move {

@@ -643,12 +643,23 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
         ..FaultPlan::default()
     });
     let settle = [("CALLSYNC_API__CREATE_SETTLE_SECS", "30")];
+    let writes_before = env.sim.delayed_writes();
     let mut first = command(&config, &upload_args(&schedule, &csv), &settle)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("callsync starts");
-    until_a_chunk_is_sent(&env).await;
+    // Killed once the service has the first chunk's request in full (and works on it).
+    for _ in 0..1_000 {
+        if env.sim.delayed_writes() > writes_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        env.sim.delayed_writes() > writes_before,
+        "the chunk was sent"
+    );
     first.start_kill().unwrap();
     first.wait().await.unwrap();
     assert!(
