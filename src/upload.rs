@@ -65,8 +65,9 @@ pub enum UploadError {
     #[error("schedule {schedule} not found on the service (HTTP 404); check the uid (`callsync schedule create` prints it) and api.base_url; {}",
         if *.sent_before { "the chunks sent before were created and stay" } else { "nothing was sent" })]
     ScheduleNotFound { schedule: Uuid, sent_before: bool },
-    #[error("cannot reach schedule {schedule} on the service, so nothing was sent: {cause}")]
-    Unreachable { schedule: Uuid, cause: ApiError },
+    /// The first request, a one-row list of the schedule, failed (the CLI names the upload).
+    #[error("nothing was sent: {cause}")]
+    Unreachable { cause: ApiError },
     #[error("the service refused the chunk of lines {first_line}–{last_line}: {}", describe_refusal(.problems, .cause))]
     Refused {
         first_line: u64,
@@ -836,7 +837,7 @@ impl Sender<'_> {
                 schedule,
                 sent_before: false,
             }),
-            Err(cause) => Err(UploadError::Unreachable { schedule, cause }),
+            Err(cause) => Err(UploadError::Unreachable { cause }),
         }
     }
 
