@@ -101,10 +101,11 @@ impl Command {
     /// Only these need credentials: `status`, `checkpoint` and `migrate` read or change the
     /// warehouse alone, so a BI-group user without the daemon's secret can run them.
     fn talks_to_the_service(&self) -> bool {
-        matches!(
-            self,
-            Command::Run | Command::Sync { .. } | Command::Backfill(_) | Command::Service(_)
-        )
+        match self {
+            Command::Run | Command::Sync { .. } | Command::Backfill(_) => true,
+            Command::Service(command) => command.talks_to_the_service(),
+            _ => false,
+        }
     }
 }
 
@@ -614,12 +615,30 @@ async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     // `callsync simulate | head -1` (to grab the base URL) closes stdout; the simulator
     // goes on serving.
     print_out(format_args!(
-        "{}\nPress Ctrl-C to stop.\n",
-        simulator.summary()
+        "{}\nPress Ctrl-C to stop.\n\n# A callsync.toml for this simulator: everything from [api] on\n{}",
+        simulator.summary(),
+        config_for_simulator(&simulator)
     ))?;
     stop.cancelled().await;
     simulator.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A configuration that works with the simulator as it is, ready to paste (or to cut out of
+/// the output with `sed -n '/^\[api\]/,$p'`): its URL and token, a warehouse in the working
+/// directory, its schedules.
+fn config_for_simulator(simulator: &Simulator) -> String {
+    let schedules: Vec<String> = simulator
+        .schedule_uids()
+        .iter()
+        .map(|uid| format!("\"{uid}\""))
+        .collect();
+    format!(
+        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n[warehouse]\npath = \"callsync.db\"\n\n[sync]\nschedules = [{}]\n",
+        simulator.base_url(),
+        simulator.access_token(),
+        schedules.join(", ")
+    )
 }
 
 /// `--time-scale`: a positive, finite factor.

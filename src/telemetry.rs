@@ -91,14 +91,21 @@ fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, Te
     }
 }
 
-/// The cron crate logs its own start-up at INFO ("Uninited", "Job creator created"), which
-/// means nothing to an operator; it speaks at WARN unless `log.level` names it.
-fn quiet_dependencies(filter: EnvFilter, level: &str) -> EnvFilter {
-    const CRON: &str = "tokio_cron_scheduler";
-    match format!("{CRON}=warn").parse() {
-        Ok(directive) if !level.contains(CRON) => filter.add_directive(directive),
-        _ => filter,
+/// Crates whose INFO lines mean nothing to an operator: the cron crate's start-up
+/// ("Uninited", "Job creator created"), and the migration crate's "Database migrated to
+/// version N" on the first write of a new warehouse (`callsync migrate` says what it did
+/// itself). Each speaks at WARN unless `log.level` names it.
+const CHATTY: [&str; 2] = ["tokio_cron_scheduler", "rusqlite_migration"];
+
+fn quiet_dependencies(mut filter: EnvFilter, level: &str) -> EnvFilter {
+    for name in CHATTY {
+        if let Ok(directive) = format!("{name}=warn").parse()
+            && !level.contains(name)
+        {
+            filter = filter.add_directive(directive);
+        }
     }
+    filter
 }
 
 #[cfg(test)]
@@ -106,20 +113,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cron_crate_is_quiet_unless_named() {
+    fn the_cron_and_migration_crates_are_quiet_unless_named() {
         let log = |level: &str| LogConfig {
             level: level.into(),
             format: LogFormat::Text,
         };
         assert_eq!(
             env_filter(&log("info"), None).unwrap().to_string(),
-            "tokio_cron_scheduler=warn,info"
+            "tokio_cron_scheduler=warn,rusqlite_migration=warn,info"
         );
         assert_eq!(
             env_filter(&log("info,tokio_cron_scheduler=debug"), None)
                 .unwrap()
                 .to_string(),
-            "tokio_cron_scheduler=debug,info"
+            "tokio_cron_scheduler=debug,rusqlite_migration=warn,info"
+        );
+        assert_eq!(
+            env_filter(&log("info,rusqlite_migration=info"), None)
+                .unwrap()
+                .to_string(),
+            "tokio_cron_scheduler=warn,rusqlite_migration=info,info"
         );
         assert_eq!(
             env_filter(&log("info"), Some("debug".into()))
@@ -161,7 +174,7 @@ mod tests {
             env_filter(&LogConfig::default(), Some(" ".into()))
                 .unwrap()
                 .to_string(),
-            "tokio_cron_scheduler=warn,info"
+            "tokio_cron_scheduler=warn,rusqlite_migration=warn,info"
         );
         init(&LogConfig::default()).unwrap();
         init(&LogConfig::default()).unwrap();

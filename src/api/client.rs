@@ -837,6 +837,7 @@ pub(crate) mod fake {
                 requests_per_second: None,
                 detail_concurrency: 1,
                 max_response_bytes: 32 * 1024 * 1024,
+                create_settle: Duration::from_secs(60),
                 retry: RetryConfig {
                     max_attempts: 3,
                     max_elapsed: Duration::from_secs(10),

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
@@ -18,7 +21,7 @@ use crate::api::{
     ApiClient, Counters, NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems,
 };
 use crate::config::Config;
-use crate::upload::{self, UploadOptions, UploadProgress};
+use crate::upload::{self, UploadLock, UploadOptions, UploadProgress};
 use crate::warehouse::Warehouse;
 
 #[derive(Debug, Subcommand)]
@@ -159,12 +162,22 @@ pub struct CallCreate {
     json: bool,
 }
 
+impl ServiceCommand {
+    /// `upload --dry-run` checks a file and sends nothing: it runs without credentials.
+    pub fn talks_to_the_service(&self) -> bool {
+        !matches!(
+            self,
+            ServiceCommand::Upload(UploadArgs { dry_run: true, .. })
+        )
+    }
+}
+
 pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
-    let client = ApiClient::new(&config.api).context("cannot set up the service's client")?;
     let command = match command {
-        ServiceCommand::Upload(args) => return upload(config, &client, args).await,
+        ServiceCommand::Upload(args) => return upload(config, args).await,
         other => other,
     };
+    let client = service_client(config)?;
     let counters = Counters::default();
     match command {
         ServiceCommand::CallFlow { uid, json } => {
@@ -225,13 +238,18 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
     }
 }
 
-async fn upload(config: &Config, client: &ApiClient, args: UploadArgs) -> Result<ExitCode> {
+fn service_client(config: &Config) -> Result<ApiClient> {
+    ApiClient::new(&config.api).context("cannot set up the service's client")
+}
+
+async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     let options = UploadOptions {
         schedule: args.schedule,
         path: args.file,
         renames: args.renames,
         force: args.force,
         allow_missing_external_id: args.allow_missing_external_id,
+        settle: config.api.create_settle_window(),
     };
     let shown = options.path.display().to_string();
     let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
@@ -256,6 +274,7 @@ async fn upload(config: &Config, client: &ApiClient, args: UploadArgs) -> Result
         ))?;
         return Ok(ExitCode::SUCCESS);
     }
+    let client = service_client(config)?;
     let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)
         .with_context(|| {
             format!(
@@ -263,23 +282,61 @@ async fn upload(config: &Config, client: &ApiClient, args: UploadArgs) -> Result
                 config.warehouse.path.display()
             )
         })?;
+    // Held until the upload ends: a second run of it now would only race this one.
+    let _lock = UploadLock::acquire(&config.warehouse.path, options.schedule, &checked)?;
     let bar = super::ProgressBar::for_terminal();
-    let log = super::ProgressLog::every(std::time::Duration::from_secs(10));
-    let progress: &dyn UploadProgress = match &bar {
-        Some(bar) => bar,
-        None => &log,
+    let log = bar
+        .is_none()
+        .then(|| UploadLog::start(PROGRESS_EVERY, checked.rows, log_progress));
+    let progress: &dyn UploadProgress = match (&bar, &log) {
+        (Some(bar), _) => bar,
+        (None, Some(log)) => log,
+        (None, None) => &NoProgress,
     };
-    let summary = upload::send(client, &mut warehouse, &options, &checked, progress)
-        .await
-        .with_context(|| format!("upload of {shown} to schedule {}", options.schedule))?;
+    let sent = upload::send(&client, &mut warehouse, &options, &checked, progress).await;
+    drop(log);
     if let Some(bar) = bar {
         bar.0.finish_and_clear();
     }
+    let summary = match sent {
+        Ok(summary) => summary,
+        // Each says all there is, the schedule included.
+        Err(err @ upload::UploadError::ScheduleNotFound { .. }) => return Err(err.into()),
+        Err(err) => {
+            return Err(anyhow::Error::new(err).context(format!(
+                "upload of {shown} to schedule {}",
+                options.schedule
+            )));
+        }
+    };
+    for problem in &summary.refusals {
+        let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+    }
     print_line(&format!(
-        "{shown}: {} rows, {} calls created, {} chunks sent, {} chunks found already created, 0 rows refused",
-        summary.rows, summary.calls_created, summary.chunks_sent, summary.chunks_already_created
+        "{shown}: {} rows, {} calls created, {} chunks sent, {} chunks found already created, {} rows refused",
+        summary.rows,
+        summary.calls_created,
+        summary.chunks_sent,
+        summary.chunks_already_created,
+        summary.rows_refused
     ))?;
+    if summary.rows_refused > 0 {
+        bail!(
+            "the service refused {} rows of {shown} (the reasons above; a chunk is refused whole, so its other rows were not sent either); the other chunks were sent: fix those rows and run the same upload again — chunks already created are found, not sent twice",
+            summary.rows_refused
+        );
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often an upload without a terminal logs where it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
+    match waiting {
+        Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
+        None => tracing::info!(rows_done, rows, "upload progress"),
+    }
 }
 
 /// `COLUMN=FIELD`; an empty field drops the column.
@@ -297,16 +354,71 @@ impl UploadProgress for super::ProgressBar {
         self.0.set_length(rows);
         self.0.set_position(rows_done);
     }
+
+    fn waiting(&self, what: Option<&str>) {
+        self.0.set_message(what.unwrap_or_default().to_owned());
+    }
 }
 
-impl UploadProgress for super::ProgressLog {
-    fn chunk_done(&self, rows_done: u64, rows: u64) {
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if last.elapsed() >= self.every || rows_done == rows {
-            *last = std::time::Instant::now();
-            tracing::info!(rows_done, rows, "upload progress");
+struct NoProgress;
+
+impl UploadProgress for NoProgress {
+    fn chunk_done(&self, _: u64, _: u64) {}
+    fn waiting(&self, _: Option<&str>) {}
+}
+
+/// Without a terminal (systemd, cron, a pipe): a line every `every` with the rows done and
+/// what the upload waits for, whether a chunk finished meanwhile or not, so that a slow
+/// service shows as slow, not as a hang.
+struct UploadLog {
+    state: Arc<LogState>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct LogState {
+    rows_done: AtomicU64,
+    waiting: Mutex<Option<String>>,
+}
+
+impl UploadLog {
+    fn start(
+        every: Duration,
+        rows: u64,
+        emit: impl Fn(u64, u64, Option<&str>) + Send + 'static,
+    ) -> Self {
+        let state = Arc::new(LogState::default());
+        let shared = Arc::clone(&state);
+        let ticker = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            loop {
+                ticks.tick().await;
+                let waiting = shared.waiting.lock().ok().and_then(|w| w.clone());
+                emit(
+                    shared.rows_done.load(Ordering::Relaxed),
+                    rows,
+                    waiting.as_deref(),
+                );
+            }
+        });
+        UploadLog { state, ticker }
+    }
+}
+
+impl Drop for UploadLog {
+    fn drop(&mut self) {
+        self.ticker.abort();
+    }
+}
+
+impl UploadProgress for UploadLog {
+    fn chunk_done(&self, rows_done: u64, _rows: u64) {
+        self.state.rows_done.store(rows_done, Ordering::Relaxed);
+    }
+
+    fn waiting(&self, what: Option<&str>) {
+        if let Ok(mut waiting) = self.state.waiting.lock() {
+            *waiting = what.map(str::to_owned);
         }
     }
 }
@@ -429,4 +541,36 @@ fn print_resource(resource: &impl Serialize, json: bool, line: &str) -> Result<E
 /// A line on stdout, through the one writer that survives a reader that has gone.
 fn print_line(line: &str) -> Result<()> {
     super::print_out(format_args!("{line}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_terminal_progress_is_logged_every_period_even_while_a_chunk_is_slow() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&lines);
+        let log = UploadLog::start(Duration::from_secs(10), 3_000, move |done, rows, what| {
+            seen.lock()
+                .unwrap()
+                .push(format!("{done}/{rows} {}", what.unwrap_or("-")));
+        });
+        log.chunk_done(1_000, 3_000);
+        // The second chunk takes 25 s: no chunk ends, yet two lines are written.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        log.waiting(Some("looking for lines 1002–2001"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            *lines.lock().unwrap(),
+            ["1000/3000 -", "1000/3000 looking for lines 1002–2001"]
+        );
+        drop(log);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            lines.lock().unwrap().len(),
+            2,
+            "nothing after the upload ends"
+        );
+    }
 }

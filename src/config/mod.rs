@@ -49,10 +49,20 @@ pub struct ApiConfig {
     pub detail_concurrency: usize,
     /// A response body larger than this fails its request instead of filling memory.
     pub max_response_bytes: u64,
+    /// How long a create whose answer was lost (a timeout, a dropped connection, a 5xx) may
+    /// take to show in the service; see [`ApiConfig::create_settle_window`].
+    pub create_settle: Duration,
     pub retry: RetryConfig,
 }
 
 impl ApiConfig {
+    /// How long after sending a create whose fate is unknown its result is looked for before
+    /// it counts as not done: `create_settle`, and never less than twice the request timeout,
+    /// since the service may still be working on a request the client gave up on.
+    pub fn create_settle_window(&self) -> Duration {
+        self.create_settle.max(self.request_timeout * 2)
+    }
+
     /// The credentials with their secret files read, or the configuration error a command
     /// that talks to the service stops with. `status`, `checkpoint` and `migrate` never call
     /// this: a BI-group user without the daemon's secret can run them.

@@ -281,6 +281,8 @@ struct RawApi {
     detail_concurrency: Option<i64>,
     #[serde(default, deserialize_with = "strict")]
     max_response_mib: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    create_settle_secs: Option<i64>,
     #[serde(default)]
     retry: RawRetry,
     oauth: Option<RawOAuth>,
@@ -540,6 +542,12 @@ fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             1..=4096,
         )? * 1024
             * 1024,
+        create_settle: secs(
+            "api.create_settle_secs",
+            raw.create_settle_secs,
+            60,
+            1..=3600,
+        )?,
         retry: RetryConfig {
             max_attempts: bounded("api.retry.max_attempts", retry.max_attempts, 10, 1..=100)?,
             max_elapsed: secs(

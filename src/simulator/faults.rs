@@ -35,6 +35,10 @@ pub struct FaultPlan {
     /// Hold the answer of every write (POST, PATCH) this long after acting on it: a client
     /// killed or timed out meanwhile never learns that its calls were created.
     pub hold_write_answers: Duration,
+    /// Act on every write (POST, PATCH) only this long after it arrives, and finish acting
+    /// even if the client has gone meanwhile: a slow service whose work outlives the client's
+    /// timeout, or the client itself.
+    pub delay_writes: Duration,
     /// A rate limit as a real service has one: requests beyond this many a second (a
     /// second's worth of burst) are answered 429 without `Retry-After`; 0 for none.
     pub quota_per_second: u32,
@@ -94,6 +98,31 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         let response = next.run(request).await;
         tokio::time::sleep(hold).await;
         return response;
+    }
+    let delay = shared.faults().delay_writes;
+    if is_write && !delay.is_zero() {
+        // The whole request first, as a service reads it before it works on it.
+        let (parts, body) = request.into_parts();
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "the body was cut off",
+            );
+        };
+        let request = Request::from_parts(parts, Body::from(body));
+        shared
+            .delayed_writes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Spawned, so that the work is done even when the client hangs up and this future is
+        // dropped.
+        let work = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            next.run(request).await
+        });
+        return work
+            .await
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
     }
     if shared.over_quota() {
         return error(

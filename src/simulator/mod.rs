@@ -182,6 +182,9 @@ pub(crate) struct Shared {
     fault_counter: AtomicUsize,
     broken: Mutex<HashMap<Uuid, BadBody>>,
     requests: Mutex<Vec<RequestRecord>>,
+    /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
+    /// log has a request only once it is answered, and its client may be gone before that.
+    delayed_writes: AtomicUsize,
     rng: Mutex<StdRng>,
     dialer_running: AtomicBool,
 }
@@ -338,6 +341,7 @@ impl Simulator {
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
+            delayed_writes: AtomicUsize::new(0),
             // Not the generator's stream: what happens at runtime (uids of new resources,
             // the dialer's choices, faults) must not repeat what the seed made, yet must come
             // from the seed too, so that a failing test replays: a second stream of it.
@@ -485,6 +489,11 @@ impl Simulator {
 
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Writes received in full and held by `FaultPlan::delay_writes` so far, acted on or not.
+    pub fn delayed_writes(&self) -> usize {
+        self.shared.delayed_writes.load(Ordering::Relaxed)
     }
 
     /// What `callsync simulate` prints: where it listens and how to reach it.

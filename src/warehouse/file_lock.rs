@@ -48,6 +48,8 @@ impl FileIdentity {
 /// The first byte callsync locks: 2^61, far beyond SQLite's lock bytes (at 2^30).
 const BASE: i64 = 1 << 61;
 
+const SIXTY_BITS: u64 = (1 << 60) - 1;
+
 /// Which byte a lock takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockByte {
@@ -55,6 +57,9 @@ pub enum LockByte {
     Warehouse,
     /// One per schedule: the process walking it.
     Schedule(uuid::Uuid),
+    /// One per upload (a schedule and a file's fingerprint, hashed by the caller to 60 bits):
+    /// the process sending it.
+    Upload(u64),
 }
 
 impl LockByte {
@@ -66,8 +71,10 @@ impl LockByte {
                 // sharing a byte (and so a lock) is as likely as a 60-bit collision.
                 let bits = uid.as_u128();
                 let folded = (bits as u64) ^ ((bits >> 64) as u64);
-                BASE + 1 + (folded & ((1 << 60) - 1)) as i64
+                BASE + 1 + (folded & SIXTY_BITS) as i64
             }
+            // The 2^60 bytes after the schedules' range.
+            LockByte::Upload(key) => BASE + 1 + (1 << 60) + (key & SIXTY_BITS) as i64,
         }
     }
 }
@@ -219,5 +226,15 @@ mod tests {
         assert_ne!(a, b);
         assert!(a > LockByte::Warehouse.offset() && b > LockByte::Warehouse.offset());
         assert!(LockByte::Warehouse.offset() > 1 << 40);
+        // Uploads have their own range, after every schedule's, within what fcntl takes.
+        let last_schedule =
+            LockByte::Schedule(uuid::Uuid::from_u128(u128::from(u64::MAX))).offset();
+        let first_upload = LockByte::Upload(0).offset();
+        assert!(
+            first_upload > last_schedule,
+            "{first_upload} {last_schedule}"
+        );
+        assert!(LockByte::Upload(u64::MAX).offset() > first_upload);
+        assert!(LockByte::Upload(u64::MAX).offset() < i64::MAX);
     }
 }

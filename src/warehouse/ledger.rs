@@ -24,43 +24,51 @@ pub struct ChunkKey {
 /// What the ledger knows of a chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChunkState {
-    /// Sent; whether the service created it is not known.
-    Sent,
+    /// Sent (last at `at`); whether the service created it is not known.
+    Sent { at: Timestamp },
     /// Created: the new calls' uids in row order.
     Created(Vec<Uuid>),
 }
 
 impl Warehouse {
     pub fn chunk_state(&self, key: &ChunkKey) -> Result<Option<ChunkState>, WarehouseError> {
-        let row: Option<(String, Option<String>)> = self
+        let row: Option<(String, Option<String>, String)> = self
             .conn
             .query_row(
-                "SELECT state, call_uids FROM upload_chunks
+                "SELECT state, call_uids, sent_at FROM upload_chunks
                  WHERE schedule_uid = ?1 AND fingerprint = ?2 AND first_line = ?3",
                 params![
                     key.schedule.to_string(),
                     key.fingerprint,
                     key.first_line as i64
                 ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
             .sql("reading the upload ledger")?;
-        Ok(row.map(|(state, uids)| match (state.as_str(), uids) {
-            ("created", Some(uids)) => {
-                ChunkState::Created(serde_json::from_str(&uids).unwrap_or_default())
-            }
-            _ => ChunkState::Sent,
-        }))
+        Ok(
+            row.map(|(state, uids, sent_at)| match (state.as_str(), uids) {
+                ("created", Some(uids)) => {
+                    ChunkState::Created(serde_json::from_str(&uids).unwrap_or_default())
+                }
+                // A time that does not read (edited by hand) counts as long ago: the chunk is
+                // looked up once, not waited for.
+                _ => ChunkState::Sent {
+                    at: Timestamp::parse_sqlite(&sent_at).unwrap_or(Timestamp::EPOCH),
+                },
+            }),
+        )
     }
 
-    /// Records that the chunk is about to be sent; committed before the request goes out.
+    /// Records that the chunk is about to be sent, now (returned); committed before the
+    /// request goes out.
     pub fn chunk_sent(
         &mut self,
         key: &ChunkKey,
         last_line: u64,
         rows: usize,
-    ) -> Result<(), WarehouseError> {
+    ) -> Result<Timestamp, WarehouseError> {
+        let now = Timestamp::now();
         self.conn
             .execute(
                 "INSERT INTO upload_chunks
@@ -74,11 +82,11 @@ impl Warehouse {
                     key.first_line as i64,
                     last_line as i64,
                     rows as i64,
-                    Timestamp::now().to_sqlite()
+                    now.to_sqlite()
                 ],
             )
             .sql("recording a chunk in the upload ledger")?;
-        Ok(())
+        Ok(now)
     }
 
     /// Records the calls the service created for the chunk.

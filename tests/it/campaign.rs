@@ -9,15 +9,32 @@ use uuid::Uuid;
 use crate::harness::TestEnv;
 
 async fn callsync(config: &std::path::Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+    callsync_with(config, args, &[]).await
+}
+
+/// callsync with `CALLSYNC_…` settings over the config file's.
+async fn callsync_with(config: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(config, args, env)
+        .output()
+        .await
+        .expect("callsync runs")
+}
+
+fn command(
+    config: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"));
+    command
         .arg("--config")
         .arg(config)
         .args(args)
         .env_remove("RUST_LOG")
         .env_remove("CREDENTIALS_DIRECTORY")
-        .output()
-        .await
-        .expect("callsync runs")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    command
 }
 
 fn stdout(out: &Output) -> String {
@@ -136,6 +153,22 @@ async fn a_campaign_is_set_up_from_the_command_line() {
         "renewal_at=2026-04-01T00:00:00Z",
     ];
     let created = uid(&callsync(&config, &call).await);
+    // --json: the object the service answered, custom parameters keyed by numeric id as
+    // endpoint 4 answers them.
+    let mut as_json = call.to_vec();
+    as_json[9] = "ext-2";
+    as_json.push("--json");
+    let out = callsync(&config, &as_json).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["external_id"], "ext-2", "{json}");
+    let params = json["outbound_call_info"]["custom_parameters"]
+        .as_object()
+        .unwrap();
+    assert_eq!(params.len(), 2, "{json}");
+    assert!(params.keys().all(|k| k.parse::<u32>().is_ok()), "{json}");
+    assert!(params.values().any(|v| v == "gold"), "{json}");
+    let third: Uuid = json["uid"].as_str().unwrap().parse().unwrap();
     let bad = callsync(
         &config,
         &[
@@ -173,8 +206,8 @@ async fn a_campaign_is_set_up_from_the_command_line() {
     // The service holds exactly what was created, custom parameters keyed by name.
     let truth = env.sim.truth(schedule.parse().unwrap());
     let uids: Vec<Uuid> = truth.iter().map(|c| c.uid).collect();
-    assert_eq!(uids.len(), 2);
-    assert!(uids.contains(&created) && uids.contains(&second));
+    assert_eq!(uids.len(), 3);
+    assert!(uids.contains(&created) && uids.contains(&second) && uids.contains(&third));
     let info = &truth[0].outbound_call_info;
     assert_eq!(info.custom_parameters["plan"], "gold");
 
@@ -202,6 +235,53 @@ async fn a_campaign_is_set_up_from_the_command_line() {
         (name.as_str(), of, intervals.as_str(), enabled),
         ("Week 1", campaign.to_string(), "[60,300,900]", false),
         "the last state set (disabled) and the campaign kept"
+    );
+
+    // --json on the creates: the objects as the service answered them.
+    let out = callsync(
+        &config,
+        &["campaign", "create", "--name", "Autumn", "--json"],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&json["name"], &json["is_enabled"], &json["type"]),
+        (&"Autumn".into(), &false.into(), &"scheduled_call".into()),
+        "{json}"
+    );
+    let autumn = json["uid"].as_str().unwrap().to_owned();
+    let out = callsync(
+        &config,
+        &[
+            "schedule",
+            "create",
+            "--campaign",
+            &autumn,
+            "--name",
+            "Week 9",
+            "--starts-at",
+            "2026-10-01T09:00:00Z",
+            "--ends-at",
+            "2026-10-02T09:00:00Z",
+            "--retry-intervals",
+            "60,300",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["name"], "Week 9", "{json}");
+    assert_eq!(
+        json["retry_intervals"],
+        serde_json::json!([60, 300]),
+        "{json}"
+    );
+    assert_eq!(json["is_enabled"], false, "{json}");
+    assert!(
+        json["uid"].as_str().unwrap().parse::<Uuid>().is_ok(),
+        "{json}"
     );
 
     // A uid the service does not know: 404, one line, exit 1.
@@ -328,6 +408,9 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
         1 => Some("555-0100,Bad Phone,ext-1,gold,2026-04-01T00:00:00Z".into()),
         3 => Some("+15550003,No Id,,gold,2026-04-01T00:00:00Z".into()),
         5 => Some("+15550005,Twin,ext-4,gold,2026-04-01T00:00:00Z".into()),
+        // A field short, a field too many (an unquoted comma): each one row's problem.
+        7 => Some("+15550007,Short Row,ext-7".into()),
+        10 => Some("+15550010,Doe, Jane,ext-10,gold,2026-04-01T00:00:00Z".into()),
         2_900 => Some("+15552900,Local Time,ext-2900,gold,2026-04-01 10:00".into()),
         _ => None,
     });
@@ -339,8 +422,10 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
         "line 3, column phone: ",
         "line 5, column external_id: missing",
         "line 7, column external_id: \"ext-4\" is also on line 6",
+        "line 9: 3 fields where the header has 5",
+        "line 12: 6 fields where the header has 5",
         "line 2902, column renewal_at: ",
-        "4 problems in 3000 rows; nothing was sent",
+        "6 problems in 3000 rows; nothing was sent",
     ] {
         assert!(err.contains(expected), "{expected:?} missing from:\n{err}");
     }
@@ -349,28 +434,43 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_in_chunk_3_names_its_csv_lines_and_a_rerun_finishes_the_file() {
-    // Row 2,005 (chunk 3, entry 5) has a number the service refuses (too short for it),
+async fn a_refused_chunk_names_its_csv_lines_the_others_are_sent_and_a_rerun_finishes_the_file() {
+    // Row 1,005 (chunk 2, entry 5) has a number the service refuses (too short for it),
     // though it is + and digits as far as callsync can tell.
     let text = contacts(2_500, |n| {
-        (n == 2_005).then(|| "+123,Short,ext-2005,gold,2026-04-01T00:00:00Z".into())
+        (n == 1_005).then(|| "+123,Short,ext-1005,gold,2026-04-01T00:00:00Z".into())
     });
     let (env, config, csv, schedule) = upload_env(&text).await;
     let out = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("lines 2002–2501"), "{err}");
     assert!(
-        err.contains("line 2007, column phone: Invalid phone number"),
+        err.contains("line 1007, column phone: Invalid phone number"),
         "{err}"
     );
-    assert_eq!(created_by_external_id(&env, &schedule).len(), 2_000);
+    assert!(err.contains("the service refused 1000 rows of"), "{err}");
+    // Chunks 1 and 3 were sent: the refusal is counted, not the end of the upload.
+    assert!(
+        stdout(&out).ends_with(
+            "2500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 1000 rows refused"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_500);
 
     let fixed = contacts(2_500, |_| None);
     std::fs::write(&csv, fixed).unwrap();
-    // A changed file is another upload: its chunks 1 and 2 are looked up, not resent.
+    // A changed file is another upload: its chunks 1 and 3 are looked up, not resent.
     let out = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(
+            "2500 rows, 1000 calls created, 1 chunks sent, 2 chunks found already created, 0 rows refused"
+        ),
+        "{}",
+        stdout(&out)
+    );
     assert_eq!(created_by_external_id(&env, &schedule).len(), 2_500);
 }
 
@@ -400,15 +500,16 @@ async fn an_upload_killed_at_any_instant_and_run_again_creates_each_call_once() 
 
     let rows = 6_000;
     let (env, config, csv, schedule) = upload_env(&contacts(rows, |_| None)).await;
+    // A short settle window (a killed run leaves a chunk `sent` that may never have gone
+    // out: the next run waits that long for it before sending it).
+    let quick = [
+        ("CALLSYNC_API__REQUEST_TIMEOUT_SECS", "3"),
+        ("CALLSYNC_API__CREATE_SETTLE_SECS", "1"),
+    ];
     let spawn = || {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
-            .arg("--config")
-            .arg(&config)
-            .args(upload_args(&schedule, &csv))
-            .env_remove("RUST_LOG")
+        command(&config, &upload_args(&schedule, &csv), &quick)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
             .spawn()
             .expect("callsync starts")
     };
@@ -447,7 +548,7 @@ async fn an_upload_killed_at_any_instant_and_run_again_creates_each_call_once() 
         let _ = child.start_kill();
         child.wait().await.unwrap();
     }
-    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    let out = callsync_with(&config, &upload_args(&schedule, &csv), &quick).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let created = created_by_external_id(&env, &schedule);
     let expected: std::collections::BTreeSet<String> =
@@ -459,4 +560,293 @@ async fn an_upload_killed_at_any_instant_and_run_again_creates_each_call_once() 
             .collect::<std::collections::BTreeSet<_>>(),
         expected
     );
+}
+
+fn bulk_posts(env: &TestEnv) -> usize {
+    env.sim
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/bulk"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_slower_than_the_request_timeout_gets_each_call_once() {
+    use callsync::simulator::FaultPlan;
+    use std::time::Duration;
+
+    let (env, config, csv, schedule) = upload_env(&contacts(1_500, |_| None)).await;
+    let slow = [
+        ("CALLSYNC_API__REQUEST_TIMEOUT_SECS", "1"),
+        ("CALLSYNC_API__CREATE_SETTLE_SECS", "20"),
+    ];
+    // Both ways a service outlasts the client: it acts late (the calls appear 2.5 s after
+    // the request, long after the client gave up), or it acts at once and answers late.
+    let late_action = FaultPlan {
+        delay_writes: Duration::from_millis(2_500),
+        ..FaultPlan::default()
+    };
+    let late_answer = FaultPlan {
+        hold_write_answers: Duration::from_millis(2_500),
+        ..FaultPlan::default()
+    };
+    let mut expected = 0;
+    for (faults, external_ids) in [(late_action, "a"), (late_answer, "b")] {
+        let text = contacts(1_500, |_| None).replace(",ext-", &format!(",{external_ids}-"));
+        std::fs::write(&csv, text).unwrap();
+        env.sim.set_faults(faults);
+        let out = callsync_with(&config, &upload_args(&schedule, &csv), &slow).await;
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stdout(&out).ends_with(
+                "1500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 0 rows refused"
+            ),
+            "{}",
+            stdout(&out)
+        );
+        expected += 1_500;
+        // Panics on an external_id created twice. (The request log cannot tell: it records
+        // a request when its answer is sent, and an answer to a client gone is not sent.)
+        assert_eq!(created_by_external_id(&env, &schedule).len(), expected);
+    }
+}
+
+/// Waits (polled, generous cap) until the upload ledger has a chunk marked `sent`.
+async fn until_a_chunk_is_sent(env: &TestEnv) {
+    for _ in 0..1_000 {
+        let sent: i64 = rusqlite::Connection::open(env.warehouse_path())
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT count(*) FROM upload_chunks WHERE state = 'sent'",
+                    [],
+                    |r| r.get(0),
+                )
+            })
+            .unwrap_or(0);
+        if sent > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no chunk was sent within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished_once() {
+    use callsync::simulator::FaultPlan;
+    use std::time::Duration;
+
+    let (env, config, csv, schedule) = upload_env(&contacts(1_500, |_| None)).await;
+    // The service takes 3 s to create a chunk, and finishes even when the client is gone.
+    env.sim.set_faults(FaultPlan {
+        delay_writes: Duration::from_secs(3),
+        ..FaultPlan::default()
+    });
+    let settle = [("CALLSYNC_API__CREATE_SETTLE_SECS", "30")];
+    let writes_before = env.sim.delayed_writes();
+    let mut first = command(&config, &upload_args(&schedule, &csv), &settle)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("callsync starts");
+    // Killed once the service has the first chunk's request in full (and works on it).
+    for _ in 0..1_000 {
+        if env.sim.delayed_writes() > writes_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        env.sim.delayed_writes() > writes_before,
+        "the chunk was sent"
+    );
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+    assert!(
+        env.sim.truth(schedule.parse().unwrap()).is_empty(),
+        "killed before the service created the chunk"
+    );
+    // Run again at once: the first chunk is not in the service yet, but the ledger says it
+    // went out moments ago, so the run waits for it instead of sending it again.
+    let out = callsync_with(&config, &upload_args(&schedule, &csv), &settle).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(
+            "1500 rows, 500 calls created, 1 chunks sent, 1 chunks found already created, 0 rows refused"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_of_the_same_upload_is_refused_while_the_first_runs() {
+    use callsync::simulator::FaultPlan;
+    use std::time::Duration;
+
+    let (env, config, csv, schedule) = upload_env(&contacts(1_500, |_| None)).await;
+    env.sim.set_faults(FaultPlan {
+        delay_writes: Duration::from_secs(2),
+        ..FaultPlan::default()
+    });
+    let first = command(&config, &upload_args(&schedule, &csv), &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("callsync starts");
+    until_a_chunk_is_sent(&env).await;
+    let second = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+    let line = stderr(&second);
+    assert_eq!(line.lines().count(), 1, "{line}");
+    assert!(
+        line.contains(&format!(
+            "another callsync process is running this upload (schedule {schedule}, a file with fingerprint "
+        )),
+        "{line}"
+    );
+    // Another file to the same schedule is another upload: not held up.
+    let other = csv.with_file_name("other.csv");
+    std::fs::write(&other, contacts(3, |_| None).replace(",ext-", ",other-")).unwrap();
+    let out = callsync(&config, &upload_args(&schedule, &other)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let first = first.wait_with_output().await.unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).ends_with("1500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 0 rows refused"),
+        "{}",
+        stdout(&first)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_503);
+    assert_eq!(bulk_posts(&env), 3, "the refused run sent nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_changed_mid_upload_is_never_sent_past_the_change() {
+    use callsync::upload::{self, UploadError, UploadOptions, UploadProgress};
+    use callsync::warehouse::Warehouse;
+
+    /// Rewrites the file once the first chunk is done, with a row the check never saw.
+    struct EditAfterFirstChunk {
+        path: std::path::PathBuf,
+        text: String,
+    }
+    impl UploadProgress for EditAfterFirstChunk {
+        fn chunk_done(&self, rows_done: u64, _rows: u64) {
+            if rows_done == 1_000 {
+                std::fs::write(&self.path, &self.text).unwrap();
+            }
+        }
+        fn waiting(&self, _: Option<&str>) {}
+    }
+
+    let (env, _config, csv, schedule) = upload_env(&contacts(2_500, |_| None)).await;
+    let options = UploadOptions {
+        schedule: schedule.parse().unwrap(),
+        path: csv.clone(),
+        renames: vec![("phone".into(), "phone_number".into())],
+        force: false,
+        allow_missing_external_id: false,
+        settle: std::time::Duration::from_secs(5),
+    };
+    let checked = upload::check(&options).unwrap();
+    assert_eq!(checked.problem_count, 0);
+    let edit = EditAfterFirstChunk {
+        path: csv.clone(),
+        text: contacts(2_500, |n| {
+            (n == 1_900).then(|| "+15551900,Edited,ext-1900,platinum,tomorrow".into())
+        }),
+    };
+    let client = callsync::api::ApiClient::new(&env.config.api).unwrap();
+    let mut warehouse =
+        Warehouse::open(&env.warehouse_path(), env.config.warehouse.busy_timeout).unwrap();
+    let err = upload::send(&client, &mut warehouse, &options, &checked, &edit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            UploadError::FileChanged {
+                first_line: 1002,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("nothing from line 1002 on was sent: run the upload again"),
+        "{err}"
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_schedule_is_one_plain_line_and_nothing_is_sent() {
+    let (env, config, csv, _schedule) = upload_env(&contacts(10, |_| None)).await;
+    let unknown = Uuid::from_u128(0x5eed).to_string();
+    let before = posts(&env);
+    let out = callsync(&config, &upload_args(&unknown, &csv)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        format!(
+            "error: schedule {unknown} not found on the service (HTTP 404); check the uid (`callsync schedule create` prints it) and api.base_url; nothing was sent"
+        )
+    );
+    assert_eq!(posts(&env), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_needs_no_credentials_and_a_dropped_column_is_not_sent() {
+    let text = "phone,full_name,external_id,plan,notes\n\
+                +15550001,Ada,ext-1,gold,call after 5\n\
+                +15550002,Bob,ext-2,silver,\n";
+    let (env, config, csv, schedule) = upload_env(text).await;
+    let mut args = upload_args(&schedule, &csv);
+    args.extend(["--map", "notes="]);
+
+    // No token anywhere: a dry run sends nothing, so it needs none, and writes nothing.
+    let bare = config.with_file_name("no-credentials.toml");
+    let db = config.with_file_name("dry-run.db");
+    std::fs::write(
+        &bare,
+        format!(
+            "[api]\nbase_url = \"{}\"\n\n[warehouse]\npath = \"{}\"\n",
+            env.sim.base_url(),
+            db.display()
+        ),
+    )
+    .unwrap();
+    let requests_before = env.sim.requests().len();
+    let mut dry = args.clone();
+    dry.push("--dry-run");
+    let out = callsync(&bare, &dry).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "{}: 2 rows checked, all valid; would send 1 chunks to schedule {schedule} (dry run: nothing sent)",
+            csv.display()
+        )
+    );
+    assert_eq!(stderr(&out), "", "no log noise");
+    assert_eq!(env.sim.requests().len(), requests_before);
+    assert!(!db.exists());
+    // Without --dry-run the credentials are required, before anything is sent.
+    let out = callsync(&bare, &args).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no credentials"), "{}", stderr(&out));
+
+    let out = callsync(&config, &args).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = env.sim.truth(schedule.parse().unwrap());
+    assert_eq!(truth.len(), 2);
+    for call in &truth {
+        let params = &call.outbound_call_info.custom_parameters;
+        assert!(params.contains_key("plan"), "{params:?}");
+        assert!(!params.contains_key("notes"), "{params:?}");
+    }
 }

@@ -940,3 +940,64 @@ fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
     };
     assert_eq!(status.code(), Some(0));
 }
+
+#[test]
+fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["simulate", "--listen", "127.0.0.1:0", "--calls", "10"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("callsync starts");
+    let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    // What `sed -n '/^\[api\]/,$p'` cuts out, as the README's walk-through does; read in a
+    // thread, so that an output without it fails the test instead of hanging it.
+    let (cut, config) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in stdout.lines().map_while(Result::ok) {
+            if line == "[api]" || !text.is_empty() {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            if line.starts_with("schedules = [") {
+                break;
+            }
+        }
+        let _ = cut.send(text);
+    });
+    let config = config.recv_timeout(std::time::Duration::from_secs(30));
+    let Ok(config) = config else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("simulate printed no config");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("config")).unwrap();
+    std::fs::write(dir.path().join("config/callsync.toml"), &config).unwrap();
+    // From ./config/callsync.toml, with the warehouse in the working directory.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .arg("sync")
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .expect("callsync runs");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        out.status.success(),
+        "{config}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = rusqlite::Connection::open(dir.path().join("callsync.db")).unwrap();
+    let (schedules, calls): (i64, i64) = db
+        .query_row(
+            "SELECT count(DISTINCT schedule_uid), count(*) FROM calls",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((schedules, calls), (3, 30), "{config}");
+}

@@ -214,6 +214,7 @@ pub fn config_for(
             requests_per_second: None,
             detail_concurrency: 4,
             max_response_bytes: 32 * 1024 * 1024,
+            create_settle: Duration::from_secs(60),
             retry: RetryConfig {
                 max_attempts: 12,
                 max_elapsed: Duration::from_secs(30),

@@ -218,6 +218,7 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
                 truncate_rate: 0.05,
                 quota_per_second: 0,
                 hold_write_answers: Duration::ZERO,
+                delay_writes: Duration::ZERO,
             },
             dialer: Some(DialerOptions {
                 tick: Duration::from_millis(20),

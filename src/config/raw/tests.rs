@@ -74,6 +74,7 @@ fn defaults_fill_everything_not_given() {
     assert_eq!(c.api.request_timeout, Duration::from_secs(30));
     assert_eq!(c.api.requests_per_second, None);
     assert_eq!(c.api.max_response_bytes, 32 * 1024 * 1024);
+    assert_eq!(c.api.create_settle_window(), Duration::from_secs(60));
     assert_eq!(c.api.retry, RetryConfig::default());
     assert_eq!(c.warehouse.path, PathBuf::from("callsync.db"));
     assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);
@@ -714,6 +715,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "requests_per_second",
         "detail_concurrency",
         "max_response_mib",
+        "create_settle_secs",
         "max_attempts",
         "max_elapsed_secs",
         "initial_interval_ms",
