@@ -466,6 +466,76 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
     );
     assert!(err.to_string().contains("upgrade callsync"), "{err}");
     assert!(Warehouse::open_read_only(&path).is_err());
+    let as_it_was = FileState::of(&path);
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::TooNew { .. }), "{err}");
+    assert_eq!(
+        FileState::of(&path),
+        as_it_was,
+        "a newer callsync's warehouse is refused as it was found, its -wal and -shm kept"
+    );
+
+    // The same file in rollback-journal mode (a copy made by another tool) stays in it.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "journal_mode", "DELETE")
+        .unwrap();
+    let as_it_was = FileState::of(&path);
+    assert_eq!(
+        (
+            as_it_was.journal_mode.as_str(),
+            as_it_was.wal,
+            as_it_was.shm
+        ),
+        ("rollback", false, false)
+    );
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::TooNew { .. }), "{err}");
+    assert_eq!(FileState::of(&path), as_it_was);
+}
+
+/// A database file as another program would find it: its bytes (a digest, to keep a
+/// failure's message short), its journal mode, and which of the files SQLite puts beside it
+/// exist.
+#[derive(Debug, PartialEq)]
+struct FileState {
+    len: usize,
+    digest: u64,
+    journal_mode: String,
+    wal: bool,
+    shm: bool,
+}
+
+impl FileState {
+    fn of(path: &std::path::Path) -> FileState {
+        let beside = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name).exists()
+        };
+        let (wal, shm) = (beside("-wal"), beside("-shm"));
+        let bytes = std::fs::read(path).unwrap();
+        // Bytes 18 and 19 of the header are 2 in WAL mode, 1 in rollback-journal mode.
+        let journal_mode = match bytes[18..20] {
+            [2, 2] => "wal",
+            [1, 1] => "rollback",
+            _ => "other",
+        }
+        .to_owned();
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&bytes, &mut hasher);
+        FileState {
+            len: bytes.len(),
+            digest: std::hash::Hasher::finish(&hasher),
+            journal_mode,
+            wal,
+            shm,
+        }
+    }
 }
 
 #[test]
@@ -481,17 +551,29 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
         path.display()
     );
+    let as_it_was = FileState::of(&path);
+    assert_eq!(
+        (
+            as_it_was.journal_mode.as_str(),
+            as_it_was.wal,
+            as_it_was.shm
+        ),
+        ("rollback", false, false)
+    );
     let err = Warehouse::open(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert!(matches!(err, WarehouseError::NotAWarehouse { .. }), "{err}");
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by open");
     let err = Warehouse::migrate(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by migrate");
     let err = Warehouse::open_read_only(&path).err().unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by a reader");
     let tables: Vec<String> = rusqlite::Connection::open(&path)
         .unwrap()
         .prepare("SELECT name FROM sqlite_schema")
@@ -506,10 +588,12 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         .unwrap()
         .pragma_update(None, "user_version", 2)
         .unwrap();
+    let as_it_was = FileState::of(&path);
     let err = Warehouse::open(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was);
 
     // An empty file is a new database, not someone else's.
     let empty = dir.path().join("empty.db");
@@ -540,7 +624,8 @@ fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
         )
     );
 
-    // Not a database at all: a read-only command says it cannot read it, never "migrate".
+    // Not a database at all: it cannot be read, never "migrate" — a writer too reads the
+    // file before writing anything.
     std::fs::write(&path, vec![7u8; 8192]).unwrap();
     let advice = "file is not a database; the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse";
     assert_eq!(
@@ -552,7 +637,7 @@ fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
         .unwrap();
     assert_eq!(
         err.to_string(),
-        format!("cannot open the warehouse {}: {advice}", path.display())
+        format!("cannot read the warehouse {}: {advice}", path.display())
     );
     assert!(
         std::error::Error::source(&err).is_none(),
