@@ -400,7 +400,8 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
             let warehouse = Warehouse::open_read_only(path)?;
-            let reading = || format!("cannot read the checkpoints in {}", path.display());
+            // Every error reading the warehouse names its path already.
+            let reading = || "cannot read the checkpoints";
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse

@@ -45,7 +45,7 @@ impl Warehouse {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
-            .sql("reading the upload ledger")?;
+            .sql(&self.path, "reading the upload ledger")?;
         Ok(row.map(|(state, uids)| match (state.as_str(), uids) {
             ("created", Some(uids)) => {
                 ChunkState::Created(serde_json::from_str(&uids).unwrap_or_default())
@@ -77,7 +77,7 @@ impl Warehouse {
                     Timestamp::now().to_sqlite()
                 ],
             )
-            .sql("recording a chunk in the upload ledger")?;
+            .sql(&self.path, "recording a chunk in the upload ledger")?;
         Ok(())
     }
 
@@ -96,7 +96,7 @@ impl Warehouse {
                     Timestamp::now().to_sqlite()
                 ],
             )
-            .sql("recording created calls in the upload ledger")?;
+            .sql(&self.path, "recording created calls in the upload ledger")?;
         Ok(())
     }
 
@@ -112,7 +112,7 @@ impl Warehouse {
                     key.first_line as i64
                 ],
             )
-            .sql("updating the upload ledger")?;
+            .sql(&self.path, "updating the upload ledger")?;
         Ok(())
     }
 }

@@ -128,10 +128,13 @@ pub struct Overview {
 impl Warehouse {
     pub fn overview(&self) -> Result<Overview, WarehouseError> {
         let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
-            let mut stmt = self.conn.prepare(sql).sql("reading the overview")?;
+            let mut stmt = self
+                .conn
+                .prepare(sql)
+                .sql(&self.path, "reading the overview")?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .and_then(Iterator::collect)
-                .sql("reading the overview")
+                .sql(&self.path, "reading the overview")
         };
         let text = |v: Value| match v {
             Value::Text(t) => t,
@@ -178,11 +181,11 @@ impl Warehouse {
                  UNION SELECT DISTINCT schedule_uid FROM calls
                  ORDER BY 1",
             )
-            .sql("listing schedules")?;
+            .sql(&self.path, "listing schedules")?;
         let schedules: Vec<String> = stmt
             .query_map([], |r| r.get(0))
             .and_then(Iterator::collect)
-            .sql("listing schedules")?;
+            .sql(&self.path, "listing schedules")?;
         schedules
             .iter()
             .map(|s| self.schedule_status(s, now))
@@ -202,7 +205,7 @@ impl Warehouse {
                 |r| r.get(0),
             )
             .or_else(none_if_empty)
-            .sql("reading a checkpoint")?;
+            .sql(&self.path, "reading a checkpoint")?;
         let mut runs = conn
             .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
@@ -210,16 +213,21 @@ impl Warehouse {
                    throttled_secs, future_rows
                  FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC",
             )
-            .sql("reading the last passes")?;
+            .sql(&self.path, "reading the last passes")?;
         let mut recent = runs
             .query_map([schedule], run_summary)
-            .sql("reading the last passes")?;
-        let last_run = recent.next().transpose().sql("reading the last pass")?;
+            .sql(&self.path, "reading the last passes")?;
+        let last_run = recent
+            .next()
+            .transpose()
+            .sql(&self.path, "reading the last pass")?;
         let behind_passes =
             if last_run.as_ref().and_then(|r| r.outcome) == Some(PassOutcome::Behind) {
                 let mut n = 1;
                 for run in recent {
-                    if run.sql("reading the last passes")?.outcome != Some(PassOutcome::Behind) {
+                    if run.sql(&self.path, "reading the last passes")?.outcome
+                        != Some(PassOutcome::Behind)
+                    {
                         break;
                     }
                     n += 1;
@@ -235,22 +243,23 @@ impl Warehouse {
                 [schedule],
                 |r| r.get(0),
             )
-            .sql("reading the last successful pass")?;
+            .sql(&self.path, "reading the last successful pass")?;
         let count = |sql: &str| -> Result<i64, WarehouseError> {
             conn.query_row(sql, [schedule], |r| r.get(0))
-                .sql("counting rows")
+                .sql(&self.path, "counting rows")
         };
         let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
-            text.map(|t| parse(&t, what).map(|t| t.to_rfc3339()))
+            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_rfc3339()))
                 .transpose()
         };
         let cursor = cursor
-            .map(|c| parse(&c, "sync_checkpoints.cursor"))
+            .map(|c| parse(&self.path, &c, "sync_checkpoints.cursor"))
             .transpose()?;
         let last_run = last_run
             .map(
                 |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
-                    run.started_at = parse(&run.started_at, "sync_runs.started_at")?.to_rfc3339();
+                    run.started_at =
+                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_rfc3339();
                     run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
                     run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
                     Ok(run)
@@ -311,7 +320,10 @@ impl Warehouse {
     }
 
     fn rows(&self, sql: &str, schedule: Option<&str>) -> Result<Vec<Row>, WarehouseError> {
-        let mut stmt = self.conn.prepare(sql).sql("reading a snapshot")?;
+        let mut stmt = self
+            .conn
+            .prepare(sql)
+            .sql(&self.path, "reading a snapshot")?;
         let names: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
         stmt.query_map([schedule], |r| {
             let mut row = Row::new();
@@ -323,7 +335,7 @@ impl Warehouse {
             Ok(row)
         })
         .and_then(Iterator::collect)
-        .sql("reading a snapshot")
+        .sql(&self.path, "reading a snapshot")
     }
 }
 

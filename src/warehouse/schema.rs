@@ -151,7 +151,7 @@ pub(super) fn version(conn: &Connection, path: &Path) -> Result<usize, Warehouse
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
     };
-    if is_foreign(conn).sql("reading the schema")? {
+    if is_foreign(conn).sql(path, "reading the schema")? {
         return Err(WarehouseError::NotAWarehouse {
             path: path.to_owned(),
         });

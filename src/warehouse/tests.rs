@@ -602,6 +602,67 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
 }
 
 #[test]
+fn a_full_disk_or_a_read_only_file_during_a_write_names_the_warehouse_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let path = w.path().to_owned();
+    let page: Vec<OutboundCall> = (1..=200)
+        .map(|n| call(call_json(n, "2026-01-01T00:10:00Z", 3)))
+        .collect();
+
+    // The file may not grow: SQLite says the disk is full.
+    let pages: i64 = w
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    w.conn.pragma_update(None, "max_page_count", pages).unwrap();
+    let err = w
+        .write_page(
+            SCHEDULE,
+            &page,
+            Some(ts("2026-01-01T00:10:00Z")),
+            Timestamp::now(),
+        )
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, WarehouseError::Sql { path: p, .. } if *p == path),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!("warehouse {}: ", path.display())),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            ": database or disk is full; free space on its filesystem, then run callsync again"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+    assert!(std::error::Error::source(&err).is_none());
+    assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None, "nothing was written");
+
+    // The connection may not write: SQLite says the database is read-only.
+    w.conn
+        .pragma_update(None, "max_page_count", 1_000_000)
+        .unwrap();
+    w.conn.pragma_update(None, "query_only", true).unwrap();
+    let err = w
+        .write_page(SCHEDULE, &page[..1], None, Timestamp::now())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "warehouse {}: starting a page transaction: attempt to write a readonly database; make the file, its -wal and -shm files and its directory writable by this user",
+            path.display()
+        )
+    );
+}
+
+#[test]
 fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
@@ -1180,7 +1241,7 @@ proptest! {
                 let Some(rusqlite::types::Value::Text(call_uid)) = row.get("uid") else {
                     panic!("a call without a uid: {row:?}");
                 };
-                upsert::summarize(&tx, call_uid).unwrap();
+                upsert::summarize(&tx, &w.path, call_uid).unwrap();
             }
             tx.commit().unwrap();
             let recomputed = w.snapshot(None).unwrap();
