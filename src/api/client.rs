@@ -185,10 +185,13 @@ impl ApiClient {
     {
         let name = request.name();
         let limit = self.inner.max_response_bytes;
+        let deadline = self.inner.retry.deadline();
         self.inner
             .retry
             .run_when(&name, counters, worth_retrying, || async {
-                let answer = self.send_authorized(&name, request, counters).await?;
+                let answer = self
+                    .send_authorized(&name, request, deadline, counters)
+                    .await?;
                 let date = answer.date;
                 Ok((decode(&name, answer, limit, seed.clone()).await?, date))
             })
@@ -202,6 +205,7 @@ impl ApiClient {
         &self,
         name: &str,
         request: &Request<'_>,
+        deadline: tokio::time::Instant,
         counters: &Counters,
     ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
@@ -210,7 +214,7 @@ impl ApiClient {
             .bearer(&inner.http, &inner.retry, counters)
             .await?;
         match self
-            .send_once(name, request, token.expose(), counters)
+            .send_once(name, request, token.expose(), deadline, counters)
             .await
         {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
@@ -225,7 +229,7 @@ impl ApiClient {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Once only: a token fetched this instant that is rejected too will not be
                 // cured by another (and a 401 is permanent, so no retry loops on it either).
-                self.send_once(name, request, fresh.expose(), counters)
+                self.send_once(name, request, fresh.expose(), deadline, counters)
                     .await
                     .map_err(fresh_token_rejected)
             }
@@ -238,10 +242,19 @@ impl ApiClient {
         name: &str,
         request: &Request<'_>,
         token: &str,
+        deadline: tokio::time::Instant,
         counters: &Counters,
     ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
-        let grant = inner.limiter.acquire(counters.lane()).await;
+        let grant = inner
+            .limiter
+            .acquire(counters.lane(), deadline)
+            .await
+            .map_err(|paused| ApiError::PausedBeyondBudget {
+                request: name.to_owned(),
+                pause_left: paused.pause_left,
+                left: paused.left,
+            })?;
         counters.add_throttled(grant.waited);
         let transport =
             |problem: &'static str| move |source| ApiError::transport(name, problem, source);
