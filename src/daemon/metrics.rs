@@ -26,10 +26,10 @@ use uuid::Uuid;
 use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::Timestamp;
 use crate::sync::{PassReport, PassResult, WarehousePlace};
-use crate::warehouse::FALLING_BEHIND_PASSES;
+use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
-pub const STALE_INTERVALS: u32 = 3;
+pub const STALE_INTERVALS: u32 = STALE_TICKS;
 
 #[derive(Default)]
 struct Figures {

@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
 
-pub use scheduler::{SchedulerError, Tick};
+pub use scheduler::{SchedulerError, Tick, firings_between};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

@@ -37,6 +37,14 @@ pub struct ScheduleStatus {
     /// What held the latest pass back (`rate limit`, `detail fetches`, `errors and
     /// retries`); empty when nothing stands out.
     pub slowed_by: Vec<String>,
+    /// Ticks of `sync.cron` since the latest recorded pass (its end, or its start while it
+    /// runs), counted by `callsync status` from the configuration, at most [`TICKS_COUNTED`];
+    /// `None` without a recorded pass.
+    pub ticks_since_last_pass: Option<u64>,
+    /// [`STALE_TICKS`] ticks or more without a recorded pass: the daemon has stopped, runs
+    /// but cannot record its passes (an unwritable warehouse), or is in one long pass; what
+    /// this status shows may be out of date.
+    pub no_recent_pass: bool,
     pub calls: i64,
     pub attempts: i64,
     pub outcomes: i64,
@@ -46,6 +54,29 @@ pub struct ScheduleStatus {
 
 /// Passes in a row ended behind before a schedule is said to be falling behind.
 pub const FALLING_BEHIND_PASSES: i64 = 2;
+
+/// Sync ticks without progress (`/healthz`) or without a recorded pass (`status`) after which
+/// a schedule is flagged.
+pub const STALE_TICKS: u32 = 3;
+
+/// `status` counts the ticks since the latest pass up to this many (the time of that pass says
+/// the rest; counting a 1-second cron over a month would take a while).
+pub const TICKS_COUNTED: u64 = 100;
+
+impl ScheduleStatus {
+    /// When the latest recorded pass ended, or began if it has not ended.
+    pub fn last_recorded_at(&self) -> Option<Timestamp> {
+        let run = self.last_run.as_ref()?;
+        let at = run.finished_at.as_deref().unwrap_or(&run.started_at);
+        Timestamp::parse(at).ok()
+    }
+
+    /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`].
+    pub fn set_ticks_since_last_pass(&mut self, ticks: u64) {
+        self.ticks_since_last_pass = Some(ticks);
+        self.no_recent_pass = ticks >= u64::from(STALE_TICKS);
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
@@ -277,6 +308,8 @@ impl Warehouse {
                 .unwrap_or_default(),
             behind_passes,
             falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
+            ticks_since_last_pass: None,
+            no_recent_pass: false,
             last_run,
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
@@ -460,6 +493,19 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             "  last success {}",
             s.last_success_at.as_deref().unwrap_or("never")
         );
+        if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
+            let ticks = if ticks >= TICKS_COUNTED {
+                format!("{TICKS_COUNTED} or more")
+            } else {
+                ticks.to_string()
+            };
+            let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+            let _ = writeln!(
+                out,
+                "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
+                last.as_deref().unwrap_or("?")
+            );
+        }
         if s.falling_behind {
             let _ = writeln!(
                 out,

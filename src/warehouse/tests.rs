@@ -820,6 +820,62 @@ fn record(
 }
 
 #[test]
+fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let run = w
+        .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T02:00:00Z"))
+        .unwrap();
+    let finished = record(
+        RunOutcome::Completed,
+        RunStats::default(),
+        "2026-01-01T02:00:01Z",
+        None,
+    );
+    w.finish_run(run, &finished).unwrap();
+    let now = ts("2026-01-01T03:00:00Z");
+    let mut status = w.status_at(now).unwrap().remove(0);
+    // Nothing counted (a schedule `status` was not given the cron of): nothing said.
+    assert_eq!(
+        (status.ticks_since_last_pass, status.no_recent_pass),
+        (None, false)
+    );
+    assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:00:01Z")));
+    let says = "NO PASS RECORDED";
+
+    status.set_ticks_since_last_pass(2);
+    assert!(!status.no_recent_pass);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(!text.contains(says), "{text}");
+
+    status.set_ticks_since_last_pass(3);
+    assert!(status.no_recent_pass);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(
+        text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["ticks_since_last_pass"], json!(3));
+    assert_eq!(json["no_recent_pass"], json!(true));
+
+    status.set_ticks_since_last_pass(TICKS_COUNTED);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(
+        text.contains(&format!(
+            "NO PASS RECORDED for {TICKS_COUNTED} or more ticks of sync.cron"
+        )),
+        "{text}"
+    );
+
+    // A pass that has not ended counts from its start.
+    w.start_run(SCHEDULE, RunKind::Reconcile, ts("2026-01-01T02:30:00Z"))
+        .unwrap();
+    let status = w.status_at(now).unwrap().remove(0);
+    assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:30:00Z")));
+}
+
+#[test]
 fn status_says_a_schedule_falls_behind_and_why() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = open(&dir);
