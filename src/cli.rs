@@ -367,16 +367,44 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let path = &config.warehouse.path;
     // Every error opening it names the path already.
     let warehouse = Warehouse::open_read_only(path)?;
-    let rows = warehouse
-        .status()
+    let now = Timestamp::now();
+    let mut rows = warehouse
+        .status_at(now)
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
+    count_ticks_since_last_pass(config, &mut rows, now)?;
     warn_if_read_only(path);
     if json {
         print_out(format_args!("{}\n", serde_json::to_string_pretty(&rows)?))?;
     } else {
-        print_out(crate::warehouse::render_status(&rows, Timestamp::now()))?;
+        print_out(crate::warehouse::render_status(&rows, now))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many `sync.cron` ticks each configured schedule has gone without a recorded pass: a
+/// daemon that has stopped, or cannot record its failures, otherwise looks healthy here.
+fn count_ticks_since_last_pass(
+    config: &Config,
+    rows: &mut [crate::warehouse::ScheduleStatus],
+    now: Timestamp,
+) -> Result<()> {
+    for row in rows {
+        let configured = row
+            .schedule_uid
+            .parse()
+            .is_ok_and(|uid| config.sync.schedules.contains(&uid));
+        let Some(last) = row.last_recorded_at().filter(|_| configured) else {
+            continue;
+        };
+        let ticks = crate::daemon::firings_between(
+            &config.sync.cron,
+            last,
+            now,
+            crate::warehouse::TICKS_COUNTED,
+        )?;
+        row.set_ticks_since_last_pass(ticks);
+    }
+    Ok(())
 }
 
 /// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
@@ -401,7 +429,8 @@ fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
             let warehouse = Warehouse::open_read_only(path)?;
-            let reading = || format!("cannot read the checkpoints in {}", path.display());
+            // Every error reading the warehouse names its path already.
+            let reading = || "cannot read the checkpoints";
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse

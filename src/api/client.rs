@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed};
 use url::Url;
 use uuid::Uuid;
 
@@ -19,7 +19,7 @@ use super::auth::{TokenSource, excerpt, redact_error_body};
 use super::error::{ApiError, hint_for};
 use super::filter::ListFilter;
 use super::limiter::Limiter;
-use super::models::{CallPage, ErrorBody, OutboundCall, SingleObject};
+use super::models::{BoundedPage, CallPage, ErrorBody, OutboundCall, SingleObject};
 use super::retry::{Counters, RetryPolicy};
 use super::timestamp::Timestamp;
 use crate::config::ApiConfig;
@@ -95,7 +95,12 @@ impl ApiClient {
     ) -> Result<Listed, ApiError> {
         let url = self.endpoint(&["schedules", &schedule.to_string(), "outbound_calls"]);
         let pairs = list_pairs(query);
-        let (page, served_at) = self.get_json_dated(url, &pairs, counters).await?;
+        // A page with more rows than asked is refused at the first one too many, as it
+        // arrives (the walker checks the count again, distrusting any page).
+        let bounded = BoundedPage {
+            max_rows: page_size_sent(query) as usize,
+        };
+        let (page, served_at) = self.get_json_dated(url, &pairs, counters, bounded).await?;
         Ok(Listed { page, served_at })
     }
 
@@ -122,45 +127,73 @@ impl ApiClient {
         url
     }
 
-    pub(super) async fn get_json<T: DeserializeOwned>(
+    pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(
         &self,
         url: Url,
         query: &[(&'static str, String)],
         counters: &Counters,
     ) -> Result<T, ApiError> {
-        Ok(self.get_json_dated(url, query, counters).await?.0)
+        let whole = std::marker::PhantomData::<T>;
+        Ok(self.get_json_dated(url, query, counters, whole).await?.0)
     }
 
-    /// The decoded body and the response's `Date`.
-    async fn get_json_dated<T: DeserializeOwned>(
+    /// The body decoded by `seed`, and the response's `Date`.
+    async fn get_json_dated<T, S>(
         &self,
         url: Url,
         query: &[(&'static str, String)],
         counters: &Counters,
-    ) -> Result<(T, Option<Timestamp>), ApiError> {
+        seed: S,
+    ) -> Result<(T, Option<Timestamp>), ApiError>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
         let request = Request {
             method: Method::GET,
             url,
             query,
             json: None,
         };
-        self.exchange(&request, ApiError::is_transient, counters)
+        self.exchange_seeded(&request, ApiError::is_transient, counters, seed)
             .await
     }
 
     /// Sends `request` (retried while `worth_retrying` says so) and decodes the answer.
-    pub(super) async fn exchange<T: DeserializeOwned>(
+    pub(super) async fn exchange<T: DeserializeOwned + Send + 'static>(
         &self,
         request: &Request<'_>,
         worth_retrying: fn(&ApiError) -> bool,
         counters: &Counters,
     ) -> Result<(T, Option<Timestamp>), ApiError> {
+        let whole = std::marker::PhantomData::<T>;
+        self.exchange_seeded(request, worth_retrying, counters, whole)
+            .await
+    }
+
+    /// [`Self::exchange`], decoding the answer with `seed` as its body arrives.
+    async fn exchange_seeded<T, S>(
+        &self,
+        request: &Request<'_>,
+        worth_retrying: fn(&ApiError) -> bool,
+        counters: &Counters,
+        seed: S,
+    ) -> Result<(T, Option<Timestamp>), ApiError>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
         let name = request.name();
+        let limit = self.inner.max_response_bytes;
+        let deadline = self.inner.retry.deadline();
         self.inner
             .retry
             .run_when(&name, counters, worth_retrying, || async {
-                let body = self.send_authorized(&name, request, counters).await?;
-                Ok((decode(&name, &body)?, body.date))
+                let answer = self
+                    .send_authorized(&name, request, deadline, counters)
+                    .await?;
+                let date = answer.date;
+                Ok((decode(&name, answer, limit, seed.clone()).await?, date))
             })
             .await
     }
@@ -172,15 +205,16 @@ impl ApiClient {
         &self,
         name: &str,
         request: &Request<'_>,
+        deadline: tokio::time::Instant,
         counters: &Counters,
-    ) -> Result<Body, ApiError> {
+    ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
         let token = inner
             .tokens
             .bearer(&inner.http, &inner.retry, counters)
             .await?;
         match self
-            .send_once(name, request, token.expose(), counters)
+            .send_once(name, request, token.expose(), deadline, counters)
             .await
         {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
@@ -195,7 +229,7 @@ impl ApiClient {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Once only: a token fetched this instant that is rejected too will not be
                 // cured by another (and a 401 is permanent, so no retry loops on it either).
-                self.send_once(name, request, fresh.expose(), counters)
+                self.send_once(name, request, fresh.expose(), deadline, counters)
                     .await
                     .map_err(fresh_token_rejected)
             }
@@ -208,10 +242,19 @@ impl ApiClient {
         name: &str,
         request: &Request<'_>,
         token: &str,
+        deadline: tokio::time::Instant,
         counters: &Counters,
-    ) -> Result<Body, ApiError> {
+    ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
-        let grant = inner.limiter.acquire(counters.lane()).await;
+        let grant = inner
+            .limiter
+            .acquire(counters.lane(), deadline)
+            .await
+            .map_err(|paused| ApiError::PausedBeyondBudget {
+                request: name.to_owned(),
+                pause_left: paused.pause_left,
+                left: paused.left,
+            })?;
         counters.add_throttled(grant.waited);
         let transport =
             |problem: &'static str| move |source| ApiError::transport(name, problem, source);
@@ -238,14 +281,14 @@ impl ApiClient {
         } else {
             inner.limiter.succeeded(&grant);
         }
-        let bytes = read_capped(response, inner.max_response_bytes, name).await?;
         if status.is_success() {
-            return Ok(Body {
+            return Ok(Answer {
                 content_type: content_type(&headers),
                 date: date(&headers),
-                bytes,
+                response,
             });
         }
+        let bytes = read_capped(response, inner.max_response_bytes, name).await?;
         Err(status_error(name, status, &headers, &bytes, token))
     }
 }
@@ -271,33 +314,158 @@ impl Request<'_> {
     }
 }
 
-/// The body, read as it arrives and refused as soon as it exceeds `limit` bytes (or
-/// announces more): an endless or enormous body fails its request instead of filling memory.
+/// The body, read whole as it arrives (for error bodies and tokens, which are small).
 pub(super) async fn read_capped(
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     limit: u64,
     request: &str,
 ) -> Result<bytes::Bytes, ApiError> {
-    let too_large = || ApiError::TooLarge {
-        request: request.to_owned(),
-        limit,
-    };
-    if response
-        .content_length()
-        .is_some_and(|announced| announced > limit)
-    {
-        return Err(too_large());
-    }
+    let mut chunks = CappedBody::new(response, limit, request)?;
     let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = response.chunk().await.map_err(|source| {
-        ApiError::transport(request, "reading the response body failed", source)
-    })? {
-        if (body.len() + chunk.len()) as u64 > limit {
-            return Err(too_large());
-        }
+    while let Some(chunk) = chunks.next().await? {
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// A body's chunks as they arrive, refused as soon as they exceed `limit` bytes (or the
+/// response announces more): an endless or enormous body fails its request instead of
+/// filling memory.
+struct CappedBody<'a> {
+    response: reqwest::Response,
+    limit: u64,
+    read: u64,
+    request: &'a str,
+}
+
+impl<'a> CappedBody<'a> {
+    fn new(response: reqwest::Response, limit: u64, request: &'a str) -> Result<Self, ApiError> {
+        let body = CappedBody {
+            response,
+            limit,
+            read: 0,
+            request,
+        };
+        if body
+            .response
+            .content_length()
+            .is_some_and(|announced| announced > limit)
+        {
+            return Err(body.too_large());
+        }
+        Ok(body)
+    }
+
+    async fn next(&mut self) -> Result<Option<bytes::Bytes>, ApiError> {
+        let chunk = self.response.chunk().await.map_err(|source| {
+            ApiError::transport(self.request, "reading the response body failed", source)
+        })?;
+        if let Some(chunk) = &chunk {
+            self.read += chunk.len() as u64;
+            if self.read > self.limit {
+                return Err(self.too_large());
+            }
+        }
+        Ok(chunk)
+    }
+
+    fn too_large(&self) -> ApiError {
+        ApiError::TooLarge {
+            request: self.request.to_owned(),
+            limit: self.limit,
+        }
+    }
+}
+
+/// Chunks of a body that may wait for the decoder.
+const CHUNKS_AHEAD: usize = 8;
+
+/// Decodes a successful body with `seed` as it arrives: serde_json reads it on a blocking
+/// thread while this task receives it, so a decoder that refuses the body early (a list page
+/// at its first row beyond `page_size`) stops the reading there, and the body is never held
+/// whole.
+async fn decode<T, S>(name: &str, answer: Answer, limit: u64, seed: S) -> Result<T, ApiError>
+where
+    S: for<'de> DeserializeSeed<'de, Value = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let Answer {
+        content_type,
+        response,
+        ..
+    } = answer;
+    let mut body = CappedBody::new(response, limit, name)?;
+    let (chunks, receiver) = tokio::sync::mpsc::channel(CHUNKS_AHEAD);
+    let mut decoding = tokio::task::spawn_blocking(move || {
+        let received = std::io::BufReader::new(ReceivedChunks {
+            receiver,
+            current: bytes::Bytes::new(),
+        });
+        let mut json = serde_json::Deserializer::from_reader(received);
+        let value = seed.deserialize(&mut json)?;
+        json.end()?;
+        Ok(value)
+    });
+    let reading = async move {
+        while let Some(chunk) = body.next().await? {
+            if chunks.send(chunk).await.is_err() {
+                break; // the decoder has stopped: its result says why
+            }
+        }
+        Ok(())
+    };
+    let read: Result<(), ApiError> = tokio::select! {
+        read = reading => read,
+        decoded = &mut decoding => return decoded_value(name, &content_type, decoded),
+    };
+    // A transport failure or a body beyond the cap: what the decoder made of the cut-off
+    // body does not matter.
+    read?;
+    decoded_value(name, &content_type, decoding.await)
+}
+
+fn decoded_value<T>(
+    name: &str,
+    content_type: &str,
+    decoded: Result<serde_json::Result<T>, tokio::task::JoinError>,
+) -> Result<T, ApiError> {
+    let cause = match decoded {
+        Ok(Ok(value)) => return Ok(value),
+        Ok(Err(cause)) => cause,
+        Err(join) => match join.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Only a runtime shutting down cancels a blocking task.
+            Err(_) => serde_json::Error::io(std::io::Error::other(
+                "decoding stopped: the runtime is shutting down",
+            )),
+        },
+    };
+    Err(ApiError::Decode {
+        request: name.to_owned(),
+        content_type: content_type.to_owned(),
+        cause,
+    })
+}
+
+/// The chunks a response's task receives, as a blocking reader for serde_json; the end of
+/// the channel is the end of the body.
+struct ReceivedChunks {
+    receiver: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    current: bytes::Bytes,
+}
+
+impl std::io::Read for ReceivedChunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.receiver.blocking_recv() {
+                Some(chunk) => self.current = chunk,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current.split_to(n));
+        Ok(n)
+    }
 }
 
 /// The answer to the request retried with a fresh token: a second 401 says so, since
@@ -321,26 +489,20 @@ fn list_pairs(query: &ListQuery<'_>) -> Vec<(&'static str, String)> {
         pairs.push(("updated_after", after.to_rfc3339()));
     }
     pairs.push(("page", query.page.max(1).to_string()));
-    pairs.push((
-        "page_size",
-        query.page_size.clamp(1, MAX_PAGE_SIZE).to_string(),
-    ));
+    pairs.push(("page_size", page_size_sent(query).to_string()));
     pairs
 }
 
-/// A successful response body, not yet decoded.
-struct Body {
-    content_type: String,
-    date: Option<Timestamp>,
-    bytes: bytes::Bytes,
+/// The `page_size` a list request asks for: within what the service allows.
+fn page_size_sent(query: &ListQuery<'_>) -> u32 {
+    query.page_size.clamp(1, MAX_PAGE_SIZE)
 }
 
-fn decode<T: DeserializeOwned>(name: &str, body: &Body) -> Result<T, ApiError> {
-    serde_json::from_slice(&body.bytes).map_err(|source| ApiError::Decode {
-        request: name.to_owned(),
-        content_type: body.content_type.clone(),
-        cause: source,
-    })
+/// A successful response whose body has not been read yet.
+struct Answer {
+    content_type: String,
+    date: Option<Timestamp>,
+    response: reqwest::Response,
 }
 
 /// The error for a non-2xx response; `token` (the one sent) is removed from what the body
@@ -580,8 +742,10 @@ mod tests {
         (port, connections)
     }
 
-    /// A server answering 200 with a body that never ends (chunked, 64 KiB at a time, until
-    /// the client hangs up), or one that announces `announced` bytes up front.
+    /// A server answering 200 with a body that never ends (chunked: the start of a JSON
+    /// object, then whitespace 64 KiB at a time until the client hangs up, so a decoder
+    /// reading as it arrives keeps reading), or one that announces `announced` bytes up
+    /// front.
     async fn endless_body_server(announced: Option<u64>) -> u16 {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -597,10 +761,12 @@ mod tests {
                         ),
                         None => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
                     };
+                    let start = "{\"data\": ";
+                    let head = format!("{head}{:x}\r\n{start}\r\n", start.len());
                     if stream.write_all(head.as_bytes()).await.is_err() {
                         return;
                     }
-                    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                    let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
                     while stream.write_all(chunk.as_bytes()).await.is_ok() {}
                 });
             }
@@ -632,6 +798,140 @@ mod tests {
             // The same request would bring the same body: not retried.
             assert_eq!(counters.requests(), 1);
         }
+    }
+
+    /// A list page of `rows` calls (uids 1, 2, …) as JSON text, without its closing `]}`.
+    fn open_page(rows: u128) -> String {
+        let calls: Vec<String> = (1..=rows)
+            .map(|n| {
+                format!(
+                    r#"{{"uid":"{}","status":"pending","created_at":"2026-01-31T09:00:00Z","updated_at":"2026-01-31T09:00:00Z"}}"#,
+                    Uuid::from_u128(n)
+                )
+            })
+            .collect();
+        format!(r#"{{"pagination":null,"data":[{}"#, calls.join(","))
+    }
+
+    /// A server whose list page holds the 100 rows asked for, then the start of a 101st
+    /// row, and then nothing more: it never finishes the body, nor closes the connection.
+    async fn a_page_that_never_ends() -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    let body = format!("{},{{\"uid\":", open_page(100));
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    // Holds the connection open, sending nothing more.
+                    let _ = stream.read(&mut request).await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_page_with_more_rows_than_asked_is_refused_at_the_first_one_too_many() {
+        let fake = FakeService::start(
+            |_, _| Reply::status(500, ""),
+            |_, _| Reply::ok(format!("{}]}}", open_page(101))),
+        )
+        .await;
+        let filter = ListFilter::default();
+        let query = ListQuery {
+            updated_after: None,
+            page: 1,
+            page_size: 100,
+            filter: &filter,
+        };
+        let schedule = Uuid::from_u128(7);
+        let expected_start = format!(
+            "{}: malformed response (application/json): more than the 100 rows asked for (page_size) at line 1 column ",
+            ApiClient::describe_list(schedule, &query)
+        );
+        let expected_end = "; if it persists, the service sends data callsync cannot read: report the response to its operators";
+
+        // A whole page of 101 rows.
+        let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
+        let client = ApiClient::new(&config).unwrap();
+        let counters = Counters::default();
+        let Err(err) = client.list_calls(schedule, &query, &counters).await else {
+            panic!("a page of more rows than asked was accepted");
+        };
+        assert!(matches!(err, ApiError::Decode { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&expected_start) && message.ends_with(expected_end),
+            "{message}"
+        );
+        // The same request would bring the same page: not retried.
+        assert_eq!(counters.requests(), 1);
+        // A page_size beyond the service's 100 asks for 100.
+        let asked_101 = ListQuery {
+            page_size: 101,
+            ..query
+        };
+        let Err(err) = client.list_calls(schedule, &asked_101, &counters).await else {
+            panic!("a page of more rows than asked was accepted");
+        };
+        assert!(err.to_string().starts_with(&expected_start), "{err}");
+
+        // A page whose body never ends: refused at row 101 all the same, so the client did
+        // not need the rest (reading it whole would end in the request timeout instead).
+        config.base_url = Url::parse(&format!(
+            "http://127.0.0.1:{}",
+            a_page_that_never_ends().await
+        ))
+        .unwrap();
+        // A regression fails at the timeout, not never.
+        config.request_timeout = Duration::from_secs(10);
+        config.retry.max_attempts = 1;
+        let client = ApiClient::new(&config).unwrap();
+        let err = client
+            .list_calls(schedule, &query, &Counters::default())
+            .await
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&expected_start) && message.ends_with(expected_end),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_page_of_as_many_rows_as_asked_is_read() {
+        let fake = FakeService::start(
+            |_, _| Reply::status(500, ""),
+            |_, _| Reply::ok(format!(r#"{}],"next_cursor":"x"}}"#, open_page(100))),
+        )
+        .await;
+        let client = ApiClient::new(&fake.config(AuthConfig::Static(Secret::new("t")))).unwrap();
+        let filter = ListFilter::default();
+        let query = ListQuery {
+            updated_after: None,
+            page: 1,
+            page_size: 100,
+            filter: &filter,
+        };
+        let listed = client
+            .list_calls(Uuid::from_u128(7), &query, &Counters::default())
+            .await
+            .unwrap();
+        assert_eq!(listed.page.data.len(), 100);
+        assert_eq!(listed.page.data[99].uid, Uuid::from_u128(100));
+        assert_eq!(listed.page.pagination, None);
+        assert_eq!(
+            listed.page.extra.get("next_cursor"),
+            Some(&serde_json::json!("x"))
+        );
     }
 
     #[tokio::test]

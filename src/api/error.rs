@@ -104,6 +104,18 @@ pub enum ApiError {
         last: Box<ApiError>,
     },
 
+    /// Every lane is paused by a `Retry-After` that ends after this request's retry budget:
+    /// the request gives up at once rather than wait in vain, naming both figures.
+    #[error(
+        "{request}: the service asked every client to wait {} more (Retry-After), beyond the {} left of api.retry.max_elapsed_secs; raise it to wait that long, or run again later",
+        secs(*.pause_left), secs(*.left)
+    )]
+    PausedBeyondBudget {
+        request: String,
+        pause_left: Duration,
+        left: Duration,
+    },
+
     #[error("{request}: gave up after {attempts} attempts in {elapsed:.1?}: {last}")]
     RetriesExhausted {
         request: String,
@@ -173,7 +185,8 @@ impl ApiError {
             | ApiError::TooLarge { .. }
             | ApiError::Encode { .. }
             | ApiError::RetriesExhausted { .. }
-            | ApiError::RetryAfterBeyondBudget { .. } => false,
+            | ApiError::RetryAfterBeyondBudget { .. }
+            | ApiError::PausedBeyondBudget { .. } => false,
         }
     }
 
@@ -332,5 +345,19 @@ mod tests {
             "GET /api/v1/schedules/abc/outbound_calls: HTTP 404 Not Found: Not found: no schedule abc; \
              check the schedule uid in sync.schedules and api.base_url (it must not include /api/v1)"
         );
+    }
+
+    #[test]
+    fn a_pause_beyond_the_budget_names_both_and_is_permanent() {
+        let err = ApiError::PausedBeyondBudget {
+            request: "GET /api/v1/outbound_calls/abc".into(),
+            pause_left: Duration::from_secs(200),
+            left: Duration::from_millis(119_500),
+        };
+        assert_eq!(
+            err.to_string(),
+            "GET /api/v1/outbound_calls/abc: the service asked every client to wait 200 s more (Retry-After), beyond the 119.5 s left of api.retry.max_elapsed_secs; raise it to wait that long, or run again later"
+        );
+        assert!(!err.is_transient());
     }
 }

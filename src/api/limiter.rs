@@ -11,7 +11,9 @@
 //!   request sent before the last cut says nothing about the new rate, so a burst of 429s to
 //!   requests already in flight costs one cut, not a collapse.
 //! - **`Retry-After` pauses every lane**, not just the request that got it: the service said
-//!   when it will listen again, and asking before then only earns more 429s.
+//!   when it will listen again, and asking before then only earns more 429s. The pause is
+//!   capped at [`MAX_RETRY_AFTER`] (logged when applied), and a request whose retry budget
+//!   ends before the pause does gives up at once, naming both, rather than wait in vain.
 //! - **Successes let it climb back**: each success of a request the limit held back adds
 //!   [`increase_per_second`] spread over a second's requests, up to the configured ceiling;
 //!   without a ceiling, a rate that climbs past [`UNLIMITED_ABOVE`] lifts the limit.
@@ -30,6 +32,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::retry::MAX_RETRY_AFTER;
+
 /// A 429 leaves this share of the rate (TCP CUBIC's 0.7: gentler than halving, so the
 /// average stays nearer what the service allows).
 const DECREASE: f64 = 0.7;
@@ -39,10 +43,6 @@ const MIN_RATE: f64 = 1.0;
 
 /// Without a ceiling, a rate climbed back this high is no limit at all.
 const UNLIMITED_ABOVE: f64 = 10_000.0;
-
-/// A `Retry-After` pauses the other lanes for at most this long (the request that got it is
-/// bounded by its own retry budget).
-const MAX_PAUSE: Duration = Duration::from_secs(300);
 
 /// How much the rate climbs per second of successful, rate-limited requests: 3 % of itself.
 /// Proportional, so the time from a cut back to the rate that was cut (12 s) and the share of
@@ -56,7 +56,7 @@ fn increase_per_second(rate: f64) -> f64 {
 pub type Lane = Option<Uuid>;
 
 /// The permission to send one request, and what the limiter needs back about its answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grant {
     /// The round of the rate this request was sent in.
     epoch: u64,
@@ -64,6 +64,15 @@ pub struct Grant {
     limited: bool,
     /// How long the request waited for its turn.
     pub waited: Duration,
+}
+
+/// Every lane is paused by a `Retry-After` beyond the deadline of the request that waited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PausedBeyondDeadline {
+    /// How long the pause still lasts.
+    pub pause_left: Duration,
+    /// How long the request had left.
+    pub left: Duration,
 }
 
 #[derive(Debug)]
@@ -110,9 +119,14 @@ impl Limiter {
         self.lock().rate
     }
 
-    /// Waits for this lane's turn and a free slot, and takes it. Cancel-safe: a dropped wait
-    /// leaves the queue.
-    pub async fn acquire(&self, lane: Lane) -> Grant {
+    /// Waits for this lane's turn and a free slot, and takes it; fails at once when a
+    /// `Retry-After` pauses every lane beyond `deadline` (the request's retry budget), now or
+    /// while it waits. Cancel-safe: a dropped wait leaves the queue.
+    pub async fn acquire(
+        &self,
+        lane: Lane,
+        deadline: Instant,
+    ) -> Result<Grant, PausedBeyondDeadline> {
         let arrived = Instant::now();
         let mut ticket = Ticket {
             limiter: self,
@@ -124,13 +138,15 @@ impl Limiter {
             tokio::pin!(changed);
             changed.as_mut().enable();
             let now = Instant::now();
-            let next = self.lock().turn(ticket.id, now, arrived);
+            let next = self.lock().turn(ticket.id, now, arrived, deadline);
             match next {
                 Turn::Granted(grant) => {
                     ticket.queued = false;
                     self.changed.notify_waiters();
-                    return grant;
+                    return Ok(grant);
                 }
+                // The ticket leaves the queue as it drops.
+                Turn::PausedBeyond(paused) => return Err(paused),
                 Turn::At(at) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(at) => {}
@@ -168,8 +184,15 @@ impl Limiter {
     pub fn rate_limited(&self, grant: &Grant, retry_after: Option<Duration>) {
         let now = Instant::now();
         let mut state = self.lock();
-        if let Some(wait) = retry_after {
-            let until = now + wait.min(MAX_PAUSE);
+        if let Some(asked) = retry_after {
+            if asked > MAX_RETRY_AFTER {
+                tracing::warn!(
+                    retry_after_secs = asked.as_secs(),
+                    paused_secs = MAX_RETRY_AFTER.as_secs(),
+                    "the service asked callsync to wait longer than it ever pauses; pausing every schedule for the longest it does"
+                );
+            }
+            let until = now + asked.min(MAX_RETRY_AFTER);
             state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
         }
         if grant.epoch == state.epoch {
@@ -194,13 +217,22 @@ impl Limiter {
 
 enum Turn {
     Granted(Grant),
+    PausedBeyond(PausedBeyondDeadline),
     /// This waiter is next; its slot opens at this instant.
     At(Instant),
     NotYours,
 }
 
 impl State {
-    fn turn(&mut self, id: u64, now: Instant, arrived: Instant) -> Turn {
+    fn turn(&mut self, id: u64, now: Instant, arrived: Instant, deadline: Instant) -> Turn {
+        if let Some(until) = self.paused_until
+            && until > deadline.max(now)
+        {
+            return Turn::PausedBeyond(PausedBeyondDeadline {
+                pause_left: until - now,
+                left: deadline.saturating_duration_since(now),
+            });
+        }
         if self.queue.next() != Some(id) {
             return Turn::NotYours;
         }

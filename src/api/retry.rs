@@ -17,9 +17,10 @@ use super::error::ApiError;
 use crate::config::RetryConfig;
 
 /// A server's `Retry-After` is honoured, but never below the first backoff interval (a
-/// `Retry-After: 0` must not become a retry storm), never above this, and never beyond what
-/// is left of `api.retry.max_elapsed_secs`: then the request fails at once, naming both.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+/// `Retry-After: 0` must not become a retry storm), never above this (the limiter's pause of
+/// every lane has the same cap, and logs it), and never beyond what is left of
+/// `api.retry.max_elapsed_secs`: then the request fails at once, naming both.
+pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Request and retry counts of one pass, shared by the tasks working for it.
 #[derive(Debug, Default)]
@@ -92,6 +93,11 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     pub fn new(config: RetryConfig) -> Self {
         RetryPolicy { config }
+    }
+
+    /// When a request starting now must be done by: its `api.retry.max_elapsed_secs`.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.config.max_elapsed
     }
 
     /// Runs `attempt` until it succeeds, fails permanently, or a limit is reached; counts every

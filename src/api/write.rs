@@ -118,7 +118,7 @@ impl ApiClient {
     }
 
     /// A create: retried only when the service certainly did not receive it.
-    async fn create<T: DeserializeOwned>(
+    async fn create<T: DeserializeOwned + Send + 'static>(
         &self,
         url: url::Url,
         query: &[(&'static str, String)],
@@ -130,7 +130,7 @@ impl ApiClient {
             .map(SingleObject::into_inner)
     }
 
-    async fn create_raw<T: DeserializeOwned>(
+    async fn create_raw<T: DeserializeOwned + Send + 'static>(
         &self,
         url: url::Url,
         query: &[(&'static str, String)],
@@ -148,7 +148,7 @@ impl ApiClient {
         .await
     }
 
-    async fn send_json<T: DeserializeOwned>(
+    async fn send_json<T: DeserializeOwned + Send + 'static>(
         &self,
         method: Method,
         url: url::Url,

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -24,11 +25,11 @@ use uuid::Uuid;
 
 use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::Timestamp;
-use crate::sync::{PassReport, PassResult};
-use crate::warehouse::FALLING_BEHIND_PASSES;
+use crate::sync::{PassReport, PassResult, WarehousePlace};
+use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
-pub const STALE_INTERVALS: u32 = 3;
+pub const STALE_INTERVALS: u32 = STALE_TICKS;
 
 #[derive(Default)]
 struct Figures {
@@ -44,8 +45,6 @@ struct Figures {
     /// Passes in a row that ended behind, and what slowed the latest down.
     behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
     freshness: BTreeMap<Uuid, Freshness>,
-    /// Why the daemon is stopping: its warehouse was deleted, replaced or made read-only.
-    warehouse_unusable: Option<String>,
 }
 
 impl Figures {
@@ -76,17 +75,6 @@ impl Metrics {
             figures: Mutex::default(),
             schedules,
         }
-    }
-
-    /// The warehouse is gone from its path or read-only: unhealthy until the daemon has exited.
-    pub fn warehouse_unusable(&self, why: String) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.warehouse_unusable = Some(why);
-    }
-
-    fn lost(&self) -> Option<String> {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.warehouse_unusable.clone()
     }
 
     /// A sync tick fired: every schedule without progress since the previous one ages.
@@ -245,13 +233,38 @@ fn seconds(t: Timestamp) -> String {
     format!("{:.3}", t.unix_nanos() as f64 / 1e9)
 }
 
-/// Serves `/metrics` and `/healthz` on `listen` until `stop`.
+/// How long a stopping server waits for the responses it is writing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// The running `/metrics` and `/healthz` server.
+pub struct Server {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Stops taking requests and lets those being answered finish, for `SHUTDOWN_GRACE` at
+    /// most.
+    pub async fn shut_down(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.task)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the metrics server did not stop within its grace; leaving it");
+        }
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `listen` until [`Server::shut_down`]. `/healthz` checks
+/// `warehouse` itself on every request, so a deleted, replaced or read-only warehouse shows
+/// at once, not only after the next tick.
 pub async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     clock: TickClock,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
+    warehouse: WarehousePlace,
+) -> std::io::Result<Server> {
     // TCP_NODELAY: a response written in two parts must not wait for the scraper's ACK.
     let listener = tokio::net::TcpListener::bind(listen)
         .await?
@@ -262,19 +275,26 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
-        .with_state(Health { metrics, clock });
-    tokio::spawn(async move {
+        .with_state(Health {
+            metrics,
+            clock,
+            warehouse,
+        });
+    let stop = CancellationToken::new();
+    let stopped = stop.clone().cancelled_owned();
+    let task = tokio::spawn(async move {
         let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
+            .with_graceful_shutdown(stopped)
             .await;
     });
-    Ok(())
+    Ok(Server { stop, task })
 }
 
 #[derive(Clone)]
 struct Health {
     metrics: Arc<Metrics>,
     clock: TickClock,
+    warehouse: WarehousePlace,
 }
 
 async fn metrics_page(State(health): State<Health>) -> String {
@@ -282,8 +302,8 @@ async fn metrics_page(State(health): State<Health>) -> String {
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
-    if let Some(why) = health.metrics.lost() {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+    if let Err(lost) = health.warehouse.check() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
     }
     if let Some(due) = health.clock.missed(STALL_GRACE) {
         return (
@@ -321,22 +341,32 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::warehouse::Warehouse;
 
     #[tokio::test]
-    async fn healthz_fails_naming_a_lost_warehouse() {
-        let metrics = Arc::new(Metrics::new(vec![Uuid::from_u128(1)]));
-        let clock = TickClock::new("* * * * * *").unwrap();
-        let health = || Health {
-            metrics: metrics.clone(),
-            clock: clock.clone(),
+    async fn healthz_checks_the_warehouse_itself_on_every_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let warehouse = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
+        let health = Health {
+            metrics: Arc::new(Metrics::new(vec![Uuid::from_u128(1)])),
+            clock: TickClock::new("* * * * * *").unwrap(),
+            warehouse: WarehousePlace::of(&warehouse),
         };
-        assert_eq!(healthz(State(health())).await.0, StatusCode::OK);
-        metrics.warehouse_unusable("the warehouse /w.db was deleted".into());
         assert_eq!(
-            healthz(State(health())).await,
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        // No tick has noticed it yet: the request does.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            healthz(State(health)).await,
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "the warehouse /w.db was deleted\n".to_owned()
+                format!(
+                    "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`\n",
+                    path.display()
+                )
             )
         );
     }

@@ -8,8 +8,8 @@
 //! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
 //! page it is writing, and returns within `sync.shutdown_timeout`. Each tick first checks
 //! that the warehouse's path still names the file it writes into and that it can write it:
-//! if it was deleted, replaced or made read-only, `/healthz` turns 503 and the daemon stops
-//! the same way, then returns an error. The configuration is read once; restart to change
+//! if it was deleted, replaced or made read-only, the daemon stops the same way, then
+//! returns an error (`/healthz`, which checks it on every request, answers 503 until then). The configuration is read once; restart to change
 //! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
 mod metrics;
@@ -30,7 +30,7 @@ use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
 
-pub use scheduler::{SchedulerError, Tick};
+pub use scheduler::{SchedulerError, Tick, firings_between};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -68,11 +68,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     .await?;
     let metrics = Arc::new(metrics::Metrics::new(config.sync.schedules.clone()));
     let cancel = CancellationToken::new();
-    if let Some(listen) = config.metrics.listen {
-        metrics::serve(listen, metrics.clone(), clock.clone(), cancel.clone())
+    // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
+    // lost) until `run` returns.
+    let server = match config.metrics.listen {
+        Some(listen) => Some(
+            metrics::serve(
+                listen,
+                metrics.clone(),
+                clock.clone(),
+                engine.warehouse_place(),
+            )
             .await
-            .map_err(|cause| DaemonError::Metrics { listen, cause })?;
-    }
+            .map_err(|cause| DaemonError::Metrics { listen, cause })?,
+        ),
+        None => None,
+    };
     notify::ready();
     tracing::info!(
         schedules = config.sync.schedules.len(),
@@ -113,7 +123,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     };
     if let Some(err) = &lost {
         tracing::error!(error = %err, "stopping: the warehouse cannot be used any more");
-        metrics.warehouse_unusable(err.to_string());
     }
     tracing::info!(
         running = dispatcher.passes.len(),
@@ -137,6 +146,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
+    }
+    if let Some(server) = server {
+        server.shut_down().await;
     }
     match lost {
         Some(err) => Err(DaemonError::WarehouseUnusable(err)),

@@ -14,6 +14,8 @@ use croner::parser::{CronParser, Seconds};
 use tokio::sync::mpsc;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
+use crate::api::Timestamp;
+
 /// How late a firing may be before the scheduler counts as stalled.
 pub const STALL_GRACE: Duration = Duration::from_secs(30);
 
@@ -48,17 +50,8 @@ pub struct TickClock {
 
 impl TickClock {
     pub fn new(cron: &str) -> Result<Self, SchedulerError> {
-        let parsed = CronParser::builder()
-            .seconds(Seconds::Required)
-            .dom_and_dow(true)
-            .build()
-            .parse(cron)
-            .map_err(|e| SchedulerError::Cron {
-                cron: cron.to_owned(),
-                reason: e.to_string(),
-            })?;
         Ok(TickClock {
-            cron: Arc::new(parsed),
+            cron: Arc::new(parse(cron)?),
             last: Arc::new(Mutex::new(Utc::now())),
         })
     }
@@ -79,6 +72,48 @@ impl TickClock {
         let due = self.cron.find_next_occurrence(&last, false).ok()?;
         (due + grace < Utc::now()).then_some(due)
     }
+}
+
+/// A cron expression as the daemon reads it: six fields, seconds first.
+fn parse(cron: &str) -> Result<Cron, SchedulerError> {
+    CronParser::builder()
+        .seconds(Seconds::Required)
+        .dom_and_dow(true)
+        .build()
+        .parse(cron)
+        .map_err(|e| SchedulerError::Cron {
+            cron: cron.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// How many times `cron` fired after `since` and up to `now` (UTC, as the daemon runs it),
+/// counted up to `cap`: firings, not seconds, so a cron with quiet hours counts none of
+/// them. For `status`, which tells a daemon that records no passes from a quiet one.
+pub fn firings_between(
+    cron: &str,
+    since: Timestamp,
+    now: Timestamp,
+    cap: u64,
+) -> Result<u64, SchedulerError> {
+    let cron = parse(cron)?;
+    let utc = |t: Timestamp| i64::try_from(t.unix_nanos()).map(DateTime::from_timestamp_nanos);
+    // Beyond chrono's range (after 2262): no firing is counted.
+    let (Ok(since), Ok(now)) = (utc(since), utc(now)) else {
+        return Ok(0);
+    };
+    let mut count = 0;
+    let mut after = since;
+    while count < cap {
+        match cron.find_next_occurrence(&after, false) {
+            Ok(next) if next <= now => {
+                count += 1;
+                after = next;
+            }
+            _ => break,
+        }
+    }
+    Ok(count)
 }
 
 /// Starts the cron jobs; each firing sends its tick on `ticks`.
@@ -128,4 +163,67 @@ pub async fn start(
     }
     scheduler.start().await.map_err(SchedulerError::Start)?;
     Ok(scheduler)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(text: &str) -> Timestamp {
+        Timestamp::parse(text).unwrap()
+    }
+
+    #[test]
+    fn firings_are_counted_between_two_instants_not_estimated_from_seconds() {
+        let every_5_min = "0 */5 * * * *";
+        let count = |cron, since, now, cap| firings_between(cron, ts(since), ts(now), cap).unwrap();
+        // 00:05, 00:10, 00:15; `since` itself is not counted, `now` is.
+        assert_eq!(
+            count(
+                every_5_min,
+                "2026-01-01T00:00:00Z",
+                "2026-01-01T00:15:00Z",
+                100
+            ),
+            3
+        );
+        assert_eq!(
+            count(
+                every_5_min,
+                "2026-01-01T00:00:00Z",
+                "2026-01-01T00:14:59Z",
+                100
+            ),
+            2
+        );
+        assert_eq!(
+            count(
+                every_5_min,
+                "2026-01-01T00:00:00Z",
+                "2026-01-02T00:00:00Z",
+                100
+            ),
+            100
+        );
+        // Office hours: one firing overnight, not sixteen hours' worth.
+        let office_hours = "0 0 9-17 * * *";
+        assert_eq!(
+            count(
+                office_hours,
+                "2026-01-01T17:00:00Z",
+                "2026-01-02T09:30:00Z",
+                100
+            ),
+            1
+        );
+        assert!(
+            firings_between(
+                "not a cron",
+                ts("2026-01-01T00:00:00Z"),
+                ts("2026-01-01T00:00:00Z"),
+                1
+            )
+            .is_err()
+        );
+    }
 }

@@ -39,11 +39,38 @@ pub struct Engine {
     writer: Writer,
     settings: SyncConfig,
     detail_concurrency: usize,
-    warehouse_path: PathBuf,
-    /// The file the warehouse sink opened (`None` when nothing is written to a file).
-    warehouse_file: Option<FileIdentity>,
+    warehouse: WarehousePlace,
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
+}
+
+/// The warehouse's path and the file the engine opened there: cheap to clone, so that
+/// `/healthz` can check it on every request, apart from the engine.
+#[derive(Debug, Clone)]
+pub struct WarehousePlace {
+    path: PathBuf,
+    /// The file the warehouse sink opened (`None` when nothing is written to a file).
+    opened: Option<FileIdentity>,
+}
+
+impl WarehousePlace {
+    /// The place of `warehouse`: its path, and the file it opened if it writes one.
+    pub fn of(warehouse: &Warehouse) -> Self {
+        WarehousePlace {
+            path: warehouse.path().to_owned(),
+            opened: warehouse.identity(),
+        }
+    }
+
+    /// Fails when the path no longer names the file the engine writes into (deleted, or
+    /// another file moved over it: everything written would be lost), or when the warehouse
+    /// has become read-only (no pass could even be recorded).
+    pub fn check(&self) -> Result<(), WarehouseError> {
+        match self.opened {
+            Some(opened) => check_usable(&self.path, opened),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What one pass reads and what it may do to the checkpoint.
@@ -231,10 +258,10 @@ impl Engine {
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
         let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
-        let opened = warehouse.identity();
+        let place = WarehousePlace::of(&warehouse);
         let mut engine =
             Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;
-        engine.warehouse_file = opened;
+        engine.warehouse = place;
         Ok(engine)
     }
 
@@ -258,24 +285,26 @@ impl Engine {
             writer,
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),
-            warehouse_path: config.warehouse.path.clone(),
-            warehouse_file: None,
+            warehouse: WarehousePlace {
+                path: config.warehouse.path.clone(),
+                opened: None,
+            },
             counts_only,
         })
     }
 
     pub fn warehouse_path(&self) -> &Path {
-        &self.warehouse_path
+        &self.warehouse.path
     }
 
-    /// Fails when the warehouse's path no longer names the file the engine writes into
-    /// (deleted, or another file moved over it: everything written would be lost), or when
-    /// the warehouse has become read-only (no pass could even be recorded).
+    /// See [`WarehousePlace::check`].
     pub fn check_warehouse(&self) -> Result<(), WarehouseError> {
-        match self.warehouse_file {
-            Some(opened) => check_usable(&self.warehouse_path, opened),
-            None => Ok(()),
-        }
+        self.warehouse.check()
+    }
+
+    /// Where the warehouse is, to check it without the engine.
+    pub fn warehouse_place(&self) -> WarehousePlace {
+        self.warehouse.clone()
     }
 
     pub fn settings(&self) -> &SyncConfig {

@@ -128,7 +128,7 @@ fn directory_of(path: &Path) -> PathBuf {
     }
 }
 
-fn beside(path: &Path, suffix: &str) -> PathBuf {
+pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

@@ -186,9 +186,9 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseErro
         cause: source,
     })?;
     {
-        let backup = Backup::new(source, &mut copy).sql("starting the copy")?;
+        let backup = Backup::new(source, &mut copy).sql(dest, "starting the copy")?;
         // -1: every page in one step, so the copy is one snapshot and never restarts.
-        match backup.step(-1).sql("copying the pages")? {
+        match backup.step(-1).sql(dest, "copying the pages")? {
             StepResult::Done => {}
             _ => {
                 return Err(WarehouseError::Io {
@@ -200,7 +200,7 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseErro
         }
     }
     copy.pragma_update(None, "journal_mode", "DELETE")
-        .sql("making the copy self-contained")?;
+        .sql(dest, "making the copy self-contained")?;
     let contents = contents(&copy, dest)?;
     drop(copy);
     sync_file(dest)?;
@@ -210,7 +210,7 @@ fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseErro
 fn contents(conn: &Connection, path: &Path) -> Result<Contents, WarehouseError> {
     let count = |sql: &str| -> Result<u64, WarehouseError> {
         conn.query_row(sql, [], |r| r.get::<_, i64>(0))
-            .sql("counting what the warehouse holds")
+            .sql(path, "counting what the warehouse holds")
             .map(|n| n.max(0) as u64)
     };
     Ok(Contents {

@@ -3,7 +3,7 @@
 //! Each message holds its cause, on one line with what to do, so no variant also returns it
 //! as `source()` (ARCHITECTURE.md, "Errors").
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WarehouseError {
@@ -99,13 +99,21 @@ pub enum WarehouseError {
         step: &'static str,
         cause: std::io::Error,
     },
-    #[error("warehouse: {step}: {}", sqlite_problem(cause))]
+    #[error("warehouse {}: {step}: {}", path.display(), sqlite_problem(cause))]
     Sql {
+        path: PathBuf,
         step: &'static str,
         cause: rusqlite::Error,
     },
-    #[error("warehouse: {what} holds `{value}`, which is not a callsync timestamp")]
-    BadTimestamp { what: &'static str, value: String },
+    #[error(
+        "warehouse {}: {what} holds `{value}`, which is not a callsync timestamp",
+        path.display()
+    )]
+    BadTimestamp {
+        path: PathBuf,
+        what: &'static str,
+        value: String,
+    },
 }
 
 /// SQLite's words and, where the code tells, what to do about it.
@@ -151,13 +159,19 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Adds the step to a rusqlite error: `conn.execute(..).sql("saving the checkpoint")?`.
+/// Adds the warehouse's path and the step to a rusqlite error:
+/// `conn.execute(..).sql(path, "saving the checkpoint")?`. A full disk or a file damaged
+/// mid-write surfaces here, and the operator must learn which file.
 pub(crate) trait SqlContext<T> {
-    fn sql(self, step: &'static str) -> Result<T, WarehouseError>;
+    fn sql(self, path: &Path, step: &'static str) -> Result<T, WarehouseError>;
 }
 
 impl<T> SqlContext<T> for Result<T, rusqlite::Error> {
-    fn sql(self, step: &'static str) -> Result<T, WarehouseError> {
-        self.map_err(|cause| WarehouseError::Sql { step, cause })
+    fn sql(self, path: &Path, step: &'static str) -> Result<T, WarehouseError> {
+        self.map_err(|cause| WarehouseError::Sql {
+            path: path.to_owned(),
+            step,
+            cause,
+        })
     }
 }

@@ -45,7 +45,7 @@ impl Warehouse {
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
-            .sql("reading the upload ledger")?;
+            .sql(&self.path, "reading the upload ledger")?;
         Ok(
             row.map(|(state, uids, sent_at)| match (state.as_str(), uids) {
                 ("created", Some(uids)) => {
@@ -85,7 +85,7 @@ impl Warehouse {
                     now.to_sqlite()
                 ],
             )
-            .sql("recording a chunk in the upload ledger")?;
+            .sql(&self.path, "recording a chunk in the upload ledger")?;
         Ok(now)
     }
 
@@ -104,7 +104,7 @@ impl Warehouse {
                     Timestamp::now().to_sqlite()
                 ],
             )
-            .sql("recording created calls in the upload ledger")?;
+            .sql(&self.path, "recording created calls in the upload ledger")?;
         Ok(())
     }
 
@@ -120,7 +120,7 @@ impl Warehouse {
                     key.first_line as i64
                 ],
             )
-            .sql("updating the upload ledger")?;
+            .sql(&self.path, "updating the upload ledger")?;
         Ok(())
     }
 }

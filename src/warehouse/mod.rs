@@ -32,8 +32,8 @@ pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
 pub use queries::{
-    FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, ScheduleStatus, Snapshot,
-    render_status,
+    FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, STALE_TICKS, ScheduleStatus,
+    Snapshot, TICKS_COUNTED, render_status,
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};

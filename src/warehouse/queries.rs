@@ -37,6 +37,14 @@ pub struct ScheduleStatus {
     /// What held the latest pass back (`rate limit`, `detail fetches`, `errors and
     /// retries`); empty when nothing stands out.
     pub slowed_by: Vec<String>,
+    /// Ticks of `sync.cron` since the latest recorded pass (its end, or its start while it
+    /// runs), counted by `callsync status` from the configuration, at most [`TICKS_COUNTED`];
+    /// `None` without a recorded pass.
+    pub ticks_since_last_pass: Option<u64>,
+    /// [`STALE_TICKS`] ticks or more without a recorded pass: the daemon has stopped, runs
+    /// but cannot record its passes (an unwritable warehouse), or is in one long pass; what
+    /// this status shows may be out of date.
+    pub no_recent_pass: bool,
     pub calls: i64,
     pub attempts: i64,
     pub outcomes: i64,
@@ -46,6 +54,29 @@ pub struct ScheduleStatus {
 
 /// Passes in a row ended behind before a schedule is said to be falling behind.
 pub const FALLING_BEHIND_PASSES: i64 = 2;
+
+/// Sync ticks without progress (`/healthz`) or without a recorded pass (`status`) after which
+/// a schedule is flagged.
+pub const STALE_TICKS: u32 = 3;
+
+/// `status` counts the ticks since the latest pass up to this many (the time of that pass says
+/// the rest; counting a 1-second cron over a month would take a while).
+pub const TICKS_COUNTED: u64 = 100;
+
+impl ScheduleStatus {
+    /// When the latest recorded pass ended, or began if it has not ended.
+    pub fn last_recorded_at(&self) -> Option<Timestamp> {
+        let run = self.last_run.as_ref()?;
+        let at = run.finished_at.as_deref().unwrap_or(&run.started_at);
+        Timestamp::parse(at).ok()
+    }
+
+    /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`].
+    pub fn set_ticks_since_last_pass(&mut self, ticks: u64) {
+        self.ticks_since_last_pass = Some(ticks);
+        self.no_recent_pass = ticks >= u64::from(STALE_TICKS);
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
@@ -128,10 +159,13 @@ pub struct Overview {
 impl Warehouse {
     pub fn overview(&self) -> Result<Overview, WarehouseError> {
         let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
-            let mut stmt = self.conn.prepare(sql).sql("reading the overview")?;
+            let mut stmt = self
+                .conn
+                .prepare(sql)
+                .sql(&self.path, "reading the overview")?;
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .and_then(Iterator::collect)
-                .sql("reading the overview")
+                .sql(&self.path, "reading the overview")
         };
         let text = |v: Value| match v {
             Value::Text(t) => t,
@@ -178,11 +212,11 @@ impl Warehouse {
                  UNION SELECT DISTINCT schedule_uid FROM calls
                  ORDER BY 1",
             )
-            .sql("listing schedules")?;
+            .sql(&self.path, "listing schedules")?;
         let schedules: Vec<String> = stmt
             .query_map([], |r| r.get(0))
             .and_then(Iterator::collect)
-            .sql("listing schedules")?;
+            .sql(&self.path, "listing schedules")?;
         schedules
             .iter()
             .map(|s| self.schedule_status(s, now))
@@ -202,7 +236,7 @@ impl Warehouse {
                 |r| r.get(0),
             )
             .or_else(none_if_empty)
-            .sql("reading a checkpoint")?;
+            .sql(&self.path, "reading a checkpoint")?;
         let mut runs = conn
             .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
@@ -210,16 +244,21 @@ impl Warehouse {
                    throttled_secs, future_rows
                  FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC",
             )
-            .sql("reading the last passes")?;
+            .sql(&self.path, "reading the last passes")?;
         let mut recent = runs
             .query_map([schedule], run_summary)
-            .sql("reading the last passes")?;
-        let last_run = recent.next().transpose().sql("reading the last pass")?;
+            .sql(&self.path, "reading the last passes")?;
+        let last_run = recent
+            .next()
+            .transpose()
+            .sql(&self.path, "reading the last pass")?;
         let behind_passes =
             if last_run.as_ref().and_then(|r| r.outcome) == Some(PassOutcome::Behind) {
                 let mut n = 1;
                 for run in recent {
-                    if run.sql("reading the last passes")?.outcome != Some(PassOutcome::Behind) {
+                    if run.sql(&self.path, "reading the last passes")?.outcome
+                        != Some(PassOutcome::Behind)
+                    {
                         break;
                     }
                     n += 1;
@@ -235,22 +274,23 @@ impl Warehouse {
                 [schedule],
                 |r| r.get(0),
             )
-            .sql("reading the last successful pass")?;
+            .sql(&self.path, "reading the last successful pass")?;
         let count = |sql: &str| -> Result<i64, WarehouseError> {
             conn.query_row(sql, [schedule], |r| r.get(0))
-                .sql("counting rows")
+                .sql(&self.path, "counting rows")
         };
         let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
-            text.map(|t| parse(&t, what).map(|t| t.to_rfc3339()))
+            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_rfc3339()))
                 .transpose()
         };
         let cursor = cursor
-            .map(|c| parse(&c, "sync_checkpoints.cursor"))
+            .map(|c| parse(&self.path, &c, "sync_checkpoints.cursor"))
             .transpose()?;
         let last_run = last_run
             .map(
                 |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
-                    run.started_at = parse(&run.started_at, "sync_runs.started_at")?.to_rfc3339();
+                    run.started_at =
+                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_rfc3339();
                     run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
                     run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
                     Ok(run)
@@ -268,6 +308,8 @@ impl Warehouse {
                 .unwrap_or_default(),
             behind_passes,
             falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
+            ticks_since_last_pass: None,
+            no_recent_pass: false,
             last_run,
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
@@ -311,7 +353,10 @@ impl Warehouse {
     }
 
     fn rows(&self, sql: &str, schedule: Option<&str>) -> Result<Vec<Row>, WarehouseError> {
-        let mut stmt = self.conn.prepare(sql).sql("reading a snapshot")?;
+        let mut stmt = self
+            .conn
+            .prepare(sql)
+            .sql(&self.path, "reading a snapshot")?;
         let names: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
         stmt.query_map([schedule], |r| {
             let mut row = Row::new();
@@ -323,7 +368,7 @@ impl Warehouse {
             Ok(row)
         })
         .and_then(Iterator::collect)
-        .sql("reading a snapshot")
+        .sql(&self.path, "reading a snapshot")
     }
 }
 
@@ -448,6 +493,19 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             "  last success {}",
             s.last_success_at.as_deref().unwrap_or("never")
         );
+        if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
+            let ticks = if ticks >= TICKS_COUNTED {
+                format!("{TICKS_COUNTED} or more")
+            } else {
+                ticks.to_string()
+            };
+            let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+            let _ = writeln!(
+                out,
+                "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
+                last.as_deref().unwrap_or("?")
+            );
+        }
         if s.falling_behind {
             let _ = writeln!(
                 out,

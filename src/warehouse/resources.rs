@@ -30,7 +30,7 @@ impl Warehouse {
                     Timestamp::now().to_sqlite(),
                 ],
             )
-            .sql("recording a campaign")?;
+            .sql(&self.path, "recording a campaign")?;
         Ok(())
     }
 
@@ -70,7 +70,7 @@ impl Warehouse {
                     Timestamp::now().to_sqlite(),
                 ],
             )
-            .sql("recording a schedule")?;
+            .sql(&self.path, "recording a schedule")?;
         Ok(())
     }
 }

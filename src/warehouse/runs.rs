@@ -1,5 +1,7 @@
 //! Checkpoints and `sync_runs`: where each schedule's next pass starts, and what passes did.
 
+use std::path::Path;
+
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
@@ -133,7 +135,7 @@ pub struct RunRecord {
 
 impl Warehouse {
     pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
-        read_checkpoint(&self.conn, schedule)
+        read_checkpoint(&self.conn, &self.path, schedule)
     }
 
     /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
@@ -146,7 +148,7 @@ impl Warehouse {
                 [schedule.to_string()],
                 |r| r.get(0),
             )
-            .sql("looking a schedule up")
+            .sql(&self.path, "looking a schedule up")
     }
 
     /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
@@ -156,22 +158,23 @@ impl Warehouse {
         schedule: Uuid,
         cursor: Option<Timestamp>,
     ) -> Result<Option<Checkpoint>, WarehouseError> {
+        let path = self.path.as_path();
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .sql("starting a checkpoint change")?;
-        let before = read_checkpoint(&tx, schedule)?;
+            .sql(path, "starting a checkpoint change")?;
+        let before = read_checkpoint(&tx, path, schedule)?;
         match cursor {
-            Some(cursor) => write_checkpoint(&tx, schedule, cursor)?,
+            Some(cursor) => write_checkpoint(&tx, path, schedule, cursor)?,
             None => {
                 tx.execute(
                     "DELETE FROM sync_checkpoints WHERE schedule_uid = ?1",
                     [schedule.to_string()],
                 )
-                .sql("deleting a checkpoint")?;
+                .sql(path, "deleting a checkpoint")?;
             }
         }
-        tx.commit().sql("committing a checkpoint change")?;
+        tx.commit().sql(path, "committing a checkpoint change")?;
         Ok(before)
     }
 
@@ -192,7 +195,7 @@ impl Warehouse {
                     started_at.to_sqlite()
                 ])
             })
-            .sql("recording the start of a pass")?;
+            .sql(&self.path, "recording the start of a pass")?;
         Ok(RunId(self.conn.last_insert_rowid()))
     }
 
@@ -226,7 +229,7 @@ impl Warehouse {
                     n(stats.future_rows),
                 ])
             })
-            .sql("recording the end of a pass")?;
+            .sql(&self.path, "recording the end of a pass")?;
         Ok(())
     }
 }
@@ -235,17 +238,19 @@ impl Warehouse {
 /// not text.
 pub(super) fn advance_checkpoint(
     conn: &Connection,
+    path: &Path,
     schedule: Uuid,
     cursor: Timestamp,
 ) -> Result<(), WarehouseError> {
-    match read_checkpoint(conn, schedule)? {
+    match read_checkpoint(conn, path, schedule)? {
         Some(stored) if stored.cursor >= cursor => Ok(()),
-        _ => write_checkpoint(conn, schedule, cursor),
+        _ => write_checkpoint(conn, path, schedule, cursor),
     }
 }
 
 fn write_checkpoint(
     conn: &Connection,
+    path: &Path,
     schedule: Uuid,
     cursor: Timestamp,
 ) -> Result<(), WarehouseError> {
@@ -261,12 +266,13 @@ fn write_checkpoint(
             Timestamp::now().to_sqlite()
         ])
     })
-    .sql("saving a checkpoint")?;
+    .sql(path, "saving a checkpoint")?;
     Ok(())
 }
 
 fn read_checkpoint(
     conn: &Connection,
+    path: &Path,
     schedule: Uuid,
 ) -> Result<Option<Checkpoint>, WarehouseError> {
     let row: Option<(String, String)> = conn
@@ -275,19 +281,24 @@ fn read_checkpoint(
             s.query_row([schedule.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()
         })
-        .sql("reading a checkpoint")?;
+        .sql(path, "reading a checkpoint")?;
     row.map(|(cursor, updated_at)| {
         Ok(Checkpoint {
             schedule_uid: schedule,
-            cursor: parse(&cursor, "sync_checkpoints.cursor")?,
-            updated_at: parse(&updated_at, "sync_checkpoints.updated_at")?,
+            cursor: parse(path, &cursor, "sync_checkpoints.cursor")?,
+            updated_at: parse(path, &updated_at, "sync_checkpoints.updated_at")?,
         })
     })
     .transpose()
 }
 
-pub(super) fn parse(text: &str, what: &'static str) -> Result<Timestamp, WarehouseError> {
+pub(super) fn parse(
+    path: &Path,
+    text: &str,
+    what: &'static str,
+) -> Result<Timestamp, WarehouseError> {
     Timestamp::parse_sqlite(text).map_err(|_| WarehouseError::BadTimestamp {
+        path: path.to_owned(),
         what,
         value: text.to_owned(),
     })

@@ -39,8 +39,24 @@ pub fn open_for_writing(
         path: path.to_owned(),
         cause,
     };
+    // A WAL database's -wal and -shm are kept when this connection closes only if they were
+    // there before: reading a refused file leaves the files beside it as it found them.
+    let had_wal = super::access::beside(path, "-wal").exists();
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.busy_timeout(busy_timeout).map_err(open_err)?;
+    if had_wal {
+        persist_wal(&conn).map_err(open_err)?;
+    }
+    // Identified before any pragma that writes (journal_mode rewrites the header): another
+    // program's database or a newer callsync's is refused as it was found.
+    let before = version(&conn, path)?;
+    if before > latest_version() {
+        return Err(WarehouseError::TooNew {
+            path: path.to_owned(),
+            found: before,
+            supported: latest_version(),
+        });
+    }
     // WAL: readers never block the writer and never see half a transaction.
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
@@ -58,14 +74,6 @@ pub fn open_for_writing(
     // many as a page write uses).
     conn.set_prepared_statement_cache_capacity(64);
     persist_wal(&conn).map_err(open_err)?;
-    let before = version(&conn, path)?;
-    if before > latest_version() {
-        return Err(WarehouseError::TooNew {
-            path: path.to_owned(),
-            found: before,
-            supported: latest_version(),
-        });
-    }
     MIGRATIONS
         .to_latest(&mut conn)
         .map_err(|cause| WarehouseError::Migrate {
@@ -143,7 +151,7 @@ pub(super) fn version(conn: &Connection, path: &Path) -> Result<usize, Warehouse
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
     };
-    if is_foreign(conn).sql("reading the schema")? {
+    if is_foreign(conn).sql(path, "reading the schema")? {
         return Err(WarehouseError::NotAWarehouse {
             path: path.to_owned(),
         });

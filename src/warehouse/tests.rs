@@ -466,6 +466,76 @@ fn a_warehouse_from_a_newer_callsync_is_refused() {
     );
     assert!(err.to_string().contains("upgrade callsync"), "{err}");
     assert!(Warehouse::open_read_only(&path).is_err());
+    let as_it_was = FileState::of(&path);
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::TooNew { .. }), "{err}");
+    assert_eq!(
+        FileState::of(&path),
+        as_it_was,
+        "a newer callsync's warehouse is refused as it was found, its -wal and -shm kept"
+    );
+
+    // The same file in rollback-journal mode (a copy made by another tool) stays in it.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "journal_mode", "DELETE")
+        .unwrap();
+    let as_it_was = FileState::of(&path);
+    assert_eq!(
+        (
+            as_it_was.journal_mode.as_str(),
+            as_it_was.wal,
+            as_it_was.shm
+        ),
+        ("rollback", false, false)
+    );
+    let err = Warehouse::migrate(&path, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(matches!(err, WarehouseError::TooNew { .. }), "{err}");
+    assert_eq!(FileState::of(&path), as_it_was);
+}
+
+/// A database file as another program would find it: its bytes (a digest, to keep a
+/// failure's message short), its journal mode, and which of the files SQLite puts beside it
+/// exist.
+#[derive(Debug, PartialEq)]
+struct FileState {
+    len: usize,
+    digest: u64,
+    journal_mode: String,
+    wal: bool,
+    shm: bool,
+}
+
+impl FileState {
+    fn of(path: &std::path::Path) -> FileState {
+        let beside = |suffix: &str| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(suffix);
+            std::path::PathBuf::from(name).exists()
+        };
+        let (wal, shm) = (beside("-wal"), beside("-shm"));
+        let bytes = std::fs::read(path).unwrap();
+        // Bytes 18 and 19 of the header are 2 in WAL mode, 1 in rollback-journal mode.
+        let journal_mode = match bytes[18..20] {
+            [2, 2] => "wal",
+            [1, 1] => "rollback",
+            _ => "other",
+        }
+        .to_owned();
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&bytes, &mut hasher);
+        FileState {
+            len: bytes.len(),
+            digest: std::hash::Hasher::finish(&hasher),
+            journal_mode,
+            wal,
+            shm,
+        }
+    }
 }
 
 #[test]
@@ -481,17 +551,29 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
         path.display()
     );
+    let as_it_was = FileState::of(&path);
+    assert_eq!(
+        (
+            as_it_was.journal_mode.as_str(),
+            as_it_was.wal,
+            as_it_was.shm
+        ),
+        ("rollback", false, false)
+    );
     let err = Warehouse::open(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert!(matches!(err, WarehouseError::NotAWarehouse { .. }), "{err}");
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by open");
     let err = Warehouse::migrate(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by migrate");
     let err = Warehouse::open_read_only(&path).err().unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was, "refused by a reader");
     let tables: Vec<String> = rusqlite::Connection::open(&path)
         .unwrap()
         .prepare("SELECT name FROM sqlite_schema")
@@ -506,15 +588,78 @@ fn another_programs_database_is_refused_and_left_as_it_was() {
         .unwrap()
         .pragma_update(None, "user_version", 2)
         .unwrap();
+    let as_it_was = FileState::of(&path);
     let err = Warehouse::open(&path, Duration::from_secs(5))
         .err()
         .unwrap();
     assert_eq!(err.to_string(), expected);
+    assert_eq!(FileState::of(&path), as_it_was);
 
     // An empty file is a new database, not someone else's.
     let empty = dir.path().join("empty.db");
     std::fs::write(&empty, "").unwrap();
     assert!(Warehouse::open(&empty, Duration::from_secs(5)).is_ok());
+}
+
+#[test]
+fn a_full_disk_or_a_read_only_file_during_a_write_names_the_warehouse_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let path = w.path().to_owned();
+    let page: Vec<OutboundCall> = (1..=200)
+        .map(|n| call(call_json(n, "2026-01-01T00:10:00Z", 3)))
+        .collect();
+
+    // The file may not grow: SQLite says the disk is full.
+    let pages: i64 = w
+        .conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .unwrap();
+    w.conn.pragma_update(None, "max_page_count", pages).unwrap();
+    let err = w
+        .write_page(
+            SCHEDULE,
+            &page,
+            Some(ts("2026-01-01T00:10:00Z")),
+            Timestamp::now(),
+        )
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, WarehouseError::Sql { path: p, .. } if *p == path),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!("warehouse {}: ", path.display())),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            ": database or disk is full; free space on its filesystem, then run callsync again"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+    assert!(std::error::Error::source(&err).is_none());
+    assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None, "nothing was written");
+
+    // The connection may not write: SQLite says the database is read-only.
+    w.conn
+        .pragma_update(None, "max_page_count", 1_000_000)
+        .unwrap();
+    w.conn.pragma_update(None, "query_only", true).unwrap();
+    let err = w
+        .write_page(SCHEDULE, &page[..1], None, Timestamp::now())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "warehouse {}: starting a page transaction: attempt to write a readonly database; make the file, its -wal and -shm files and its directory writable by this user",
+            path.display()
+        )
+    );
 }
 
 #[test]
@@ -540,7 +685,8 @@ fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
         )
     );
 
-    // Not a database at all: a read-only command says it cannot read it, never "migrate".
+    // Not a database at all: it cannot be read, never "migrate" — a writer too reads the
+    // file before writing anything.
     std::fs::write(&path, vec![7u8; 8192]).unwrap();
     let advice = "file is not a database; the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse";
     assert_eq!(
@@ -552,7 +698,7 @@ fn a_failed_migration_and_a_damaged_file_are_one_line_with_what_to_do() {
         .unwrap();
     assert_eq!(
         err.to_string(),
-        format!("cannot open the warehouse {}: {advice}", path.display())
+        format!("cannot read the warehouse {}: {advice}", path.display())
     );
     assert!(
         std::error::Error::source(&err).is_none(),
@@ -671,6 +817,62 @@ fn record(
         lag_secs: None,
         error: error.map(str::to_owned),
     }
+}
+
+#[test]
+fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let run = w
+        .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T02:00:00Z"))
+        .unwrap();
+    let finished = record(
+        RunOutcome::Completed,
+        RunStats::default(),
+        "2026-01-01T02:00:01Z",
+        None,
+    );
+    w.finish_run(run, &finished).unwrap();
+    let now = ts("2026-01-01T03:00:00Z");
+    let mut status = w.status_at(now).unwrap().remove(0);
+    // Nothing counted (a schedule `status` was not given the cron of): nothing said.
+    assert_eq!(
+        (status.ticks_since_last_pass, status.no_recent_pass),
+        (None, false)
+    );
+    assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:00:01Z")));
+    let says = "NO PASS RECORDED";
+
+    status.set_ticks_since_last_pass(2);
+    assert!(!status.no_recent_pass);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(!text.contains(says), "{text}");
+
+    status.set_ticks_since_last_pass(3);
+    assert!(status.no_recent_pass);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(
+        text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["ticks_since_last_pass"], json!(3));
+    assert_eq!(json["no_recent_pass"], json!(true));
+
+    status.set_ticks_since_last_pass(TICKS_COUNTED);
+    let text = render_status(std::slice::from_ref(&status), now);
+    assert!(
+        text.contains(&format!(
+            "NO PASS RECORDED for {TICKS_COUNTED} or more ticks of sync.cron"
+        )),
+        "{text}"
+    );
+
+    // A pass that has not ended counts from its start.
+    w.start_run(SCHEDULE, RunKind::Reconcile, ts("2026-01-01T02:30:00Z"))
+        .unwrap();
+    let status = w.status_at(now).unwrap().remove(0);
+    assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:30:00Z")));
 }
 
 #[test]
@@ -1095,7 +1297,7 @@ proptest! {
                 let Some(rusqlite::types::Value::Text(call_uid)) = row.get("uid") else {
                     panic!("a call without a uid: {row:?}");
                 };
-                upsert::summarize(&tx, call_uid).unwrap();
+                upsert::summarize(&tx, &w.path, call_uid).unwrap();
             }
             tx.commit().unwrap();
             let recomputed = w.snapshot(None).unwrap();

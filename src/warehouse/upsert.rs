@@ -12,6 +12,7 @@
 //! summary recomputed in SQL from the child tables (`summarize`), as every call once had.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 
 use rusqlite::{Transaction, TransactionBehavior, params};
 use uuid::Uuid;
@@ -31,13 +32,14 @@ impl Warehouse {
         checkpoint: Option<Timestamp>,
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
+        let path = self.path.as_path();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .sql("starting a page transaction")?;
+            .sql(path, "starting a page transaction")?;
         let synced_at = synced_at.to_sqlite();
         let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
-        let mut stored = stored_fingerprints(&tx, &call_rows)?;
+        let mut stored = stored_fingerprints(&tx, path, &call_rows)?;
         let mut written = PageWrite::default();
         for (call, row) in calls.iter().zip(&call_rows) {
             let fingerprint = Fingerprint::of(row);
@@ -46,15 +48,15 @@ impl Warehouse {
                 written.calls_unchanged += 1;
                 continue;
             }
-            write_call(&tx, call, row, before.is_some(), &synced_at)?;
+            write_call(&tx, path, call, row, before.is_some(), &synced_at)?;
             // A call listed twice in one page is compared with what the page just wrote.
             stored.insert(row.uid.as_str(), fingerprint);
             written.calls_written += 1;
         }
         if let Some(cursor) = checkpoint {
-            super::runs::advance_checkpoint(&tx, schedule, cursor)?;
+            super::runs::advance_checkpoint(&tx, path, schedule, cursor)?;
         }
-        tx.commit().sql("committing a page")?;
+        tx.commit().sql(path, "committing a page")?;
         Ok(written)
     }
 }
@@ -67,7 +69,7 @@ impl Warehouse {
         calls: &[OutboundCall],
     ) -> Result<u64, WarehouseError> {
         let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
-        let stored = stored_fingerprints(&self.conn, &call_rows)?;
+        let stored = stored_fingerprints(&self.conn, &self.path, &call_rows)?;
         let changed = call_rows
             .iter()
             .filter(|row| stored.get(row.uid.as_str()) != Some(&Fingerprint::of(row)))
@@ -95,6 +97,7 @@ impl Fingerprint {
 /// The stored fingerprints of the page's calls that are stored, by uid: one query a page.
 fn stored_fingerprints<'a>(
     conn: &rusqlite::Connection,
+    path: &Path,
     call_rows: &'a [CallRow],
 ) -> Result<HashMap<&'a str, Fingerprint>, WarehouseError> {
     let uids: Vec<&str> = call_rows.iter().map(|r| r.uid.as_str()).collect();
@@ -105,7 +108,7 @@ fn stored_fingerprints<'a>(
             "SELECT uid, content_hash, schedule_uid FROM calls
              WHERE uid IN (SELECT value FROM json_each(?1))",
         )
-        .sql("preparing the stored-call lookup")?;
+        .sql(path, "preparing the stored-call lookup")?;
     let found = stmt
         .query_map([uids_json], |r| {
             Ok((
@@ -116,10 +119,10 @@ fn stored_fingerprints<'a>(
                 },
             ))
         })
-        .sql("reading the page's stored calls")?;
+        .sql(path, "reading the page's stored calls")?;
     let mut stored = HashMap::with_capacity(uids.len());
     for item in found {
-        let (uid, fingerprint) = item.sql("reading a stored call")?;
+        let (uid, fingerprint) = item.sql(path, "reading a stored call")?;
         // Keyed by the page's own strings: the uid read back is one of them.
         if let Some(key) = uids.iter().find(|u| **u == uid) {
             stored.insert(*key, fingerprint);
@@ -132,6 +135,7 @@ fn stored_fingerprints<'a>(
 /// so children the service no longer shows may have to go.
 fn write_call(
     tx: &Transaction<'_>,
+    path: &Path,
     call: &OutboundCall,
     row: &CallRow,
     was_stored: bool,
@@ -155,19 +159,19 @@ fn write_call(
         &attempts,
         i64::try_from(notification_count).unwrap_or(i64::MAX),
     );
-    upsert_call_row(tx, row, &summary, synced_at)?;
+    upsert_call_row(tx, path, row, &summary, synced_at)?;
     if mirror {
-        clear_custom_parameters(tx, &row.uid)?;
+        clear_custom_parameters(tx, path, &row.uid)?;
     }
-    insert_custom_parameters(tx, call, &row.uid)?;
+    insert_custom_parameters(tx, path, call, &row.uid)?;
     if let Some(sent) = &call.outbound_call_attempts {
-        write_attempts(tx, &row.uid, sent, &attempts, mirror)?;
+        write_attempts(tx, path, &row.uid, sent, &attempts, mirror)?;
     }
     if let Some(notifications) = call.notifications() {
-        write_notifications(tx, &row.uid, notifications, mirror)?;
+        write_notifications(tx, path, &row.uid, notifications, mirror)?;
     }
     if !summary_known {
-        summarize(tx, &row.uid)?;
+        summarize(tx, path, &row.uid)?;
     }
     Ok(())
 }
@@ -201,6 +205,7 @@ fn has_repeat(mut uids: impl Iterator<Item = Uuid>) -> bool {
 
 fn upsert_call_row(
     tx: &Transaction<'_>,
+    path: &Path,
     r: &CallRow,
     s: &Summary,
     synced_at: &str,
@@ -280,19 +285,24 @@ fn upsert_call_row(
             s.notification_count,
         ])
     })
-    .sql("writing a call")?;
+    .sql(path, "writing a call")?;
     Ok(())
 }
 
-fn clear_custom_parameters(tx: &Transaction<'_>, call_uid: &str) -> Result<(), WarehouseError> {
+fn clear_custom_parameters(
+    tx: &Transaction<'_>,
+    path: &Path,
+    call_uid: &str,
+) -> Result<(), WarehouseError> {
     tx.prepare_cached("DELETE FROM call_custom_parameters WHERE call_uid = ?1")
         .and_then(|mut s| s.execute([call_uid]))
-        .sql("clearing custom parameters")?;
+        .sql(path, "clearing custom parameters")?;
     Ok(())
 }
 
 fn insert_custom_parameters(
     tx: &Transaction<'_>,
+    path: &Path,
     call: &OutboundCall,
     call_uid: &str,
 ) -> Result<(), WarehouseError> {
@@ -300,10 +310,10 @@ fn insert_custom_parameters(
         .prepare_cached(
             "INSERT INTO call_custom_parameters (call_uid, name, value) VALUES (?1, ?2, ?3)",
         )
-        .sql("preparing the custom parameter insert")?;
+        .sql(path, "preparing the custom parameter insert")?;
     for (name, value) in rows::custom_parameters(call) {
         stmt.execute(params![call_uid, name, value])
-            .sql("writing a custom parameter")?;
+            .sql(path, "writing a custom parameter")?;
     }
     Ok(())
 }
@@ -312,6 +322,7 @@ fn insert_custom_parameters(
 /// variables; with `mirror`, first deletes the stored ones it no longer shows.
 fn write_attempts(
     tx: &Transaction<'_>,
+    path: &Path,
     call_uid: &str,
     sent: &[Attempt],
     rows: &[rows::AttemptRow],
@@ -319,7 +330,13 @@ fn write_attempts(
 ) -> Result<(), WarehouseError> {
     if mirror {
         // Outcomes and variables of a vanished attempt go with it (ON DELETE CASCADE).
-        delete_missing(tx, ATTEMPTS, call_uid, rows.iter().map(|a| a.uid.as_str()))?;
+        delete_missing(
+            tx,
+            path,
+            ATTEMPTS,
+            call_uid,
+            rows.iter().map(|a| a.uid.as_str()),
+        )?;
     }
     let mut stmt = tx
         .prepare_cached(
@@ -337,7 +354,7 @@ fn write_attempts(
                transfer_answered_at = excluded.transfer_answered_at,
                transfer_destination = excluded.transfer_destination, extra = excluded.extra",
         )
-        .sql("preparing the attempt upsert")?;
+        .sql(path, "preparing the attempt upsert")?;
     for (attempt, a) in sent.iter().zip(rows) {
         stmt.execute(params![
             a.uid,
@@ -356,12 +373,12 @@ fn write_attempts(
             a.transfer_destination,
             a.extra,
         ])
-        .sql("writing an attempt")?;
+        .sql(path, "writing an attempt")?;
         if let Some(outcomes) = &attempt.call_outcomes {
-            write_outcomes(tx, call_uid, &a.uid, outcomes, mirror)?;
+            write_outcomes(tx, path, call_uid, &a.uid, outcomes, mirror)?;
         }
         if let Some(variables) = &attempt.call_attempts_variables {
-            write_variables(tx, call_uid, &a.uid, variables, mirror)?;
+            write_variables(tx, path, call_uid, &a.uid, variables, mirror)?;
         }
     }
     Ok(())
@@ -369,6 +386,7 @@ fn write_attempts(
 
 fn write_outcomes(
     tx: &Transaction<'_>,
+    path: &Path,
     call_uid: &str,
     attempt_uid: &str,
     outcomes: &[crate::api::Outcome],
@@ -376,7 +394,13 @@ fn write_outcomes(
 ) -> Result<(), WarehouseError> {
     let rows: Vec<_> = outcomes.iter().map(rows::outcome).collect();
     if mirror {
-        delete_missing(tx, OUTCOMES, attempt_uid, rows.iter().map(|o| o.0.as_str()))?;
+        delete_missing(
+            tx,
+            path,
+            OUTCOMES,
+            attempt_uid,
+            rows.iter().map(|o| o.0.as_str()),
+        )?;
     }
     let mut stmt = tx
         .prepare_cached(
@@ -386,16 +410,17 @@ fn write_outcomes(
                call_uid = excluded.call_uid, name = excluded.name,
                created_at = excluded.created_at, extra = excluded.extra",
         )
-        .sql("preparing the outcome upsert")?;
+        .sql(path, "preparing the outcome upsert")?;
     for (uid, name, created_at, extra) in rows {
         stmt.execute(params![uid, attempt_uid, call_uid, name, created_at, extra])
-            .sql("writing an outcome")?;
+            .sql(path, "writing an outcome")?;
     }
     Ok(())
 }
 
 fn write_variables(
     tx: &Transaction<'_>,
+    path: &Path,
     call_uid: &str,
     attempt_uid: &str,
     variables: &[crate::api::AttemptVariable],
@@ -405,6 +430,7 @@ fn write_variables(
     if mirror {
         delete_missing(
             tx,
+            path,
             VARIABLES,
             attempt_uid,
             rows.iter().map(|v| v.0.as_str()),
@@ -418,7 +444,7 @@ fn write_variables(
                call_uid = excluded.call_uid, name = excluded.name, value = excluded.value,
                status = excluded.status, created_at = excluded.created_at, extra = excluded.extra",
         )
-        .sql("preparing the variable upsert")?;
+        .sql(path, "preparing the variable upsert")?;
     for (uid, name, value, status, created_at, extra) in rows {
         stmt.execute(params![
             uid,
@@ -430,13 +456,14 @@ fn write_variables(
             created_at,
             extra
         ])
-        .sql("writing a variable")?;
+        .sql(path, "writing a variable")?;
     }
     Ok(())
 }
 
 fn write_notifications(
     tx: &Transaction<'_>,
+    path: &Path,
     call_uid: &str,
     notifications: &[crate::api::Notification],
     mirror: bool,
@@ -445,6 +472,7 @@ fn write_notifications(
     if mirror {
         delete_missing(
             tx,
+            path,
             NOTIFICATIONS,
             call_uid,
             rows.iter().map(|n| n.0.as_str()),
@@ -458,10 +486,10 @@ fn write_notifications(
                message_count = excluded.message_count, delivered_at = excluded.delivered_at,
                extra = excluded.extra",
         )
-        .sql("preparing the notification upsert")?;
+        .sql(path, "preparing the notification upsert")?;
     for (uid, status, count, delivered, extra) in rows {
         stmt.execute(params![uid, call_uid, status, count, delivered, extra])
-            .sql("writing a notification")?;
+            .sql(path, "writing a notification")?;
     }
     Ok(())
 }
@@ -494,6 +522,7 @@ const NOTIFICATIONS: MirroredTable = MirroredTable {
 /// Deletes the rows of `table` belonging to `parent` whose uid is not in `keep`.
 fn delete_missing<'a>(
     tx: &Transaction<'_>,
+    path: &Path,
     table: MirroredTable,
     parent: &str,
     keep: impl Iterator<Item = &'a str>,
@@ -505,20 +534,24 @@ fn delete_missing<'a>(
             s.query_map([parent], |r| r.get(0))?
                 .collect::<Result<_, _>>()
         })
-        .sql("reading the stored children of a call")?;
+        .sql(path, "reading the stored children of a call")?;
     let mut delete = tx
         .prepare_cached(table.delete_one)
-        .sql("preparing a child delete")?;
+        .sql(path, "preparing a child delete")?;
     for uid in stored.iter().filter(|uid| !keep.contains(uid.as_str())) {
         delete
             .execute([uid])
-            .sql("deleting children the service no longer shows")?;
+            .sql(path, "deleting children the service no longer shows")?;
     }
     Ok(())
 }
 
 /// Recomputes the call's summary columns from its child rows.
-pub(super) fn summarize(tx: &Transaction<'_>, call_uid: &str) -> Result<(), WarehouseError> {
+pub(super) fn summarize(
+    tx: &Transaction<'_>,
+    path: &Path,
+    call_uid: &str,
+) -> Result<(), WarehouseError> {
     tx.prepare_cached(
         "UPDATE calls SET
            attempt_count = (SELECT count(*) FROM call_attempts WHERE call_uid = calls.uid),
@@ -537,7 +570,7 @@ pub(super) fn summarize(tx: &Transaction<'_>, call_uid: &str) -> Result<(), Ware
          WHERE uid = ?1",
     )
     .and_then(|mut s| s.execute([call_uid]))
-    .sql("summarising a call's attempts")?;
+    .sql(path, "summarising a call's attempts")?;
     tx.prepare_cached(
         "UPDATE calls SET
            (last_attempt_status, last_attempt_started_at, last_attempt_answered_at,
@@ -547,6 +580,6 @@ pub(super) fn summarize(tx: &Transaction<'_>, call_uid: &str) -> Result<(), Ware
          WHERE uid = ?1",
     )
     .and_then(|mut s| s.execute([call_uid]))
-    .sql("summarising a call's last attempt")?;
+    .sql(path, "summarising a call's last attempt")?;
     Ok(())
 }

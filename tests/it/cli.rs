@@ -1001,3 +1001,87 @@ fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
         .unwrap();
     assert_eq!((schedules, calls), (3, 30), "{config}");
 }
+
+/// A daemon that has stopped, or cannot record its passes, leaves the last pass it recorded
+/// looking healthy: `status` counts the `sync.cron` ticks since then and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
+    use callsync::api::Timestamp;
+    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, Warehouse};
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 1,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("cron = \"0 */5 * * * *\"\n");
+    let c = config.to_str().unwrap();
+    let [stale, fresh] = env.schedules()[..] else {
+        panic!("two schedules");
+    };
+    let ago = |secs: i128| {
+        Timestamp::from_unix_nanos(Timestamp::now().unix_nanos() - secs * 1_000_000_000)
+            .expect("a timestamp")
+    };
+    // The stale schedule's last pass ended an hour ago: 12 ticks of a 5-minute cron since; the
+    // fresh one's a minute ago.
+    let stale_at = ago(3600);
+    {
+        let mut w = Warehouse::open(&env.warehouse_path(), std::time::Duration::from_secs(5))
+            .expect("warehouse");
+        for (schedule, at) in [(stale, stale_at), (fresh, ago(60))] {
+            let run = w
+                .start_run(schedule, RunKind::Incremental, at)
+                .expect("started");
+            let record = RunRecord {
+                outcome: RunOutcome::Completed,
+                stats: Default::default(),
+                finished_at: at,
+                horizon: None,
+                lag_secs: None,
+                error: None,
+            };
+            w.finish_run(run, &record).expect("finished");
+        }
+    }
+
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let row = |uid: uuid::Uuid| {
+        rows.as_array()
+            .expect("an array")
+            .iter()
+            .find(|r| r["schedule_uid"] == uid.to_string())
+            .cloned()
+            .expect("a row")
+    };
+    // 12, or 13 when a tick fell between the pass's time and the status's.
+    let ticks = row(stale)["ticks_since_last_pass"]
+        .as_u64()
+        .expect("counted");
+    assert!((12..=13).contains(&ticks), "{ticks}");
+    assert_eq!(row(stale)["no_recent_pass"], true);
+    assert!(
+        row(fresh)["ticks_since_last_pass"]
+            .as_u64()
+            .expect("counted")
+            <= 1
+    );
+    assert_eq!(row(fresh)["no_recent_pass"], false);
+
+    let out = callsync(&["--config", c, "status"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let said = |ticks| {
+        format!(
+            "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n",
+            stale_at.to_rfc3339()
+        )
+    };
+    assert!(
+        text.contains(&said(12)) || text.contains(&said(13)),
+        "{text}"
+    );
+    assert_eq!(text.matches("NO PASS RECORDED").count(), 1, "{text}");
+}

@@ -598,3 +598,69 @@ async fn callsync_run_exits_1_naming_a_deleted_warehouse() {
         )
     );
 }
+
+/// What a load balancer or systemd's health check sees when the warehouse is deleted under
+/// `callsync run`: `/healthz` answers 503 naming the file from the first request after the
+/// `rm` (before any tick has noticed) until the process has exited, and it exits 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_answers_503_naming_a_deleted_warehouse_until_callsync_run_exits_1() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let listen = free_port();
+    let config = env.write_config(&format!(
+        "cron = \"*/2 * * * * *\"\n\n[metrics]\nlisten = \"{listen}\"\n"
+    ));
+    let mut daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", config.to_str().unwrap(), "run"])
+        .env_remove("RUST_LOG")
+        .env("CALLSYNC_LOG__LEVEL", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("callsync runs");
+    // The daemon runs in another process: nothing here has installed reqwest's provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let healthz = || async {
+        let response = http.get(format!("http://{listen}/healthz")).send().await?;
+        Ok::<_, reqwest::Error>((response.status(), response.text().await?))
+    };
+    let s = env.schedules()[0];
+    wait_for("a pass", || finished_passes(&env, s) >= 1).await;
+    assert_eq!(
+        healthz().await.expect("/healthz answers"),
+        (reqwest::StatusCode::OK, "ok\n".to_owned())
+    );
+
+    std::fs::remove_file(env.warehouse_path()).expect("rm");
+    let deleted = format!(
+        "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`\n",
+        env.warehouse_path().display()
+    );
+    let unavailable = (reqwest::StatusCode::SERVICE_UNAVAILABLE, deleted);
+    assert_eq!(
+        healthz().await.expect("/healthz answers"),
+        unavailable,
+        "the first request after the rm already says so"
+    );
+    // Every answer until the server is gone says so too, and the server goes only as the
+    // process ends.
+    let deadline = Instant::now() + PATIENCE;
+    let mut answers = 1;
+    while let Ok(answer) = healthz().await {
+        assert_eq!(answer, unavailable);
+        answers += 1;
+        assert!(Instant::now() < deadline, "the daemon never stopped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = tokio::time::timeout(PATIENCE, daemon.wait())
+        .await
+        .expect("the daemon stops by itself")
+        .expect("waited");
+    assert_eq!(status.code(), Some(1), "after {answers} answers of 503");
+}

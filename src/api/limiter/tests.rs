@@ -82,7 +82,7 @@ fn spawn_workers(
             let (limiter, service) = (Arc::clone(limiter), Arc::clone(service));
             tokio::spawn(async move {
                 while Instant::now() < until {
-                    let grant = limiter.acquire(lane).await;
+                    let grant = take(&limiter, lane).await;
                     match service.call(lane).await {
                         Ok(()) => limiter.succeeded(&grant),
                         Err(retry_after) => limiter.rate_limited(&grant, retry_after),
@@ -97,6 +97,15 @@ async fn run(handles: Vec<tokio::task::JoinHandle<()>>) {
     for handle in handles {
         handle.await.unwrap();
     }
+}
+
+/// A request's turn, with a retry budget longer than any pause.
+async fn take(limiter: &Limiter, lane: Lane) -> Grant {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    limiter
+        .acquire(lane, deadline)
+        .await
+        .expect("no pause lasts an hour")
 }
 
 fn lane(n: u128) -> Lane {
@@ -205,13 +214,13 @@ async fn lanes_share_the_rate_fairly() {
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_wait_leaves_the_queue() {
     let limiter = Arc::new(Limiter::new(NonZeroU32::new(1)));
-    limiter.acquire(lane(1)).await;
+    take(&limiter, lane(1)).await;
     // Lane 1's next request waits a second for its slot, then is cancelled.
-    let waiting = tokio::time::timeout(Duration::from_millis(100), limiter.acquire(lane(1))).await;
+    let waiting = tokio::time::timeout(Duration::from_millis(100), take(&limiter, lane(1))).await;
     assert!(waiting.is_err());
     // Lane 2 is not stuck behind it: it gets the slot when it opens.
     let started = Instant::now();
-    let grant = limiter.acquire(lane(2)).await;
+    let grant = take(&limiter, lane(2)).await;
     assert_eq!(started.elapsed(), Duration::from_millis(900));
     assert_eq!(grant.waited, Duration::from_millis(900));
 }
@@ -221,7 +230,7 @@ async fn without_a_ceiling_or_a_429_nothing_waits() {
     let limiter = Limiter::new(None);
     let started = Instant::now();
     for _ in 0..10_000 {
-        assert!(limiter.acquire(lane(1)).await.waited.is_zero());
+        assert!(take(&limiter, lane(1)).await.waited.is_zero());
     }
     assert_eq!(started.elapsed(), Duration::ZERO);
     assert_eq!(limiter.current_rate(), None);
@@ -230,8 +239,8 @@ async fn without_a_ceiling_or_a_429_nothing_waits() {
 #[tokio::test(start_paused = true)]
 async fn a_429_to_a_request_of_an_earlier_round_does_not_cut_again() {
     let limiter = Limiter::new(NonZeroU32::new(100));
-    let early = limiter.acquire(lane(1)).await;
-    let early_too = limiter.acquire(lane(1)).await;
+    let early = take(&limiter, lane(1)).await;
+    let early_too = take(&limiter, lane(1)).await;
     let rate = || {
         limiter
             .current_rate()
@@ -241,7 +250,66 @@ async fn a_429_to_a_request_of_an_earlier_round_does_not_cut_again() {
     assert_eq!(rate(), Some(70.0));
     limiter.rate_limited(&early_too, None);
     assert_eq!(rate(), Some(70.0));
-    let later = limiter.acquire(lane(1)).await;
+    let later = take(&limiter, lane(1)).await;
     limiter.rate_limited(&later, None);
     assert_eq!(rate(), Some(49.0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_beyond_a_requests_budget_fails_it_at_once_and_no_pause_exceeds_the_cap() {
+    let secs = Duration::from_secs;
+    let limiter = Arc::new(Limiter::new(None));
+    let refused = take(&limiter, lane(1)).await;
+    limiter.rate_limited(&refused, Some(secs(200)));
+    let start = Instant::now();
+
+    // The service asked every client to wait 200 s: a request with 120 s of its retry budget
+    // left gives up at once, saying both.
+    assert_eq!(
+        limiter.acquire(lane(2), start + secs(120)).await,
+        Err(PausedBeyondDeadline {
+            pause_left: secs(200),
+            left: secs(120),
+        })
+    );
+    assert_eq!(Instant::now(), start);
+
+    // One whose budget covers the pause waits it out — unless a later 429 extends the pause
+    // beyond its budget while it waits: then it gives up at that moment.
+    let patient = tokio::spawn({
+        let limiter = Arc::clone(&limiter);
+        async move { limiter.acquire(lane(2), start + secs(250)).await }
+    });
+    let extended = tokio::spawn({
+        let limiter = Arc::clone(&limiter);
+        async move { limiter.acquire(lane(3), start + secs(250)).await }
+    });
+    tokio::time::sleep(secs(10)).await;
+    // Both waiters look again when the pause changes.
+    limiter.rate_limited(&refused, Some(secs(260)));
+    let gave_up = Err(PausedBeyondDeadline {
+        pause_left: secs(260),
+        left: secs(240),
+    });
+    assert_eq!(patient.await.unwrap(), gave_up);
+    assert_eq!(extended.await.unwrap(), gave_up);
+    assert_eq!(Instant::now(), start + secs(10));
+
+    // A budget that covers it waits the whole pause.
+    let now = Instant::now();
+    let grant = limiter.acquire(lane(2), now + secs(300)).await.unwrap();
+    assert_eq!(grant.waited, secs(260));
+
+    // An hour's Retry-After pauses every lane for the cap (logged), not the hour.
+    limiter.rate_limited(&grant, Some(secs(3600)));
+    let now = Instant::now();
+    assert_eq!(
+        limiter.acquire(lane(1), now + secs(200)).await,
+        Err(PausedBeyondDeadline {
+            pause_left: MAX_RETRY_AFTER,
+            left: secs(200),
+        })
+    );
+    let grant = limiter.acquire(lane(1), now + secs(3600)).await.unwrap();
+    assert_eq!(grant.waited, MAX_RETRY_AFTER);
 }
