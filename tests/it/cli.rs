@@ -156,7 +156,7 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 4\n",
+            "warehouse {}: schema version 0 -> 5\n",
             env.warehouse_path().display()
         )
     );
@@ -235,7 +235,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 4\n",
+            "warehouse {}: schema version 0 -> 5\n",
             env.warehouse_path().display()
         )
     );
@@ -426,7 +426,7 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
         check(
             &out,
             &args,
-            "has schema version 7, newer than this callsync knows (4); upgrade callsync\n",
+            "has schema version 7, newer than this callsync knows (5); upgrade callsync\n",
         );
     }
 }
