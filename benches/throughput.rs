@@ -57,9 +57,11 @@ async fn run(calls: usize) {
         warehouse: WarehouseConfig {
             path: dir.path().join("bench.db"),
             busy_timeout: Duration::from_secs(30),
+            keep_runs: None,
         },
         sync: SyncConfig {
             schedules: sim.schedule_uids(),
+            schedule_names: Default::default(),
             lookback: Duration::from_secs(5),
             cron: "0 */5 * * * *".into(),
             page_size: 100,
