@@ -766,6 +766,16 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
         .unwrap();
     // The 1,200 seeded calls, plus those the dialer's campaign added while the demo ran.
     assert!(rows >= 1200, "{rows} calls");
+    // The demo's configuration names its schedules: BI shows a name next to every call.
+    let named: i64 = rusqlite::Connection::open(demo.join("callsync.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM call_results WHERE schedule_name LIKE 'Demo schedule _'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(named, rows);
     // The overview the analyst reads is the warehouse: its status table adds up to it.
     let by_status: i64 = text
         .lines()
