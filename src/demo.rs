@@ -125,21 +125,28 @@ fn write_config(dir: &Path, sim: &Simulator) -> Result<Config> {
     for stale in ["callsync.db", "callsync.db-wal", "callsync.db-shm"] {
         let _ = std::fs::remove_file(dir.join(stale));
     }
-    let schedules: Vec<String> = sim
+    // Named, so the views' schedule_name (and Datasette) show a name next to each call.
+    let schedules: String = sim
         .schedule_uids()
         .iter()
-        .map(|s| format!("\"{s}\""))
+        .enumerate()
+        .map(|(i, s)| {
+            format!(
+                "[[sync.schedule]]\nuid = \"{s}\"\nname = \"Demo schedule {}\"\n",
+                i + 1
+            )
+        })
         .collect();
     let text = format!(
         "{CONFIG_HEADER}\n\
          [api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n\
          [warehouse]\npath = \"{}\"\n\n\
-         [sync]\nschedules = [{}]\ncron = \"*/2 * * * * *\"\nlookback_secs = 2\n\n\
+         [sync]\ncron = \"*/2 * * * * *\"\nlookback_secs = 2\n\n{}\n\
          [log]\nlevel = \"warn\"\n",
         sim.base_url(),
         sim.access_token(),
         db.display(),
-        schedules.join(", ")
+        schedules
     );
     let file: PathBuf = dir.join("callsync.toml");
     std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
@@ -185,7 +192,7 @@ fn render(o: &Overview, path: &Path) -> String {
     let _ = write!(
         out,
         "\nOpen the warehouse:\n  sqlite3 {db} 'SELECT status, progress, count(*) FROM call_results GROUP BY 1, 2'\n  \
-         datasette {db}        (pip install datasette)\nThe tables and views are described in README.md, \"The warehouse\".\n"
+         datasette {db} --metadata contrib/datasette/metadata.json   (pip install datasette; from callsync's repository)\nThe tables and views are described in README.md, \"The warehouse\".\n"
     );
     out
 }

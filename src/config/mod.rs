@@ -9,6 +9,7 @@
 mod raw;
 mod secret;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -147,6 +148,9 @@ pub struct WarehouseConfig {
     pub path: PathBuf,
     /// How long a write waits for a lock held by another process.
     pub busy_timeout: Duration,
+    /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
+    /// latest pass, nor its latest successful one); `None` keeps them all.
+    pub keep_runs: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +165,10 @@ pub enum DetailsMode {
 
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
+    /// Every schedule to sync: `sync.schedules`, then `[[sync.schedule]]`, each once.
     pub schedules: Vec<Uuid>,
+    /// The names `[[sync.schedule]]` gives, for the warehouse's `schedules` table.
+    pub schedule_names: BTreeMap<Uuid, String>,
     /// Each pass starts this far before the checkpoint, to catch late commits.
     pub lookback: Duration,
     /// 6-field cron (seconds first), evaluated in UTC.

@@ -1,7 +1,7 @@
 //! Loading: the TOML file and `CALLSYNC_` environment into a raw serde mirror, then one
 //! conversion into the typed [`Config`], where every check names its key.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
@@ -319,12 +319,15 @@ struct RawWarehouse {
     path: Option<PathBuf>,
     #[serde(default, deserialize_with = "strict")]
     busy_timeout_secs: Option<i64>,
+    keep_runs: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawSync {
     schedules: Option<StringList>,
+    /// `[[sync.schedule]]`: schedules with a name.
+    schedule: Option<Vec<RawSchedule>>,
     #[serde(default, deserialize_with = "strict")]
     lookback_secs: Option<i64>,
     cron: Option<String>,
@@ -340,6 +343,14 @@ struct RawSync {
     behind_after: Option<String>,
     #[serde(default)]
     filter: RawFilter,
+}
+
+/// One `[[sync.schedule]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with uid and name")]
+struct RawSchedule {
+    uid: Option<String>,
+    name: Option<String>,
 }
 
 /// A list key: a TOML array, or one comma-delimited string (as an environment variable is).
@@ -435,6 +446,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
                 30,
                 1..=3600,
             )?,
+            keep_runs: keep_runs(raw.warehouse.keep_runs.as_deref().unwrap_or("90d"))?,
         },
         sync: sync(raw.sync)?,
         log: log(raw.log)?,
@@ -605,15 +617,31 @@ fn oauth_config(raw: RawOAuth, env: &Env) -> Result<OAuthConfig<SecretSource>, C
     })
 }
 
-fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
-    let mut schedules = Vec::new();
-    for text in raw.schedules.map(StringList::into_vec).unwrap_or_default() {
-        let uid = Uuid::parse_str(&text).map_err(|_| {
+/// `warehouse.keep_runs`: a duration, or `forever` (also `0`) for no limit.
+fn keep_runs(text: &str) -> Result<Option<Duration>, ConfigError> {
+    const KEY: &str = "warehouse.keep_runs";
+    match text.trim() {
+        "forever" | "0" => Ok(None),
+        t => duration(KEY, t).map(Some).map_err(|_| {
             ConfigError::invalid(
-                "sync.schedules",
-                format!("{text:?} is not a schedule uid (a UUID)"),
+                KEY,
+                format!(
+                    "{text:?} is neither a duration from 1s to 3650d (such as 90d or 12h) nor \"forever\" (or 0) to keep every run"
+                ),
             )
-        })?;
+        }),
+    }
+}
+
+/// The schedules to sync, in order: `sync.schedules`, then `[[sync.schedule]]`; and the
+/// names the latter give. A uid listed twice, in either place or in both, is an error.
+fn schedules(
+    listed: Option<StringList>,
+    named: Option<Vec<RawSchedule>>,
+) -> Result<(Vec<Uuid>, BTreeMap<Uuid, String>), ConfigError> {
+    let mut schedules: Vec<Uuid> = Vec::new();
+    for text in listed.map(StringList::into_vec).unwrap_or_default() {
+        let uid = schedule_uid("sync.schedules", &text)?;
         if schedules.contains(&uid) {
             return Err(ConfigError::invalid(
                 "sync.schedules",
@@ -622,6 +650,50 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
         }
         schedules.push(uid);
     }
+    let mut names = BTreeMap::new();
+    for (i, entry) in named.unwrap_or_default().into_iter().enumerate() {
+        let key = format!("sync.schedule[{i}]");
+        let text = entry.uid.ok_or_else(|| {
+            ConfigError::invalid(&key, "has no uid; give the schedule's uid and its name")
+        })?;
+        let uid = schedule_uid(&format!("{key}.uid"), &text)?;
+        let name = entry
+            .name
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    format!("{key}.name"),
+                    format!("{uid} has no name; give it one, or list the uid in sync.schedules"),
+                )
+            })?;
+        if names.contains_key(&uid) {
+            return Err(ConfigError::invalid(
+                format!("{key}.uid"),
+                format!("{uid} is listed twice in [[sync.schedule]]; list each schedule once"),
+            ));
+        }
+        if schedules.contains(&uid) {
+            return Err(ConfigError::invalid(
+                format!("{key}.uid"),
+                format!(
+                    "{uid} is also in sync.schedules; list each schedule once (here, to name it)"
+                ),
+            ));
+        }
+        schedules.push(uid);
+        names.insert(uid, name);
+    }
+    Ok((schedules, names))
+}
+
+fn schedule_uid(key: &str, text: &str) -> Result<Uuid, ConfigError> {
+    Uuid::parse_str(text.trim())
+        .map_err(|_| ConfigError::invalid(key, format!("{text:?} is not a schedule uid (a UUID)")))
+}
+
+fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
+    let (schedules, schedule_names) = schedules(raw.schedules, raw.schedule)?;
     let details = match raw.details.as_deref().unwrap_or("auto") {
         "auto" => DetailsMode::Auto,
         "always" => DetailsMode::Always,
@@ -635,6 +707,7 @@ fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
     };
     Ok(SyncConfig {
         schedules,
+        schedule_names,
         lookback: secs("sync.lookback_secs", raw.lookback_secs, 5, 0..=86_400)?,
         cron: cron(
             "sync.cron",

@@ -247,6 +247,47 @@ struct Dispatcher {
     tasks: HashMap<tokio::task::Id, Uuid>,
     metrics: Arc<metrics::Metrics>,
     cancel: CancellationToken,
+    /// `warehouse.keep_runs`; `None` keeps every pass.
+    retention: Option<Arc<Retention>>,
+}
+
+/// How often, at most, old `sync_runs` rows are looked for.
+const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
+/// `warehouse.keep_runs`: after a pass, at most once every [`RETENTION_EVERY`] (the first
+/// pass after start-up included), the daemon forgets the passes that finished longer ago.
+struct Retention {
+    keep: Duration,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Retention {
+    /// Whether it is time to look again; if so, the time is taken.
+    fn due(&self) -> bool {
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        if last.is_some_and(|at| at.elapsed() < RETENTION_EVERY) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
+    }
+
+    async fn apply(&self, engine: &Engine) {
+        match engine.forget_runs_older_than(self.keep).await {
+            Ok(0) => {}
+            Ok(forgotten) => tracing::info!(
+                forgotten,
+                keep_runs_secs = self.keep.as_secs(),
+                "forgot passes older than warehouse.keep_runs in sync_runs"
+            ),
+            Err(err) => tracing::warn!(
+                error = %crate::sync::error_chain(&err),
+                "cannot forget old passes in sync_runs; trying again in an hour"
+            ),
+        }
+    }
 }
 
 impl Dispatcher {
@@ -271,6 +312,12 @@ impl Dispatcher {
             tasks: HashMap::new(),
             metrics,
             cancel,
+            retention: config.warehouse.keep_runs.map(|keep| {
+                Arc::new(Retention {
+                    keep,
+                    last: std::sync::Mutex::new(None),
+                })
+            }),
         }
     }
 
@@ -362,6 +409,7 @@ impl Dispatcher {
         let permits = self.permits.clone();
         let cancel = self.cancel.clone();
         let progress = Health(self.metrics.clone());
+        let retention = self.retention.clone();
         let task = self.passes.spawn(async move {
             // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
             // queueing passes; shutdown does not wait for a pass that never started.
@@ -372,7 +420,13 @@ impl Dispatcher {
             if cancel.is_cancelled() {
                 return not_started(schedule, plan.kind);
             }
-            engine.run_pass(schedule, &plan, &cancel, &progress).await
+            let report = engine.run_pass(schedule, &plan, &cancel, &progress).await;
+            // In the pass's task, so the daemon's loop never waits for the writer, and
+            // shutdown drains it like a pass.
+            if let Some(retention) = retention.filter(|r| !cancel.is_cancelled() && r.due()) {
+                retention.apply(&engine).await;
+            }
+            report
         });
         self.tasks.insert(task.id(), schedule);
     }

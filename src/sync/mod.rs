@@ -257,7 +257,14 @@ impl Engine {
     pub fn start(config: &Config) -> Result<Engine, SyncError> {
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
-        let warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
+        let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
+        // Before any pass, so BI shows a schedule's name from its first call on.
+        let sync = &config.sync;
+        warehouse.name_schedules(
+            sync.schedules
+                .iter()
+                .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
+        )?;
         let place = WarehousePlace::of(&warehouse);
         let mut engine =
             Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;
@@ -323,6 +330,15 @@ impl Engine {
             .map(|schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
             .buffered(self.settings.concurrency.max(1))
             .collect()
+            .await
+    }
+
+    /// Forgets the `sync_runs` rows of passes that finished more than `keep` ago (see
+    /// [`Warehouse::forget_runs_before`]); returns how many went.
+    pub async fn forget_runs_older_than(&self, keep: Duration) -> Result<u64, SyncError> {
+        let cutoff = Timestamp::now().saturating_sub(keep);
+        self.writer
+            .call(move |sink| sink.forget_runs_before(cutoff))
             .await
     }
 

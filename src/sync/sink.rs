@@ -48,6 +48,9 @@ pub trait Sink: Send + 'static {
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError>;
     /// Records how the pass ended.
     fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError>;
+    /// Forgets the records of passes that finished before `cutoff`, but each schedule's
+    /// latest and latest successful one; returns how many went.
+    fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError>;
 }
 
 /// The warehouse: pages written, passes recorded in `sync_runs`, one process per schedule
@@ -100,6 +103,10 @@ impl Sink for WarehouseSink {
     fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
         Ok(self.in_place()?.finish_run(run, record)?)
     }
+
+    fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(self.in_place()?.forget_runs_before(cutoff)?)
+    }
 }
 
 /// A dry run: reads the warehouse (read-only, or an empty one in memory), counts what a
@@ -134,5 +141,9 @@ impl Sink for DryRunSink {
 
     fn finish_run(&mut self, _run: RunId, _record: &RunRecord) -> Result<(), SyncError> {
         Ok(())
+    }
+
+    fn forget_runs_before(&mut self, _cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(0)
     }
 }

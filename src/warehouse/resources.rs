@@ -1,5 +1,6 @@
 //! `campaigns` and `schedules`: what callsync created or changed through the write
-//! endpoints, as the service last answered, so BI shows names next to uids.
+//! endpoints, as the service last answered, and the names the configuration gives schedules,
+//! so BI shows names next to uids.
 
 use rusqlite::params;
 use uuid::Uuid;
@@ -72,5 +73,35 @@ impl Warehouse {
             )
             .sql(&self.path, "recording a schedule")?;
         Ok(())
+    }
+
+    /// Records the names the configuration gives schedules (`[[sync.schedule]]`) in
+    /// `schedules.config_name`, and forgets a name the configuration no longer gives a
+    /// schedule it lists; every other column, written by the write commands, stays as it is.
+    /// One transaction.
+    pub fn name_schedules<'a>(
+        &mut self,
+        schedules: impl IntoIterator<Item = (Uuid, Option<&'a str>)>,
+    ) -> Result<(), WarehouseError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .sql(&self.path, "starting to record schedule names")?;
+        for (uid, name) in schedules {
+            match name {
+                Some(name) => tx.execute(
+                    "INSERT INTO schedules (uid, config_name) VALUES (?1, ?2)
+                     ON CONFLICT (uid) DO UPDATE SET config_name = excluded.config_name",
+                    params![uid.to_string(), name],
+                ),
+                None => tx.execute(
+                    "UPDATE schedules SET config_name = NULL
+                     WHERE uid = ?1 AND config_name IS NOT NULL",
+                    [uid.to_string()],
+                ),
+            }
+            .sql(&self.path, "recording a schedule's name")?;
+        }
+        tx.commit().sql(&self.path, "committing schedule names")
     }
 }

@@ -199,6 +199,26 @@ impl Warehouse {
         Ok(RunId(self.conn.last_insert_rowid()))
     }
 
+    /// Deletes the `sync_runs` rows of passes that finished before `cutoff`, except each
+    /// schedule's latest pass and its latest successful one (`status` shows both, however
+    /// old); a pass still running, or whose process died, has no `finished_at` and stays.
+    /// Returns how many rows went.
+    pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
+        let deleted = self
+            .conn
+            .execute(
+                "DELETE FROM sync_runs
+                 WHERE finished_at IS NOT NULL AND finished_at < ?1
+                   AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
+                   AND id NOT IN (SELECT max(id) FROM sync_runs
+                                  WHERE outcome IN ('completed', 'behind')
+                                  GROUP BY schedule_uid)",
+                [cutoff.to_sqlite()],
+            )
+            .sql(&self.path, "forgetting old passes")?;
+        Ok(deleted as u64)
+    }
+
     pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let stats = &record.stats;

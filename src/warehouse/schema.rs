@@ -210,6 +210,6 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 4);
+        assert_eq!(latest_version(), 5);
     }
 }

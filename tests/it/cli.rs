@@ -93,7 +93,7 @@ async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothin
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`\n"
+        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`\n"
     );
 
     let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "foo=[")]).await;
@@ -156,7 +156,7 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 4\n",
+            "warehouse {}: schema version 0 -> 5\n",
             env.warehouse_path().display()
         )
     );
@@ -235,7 +235,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 4\n",
+            "warehouse {}: schema version 0 -> 5\n",
             env.warehouse_path().display()
         )
     );
@@ -426,7 +426,7 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
         check(
             &out,
             &args,
-            "has schema version 7, newer than this callsync knows (4); upgrade callsync\n",
+            "has schema version 7, newer than this callsync knows (5); upgrade callsync\n",
         );
     }
 }
@@ -766,6 +766,16 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
         .unwrap();
     // The 1,200 seeded calls, plus those the dialer's campaign added while the demo ran.
     assert!(rows >= 1200, "{rows} calls");
+    // The demo's configuration names its schedules: BI shows a name next to every call.
+    let named: i64 = rusqlite::Connection::open(demo.join("callsync.db"))
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM call_results WHERE schedule_name LIKE 'Demo schedule _'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(named, rows);
     // The overview the analyst reads is the warehouse: its status table adds up to it.
     let by_status: i64 = text
         .lines()

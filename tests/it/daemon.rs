@@ -664,3 +664,53 @@ async fn healthz_answers_503_naming_a_deleted_warehouse_until_callsync_run_exits
         .expect("waited");
     assert_eq!(status.code(), Some(1), "after {answers} answers of 503");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_forgets_passes_older_than_keep_runs() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.warehouse.keep_runs = Some(Duration::from_secs(30 * 86_400));
+    let schedule = env.schedules()[0];
+    // A schedule no longer configured: its latest pass stays, however old.
+    let gone = Uuid::from_u128(0x60e);
+    env.create_warehouse();
+    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("warehouse opens");
+    conn.execute_batch(&format!(
+        "INSERT INTO sync_runs (schedule_uid, kind, started_at, finished_at, outcome) VALUES
+           ('{schedule}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed'),
+           ('{schedule}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'failed'),
+           ('{schedule}', 'backfill',    '2020-01-03 00:00:00', NULL, NULL),
+           ('{gone}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed'),
+           ('{gone}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'completed');"
+    ))
+    .expect("old passes inserted");
+    let old_passes = || -> Vec<(String, String)> {
+        let mut stmt = conn
+            .prepare(
+                "SELECT schedule_uid, started_at FROM sync_runs
+                 WHERE started_at < '2021-01-01' ORDER BY id",
+            )
+            .expect("query");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    run_until(&env, "the old passes to be forgotten", || {
+        old_passes().len() < 5
+    })
+    .await;
+    assert_eq!(
+        old_passes(),
+        [
+            // A pass whose process died is never forgotten: it may still be running.
+            (schedule.to_string(), "2020-01-03 00:00:00".to_owned()),
+            (gone.to_string(), "2020-01-02 00:00:00".to_owned()),
+        ]
+    );
+    assert_eq!(finished_passes(&env, schedule), 1, "the new pass stays");
+}

@@ -226,9 +226,11 @@ pub fn config_for(
         warehouse: WarehouseConfig {
             path: warehouse,
             busy_timeout: Duration::from_secs(10),
+            keep_runs: Some(Duration::from_secs(90 * 86_400)),
         },
         sync: SyncConfig {
             schedules,
+            schedule_names: Default::default(),
             lookback: Duration::from_secs(5),
             cron: "0 */5 * * * *".into(),
             page_size: 100,

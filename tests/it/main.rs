@@ -31,3 +31,5 @@ mod horizon;
 mod rate;
 // The write half on the command line: campaigns, schedules, calls.
 mod campaign;
+// The analyst's kit: the Datasette metadata's canned queries against the truth.
+mod analyst;

@@ -90,6 +90,11 @@ fn defaults_fill_everything_not_given() {
         ("info", LogFormat::Text)
     );
     assert_eq!(c.metrics.listen, None);
+    assert_eq!(
+        c.warehouse.keep_runs,
+        Some(Duration::from_secs(90 * 86_400))
+    );
+    assert!(c.sync.schedule_names.is_empty());
 }
 
 #[test]
@@ -562,7 +567,7 @@ fn environment_values_reach_string_keys_verbatim() {
 
 #[test]
 fn errors_from_the_environment_name_the_variable() {
-    let sync_keys = "`schedules`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`";
+    let sync_keys = "`schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`";
     let cases = [
         (
             ("CALLSYNC_SYNC__BOGUS", "1"),
@@ -728,7 +733,10 @@ fn the_example_file_loads_and_documents_every_key() {
         "scope",
         "path",
         "busy_timeout_secs",
+        "keep_runs",
         "schedules",
+        "uid",
+        "name",
         "lookback_secs",
         "cron",
         "page_size",
@@ -750,4 +758,122 @@ fn the_example_file_loads_and_documents_every_key() {
             "config/callsync.example.toml does not document `{key}`"
         );
     }
+}
+
+const NAMED: &str = "1c0ffee0-0000-4000-8000-000000000001";
+const OTHER_NAMED: &str = "1c0ffee0-0000-4000-8000-000000000002";
+
+/// `[[sync.schedule]]` tables after `minimal()`, one per `(uid, name)`.
+fn with_named(entries: &[(&str, &str)]) -> String {
+    let mut text = minimal();
+    for (uid, name) in entries {
+        text.push_str(&format!(
+            "[[sync.schedule]]\nuid = \"{uid}\"\nname = \"{name}\"\n"
+        ));
+    }
+    text
+}
+
+#[test]
+fn named_schedules_are_synced_after_the_listed_ones_and_keep_their_names() {
+    let c = load_text(
+        &with_named(&[(NAMED, "  Spring renewals "), (OTHER_NAMED, "Week 2")]),
+        &Env::default(),
+    )
+    .unwrap();
+    let uid = |s: &str| Uuid::parse_str(s).unwrap();
+    assert_eq!(
+        c.sync.schedules,
+        vec![uid(SCHEDULE), uid(NAMED), uid(OTHER_NAMED)]
+    );
+    assert_eq!(
+        c.sync.schedule_names,
+        BTreeMap::from([
+            (uid(NAMED), "Spring renewals".to_owned()),
+            (uid(OTHER_NAMED), "Week 2".to_owned())
+        ])
+    );
+    // Without the plain list.
+    let only_named = format!(
+        "[api]\nbase_url = \"https://calls.example.com\"\n[[sync.schedule]]\nuid = \"{NAMED}\"\nname = \"N\"\n"
+    );
+    let c = load_text(&only_named, &Env::default()).unwrap();
+    assert_eq!(c.sync.schedules, vec![uid(NAMED)]);
+}
+
+#[test]
+fn a_named_schedule_listed_twice_or_without_a_name_is_refused_naming_it() {
+    let cases = [
+        (
+            with_named(&[(SCHEDULE, "Again")]),
+            format!(
+                "config: sync.schedule[0].uid: {SCHEDULE} is also in sync.schedules; list each schedule once (here, to name it)"
+            ),
+        ),
+        (
+            with_named(&[(NAMED, "A"), (NAMED, "B")]),
+            format!(
+                "config: sync.schedule[1].uid: {NAMED} is listed twice in [[sync.schedule]]; list each schedule once"
+            ),
+        ),
+        (
+            with_named(&[(NAMED, " ")]),
+            format!(
+                "config: sync.schedule[0].name: {NAMED} has no name; give it one, or list the uid in sync.schedules"
+            ),
+        ),
+        (
+            format!("{}[[sync.schedule]]\nuid = \"{NAMED}\"\n", minimal()),
+            format!(
+                "config: sync.schedule[0].name: {NAMED} has no name; give it one, or list the uid in sync.schedules"
+            ),
+        ),
+        (
+            format!("{}[[sync.schedule]]\nname = \"N\"\n", minimal()),
+            "config: sync.schedule[0]: has no uid; give the schedule's uid and its name".to_owned(),
+        ),
+        (
+            with_named(&[("week-1", "N")]),
+            "config: sync.schedule[0].uid: \"week-1\" is not a schedule uid (a UUID)".to_owned(),
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(&text), expected, "for:\n{text}");
+    }
+    let unknown = format!(
+        "{}[[sync.schedule]]\nuid = \"{NAMED}\"\nname = \"N\"\ncolour = \"red\"\n",
+        minimal()
+    );
+    let message = error_of(&unknown);
+    assert!(
+        message.contains("unknown key") && message.contains("colour"),
+        "{message}"
+    );
+    assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+#[test]
+fn keep_runs_takes_a_duration_or_forever() {
+    let keep = |value: &str| {
+        load_text(
+            &with("warehouse", &format!("keep_runs = \"{value}\"")),
+            &Env::default(),
+        )
+        .map(|c| c.warehouse.keep_runs)
+        .map_err(|e| e.to_string())
+    };
+    assert_eq!(keep("30d"), Ok(Some(Duration::from_secs(30 * 86_400))));
+    assert_eq!(keep("12h"), Ok(Some(Duration::from_secs(12 * 3600))));
+    assert_eq!(keep("forever"), Ok(None));
+    assert_eq!(keep("0"), Ok(None));
+    for bad in ["90", "0d", "soon", "3651d"] {
+        assert_eq!(
+            keep(bad),
+            Err(format!(
+                "config: warehouse.keep_runs: \"{bad}\" is neither a duration from 1s to 3650d (such as 90d or 12h) nor \"forever\" (or 0) to keep every run"
+            ))
+        );
+    }
+    let e = env(&[("CALLSYNC_WAREHOUSE__KEEP_RUNS", "forever")]);
+    assert_eq!(load_text(&minimal(), &e).unwrap().warehouse.keep_runs, None);
 }
