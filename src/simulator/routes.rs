@@ -496,12 +496,14 @@ fn select_page(
 ) -> (Vec<crate::api::OutboundCall>, u64) {
     let size = params.page_size as usize;
     let skip = (params.page as usize - 1).saturating_mul(size);
-    let candidates: Vec<&super::state::CallState> = match params.updated_after {
-        Some(after) => state
-            .keys_from(schedule, after)
-            .iter()
-            .filter_map(|(_, uid)| state.call(uid))
-            .collect(),
+    let (total, page) = match params.updated_after {
+        // Keyset paging reads from a point in the sorted index: only the page's calls are
+        // looked up (a full re-read would otherwise cost the simulator n²/page lookups).
+        Some(after) => {
+            let keys = state.keys_from(schedule, after);
+            let calls = keys.iter().filter_map(|(_, uid)| state.call(uid));
+            page_of(calls, keys.len(), params, skip, size)
+        }
         None => {
             // Without updated_after (not shown by the spec): creation order, then uid.
             let mut all: Vec<&super::state::CallState> = state
@@ -510,24 +512,9 @@ fn select_page(
                 .filter_map(|(_, uid)| state.call(uid))
                 .collect();
             all.sort_by_key(|c| (c.call.created_at, c.call.uid));
-            all
+            let len = all.len();
+            page_of(all.into_iter(), len, params, skip, size)
         }
-    };
-    let unfiltered = params.filter_is_empty();
-    let (total, page): (u64, Vec<_>) = if unfiltered {
-        (
-            candidates.len() as u64,
-            candidates.into_iter().skip(skip).take(size).collect(),
-        )
-    } else {
-        let matching: Vec<_> = candidates
-            .into_iter()
-            .filter(|c| params.matches(c))
-            .collect();
-        (
-            matching.len() as u64,
-            matching.into_iter().skip(skip).take(size).collect(),
-        )
     };
     let data = page
         .into_iter()
@@ -543,6 +530,29 @@ fn select_page(
         })
         .collect();
     (data, total)
+}
+
+/// The calls of page `skip / size` among `candidates` (`len` of them before filters) and how
+/// many match the request's filters.
+fn page_of<'a>(
+    candidates: impl Iterator<Item = &'a super::state::CallState>,
+    len: usize,
+    params: &ListParams,
+    skip: usize,
+    size: usize,
+) -> (u64, Vec<&'a super::state::CallState>) {
+    if params.filter_is_empty() {
+        return (len as u64, candidates.skip(skip).take(size).collect());
+    }
+    let mut total = 0;
+    let mut page = Vec::with_capacity(size);
+    for call in candidates.filter(|c| params.matches(c)) {
+        if total >= skip && page.len() < size {
+            page.push(call);
+        }
+        total += 1;
+    }
+    (total as u64, page)
 }
 
 fn pagination(shared: &Shared, schedule: Uuid, params: &ListParams, total: u64) -> Pagination {
