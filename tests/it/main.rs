@@ -31,3 +31,7 @@ mod horizon;
 mod rate;
 // The write half on the command line: campaigns, schedules, calls.
 mod campaign;
+// The binary as scripts use it: --json lines, exit codes, -q/-v, completions, man pages.
+mod scripting;
+// The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
+mod terminal;
