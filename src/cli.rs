@@ -2,28 +2,37 @@
 //!
 //! Parses arguments, loads the configuration, sets up logging, runs one command and maps the
 //! outcome to an exit code: 0 success, 1 a runtime failure (a schedule failed, the warehouse
-//! could not be opened), 2 a configuration or usage error. Errors print as one line with
-//! their causes (`{:#}`).
+//! could not be opened), 2 a configuration or usage error, 3 `status` found a schedule whose
+//! last pass failed or that is falling behind. Errors print as one line with their causes
+//! (`{:#}`). Output for scripts (`--json`) goes to stdout alone; logs, progress and warnings
+//! go to stderr.
 
 use std::io::{IsTerminal, Write as _};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{
+    ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum,
+};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
-use crate::simulator::{DialerOptions, Precision, Simulator, SimulatorOptions};
+use crate::simulator::{DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
 
 mod campaign;
+mod generate;
+mod pass_json;
+mod progress;
+
+use progress::{ProgressBar, ProgressLog};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,14 +40,122 @@ mod campaign;
     version,
     about = "Sync call results from the Outbound Call Campaign Service into a SQLite warehouse",
     long_about = None,
+    after_long_help = AFTER_HELP,
 )]
 pub struct Cli {
-    /// Configuration file [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]
-    #[arg(long, global = true, value_name = "PATH")]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    verbosity: Verbosity,
 
     #[command(subcommand)]
     command: Command,
+}
+
+/// The end of `callsync --help` and of callsync(1): what a script needs besides the options.
+const AFTER_HELP: &str = "\
+Exit codes: 0 success; 1 a runtime failure (a pass failed, the warehouse or the service could not \
+be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed or \
+that is falling behind; 130 a second SIGINT or SIGTERM.
+
+Environment: CALLSYNC_<SECTION>__<KEY> sets any configuration key (CALLSYNC_SYNC__PAGE_SIZE=50); \
+RUST_LOG, when set, is the log filter, over -q/-v and log.level; NO_COLOR (any value but an \
+empty one) turns colours off.";
+
+/// `-q` and `-v`: the log level for this run, over `log.level`; `RUST_LOG` still wins.
+#[derive(Debug, Args)]
+struct Verbosity {
+    /// Log errors only, whatever log.level says (RUST_LOG, when set, still wins)
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        display_order = 900
+    )]
+    quiet: bool,
+    /// Log more: -v debug, -vv trace, whatever log.level says (RUST_LOG, when set, still wins)
+    #[arg(short, long, global = true, action = ArgAction::Count, display_order = 900)]
+    verbose: u8,
+}
+
+impl Verbosity {
+    /// The level that replaces `log.level`, if any.
+    fn level(&self) -> Option<&'static str> {
+        match (self.quiet, self.verbose) {
+            (true, _) => Some("error"),
+            (false, 0) => None,
+            (false, 1) => Some("debug"),
+            (false, _) => Some("trace"),
+        }
+    }
+
+    /// `log` with the level the command line asks for.
+    fn apply(&self, log: &LogConfig) -> LogConfig {
+        LogConfig {
+            level: self
+                .level()
+                .map_or_else(|| log.level.clone(), str::to_owned),
+            ..log.clone()
+        }
+    }
+}
+
+/// The commands that read no configuration file: `--config` is not offered to them, and
+/// refused before them (`callsync --config x simulate`) rather than ignored.
+const READS_NO_CONFIG: [&str; 4] = ["demo", "simulate", "completions", "man"];
+
+/// The id of `--config` given before the subcommand, and after it.
+const CONFIG_BEFORE: &str = "config_before";
+const CONFIG: &str = "config";
+
+/// The command line as clap knows it: the derived definition, with `--config` before the
+/// subcommand and after every subcommand that reads a configuration (`callsync --config
+/// PATH sync`, `callsync sync --config PATH`, `callsync checkpoint show --config PATH`).
+/// Completions and the man page are generated from it.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command().arg(config_arg(CONFIG_BEFORE).help(
+        "Configuration file, for the commands that read one [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]",
+    ));
+    let readers: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .filter(|name| !READS_NO_CONFIG.contains(&name.as_str()))
+        .collect();
+    for name in readers {
+        command = command.mut_subcommand(name, |sub| sub.arg(config_arg(CONFIG).global(true)));
+    }
+    command
+}
+
+fn config_arg(id: &'static str) -> clap::Arg {
+    clap::Arg::new(id)
+        .long("config")
+        .value_name("PATH")
+        .value_parser(clap::value_parser!(PathBuf))
+        .help("Configuration file [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]")
+}
+
+/// The `--config` given, before or after the subcommand (not both); refused before a command
+/// that reads no configuration.
+fn config_path(matches: &ArgMatches) -> Result<Option<PathBuf>, UsageError> {
+    let before = matches.get_one::<PathBuf>(CONFIG_BEFORE).cloned();
+    let mut after = None;
+    let mut level = matches;
+    while let Some((_, sub)) = level.subcommand() {
+        if let Ok(Some(path)) = sub.try_get_one::<PathBuf>(CONFIG) {
+            after = Some(path.clone());
+        }
+        level = sub;
+    }
+    let command = matches.subcommand_name().unwrap_or_default();
+    match (before, after) {
+        (Some(_), Some(_)) => Err(UsageError(
+            "--config is given twice, before and after the command: give it once".into(),
+        )),
+        (Some(_), None) if READS_NO_CONFIG.contains(&command) => Err(UsageError(format!(
+            "callsync {command} reads no configuration file: leave out --config"
+        ))),
+        (before, after) => Ok(before.or(after)),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -64,13 +181,17 @@ enum Command {
         /// Fetch and report what would be written; write nothing
         #[arg(long)]
         dry_run: bool,
+        /// Print one JSON object per pass on stdout (JSON Lines; see README, "Scripts")
+        #[arg(long)]
+        json: bool,
     },
     /// Inspect or move a schedule's checkpoint (where its next pass starts)
     #[command(subcommand)]
     Checkpoint(CheckpointCommand),
     /// Re-read one schedule from a point in time and upsert what it finds
     Backfill(BackfillArgs),
-    /// Show each schedule's checkpoint, last pass, lag and row counts
+    /// Show each schedule's checkpoint, last pass, lag and row counts; exit code 3 when a
+    /// schedule's last pass failed or it is falling behind
     Status {
         /// Print JSON instead of a table
         #[arg(long)]
@@ -95,6 +216,19 @@ enum Command {
     Simulate(SimulateArgs),
     #[command(flatten)]
     Service(campaign::ServiceCommand),
+    /// Print a shell completion script (install it as README's "Shell completions" says)
+    Completions {
+        /// The shell the script is for
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page callsync(1) in roff, or write a page per command into a directory
+    Man {
+        /// Write callsync.1 and callsync-COMMAND.1 for every command into DIR (created if
+        /// needed), printing each path, instead of printing callsync.1
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 impl Command {
@@ -155,6 +289,10 @@ struct BackfillArgs {
     /// Stop after calls updated at this instant (RFC 3339, any offset) [default: now]
     #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
     until: Option<Timestamp>,
+    /// Print the pass as one JSON object on stdout (see README, "Scripts"); a progress bar,
+    /// on a terminal, stays on stderr
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -182,6 +320,76 @@ struct SimulateArgs {
     /// Seed for the generated data
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// List items omit their attempts' outcomes and variables (a summary list): a client
+    /// must fetch each changed call's detail
+    #[arg(long)]
+    summary_list: bool,
+    /// Lifetime of the tokens /oauth/token issues, in seconds (the static token never
+    /// expires)
+    #[arg(long, value_name = "SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    token_lifetime: u64,
+    /// A change becomes visible this many milliseconds after the instant it is stamped with
+    /// (a late commit)
+    #[arg(long, value_name = "MS")]
+    late_commit_ms: Option<u64>,
+    /// With --dialer: also change calls' children (an outcome, a delivered notification)
+    /// without bumping the call's updated_at, as the service may
+    #[arg(long, requires = "dialer")]
+    child_changes_without_bump: bool,
+    /// Share of API requests answered 500, 502 (a proxy's HTML page) or 503, in turn (0 to 1)
+    #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    fail_rate: f64,
+    /// Share of API requests answered 429 with Retry-After: --retry-after (0 to 1)
+    #[arg(long = "429-rate", value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    too_many_rate: f64,
+    /// The Retry-After of the 429s of --429-rate, in seconds
+    #[arg(long, value_name = "SECS", default_value_t = 1)]
+    retry_after: u64,
+    /// A quota, as a real service has: requests beyond this many a second (a second's burst)
+    /// are answered 429 without Retry-After; 0 for none
+    #[arg(long, value_name = "REQ_PER_SEC", default_value_t = 0)]
+    rate_limit: u32,
+    /// Share of API requests answered correctly, but only after --slow-ms (0 to 1)
+    #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    slow_rate: f64,
+    /// How late the answers of --slow-rate come, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    slow_ms: u64,
+    /// Share of API responses whose connection closes half way through the body (0 to 1)
+    #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    truncate_rate: f64,
+}
+
+impl SimulateArgs {
+    fn options(&self) -> SimulatorOptions {
+        SimulatorOptions {
+            schedules: self.schedules,
+            calls_per_schedule: self.calls,
+            precision: match self.precision {
+                PrecisionArg::Seconds => Precision::Seconds,
+                PrecisionArg::Millis => Precision::Millis,
+                PrecisionArg::Micros => Precision::Micros,
+            },
+            seed: self.seed,
+            summary_list: self.summary_list,
+            token_lifetime: Duration::from_secs(self.token_lifetime),
+            dialer: self.dialer.then(|| DialerOptions {
+                child_changes_without_bump: self.child_changes_without_bump,
+                ..DialerOptions::endless(self.time_scale)
+            }),
+            late_commit: self.late_commit_ms.map(Duration::from_millis),
+            faults: FaultPlan {
+                error_5xx_rate: self.fail_rate,
+                rate_429: self.too_many_rate,
+                retry_after_secs: self.retry_after,
+                slow_rate: self.slow_rate,
+                slow_delay: Duration::from_millis(self.slow_ms),
+                truncate_rate: self.truncate_rate,
+                quota_per_second: self.rate_limit,
+                ..FaultPlan::default()
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -193,8 +401,9 @@ enum PrecisionArg {
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli, &matches) {
         Ok(code) => code,
         Err(err) => {
             // Each cause once, on one line: `{:#}` for errors that follow ARCHITECTURE.md's
@@ -231,27 +440,34 @@ fn is_configuration_error(err: &anyhow::Error) -> bool {
 #[error("{0}")]
 struct UsageError(String);
 
-fn run(cli: Cli) -> Result<ExitCode> {
+fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode> {
+    let config_path = config_path(matches)?;
+    let verbosity = cli.verbosity;
+    match cli.command {
+        Command::Completions { shell } => return generate::completions(shell),
+        Command::Man { out } => return generate::man(out.as_deref()),
+        _ => {}
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     match cli.command {
         Command::Simulate(args) => {
-            init_logging(&LogConfig::default())?;
+            init_logging(&verbosity.apply(&LogConfig::default()))?;
             runtime.block_on(simulate(args))
         }
         Command::Demo { dir, force } => {
-            init_logging(&LogConfig {
+            init_logging(&verbosity.apply(&LogConfig {
                 level: "warn".into(),
                 ..LogConfig::default()
-            })?;
+            }))?;
             runtime.block_on(crate::demo::run(&dir, force))?;
             Ok(ExitCode::SUCCESS)
         }
         command => {
-            let config = config::load(cli.config.as_deref())?;
-            init_logging(&config.log)?;
+            let config = config::load(config_path.as_deref())?;
+            init_logging(&verbosity.apply(&config.log))?;
             runtime.block_on(dispatch(command, config))
         }
     }
@@ -268,7 +484,11 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
     }
     match command {
         Command::Run => run_daemon(config).await,
-        Command::Sync { schedules, dry_run } => sync(config, schedules, dry_run).await,
+        Command::Sync {
+            schedules,
+            dry_run,
+            json,
+        } => sync(config, schedules, dry_run, json).await,
         Command::Checkpoint(command) => checkpoint(&config, command),
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
@@ -276,7 +496,10 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Service(command) => campaign::run(&config, command).await,
         Command::Backup { path, force } => backup(&config, &path, force),
         Command::Restore { path } => restore(&config, &path),
-        Command::Simulate(_) | Command::Demo { .. } => {
+        Command::Simulate(_)
+        | Command::Demo { .. }
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("handled before the configuration is loaded")
         }
     }
@@ -297,7 +520,7 @@ async fn run_daemon(config: Config) -> Result<ExitCode> {
     }
 }
 
-async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode> {
+async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool, json: bool) -> Result<ExitCode> {
     let schedules = if only.is_empty() {
         config.sync.schedules.clone()
     } else {
@@ -317,25 +540,43 @@ async fn sync(config: Config, only: Vec<Uuid>, dry_run: bool) -> Result<ExitCode
     };
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::incremental(engine.settings());
-    let reports = engine.sync_all(&schedules, &plan, &cancel).await;
-    engine.close().await;
-    if dry_run {
-        for r in &reports {
-            print_out(format_args!(
-                "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}\n",
-                r.schedule,
-                r.stats.calls_written,
-                r.stats.calls_seen,
-                r.stats.pages,
-                r.stats.requests,
-                match &r.result {
-                    PassResult::Completed => String::new(),
-                    other => format!("; {other}"),
-                }
-            ))?;
+    let mut reports = Vec::new();
+    // Each pass is printed as it ends; an output that fails (a full disk under `> file`)
+    // does not stop the passes, which write the warehouse: the error comes after them.
+    let mut printed = Ok(());
+    {
+        let mut passes = std::pin::pin!(engine.passes(&schedules, &plan, &cancel));
+        while let Some(report) = futures::StreamExt::next(&mut passes).await {
+            if printed.is_ok() {
+                printed = if json {
+                    pass_json::print(&report, dry_run)
+                } else if dry_run {
+                    print_dry_run(&report)
+                } else {
+                    Ok(())
+                };
+            }
+            reports.push(report);
         }
     }
+    engine.close().await;
+    printed?;
     Ok(exit_code(&reports))
+}
+
+fn print_dry_run(r: &PassReport) -> Result<()> {
+    print_out(format_args!(
+        "schedule {}: would write {} of {} calls seen ({} pages, {} requests){}\n",
+        r.schedule,
+        r.stats.calls_written,
+        r.stats.calls_seen,
+        r.stats.pages,
+        r.stats.requests,
+        match &r.result {
+            PassResult::Completed => String::new(),
+            other => format!("; {other}"),
+        }
+    ))
 }
 
 async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
@@ -360,6 +601,9 @@ async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitCode> {
         bar.finish(&report);
     }
     engine.close().await;
+    if args.json {
+        pass_json::print(&report, false)?;
+    }
     Ok(exit_code(std::slice::from_ref(&report)))
 }
 
@@ -378,7 +622,49 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     } else {
         print_out(crate::warehouse::render_status(&rows, now))?;
     }
-    Ok(ExitCode::SUCCESS)
+    let problems = needing_attention(&rows, &config.sync.schedules);
+    if problems.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // On stderr, so that `--json` stays parseable; a cron job mails it.
+    let _ = writeln!(
+        std::io::stderr(),
+        "attention: {} (exit code {EXIT_ATTENTION})",
+        problems.join("; ")
+    );
+    Ok(ExitCode::from(EXIT_ATTENTION))
+}
+
+/// `status`'s exit code when a schedule needs someone: its last pass failed, or it is
+/// falling behind. Not 1, which says `status` itself could not run.
+const EXIT_ATTENTION: u8 = 3;
+
+/// What is wrong with the schedules `status` watches: those in `sync.schedules`, or every
+/// schedule in the warehouse when the list is empty. A schedule removed from the
+/// configuration (after a 404, say) keeps its last failure in the warehouse, and must not
+/// fail every check afterwards.
+fn needing_attention(
+    rows: &[crate::warehouse::ScheduleStatus],
+    configured: &[Uuid],
+) -> Vec<String> {
+    let watched =
+        |uid: &str| configured.is_empty() || configured.iter().any(|c| c.to_string() == uid);
+    let mut problems = Vec::new();
+    for row in rows.iter().filter(|row| watched(&row.schedule_uid)) {
+        if row.last_result == Some(crate::warehouse::PassOutcome::Failed) {
+            problems.push(format!(
+                "schedule {}: its last pass failed",
+                row.schedule_uid
+            ));
+        }
+        if row.falling_behind {
+            problems.push(format!(
+                "schedule {}: falling behind ({} passes in a row ended behind)",
+                row.schedule_uid, row.behind_passes
+            ));
+        }
+    }
+    problems
 }
 
 /// How many `sync.cron` ticks each configured schedule has gone without a recorded pass: a
@@ -625,21 +911,9 @@ fn restore(config: &Config, backup: &std::path::Path) -> Result<ExitCode> {
 }
 
 async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
-    let options = SimulatorOptions {
-        schedules: args.schedules,
-        calls_per_schedule: args.calls,
-        precision: match args.precision {
-            PrecisionArg::Seconds => Precision::Seconds,
-            PrecisionArg::Millis => Precision::Millis,
-            PrecisionArg::Micros => Precision::Micros,
-        },
-        seed: args.seed,
-        dialer: args.dialer.then(|| DialerOptions::endless(args.time_scale)),
-        ..SimulatorOptions::default()
-    };
-    let simulator = Simulator::start(args.listen, options)
+    let simulator = Simulator::start(args.listen, args.options())
         .await
-        .with_context(|| format!("cannot start the simulator on {}", args.listen))?;
+        .map_err(|err| cannot_listen(args.listen, err))?;
     let stop = cancel_on_signal()?;
     // `callsync simulate | head -1` (to grab the base URL) closes stdout; the simulator
     // goes on serving.
@@ -668,6 +942,37 @@ fn config_for_simulator(simulator: &Simulator) -> String {
         simulator.access_token(),
         schedules.join(", ")
     )
+}
+
+/// The simulator's address cannot be listened on: what to do, for the usual reasons.
+fn cannot_listen(addr: SocketAddr, err: crate::simulator::SimulatorError) -> anyhow::Error {
+    use std::io::ErrorKind;
+    let kind = std::error::Error::source(&err)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    let what_to_do = match kind {
+        Some(ErrorKind::AddrInUse) => {
+            "is in use (another simulator, or another program, listens there): stop it, or choose another address with --listen (127.0.0.1:0 takes any free port)"
+        }
+        Some(ErrorKind::AddrNotAvailable) => {
+            "is not an address of this machine: listen on loopback, e.g. --listen 127.0.0.1:8080"
+        }
+        Some(ErrorKind::PermissionDenied) => {
+            "needs privileges this user lacks (a port below 1024): choose a port above 1023 with --listen"
+        }
+        _ => return anyhow::Error::new(err).context("cannot start the simulator"),
+    };
+    anyhow::anyhow!("cannot start the simulator: {addr} {what_to_do}")
+}
+
+/// A share of requests: a number from 0 to 1.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a share from 0 to 1 (0.05 is one request in 20)"
+        )),
+    }
 }
 
 /// `--time-scale`: a positive, finite factor.
@@ -705,7 +1010,7 @@ pub fn cancel_on_signal() -> Result<CancellationToken> {
         token.cancel();
         signals.recv().await;
         tracing::warn!("second signal: exiting now");
-        std::process::exit(130);
+        progress::clear_and_exit(130);
     });
     Ok(cancel)
 }
@@ -767,77 +1072,120 @@ fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
     Timestamp::parse(text).map_err(|e| e.to_string())
 }
 
-/// A progress bar on a terminal: calls read of the service's total, and pages.
-struct ProgressBar(indicatif::ProgressBar);
-
-impl ProgressBar {
-    fn for_terminal() -> Option<Self> {
-        if !std::io::stderr().is_terminal() {
-            return None;
-        }
-        let bar = indicatif::ProgressBar::new(0);
-        let style = indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} calls ({per_sec}) {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar.enable_steady_tick(Duration::from_millis(200));
-        Some(ProgressBar(bar))
-    }
-
-    fn finish(self, report: &PassReport) {
-        let hint = match report.result {
-            PassResult::Completed => "",
-            _ => "; run it again to finish",
-        };
-        self.0.finish_with_message(format!(
-            "{} pages, {}{hint}",
-            report.stats.pages, report.result
-        ));
-    }
-}
-
-/// Without a terminal (systemd, cron, a pipe): a log line now and then, so a long backfill
-/// shows it is moving.
-struct ProgressLog {
-    every: Duration,
-    last: std::sync::Mutex<Instant>,
-}
-
-impl ProgressLog {
-    fn every(every: Duration) -> Self {
-        ProgressLog {
-            every,
-            last: std::sync::Mutex::new(Instant::now()),
-        }
-    }
-}
-
-impl PassProgress for ProgressLog {
-    fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>) {
-        let Ok(mut last) = self.last.lock() else {
-            return;
-        };
-        if last.elapsed() >= self.every {
-            *last = Instant::now();
-            tracing::info!(pages, calls_seen, total, "progress");
-        }
-    }
-}
-
-impl PassProgress for ProgressBar {
-    fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>) {
-        if let Some(total) = total {
-            self.0.set_length(calls_seen.max(total));
-        }
-        self.0.set_position(calls_seen);
-        self.0.set_message(format!("{pages} pages"));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_config_is_offered_where_it_is_read() {
+        let command = command();
+        command.clone().debug_assert();
+        for sub in command.get_subcommands() {
+            let offers = sub.get_arguments().any(|a| a.get_long() == Some("config"));
+            let reads = !READS_NO_CONFIG.contains(&sub.get_name());
+            assert_eq!(offers, reads, "{}", sub.get_name());
+        }
+    }
+
+    #[test]
+    fn quiet_and_verbose_replace_the_configured_level() {
+        let parse = |args: &[&str]| {
+            let matches = command().try_get_matches_from(args).map_err(|e| e.kind())?;
+            let cli = Cli::from_arg_matches(&matches).map_err(|e| e.kind())?;
+            Ok::<_, clap::error::ErrorKind>(cli.verbosity.level())
+        };
+        assert_eq!(parse(&["callsync", "status"]), Ok(None));
+        assert_eq!(parse(&["callsync", "-q", "status"]), Ok(Some("error")));
+        assert_eq!(parse(&["callsync", "status", "--quiet"]), Ok(Some("error")));
+        assert_eq!(parse(&["callsync", "-v", "sync"]), Ok(Some("debug")));
+        assert_eq!(parse(&["callsync", "sync", "-vv"]), Ok(Some("trace")));
+        assert_eq!(parse(&["callsync", "-v", "sync", "-vv"]), Ok(Some("trace")));
+        assert_eq!(
+            parse(&["callsync", "-q", "-v", "sync"]),
+            Err(clap::error::ErrorKind::ArgumentConflict)
+        );
+        let configured = LogConfig {
+            level: "warn,callsync::sync=debug".into(),
+            format: config::LogFormat::Json,
+        };
+        let quiet = Verbosity {
+            quiet: true,
+            verbose: 0,
+        };
+        assert_eq!(quiet.apply(&configured).level, "error");
+        assert!(matches!(
+            quiet.apply(&configured).format,
+            config::LogFormat::Json
+        ));
+        let neither = Verbosity {
+            quiet: false,
+            verbose: 0,
+        };
+        assert_eq!(neither.apply(&configured).level, configured.level);
+    }
+
+    #[test]
+    fn status_watches_the_configured_schedules_for_failures_and_falling_behind() {
+        let row = |uid: &str, last: Option<crate::warehouse::PassOutcome>, behind: i64| {
+            crate::warehouse::ScheduleStatus {
+                schedule_uid: uid.to_owned(),
+                cursor: None,
+                lag_secs: None,
+                last_run: None,
+                last_result: last,
+                last_success_at: None,
+                behind_passes: behind,
+                falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
+                slowed_by: Vec::new(),
+                calls: 0,
+                attempts: 0,
+                outcomes: 0,
+                variables: 0,
+                notifications: 0,
+            }
+        };
+        use crate::warehouse::PassOutcome::*;
+        let [a, b, c, d] = [1u128, 2, 3, 4].map(Uuid::from_u128);
+        let rows = [
+            row(&a.to_string(), Some(Completed), 0),
+            row(&b.to_string(), Some(Failed), 0),
+            row(&c.to_string(), Some(Behind), 2),
+            row(&d.to_string(), Some(Behind), 1),
+        ];
+        assert_eq!(
+            needing_attention(&rows, &[]),
+            [
+                format!("schedule {b}: its last pass failed"),
+                format!("schedule {c}: falling behind (2 passes in a row ended behind)"),
+            ]
+        );
+        assert_eq!(
+            needing_attention(&rows, &[a, c, d]),
+            [format!(
+                "schedule {c}: falling behind (2 passes in a row ended behind)"
+            )]
+        );
+        assert!(needing_attention(&rows, &[a, d]).is_empty());
+        for fine in [Interrupted, Running] {
+            assert!(needing_attention(&[row(&a.to_string(), Some(fine), 0)], &[]).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_rate_is_a_share_from_0_to_1() {
+        assert_eq!(parse_rate("0"), Ok(0.0));
+        assert_eq!(parse_rate("0.05"), Ok(0.05));
+        assert_eq!(parse_rate("1"), Ok(1.0));
+        for bad in ["-0.1", "1.5", "NaN", "inf", "5%", ""] {
+            assert_eq!(
+                parse_rate(bad),
+                Err(format!(
+                    "{bad:?} is not a share from 0 to 1 (0.05 is one request in 20)"
+                )),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn a_cursor_ahead_of_our_clock_or_before_the_year_1_is_refused() {

@@ -1,9 +1,12 @@
 //! Logging set-up: tracing-subscriber to stderr, readable text or JSON lines.
 //!
-//! The level comes from `[log] level`; `RUST_LOG`, when set, wins. ANSI colours only on a
-//! terminal. Nothing here decides what is logged; modules use `tracing` spans and events.
+//! The level comes from `[log] level` (or the command line's `-q`/`-v`, which the CLI puts in
+//! its place); `RUST_LOG`, when set, wins. ANSI colours only on a terminal, and never with
+//! `NO_COLOR`. A progress bar shown with [`show_above`] stays below the log lines. Nothing here
+//! decides what is logged; modules use `tracing` spans and events.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::{Mutex, MutexGuard};
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
@@ -54,7 +57,7 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
     let filter = env_filter(log, std::env::var("RUST_LOG").ok())?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| AboveProgress)
         // A failed log write is reported with `eprintln!`, which panics when stderr is a
         // closed pipe (`callsync … | head`): the panicking task would be the one that logs
         // "shutting down", and the process would ignore SIGTERM. A lost log line is better.
@@ -68,11 +71,64 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
             .finish()
             .try_init(),
         LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(use_ansi(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR"),
+            ))
             .finish()
             .try_init(),
     };
     Ok(())
+}
+
+/// Colours only for a terminal, and not when `NO_COLOR` holds anything (<https://no-color.org>:
+/// set and not empty), so that a pipe, a file or a log collector gets plain text.
+fn use_ansi(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
+/// The progress bar log lines are written above, if one is shown.
+static PROGRESS: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+
+fn progress() -> MutexGuard<'static, Option<indicatif::ProgressBar>> {
+    PROGRESS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Log lines go above `bar` until [`hide_progress`]: each is written with the bar cleared,
+/// which is then drawn again below it. Without this a line would start where the bar ends and
+/// leave half a bar on the screen.
+pub fn show_above(bar: &indicatif::ProgressBar) {
+    *progress() = Some(bar.clone());
+}
+
+/// Stops writing log lines around the bar (a finished bar is text like any other); returns it.
+pub fn hide_progress() -> Option<indicatif::ProgressBar> {
+    progress().take()
+}
+
+/// stderr, around the progress bar if one is shown. tracing-subscriber writes each event with
+/// one `write_all`, so a line is never split by the bar.
+struct AboveProgress;
+
+impl Write for AboveProgress {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_all(buf).map(|()| buf.len())
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        // A clone, so that our lock is not held while the bar's is taken.
+        let bar = progress().clone();
+        match bar {
+            Some(bar) => bar.suspend(|| std::io::stderr().write_all(buf)),
+            None => std::io::stderr().write_all(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// `rust_log` when set and not blank (it wins over the configuration), else `log.level`.
@@ -111,6 +167,19 @@ fn quiet_dependencies(mut filter: EnvFilter, level: &str) -> EnvFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_and_never_with_no_color() {
+        assert!(use_ansi(true, None));
+        assert!(
+            use_ansi(true, Some("".into())),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!use_ansi(true, Some("1".into())));
+        assert!(!use_ansi(true, Some("false".into())), "any value counts");
+        assert!(!use_ansi(false, None));
+        assert!(!use_ansi(false, Some("1".into())));
+    }
 
     #[test]
     fn the_cron_and_migration_crates_are_quiet_unless_named() {

@@ -326,11 +326,20 @@ impl Engine {
         plan: &PassPlan,
         cancel: &CancellationToken,
     ) -> Vec<PassReport> {
+        self.passes(schedules, plan, cancel).collect().await
+    }
+
+    /// [`Engine::sync_all`] report by report: each comes as soon as its pass and those of
+    /// the schedules before it have ended (`callsync sync --json` prints them so).
+    pub fn passes<'a>(
+        &'a self,
+        schedules: &'a [Uuid],
+        plan: &'a PassPlan,
+        cancel: &'a CancellationToken,
+    ) -> impl futures::Stream<Item = PassReport> + 'a {
         futures::stream::iter(schedules)
-            .map(|schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
+            .map(move |schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
             .buffered(self.settings.concurrency.max(1))
-            .collect()
-            .await
     }
 
     /// Forgets the `sync_runs` rows of passes that finished more than `keep` ago (see

@@ -7,12 +7,12 @@ use callsync::simulator::SimulatorOptions;
 
 use crate::harness::TestEnv;
 
-async fn callsync(args: &[&str]) -> Output {
+pub(crate) async fn callsync(args: &[&str]) -> Output {
     callsync_with_env(args, &[]).await
 }
 
 /// `callsync args` with `vars` set (and no RUST_LOG or CREDENTIALS_DIRECTORY of our own).
-async fn callsync_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
+pub(crate) async fn callsync_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .args(args)
         .env_remove("RUST_LOG")
@@ -23,7 +23,7 @@ async fn callsync_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
         .expect("callsync runs")
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 

@@ -33,3 +33,7 @@ mod rate;
 mod campaign;
 // The analyst's kit: the Datasette metadata's canned queries against the truth.
 mod analyst;
+// The binary as scripts use it: --json lines, exit codes, -q/-v, completions, man pages.
+mod scripting;
+// The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
+mod terminal;

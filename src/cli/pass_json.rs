@@ -1,0 +1,85 @@
+//! `sync --json` and `backfill --json`: one JSON object per pass, one per line (JSON Lines).
+//! The field names are a contract documented in README ("Scripts"): fields may be added,
+//! none renamed or removed.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::sync::{PassReport, PassResult};
+use crate::warehouse::{RunKind, RunOutcome};
+
+/// One pass, as a script reads it.
+#[derive(Debug, Serialize)]
+struct PassLine {
+    schedule_uid: Uuid,
+    kind: RunKind,
+    /// `completed`, `behind`, `interrupted`, `failed`, or `skipped` (another process held
+    /// the schedule).
+    outcome: &'static str,
+    /// Why it failed or was skipped; null otherwise.
+    error: Option<String>,
+    dry_run: bool,
+    pages: u64,
+    calls_seen: u64,
+    /// Null in a dry run, which writes nothing.
+    calls_written: Option<u64>,
+    /// What a dry run would have written; null otherwise.
+    would_write: Option<u64>,
+    requests: u64,
+    retries: u64,
+    detail_requests: u64,
+    rate_limited: u64,
+    throttled_secs: f64,
+    future_rows: u64,
+    duration_secs: f64,
+    /// The service's clock when the pass began (RFC 3339).
+    horizon: Option<String>,
+    /// Where the walk got to (RFC 3339): the next pass starts here, minus the lookback.
+    position: Option<String>,
+    /// How far behind the service's clock the pass ended, in seconds (signed).
+    lag_secs: Option<f64>,
+    slowed_by: Vec<&'static str>,
+}
+
+impl PassLine {
+    fn new(report: &PassReport, dry_run: bool) -> Self {
+        let s = &report.stats;
+        let error = match &report.result {
+            PassResult::Failed(why) | PassResult::Skipped(why) => Some(why.clone()),
+            PassResult::Completed | PassResult::Behind | PassResult::Interrupted => None,
+        };
+        PassLine {
+            schedule_uid: report.schedule,
+            kind: report.kind,
+            outcome: report
+                .result
+                .outcome()
+                .map_or("skipped", RunOutcome::as_str),
+            error,
+            dry_run,
+            pages: s.pages,
+            calls_seen: s.calls_seen,
+            calls_written: (!dry_run).then_some(s.calls_written),
+            would_write: dry_run.then_some(s.calls_written),
+            requests: s.requests,
+            retries: s.retries,
+            detail_requests: s.detail_requests,
+            rate_limited: s.rate_limited,
+            throttled_secs: s.throttled_ms as f64 / 1000.0,
+            future_rows: s.future_rows,
+            duration_secs: report.duration.as_secs_f64(),
+            horizon: report.horizon.map(|t| t.to_rfc3339()),
+            position: report.position.map(|t| t.to_rfc3339()),
+            lag_secs: report.lag_secs,
+            slowed_by: report.slowed_by(),
+        }
+    }
+}
+
+/// Prints `report` as one line of JSON on stdout.
+pub(super) fn print(report: &PassReport, dry_run: bool) -> Result<()> {
+    let line = serde_json::to_string(&PassLine::new(report, dry_run))
+        .context("cannot write a pass as JSON")?;
+    super::print_out(format_args!("{line}\n"))
+}
