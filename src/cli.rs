@@ -635,8 +635,8 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::from(EXIT_ATTENTION))
 }
 
-/// `status`'s exit code when a schedule needs someone: its last pass failed, or it is
-/// falling behind. Not 1, which says `status` itself could not run.
+/// `status`'s exit code when a schedule needs someone: its last pass failed, it is falling
+/// behind, or no pass was recorded for several ticks of `sync.cron`. Not 1, which says `status` itself could not run.
 const EXIT_ATTENTION: u8 = 3;
 
 /// What is wrong with the schedules `status` watches: those in `sync.schedules`, or every
@@ -661,6 +661,13 @@ fn needing_attention(
             problems.push(format!(
                 "schedule {}: falling behind ({} passes in a row ended behind)",
                 row.schedule_uid, row.behind_passes
+            ));
+        }
+        if row.no_recent_pass {
+            problems.push(format!(
+                "schedule {}: no pass recorded for {} ticks of sync.cron",
+                row.schedule_uid,
+                row.ticks_since_last_pass.unwrap_or_default()
             ));
         }
     }
@@ -1137,6 +1144,8 @@ mod tests {
                 behind_passes: behind,
                 falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
                 slowed_by: Vec::new(),
+                ticks_since_last_pass: None,
+                no_recent_pass: false,
                 calls: 0,
                 attempts: 0,
                 outcomes: 0,
@@ -1169,6 +1178,15 @@ mod tests {
         for fine in [Interrupted, Running] {
             assert!(needing_attention(&[row(&a.to_string(), Some(fine), 0)], &[]).is_empty());
         }
+        let mut stopped = row(&a.to_string(), Some(Completed), 0);
+        stopped.ticks_since_last_pass = Some(5);
+        stopped.no_recent_pass = true;
+        assert_eq!(
+            needing_attention(&[stopped], &[]),
+            [format!(
+                "schedule {a}: no pass recorded for 5 ticks of sync.cron"
+            )]
+        );
     }
 
     #[test]

@@ -1056,7 +1056,15 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     }
 
     let out = callsync(&["--config", c, "status", "--json"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    // A schedule without a recorded pass for 3 ticks needs someone: exit 3, which says so.
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "attention: schedule {stale}: no pass recorded for "
+        )),
+        "{}",
+        stderr(&out)
+    );
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let row = |uid: uuid::Uuid| {
         rows.as_array()
@@ -1081,7 +1089,7 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     assert_eq!(row(fresh)["no_recent_pass"], false);
 
     let out = callsync(&["--config", c, "status"]).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     let said = |ticks| {
         format!(
