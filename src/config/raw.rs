@@ -458,7 +458,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
                     text.parse::<SocketAddr>().map_err(|_| {
                         ConfigError::invalid(
                             "metrics.listen",
-                            format!("{text:?} is not a socket address such as \"127.0.0.1:9187\""),
+                            format!("{text:?} is not a socket address such as \"127.0.0.1:29610\""),
                         )
                     })
                 })

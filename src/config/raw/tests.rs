@@ -608,7 +608,7 @@ fn errors_from_the_environment_name_the_variable() {
         ),
         (
             ("CALLSYNC_METRICS__LISTEN", "localhost"),
-            "config: CALLSYNC_METRICS__LISTEN: metrics.listen: \"localhost\" is not a socket address such as \"127.0.0.1:9187\"".to_owned(),
+            "config: CALLSYNC_METRICS__LISTEN: metrics.listen: \"localhost\" is not a socket address such as \"127.0.0.1:29610\"".to_owned(),
         ),
     ];
     for ((var, value), expected) in cases {
