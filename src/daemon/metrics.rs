@@ -134,75 +134,75 @@ impl Series {
         };
         registry.register(
             "build",
-            "The running callsync's version (always 1).",
+            "The running callsync's version (always 1)",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         registry.register(
             "passes",
-            "Passes by schedule, kind and result.",
+            "Passes by schedule, kind and result",
             series.passes.clone(),
         );
         registry.register_with_unit(
             "pass_duration",
-            "How long passes took, by schedule and kind.",
+            "How long passes took, by schedule and kind",
             Unit::Seconds,
             series.pass_duration.clone(),
         );
         registry.register("pages", "Pages of calls read.", series.pages.clone());
         registry.register(
             "calls_written",
-            "Calls written (new or changed).",
+            "Calls written (new or changed)",
             series.calls_written.clone(),
         );
         registry.register("retries", "Requests retried.", series.retries.clone());
         registry.register_with_unit(
             "throttled",
-            "Time requests waited for the shared limiter (which slows down when the service answers 429).",
+            "Time requests waited for the shared limiter (which slows down when the service answers 429)",
             Unit::Seconds,
             series.throttled.clone(),
         );
         registry.register(
             "requests",
-            "Responses from the service by HTTP status.",
+            "Responses from the service by HTTP status",
             series.requests.clone(),
         );
         registry.register(
             "request_errors",
-            "Requests that failed: transport (no answer), client_error (4xx, 429 included), server_error (5xx).",
+            "Requests that failed: transport (no answer), client_error (4xx, 429 included), server_error (5xx)",
             series.request_errors.clone(),
         );
         registry.register_with_unit(
             "request_duration",
-            "Time from sending a request to its answer's headers.",
+            "Time from sending a request to its answer's headers",
             Unit::Seconds,
             series.request_duration.clone(),
         );
         registry.register_with_unit(
             "last_success_timestamp",
-            "When the schedule last completed a pass (0: not since start-up).",
+            "When the schedule last completed a pass (0: not since start-up)",
             Unit::Seconds,
             series.last_success.clone(),
         );
         registry.register_with_unit(
             "lag",
-            "How far the schedule's cursor is behind the service's clock (negative: ahead of it).",
+            "How far the schedule's cursor is behind the service's clock (negative: ahead of it)",
             Unit::Seconds,
             series.lag.clone(),
         );
         registry.register(
             "behind_passes",
-            "Passes in a row that ended behind the service's clock with changes waiting.",
+            "Passes in a row that ended behind the service's clock with changes waiting",
             series.behind.clone(),
         );
         registry.register_with_unit(
             "warehouse_size",
-            "Size of the warehouse file, read at scrape time.",
+            "Size of the warehouse file, read at scrape time",
             Unit::Bytes,
             series.warehouse_size.clone(),
         );
         registry.register_with_unit(
             "warehouse_wal_size",
-            "Size of the warehouse's write-ahead log (-wal), read at scrape time.",
+            "Size of the warehouse's write-ahead log (-wal), read at scrape time",
             Unit::Bytes,
             series.wal_size.clone(),
         );

@@ -33,3 +33,5 @@ mod rate;
 mod campaign;
 // The analyst's kit: the Datasette metadata's canned queries against the truth.
 mod analyst;
+// contrib/: the alerting rules and the dashboard select series exported from start-up.
+mod monitoring;
