@@ -2,14 +2,21 @@
 //!
 //! The level comes from `[log] level` (or the command line's `-q`/`-v`, which the CLI puts in
 //! its place); `RUST_LOG`, when set, wins. ANSI colours only on a terminal, and never with
-//! `NO_COLOR`. A progress bar shown with [`show_above`] stays below the log lines. Nothing here
-//! decides what is logged; modules use `tracing` spans and events.
+//! `NO_COLOR`. A progress bar shown with [`show_above`] stays below the log lines. When stderr
+//! is the journal (`$JOURNAL_STREAM` names its device and inode, as systemd sets it), text
+//! lines start with a syslog priority (`<3>` error … `<7>` debug) that journald takes as the
+//! line's level, and carry no timestamp: journald adds its own. Nothing here decides what is
+//! logged; modules use `tracing` spans and events.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Mutex, MutexGuard};
 
+use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::{LogConfig, LogFormat};
@@ -70,6 +77,16 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
             .with_span_list(false)
             .finish()
             .try_init(),
+        LogFormat::Text if stderr_is_the_journal() => {
+            let lines = tracing_subscriber::fmt::format()
+                .without_time()
+                .with_ansi(false);
+            builder
+                .with_ansi(false)
+                .event_format(JournalPriority(lines))
+                .finish()
+                .try_init()
+        }
         LogFormat::Text => builder
             .with_ansi(use_ansi(
                 std::io::stderr().is_terminal(),
@@ -131,6 +148,62 @@ impl Write for AboveProgress {
     }
 }
 
+/// systemd connects stderr to the journal and says so in `$JOURNAL_STREAM` (`DEVICE:INODE`);
+/// a stderr redirected elsewhere by the service (a pipe, a file) keeps the variable but is
+/// another file, hence the comparison (see sd_journal_stream_fd(3), systemd.exec(5)).
+fn stderr_is_the_journal() -> bool {
+    let Ok(stream) = std::env::var("JOURNAL_STREAM") else {
+        return false;
+    };
+    stderr_identity().is_some_and(|(dev, ino)| names_file(&stream, dev, ino))
+}
+
+/// `stream` (`DEVICE:INODE`, decimal) names the file `dev`, `ino`.
+fn names_file(stream: &str, dev: u64, ino: u64) -> bool {
+    stream
+        .split_once(':')
+        .and_then(|(d, i)| Some((d.parse::<u64>().ok()?, i.parse::<u64>().ok()?)))
+        == Some((dev, ino))
+}
+
+fn stderr_identity() -> Option<(u64, u64)> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let fd = std::io::stderr().as_fd().try_clone_to_owned().ok()?;
+    let meta = std::fs::File::from(fd).metadata().ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// The sd-daemon(3) priority prefix of `level`.
+fn priority(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "<3>",
+        Level::WARN => "<4>",
+        Level::INFO => "<6>",
+        Level::DEBUG | Level::TRACE => "<7>",
+    }
+}
+
+/// Each line prefixed with its event's priority, for journald.
+struct JournalPriority<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for JournalPriority<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        writer.write_str(priority(*event.metadata().level()))?;
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
 /// `rust_log` when set and not blank (it wins over the configuration), else `log.level`.
 fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, TelemetryError> {
     match rust_log.filter(|level| !level.trim().is_empty()) {
@@ -179,6 +252,14 @@ mod tests {
         assert!(!use_ansi(true, Some("false".into())), "any value counts");
         assert!(!use_ansi(false, None));
         assert!(!use_ansi(false, Some("1".into())));
+    }
+
+    #[test]
+    fn journal_stream_names_a_file_by_device_and_inode() {
+        assert!(names_file("64769:1234", 64769, 1234));
+        assert!(!names_file("64769:1234", 64769, 1235));
+        assert!(!names_file("64769", 64769, 1234));
+        assert!(!names_file("x:1234", 64769, 1234));
     }
 
     #[test]

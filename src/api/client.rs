@@ -20,6 +20,7 @@ use super::error::{ApiError, hint_for};
 use super::filter::ListFilter;
 use super::limiter::Limiter;
 use super::models::{BoundedPage, CallPage, ErrorBody, OutboundCall, SingleObject};
+use super::observe::RequestObserver;
 use super::retry::{Counters, RetryPolicy};
 use super::timestamp::Timestamp;
 use crate::config::ApiConfig;
@@ -58,6 +59,8 @@ struct Inner {
     retry: RetryPolicy,
     limiter: Limiter,
     max_response_bytes: u64,
+    /// Told of every answer as it arrives (the daemon's metrics); set at most once.
+    observer: std::sync::OnceLock<Arc<dyn RequestObserver>>,
 }
 
 impl ApiClient {
@@ -82,8 +85,15 @@ impl ApiClient {
                 retry: RetryPolicy::new(config.retry.clone()),
                 limiter,
                 max_response_bytes: config.max_response_bytes,
+                observer: std::sync::OnceLock::new(),
             }),
         })
+    }
+
+    /// Tells `observer` of every request this client (and its clones) sends from now on.
+    /// Only the first observer set is kept.
+    pub fn observe_requests(&self, observer: Arc<dyn RequestObserver>) {
+        let _ = self.inner.observer.set(observer);
     }
 
     /// `GET /api/v1/schedules/{uid}/outbound_calls`.
@@ -269,11 +279,24 @@ impl ApiClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(json.clone());
         }
-        let response = builder
-            .send()
-            .await
-            .map_err(transport("request failed (connection, timeout or TLS)"))?;
+        let sent = std::time::Instant::now();
+        let response = builder.send().await;
+        let observer = inner.observer.get();
+        let response = match response {
+            Ok(response) => response,
+            Err(source) => {
+                if let Some(observer) = observer {
+                    observer.unanswered(sent.elapsed());
+                }
+                return Err(transport("request failed (connection, timeout or TLS)")(
+                    source,
+                ));
+            }
+        };
         let status = response.status();
+        if let Some(observer) = observer {
+            observer.answered(status.as_u16(), sent.elapsed());
+        }
         counters.record_status(status.as_u16());
         let headers = response.headers().clone();
         if status == StatusCode::TOO_MANY_REQUESTS {

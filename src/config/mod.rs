@@ -222,7 +222,9 @@ pub struct MetricsConfig {
 /// A configuration problem: one line naming the key (or file) and what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("config: no configuration file found (looked for {searched}); pass --config PATH")]
+    #[error(
+        "config: no configuration file found (looked for {searched}) and no CALLSYNC_* variables set; pass --config PATH or set CALLSYNC_CONFIG"
+    )]
     NotFound { searched: String },
     /// The cause is in the message, so it is not also a `source()` (see ARCHITECTURE.md, Errors).
     #[error("config: cannot read {path}: {cause}")]

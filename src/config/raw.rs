@@ -61,12 +61,26 @@ pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
     load_from(path, &Env::from_process()?)
 }
 
-/// Loads `path` (or the first default path that exists) with `env`'s overrides.
+/// The variable naming the configuration file: read as a path, never as a key `config`.
+pub const CONFIG_VAR: &str = "CALLSYNC_CONFIG";
+
+/// What a configuration made of `CALLSYNC_*` variables alone is called in messages.
+const ENVIRONMENT_ONLY: &str = "(CALLSYNC_* environment)";
+
+/// Loads `path` (or `$CALLSYNC_CONFIG`, or the first default path that exists) with `env`'s
+/// overrides. Without any file, the `CALLSYNC_*` variables alone make the configuration, if
+/// there are any.
 pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> {
-    let file = match path {
+    let named = path.map(Path::to_owned).or_else(|| {
+        env.vars
+            .get(CONFIG_VAR)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    });
+    let file = match named {
         Some(path) if path.is_dir() => {
             return Err(ConfigError::File {
-                path: path.to_owned(),
+                path: path.clone(),
                 problem: format!(
                     "is a directory; pass the configuration file itself (e.g. --config {})",
                     path.join("callsync.toml").display()
@@ -76,19 +90,25 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
         Some(path) => {
             if !path.is_file() {
                 return Err(ConfigError::Read {
-                    path: path.to_owned(),
+                    path,
                     cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
                 });
             }
-            path.to_owned()
+            Some(path)
         }
         None => DEFAULT_PATHS
             .iter()
             .map(PathBuf::from)
-            .find(|p| p.is_file())
-            .ok_or_else(|| ConfigError::NotFound {
+            .find(|p| p.is_file()),
+    };
+    let Some(file) = file else {
+        if !env.vars.keys().any(|k| k != CONFIG_VAR) {
+            return Err(ConfigError::NotFound {
                 searched: DEFAULT_PATHS.join(", "),
-            })?,
+            });
+        }
+        let raw = parse("", Path::new(ENVIRONMENT_ONLY), env)?;
+        return convert(raw, env).map_err(|e| blame_variable(e, env));
     };
     let text = std::fs::read_to_string(&file).map_err(|cause| ConfigError::Read {
         path: file.clone(),
@@ -106,7 +126,13 @@ fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
     let environment = config::Environment::with_prefix("CALLSYNC")
         .prefix_separator("_")
         .separator("__")
-        .source(Some(env.vars.clone().into_iter().collect()));
+        .source(Some(
+            env.vars
+                .iter()
+                .filter(|(key, _)| *key != CONFIG_VAR)
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        ));
     let built = config::Config::builder()
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
         .add_source(environment)
@@ -458,7 +484,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
                     text.parse::<SocketAddr>().map_err(|_| {
                         ConfigError::invalid(
                             "metrics.listen",
-                            format!("{text:?} is not a socket address such as \"127.0.0.1:9187\""),
+                            format!("{text:?} is not a socket address such as \"127.0.0.1:29610\""),
                         )
                     })
                 })

@@ -12,34 +12,239 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::serve::ListenerExt as _;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::scheduler::{STALL_GRACE, TickClock};
-use crate::api::Timestamp;
+use crate::api::{RequestObserver, Timestamp};
 use crate::sync::{PassReport, PassResult, WarehousePlace};
 use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = STALE_TICKS;
 
+/// Every result a pass ends with, so each has a series (at 0) from start-up.
+const RESULTS: [&str; 5] = ["completed", "behind", "failed", "interrupted", "skipped"];
+
+/// Statuses whose request counters exist (at 0) before any request: what alerts and the
+/// dashboard select on.
+const STATUSES_FROM_START: [u16; 2] = [200, 429];
+
+/// Kinds of failed requests (`callsync_request_errors_total{kind}`).
+const ERROR_KINDS: [&str; 3] = ["transport", "client_error", "server_error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PassLabels {
+    schedule: String,
+    kind: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DurationLabels {
+    schedule: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScheduleLabel {
+    schedule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+type FloatCounter = Counter<f64, AtomicU64>;
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn pass_duration_histogram() -> Histogram {
+    // 0.5 s to about 9 hours: a quiet incremental pass to a long reconciliation.
+    Histogram::new(exponential_buckets(0.5, 2.0, 16))
+}
+
+fn request_duration_histogram() -> Histogram {
+    // 5 ms to about 20 s (`api.request_timeout_secs` is 30 by default).
+    Histogram::new(exponential_buckets(0.005, 2.0, 13))
+}
+
+/// The series `/metrics` shows, registered once with the client library.
+struct Series {
+    registry: Registry,
+    passes: Family<PassLabels, Counter>,
+    pass_duration: HistogramFamily<DurationLabels>,
+    pages: Counter,
+    calls_written: Counter,
+    retries: Counter,
+    throttled: FloatCounter,
+    requests: Family<StatusLabel, Counter>,
+    request_errors: Family<KindLabel, Counter>,
+    request_duration: Histogram,
+    last_success: Family<ScheduleLabel, FloatGauge>,
+    lag: Family<ScheduleLabel, FloatGauge>,
+    behind: Family<ScheduleLabel, Gauge>,
+    warehouse_size: Gauge,
+    wal_size: Gauge,
+}
+
+impl Series {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("callsync");
+        let series = Series {
+            registry: Registry::default(),
+            passes: Family::default(),
+            pass_duration: Family::new_with_constructor(pass_duration_histogram),
+            pages: Counter::default(),
+            calls_written: Counter::default(),
+            retries: Counter::default(),
+            throttled: FloatCounter::default(),
+            requests: Family::default(),
+            request_errors: Family::default(),
+            request_duration: request_duration_histogram(),
+            last_success: Family::default(),
+            lag: Family::default(),
+            behind: Family::default(),
+            warehouse_size: Gauge::default(),
+            wal_size: Gauge::default(),
+        };
+        registry.register(
+            "build",
+            "The running callsync's version (always 1)",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        registry.register(
+            "passes",
+            "Passes by schedule, kind and result",
+            series.passes.clone(),
+        );
+        registry.register_with_unit(
+            "pass_duration",
+            "How long passes took, by schedule and kind",
+            Unit::Seconds,
+            series.pass_duration.clone(),
+        );
+        registry.register("pages", "Pages of calls read.", series.pages.clone());
+        registry.register(
+            "calls_written",
+            "Calls written (new or changed)",
+            series.calls_written.clone(),
+        );
+        registry.register("retries", "Requests retried.", series.retries.clone());
+        registry.register_with_unit(
+            "throttled",
+            "Time requests waited for the shared limiter (which slows down when the service answers 429)",
+            Unit::Seconds,
+            series.throttled.clone(),
+        );
+        registry.register(
+            "requests",
+            "Responses from the service by HTTP status",
+            series.requests.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Requests that failed: transport (no answer), client_error (4xx, 429 included), server_error (5xx)",
+            series.request_errors.clone(),
+        );
+        registry.register_with_unit(
+            "request_duration",
+            "Time from sending a request to its answer's headers",
+            Unit::Seconds,
+            series.request_duration.clone(),
+        );
+        registry.register_with_unit(
+            "last_success_timestamp",
+            "When the schedule last completed a pass (0: not since start-up)",
+            Unit::Seconds,
+            series.last_success.clone(),
+        );
+        registry.register_with_unit(
+            "lag",
+            "How far the schedule's cursor is behind the service's clock (negative: ahead of it)",
+            Unit::Seconds,
+            series.lag.clone(),
+        );
+        registry.register(
+            "behind_passes",
+            "Passes in a row that ended behind the service's clock with changes waiting",
+            series.behind.clone(),
+        );
+        registry.register_with_unit(
+            "warehouse_size",
+            "Size of the warehouse file, read at scrape time",
+            Unit::Bytes,
+            series.warehouse_size.clone(),
+        );
+        registry.register_with_unit(
+            "warehouse_wal_size",
+            "Size of the warehouse's write-ahead log (-wal), read at scrape time",
+            Unit::Bytes,
+            series.wal_size.clone(),
+        );
+        Series { registry, ..series }
+    }
+
+    /// Every series an alert or the dashboard selects on, at 0, before anything happened:
+    /// `time() - callsync_last_success_timestamp_seconds` fires for a schedule that never
+    /// synced, and a rate over a counter needs the counter.
+    fn start_at_zero(&self, schedules: &[Uuid], kinds: &[&'static str]) {
+        for schedule in schedules {
+            let schedule = schedule.to_string();
+            let label = ScheduleLabel {
+                schedule: schedule.clone(),
+            };
+            let _ = self.last_success.get_or_create(&label);
+            let _ = self.behind.get_or_create(&label);
+            for kind in kinds {
+                let _ = self.pass_duration.get_or_create(&DurationLabels {
+                    schedule: schedule.clone(),
+                    kind,
+                });
+                for result in RESULTS {
+                    let _ = self.passes.get_or_create(&PassLabels {
+                        schedule: schedule.clone(),
+                        kind,
+                        result,
+                    });
+                }
+            }
+        }
+        for status in STATUSES_FROM_START {
+            let _ = self.requests.get_or_create(&StatusLabel { status });
+        }
+        for kind in ERROR_KINDS {
+            let _ = self.request_errors.get_or_create(&KindLabel { kind });
+        }
+    }
+}
+
 #[derive(Default)]
 struct Figures {
-    passes: BTreeMap<(&'static str, &'static str), u64>,
-    pages: u64,
-    calls_written: u64,
-    requests: BTreeMap<u16, u64>,
-    retries: u64,
-    throttled_ms: u64,
-    last_success: BTreeMap<Uuid, Timestamp>,
     /// The lag a pass ended with (service clock minus checkpoint), and when it ended.
     lag: BTreeMap<Uuid, (f64, std::time::Instant)>,
     /// Passes in a row that ended behind, and what slowed the latest down.
@@ -66,13 +271,19 @@ struct Freshness {
 
 pub struct Metrics {
     figures: Mutex<Figures>,
+    series: Series,
     schedules: Vec<Uuid>,
 }
 
 impl Metrics {
-    pub fn new(schedules: Vec<Uuid>) -> Self {
+    /// Metrics of `schedules`, whose passes are of `kinds` (`incremental`, and `reconcile`
+    /// when a reconcile cron is set): their series exist from now on.
+    pub fn new(schedules: Vec<Uuid>, kinds: &[&'static str]) -> Self {
+        let series = Series::new();
+        series.start_at_zero(&schedules, kinds);
         Metrics {
             figures: Mutex::default(),
+            series,
             schedules,
         }
     }
@@ -98,8 +309,9 @@ impl Metrics {
             .progressed(schedule);
     }
 
+    /// A pass ended. Its requests were counted as they were answered ([`RequestObserver`]).
     pub fn record(&self, report: &PassReport) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let series = &self.series;
         let result = match report.result {
             PassResult::Completed => "completed",
             PassResult::Behind => "behind",
@@ -107,16 +319,37 @@ impl Metrics {
             PassResult::Skipped(_) => "skipped",
             PassResult::Failed(_) => "failed",
         };
-        *f.passes.entry((report.kind.as_str(), result)).or_default() += 1;
-        f.pages += report.stats.pages;
-        f.calls_written += report.stats.calls_written;
-        f.retries += report.stats.retries;
-        f.throttled_ms += report.stats.throttled_ms;
-        for (status, n) in &report.statuses {
-            *f.requests.entry(*status).or_default() += n;
+        let schedule = report.schedule.to_string();
+        let kind = report.kind.as_str();
+        series
+            .passes
+            .get_or_create(&PassLabels {
+                schedule: schedule.clone(),
+                kind,
+                result,
+            })
+            .inc();
+        if !matches!(report.result, PassResult::Skipped(_)) {
+            series
+                .pass_duration
+                .get_or_create(&DurationLabels {
+                    schedule: schedule.clone(),
+                    kind,
+                })
+                .observe(report.duration.as_secs_f64());
         }
+        series.pages.inc_by(report.stats.pages);
+        series.calls_written.inc_by(report.stats.calls_written);
+        series.retries.inc_by(report.stats.retries);
+        series
+            .throttled
+            .inc_by(report.stats.throttled_ms as f64 / 1000.0);
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         if report.succeeded() {
-            f.last_success.insert(report.schedule, Timestamp::now());
+            series
+                .last_success
+                .get_or_create(&ScheduleLabel { schedule })
+                .set(seconds(Timestamp::now()));
             f.progressed(report.schedule);
             let behind = f.behind.entry(report.schedule).or_default();
             *behind = match report.result {
@@ -130,81 +363,41 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = String::from(
-            "# HELP callsync_passes_total Passes by kind and result.\n# TYPE callsync_passes_total counter\n",
-        );
-        for ((kind, result), n) in &f.passes {
-            let _ = writeln!(
-                out,
-                "callsync_passes_total{{kind=\"{kind}\",result=\"{result}\"}} {n}"
-            );
+    /// The exposition (OpenMetrics text), with the figures read at scrape time updated
+    /// first: the lag grown since its pass, the warehouse's and WAL's sizes.
+    pub fn render(&self, warehouse: &Path) -> String {
+        let series = &self.series;
+        {
+            let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+            for (schedule, (lag, at)) in &f.lag {
+                // The lag the pass ended with, grown by the time since: measured on the
+                // service's clock, so skew between the two machines does not show.
+                series
+                    .lag
+                    .get_or_create(&ScheduleLabel {
+                        schedule: schedule.to_string(),
+                    })
+                    .set(lag + at.elapsed().as_secs_f64());
+            }
+            for (schedule, (n, _)) in &f.behind {
+                series
+                    .behind
+                    .get_or_create(&ScheduleLabel {
+                        schedule: schedule.to_string(),
+                    })
+                    .set(*n);
+            }
         }
-        let counters = [
-            ("callsync_pages_total", "Pages of calls read.", f.pages),
-            (
-                "callsync_calls_written_total",
-                "Calls written (new or changed).",
-                f.calls_written,
-            ),
-            ("callsync_retries_total", "Requests retried.", f.retries),
-        ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP callsync_throttled_seconds_total Time requests waited for the shared limiter (which slows down when the service answers 429).\n# TYPE callsync_throttled_seconds_total counter\ncallsync_throttled_seconds_total {:.3}",
-            f.throttled_ms as f64 / 1000.0
-        );
-        let _ = writeln!(
-            out,
-            "# HELP callsync_requests_total Responses from the service by HTTP status.\n# TYPE callsync_requests_total counter"
-        );
-        for (status, n) in &f.requests {
-            let _ = writeln!(out, "callsync_requests_total{{status=\"{status}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP callsync_last_success_timestamp_seconds When the schedule last completed a pass.\n# TYPE callsync_last_success_timestamp_seconds gauge"
-        );
-        for (schedule, at) in &f.last_success {
-            let _ = writeln!(
-                out,
-                "callsync_last_success_timestamp_seconds{{schedule=\"{schedule}\"}} {}",
-                seconds(*at)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP callsync_lag_seconds How far the schedule's cursor is behind the service's clock (negative: ahead of it).\n# TYPE callsync_lag_seconds gauge"
-        );
-        for (schedule, (lag, at)) in &f.lag {
-            // The lag the pass ended with, grown by the time since: measured on the
-            // service's clock, so skew between the two machines does not show.
-            let _ = writeln!(
-                out,
-                "callsync_lag_seconds{{schedule=\"{schedule}\"}} {:.3}",
-                lag + at.elapsed().as_secs_f64()
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP callsync_behind_passes Passes in a row that ended behind the service's clock with changes waiting.\n# TYPE callsync_behind_passes gauge"
-        );
-        for schedule in &self.schedules {
-            let n = f.behind.get(schedule).map_or(0, |b| b.0);
-            let _ = writeln!(out, "callsync_behind_passes{{schedule=\"{schedule}\"}} {n}");
+        series.warehouse_size.set(file_size(warehouse));
+        series.wal_size.set(file_size(&wal_of(warehouse)));
+        let mut out = String::new();
+        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &series.registry) {
+            // Writing into a String does not fail; should the library ever, say so.
+            tracing::warn!(error = %err, "cannot encode the metrics");
         }
         out
     }
 
-    /// Schedules without progress for `STALE_INTERVALS` sync ticks.
     /// Schedules falling behind, each with what slowed its latest pass down.
     pub fn falling_behind(&self) -> Vec<(Uuid, Vec<&'static str>)> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
@@ -215,6 +408,7 @@ impl Metrics {
             .collect()
     }
 
+    /// Schedules without progress for `STALE_INTERVALS` sync ticks.
     pub fn stale(&self) -> Vec<Uuid> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
@@ -229,8 +423,46 @@ impl Metrics {
     }
 }
 
-fn seconds(t: Timestamp) -> String {
-    format!("{:.3}", t.unix_nanos() as f64 / 1e9)
+impl RequestObserver for Metrics {
+    fn answered(&self, status: u16, latency: Duration) {
+        let series = &self.series;
+        series.requests.get_or_create(&StatusLabel { status }).inc();
+        series.request_duration.observe(latency.as_secs_f64());
+        let kind = match status {
+            400..=499 => "client_error",
+            500..=599 => "server_error",
+            _ => return,
+        };
+        series
+            .request_errors
+            .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    fn unanswered(&self, latency: Duration) {
+        let series = &self.series;
+        series.request_duration.observe(latency.as_secs_f64());
+        series
+            .request_errors
+            .get_or_create(&KindLabel { kind: "transport" })
+            .inc();
+    }
+}
+
+fn seconds(t: Timestamp) -> f64 {
+    t.unix_nanos() as f64 / 1e9
+}
+
+/// SQLite's write-ahead log beside `warehouse`.
+fn wal_of(warehouse: &Path) -> std::path::PathBuf {
+    let mut name = warehouse.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// The file's size; 0 when there is none (no WAL between writers) or it cannot be read.
+fn file_size(path: &Path) -> i64 {
+    std::fs::metadata(path).map_or(0, |m| i64::try_from(m.len()).unwrap_or(i64::MAX))
 }
 
 /// How long a stopping server waits for the responses it is writing.
@@ -297,8 +529,12 @@ struct Health {
     warehouse: WarehousePlace,
 }
 
-async fn metrics_page(State(health): State<Health>) -> String {
-    health.metrics.render()
+/// OpenMetrics, as the client library writes it (Prometheus asks for it first).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics_page(State(health): State<Health>) -> impl IntoResponse {
+    let body = health.metrics.render(health.warehouse.path());
+    ([(header::CONTENT_TYPE, OPENMETRICS)], body)
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
@@ -349,7 +585,7 @@ mod tests {
         let path = dir.path().join("w.db");
         let warehouse = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
         let health = Health {
-            metrics: Arc::new(Metrics::new(vec![Uuid::from_u128(1)])),
+            metrics: Arc::new(Metrics::new(vec![Uuid::from_u128(1)], &["incremental"])),
             clock: TickClock::new("* * * * * *").unwrap(),
             warehouse: WarehousePlace::of(&warehouse),
         };

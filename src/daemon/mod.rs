@@ -54,6 +54,15 @@ pub enum DaemonError {
 /// Ticks a failing schedule sits out at most.
 const MAX_BACKOFF_TICKS: u32 = 32;
 
+/// The kinds of pass the daemon runs: their metrics series exist from start-up.
+fn pass_kinds(config: &Config) -> &'static [&'static str] {
+    if config.sync.reconcile_cron.is_some() {
+        &["incremental", "reconcile"]
+    } else {
+        &["incremental"]
+    }
+}
+
 /// Runs until `shutdown` completes. Errors only when it cannot start at all.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
     let engine = Arc::new(Engine::start(&config)?);
@@ -66,7 +75,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         clock.clone(),
     )
     .await?;
-    let metrics = Arc::new(metrics::Metrics::new(config.sync.schedules.clone()));
+    let metrics = Arc::new(metrics::Metrics::new(
+        config.sync.schedules.clone(),
+        pass_kinds(&config),
+    ));
+    engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
     // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
     // lost) until `run` returns.

@@ -54,6 +54,11 @@ pub struct WarehousePlace {
 }
 
 impl WarehousePlace {
+    /// Where the warehouse is (its file, and `-wal` beside it).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The place of `warehouse`: its path, and the file it opened if it writes one.
     pub fn of(warehouse: &Warehouse) -> Self {
         WarehousePlace {
@@ -312,6 +317,11 @@ impl Engine {
     /// Where the warehouse is, to check it without the engine.
     pub fn warehouse_place(&self) -> WarehousePlace {
         self.warehouse.clone()
+    }
+
+    /// Tells `observer` of every request the engine's passes send, as it is answered.
+    pub fn observe_requests(&self, observer: std::sync::Arc<dyn crate::api::RequestObserver>) {
+        self.client.observe_requests(observer);
     }
 
     pub fn settings(&self) -> &SyncConfig {

@@ -1103,3 +1103,57 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     );
     assert_eq!(text.matches("NO PASS RECORDED").count(), 1, "{text}");
 }
+
+/// No file: `CALLSYNC_*` variables alone configure a command; `CALLSYNC_CONFIG` names a file.
+#[tokio::test]
+async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path().join("env.db");
+    let run = |vars: Vec<(&'static str, String)>| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"));
+        command
+            .arg("migrate")
+            // No ./config/callsync.toml there.
+            .current_dir(dir.path())
+            .env_remove("RUST_LOG");
+        for (key, value) in vars {
+            command.env(key, value);
+        }
+        command.output()
+    };
+    let out = run(vec![
+        ("CALLSYNC_API__BASE_URL", "http://127.0.0.1:9".into()),
+        (
+            "CALLSYNC_SYNC__SCHEDULES",
+            uuid::Uuid::from_u128(7).to_string(),
+        ),
+        ("CALLSYNC_WAREHOUSE__PATH", warehouse.display().to_string()),
+    ])
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("warehouse {}: schema version 0 -> 5\n", warehouse.display())
+    );
+
+    let other = dir.path().join("other.db");
+    let file = dir.path().join("named.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:9\"\n[sync]\nschedules = [\"{}\"]\n[warehouse]\npath = \"{}\"\n",
+            uuid::Uuid::from_u128(7),
+            other.display()
+        ),
+    )
+    .unwrap();
+    let out = run(vec![("CALLSYNC_CONFIG", file.display().to_string())])
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("warehouse {}: schema version 0 -> 5\n", other.display())
+    );
+}

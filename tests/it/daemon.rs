@@ -240,6 +240,8 @@ async fn metrics_and_healthz_serve_the_right_figures() {
     let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
         let _ = stopped.await;
     }));
+    // Before the daemon's client installs it: reqwest is built without a default provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     // Until the broken schedule has gone 3 ticks without progress and the healthy one has
     // completed 3 passes.
@@ -288,25 +290,67 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         .iter()
         .filter(|r| r.error.is_none() && r.finished.is_some())
         .count();
-    let metric_completed =
-        value("callsync_passes_total{kind=\"incremental\",result=\"completed\"}");
+    let metric_completed = value(&format!(
+        "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"completed\"}}",
+        s[1]
+    ));
     assert!(
         metric_completed >= 3.0 && metric_completed <= completed as f64,
         "{metric_completed} vs {completed}"
     );
-    assert!(value("callsync_passes_total{kind=\"incremental\",result=\"failed\"}") >= 1.0);
+    assert!(
+        value(&format!(
+            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"failed\"}}",
+            s[0]
+        )) >= 1.0
+    );
+    assert_eq!(
+        value(&format!(
+            "callsync_pass_duration_seconds_count{{schedule=\"{}\",kind=\"incremental\"}}",
+            s[1]
+        )),
+        value(&format!(
+            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"completed\"}}",
+            s[1]
+        )) + value(&format!(
+            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"behind\"}}",
+            s[1]
+        )) + value(&format!(
+            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"failed\"}}",
+            s[1]
+        )) + value(&format!(
+            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"interrupted\"}}",
+            s[1]
+        ))
+    );
     assert!(value("callsync_calls_written_total") >= 60.0);
-    assert!(value("callsync_requests_total{status=\"200\"}") >= 3.0);
+    let ok_requests = value("callsync_requests_total{status=\"200\"}");
+    assert!(ok_requests >= 3.0);
+    // Every answer is timed: the histogram counts at least the 200s (the broken
+    // schedule's answers are 200s with a bad body).
+    assert!(value("callsync_request_duration_seconds_count") >= ok_requests);
+    assert!(value("callsync_warehouse_size_bytes") > 0.0);
+    assert_eq!(
+        value(&format!(
+            "callsync_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
     assert!(
         value(&format!(
             "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
             s[1]
         )) > 1.7e9
     );
-    assert!(!metrics.contains(&format!(
-        "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
-        s[0]
-    )));
+    // Never synced: present from start-up, at 0, so `time() - x` alerts on it.
+    assert_eq!(
+        value(&format!(
+            "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
+            s[0]
+        )),
+        0.0
+    );
     // The broken schedule has not synced for 3 one-second intervals.
     assert_eq!(health_status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert!(

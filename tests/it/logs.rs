@@ -66,3 +66,85 @@ async fn every_pass_line_names_its_own_schedule() {
     expected.sort();
     assert_eq!(lines, expected, "{stderr}");
 }
+
+/// Runs `sync` of a known and an unknown schedule (an INFO and an ERROR line at least) with
+/// stderr into a file, `JOURNAL_STREAM` set by `journal_stream` from the file's identity.
+fn sync_log_with_journal_stream(journal_stream: impl Fn(u64, u64) -> String) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    let env = futures::executor::block_on(TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 5,
+        ..SimulatorOptions::default()
+    }));
+    let config = env.write_config("");
+    let log_path = env.warehouse_path().with_extension("log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let meta = log.metadata().unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", &config.display().to_string(), "sync"])
+        .args(["--schedule", &env.schedules()[0].to_string()])
+        .args(["--schedule", &Uuid::from_u128(0xdead).to_string()])
+        .env("JOURNAL_STREAM", journal_stream(meta.dev(), meta.ino()))
+        .env("CALLSYNC_LOG__LEVEL", "info")
+        .env_remove("RUST_LOG")
+        .stderr(log)
+        .status()
+        .expect("callsync runs");
+    assert_eq!(status.code(), Some(1), "the unknown schedule fails the run");
+    std::fs::read_to_string(&log_path).unwrap()
+}
+
+/// A log line's RFC 3339 timestamp, as the text format writes it (`2026-11-24T08:00:01.…Z`).
+fn has_timestamp(line: &str) -> bool {
+    line.split_whitespace().any(|word| {
+        let b = word.as_bytes();
+        b.len() >= 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && b[0].is_ascii_digit()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_journal_lines_carry_their_priority_and_no_timestamp() {
+    let log = tokio::task::spawn_blocking(|| {
+        sync_log_with_journal_stream(|dev, ino| format!("{dev}:{ino}"))
+    })
+    .await
+    .unwrap();
+    let events: Vec<&str> = log.lines().filter(|l| l.contains("callsync::")).collect();
+    assert!(!events.is_empty(), "{log}");
+    for line in &events {
+        assert!(
+            ["<3>", "<4>", "<6>", "<7>"]
+                .iter()
+                .any(|p| line.starts_with(p)),
+            "no priority: {line}"
+        );
+        assert!(!has_timestamp(line), "a timestamp: {line}");
+    }
+    assert!(
+        events
+            .iter()
+            .any(|l| l.starts_with("<6> INFO") && l.contains("pass completed")),
+        "{log}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|l| l.starts_with("<3>ERROR") && l.contains("pass failed")),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_stream_naming_another_file_changes_nothing() {
+    let log = tokio::task::spawn_blocking(|| {
+        sync_log_with_journal_stream(|dev, ino| format!("{dev}:{}", ino + 1))
+    })
+    .await
+    .unwrap();
+    let events: Vec<&str> = log.lines().filter(|l| l.contains("callsync::")).collect();
+    assert!(!events.is_empty(), "{log}");
+    for line in &events {
+        assert!(!line.starts_with('<'), "a priority: {line}");
+        assert!(has_timestamp(line), "no timestamp: {line}");
+    }
+}

@@ -37,3 +37,5 @@ mod analyst;
 mod scripting;
 // The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
 mod terminal;
+// contrib/: the alerting rules and the dashboard select series exported from start-up.
+mod monitoring;

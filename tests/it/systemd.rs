@@ -43,6 +43,8 @@ fn units_declare_what_the_operator_relies_on() {
         "Type=notify",
         "WatchdogSec=",
         "Restart=on-failure",
+        "RestartPreventExitStatus=2\n",
+        "Documentation=",
         "User=callsync",
         "Group=callsync",
         "StateDirectory=callsync",

@@ -608,7 +608,7 @@ fn errors_from_the_environment_name_the_variable() {
         ),
         (
             ("CALLSYNC_METRICS__LISTEN", "localhost"),
-            "config: CALLSYNC_METRICS__LISTEN: metrics.listen: \"localhost\" is not a socket address such as \"127.0.0.1:9187\"".to_owned(),
+            "config: CALLSYNC_METRICS__LISTEN: metrics.listen: \"localhost\" is not a socket address such as \"127.0.0.1:29610\"".to_owned(),
         ),
     ];
     for ((var, value), expected) in cases {
@@ -876,4 +876,72 @@ fn keep_runs_takes_a_duration_or_forever() {
     }
     let e = env(&[("CALLSYNC_WAREHOUSE__KEEP_RUNS", "forever")]);
     assert_eq!(load_text(&minimal(), &e).unwrap().warehouse.keep_runs, None);
+}
+
+/// The variables that make a whole configuration without a file.
+fn whole_env() -> Env {
+    env(&[
+        ("CALLSYNC_API__BASE_URL", "https://calls.example.com"),
+        ("CALLSYNC_API__ACCESS_TOKEN", "tok"),
+        ("CALLSYNC_SYNC__SCHEDULES", SCHEDULE),
+    ])
+}
+
+/// The default paths are relative to the working directory (the crate's, in tests) and
+/// `/etc`: a machine with one of them installed cannot run the file-less cases.
+fn no_default_file() -> bool {
+    let none = !DEFAULT_PATHS.iter().any(|p| Path::new(p).is_file());
+    if !none {
+        eprintln!("a default configuration file exists here: file-less cases skipped");
+    }
+    none
+}
+
+#[test]
+fn the_environment_alone_is_a_configuration() {
+    if !no_default_file() {
+        return;
+    }
+    let c = load_from(None, &whole_env()).unwrap();
+    assert_eq!(c.api.base_url.as_str(), "https://calls.example.com/");
+    assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);
+    assert_eq!(c.source, None);
+    // A required key missing is named, not "no configuration file found".
+    let err = load_from(None, &env(&[("CALLSYNC_API__ACCESS_TOKEN", "tok")]))
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("no configuration file"), "{err}");
+    assert!(err.contains("base_url"), "{err}");
+    // Nothing at all: the search is named, and both ways out.
+    assert_eq!(
+        load_from(None, &Env::default()).unwrap_err().to_string(),
+        "config: no configuration file found (looked for config/callsync.toml, /etc/callsync/callsync.toml) and no CALLSYNC_* variables set; pass --config PATH or set CALLSYNC_CONFIG"
+    );
+}
+
+#[test]
+fn callsync_config_names_the_file_and_is_no_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = dir.path().join("named.toml");
+    std::fs::write(&named, with("sync", "page_size = 7")).unwrap();
+    let given = dir.path().join("given.toml");
+    std::fs::write(&given, with("sync", "page_size = 9")).unwrap();
+    let vars = env(&[("CALLSYNC_CONFIG", named.to_str().unwrap())]);
+    // Read as the file, not as a key `config` (which the file format does not have).
+    let c = load_from(None, &vars).unwrap();
+    assert_eq!((c.sync.page_size, c.source), (7, Some(named.clone())));
+    // --config wins over it.
+    let c = load_from(Some(&given), &vars).unwrap();
+    assert_eq!((c.sync.page_size, c.source), (9, Some(given)));
+    // A file it names that is missing is an error, never a fall-back to the defaults.
+    let missing = dir.path().join("missing.toml");
+    assert_eq!(
+        load_from(
+            None,
+            &env(&[("CALLSYNC_CONFIG", missing.to_str().unwrap())])
+        )
+        .unwrap_err()
+        .to_string(),
+        format!("config: cannot read {}: no such file", missing.display())
+    );
 }
