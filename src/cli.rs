@@ -28,6 +28,7 @@ use crate::telemetry::{self, TelemetryError};
 use crate::warehouse::Warehouse;
 
 mod campaign;
+mod check;
 mod generate;
 mod pass_json;
 mod progress;
@@ -197,6 +198,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the configuration, the credentials, every schedule and the warehouse, one line
+    /// each; exit code 1 when any fails (for systemd's ExecStartPre=)
+    Check {
+        /// Print one JSON object per check (JSON Lines: check, ok, detail)
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply pending warehouse migrations, then exit
     Migrate,
     /// Write a consistent copy of the warehouse to PATH (safe while the daemon runs)
@@ -236,7 +244,9 @@ impl Command {
     /// warehouse alone, so a BI-group user without the daemon's secret can run them.
     fn talks_to_the_service(&self) -> bool {
         match self {
-            Command::Run | Command::Sync { .. } | Command::Backfill(_) => true,
+            Command::Run | Command::Sync { .. } | Command::Backfill(_) | Command::Check { .. } => {
+                true
+            }
             Command::Service(command) => command.talks_to_the_service(),
             _ => false,
         }
@@ -492,6 +502,7 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Checkpoint(command) => checkpoint(&config, command),
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
+        Command::Check { json } => check::run(&config, json).await,
         Command::Migrate => migrate(&config),
         Command::Service(command) => campaign::run(&config, command).await,
         Command::Backup { path, force } => backup(&config, &path, force),

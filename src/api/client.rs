@@ -114,6 +114,18 @@ impl ApiClient {
         Ok(Listed { page, served_at })
     }
 
+    /// Gets the token the next request will send: fetches one from `api.oauth.token_url`
+    /// when none is cached (retried like any request); nothing to do for a static token.
+    /// For `check`, which tells a refused client secret from a refused token.
+    pub async fn authenticate(&self, counters: &Counters) -> Result<(), ApiError> {
+        let inner = &self.inner;
+        inner
+            .tokens
+            .bearer(&inner.http, &inner.retry, counters)
+            .await
+            .map(drop)
+    }
+
     /// `GET /api/v1/outbound_calls/{uid}`: the call with every attempt's children.
     pub async fn get_call(&self, uid: Uuid, counters: &Counters) -> Result<OutboundCall, ApiError> {
         let url = self.endpoint(&["outbound_calls", &uid.to_string()]);

@@ -27,7 +27,7 @@ use rusqlite::Connection;
 pub use file_lock::FileIdentity;
 use file_lock::{FileLock, LockByte, LockError, LockMode};
 
-pub use access::unwritable_for_owner;
+pub use access::{check_writable, unwritable_for_owner};
 pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};

@@ -214,6 +214,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
         vec!["sync", "--dry-run"],
         vec!["backfill", "--schedule", &s],
         vec!["run"],
+        vec!["check"],
     ] {
         let args: Vec<&str> = ["--config", c].iter().copied().chain(command).collect();
         let out = callsync(&args).await;

@@ -17,6 +17,8 @@ mod writable;
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.
 mod cli;
+// callsync check: credentials, schedules and warehouse, one line each, before the daemon starts.
+mod check;
 // The simulator, probed over HTTP rule by rule.
 mod simulator;
 // callsync run: cron ticks, overlap, backoff, SIGTERM.

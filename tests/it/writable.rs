@@ -17,17 +17,17 @@ use crate::harness::TestEnv;
 
 const NOBODY: u32 = 65534;
 
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
-fn chmod(path: &Path, mode: u32) {
+pub(crate) fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
 }
 
 /// `callsync args`, as `nobody` when the test runs as root.
-async fn callsync_as_nobody_if_root(args: &[&str]) -> Output {
+pub(crate) async fn callsync_as_nobody_if_root(args: &[&str]) -> Output {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"));
     command.args(args).env_remove("RUST_LOG").kill_on_drop(true);
     if running_as_root() {
@@ -54,7 +54,7 @@ async fn synced() -> (TestEnv, String) {
     (env, config.to_str().unwrap().to_owned())
 }
 
-fn not_writable(db: &Path, what: &str, path: &Path) -> String {
+pub(crate) fn not_writable(db: &Path, what: &str, path: &Path) -> String {
     format!(
         "cannot write the warehouse {}: {what} {} is not writable (Permission denied (os error 13)); give the user callsync runs as write permission on it, or choose a writable warehouse.path",
         db.display(),

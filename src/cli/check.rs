@@ -1,0 +1,214 @@
+//! `callsync check`: is this configuration ready to run? For systemd's `ExecStartPre=` and for
+//! an operator after editing the configuration. The configuration has loaded by the time this
+//! runs (a configuration error exits 2 before it); then, each on its own line and every one
+//! of them even after a failure: the credentials (a token fetched for OAuth, then one list
+//! request that the service must accept), each configured schedule (one list request of one
+//! call), and whether this user could write the warehouse. Nothing is created or migrated.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{UsageError, print_out};
+use crate::api::{ApiClient, ApiError, Counters, ListFilter, ListQuery};
+use crate::config::{AuthConfig, Config};
+
+/// The longest the check retries one request: long enough to ride out a network or service
+/// that is briefly away, short enough to print its verdict well within systemd's start
+/// timeout (90 s by default); after that systemd's `Restart=` tries again.
+const RETRY_BUDGET: Duration = Duration::from_secs(30);
+
+/// One check's verdict: a line on stdout, or with `--json` an object of these three fields.
+#[derive(Debug, Serialize)]
+struct Verdict {
+    check: String,
+    ok: bool,
+    detail: String,
+}
+
+impl Verdict {
+    fn ok(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Verdict {
+            check: check.into(),
+            ok: true,
+            detail: detail.into(),
+        }
+    }
+
+    fn failed(check: impl Into<String>, detail: impl Into<String>) -> Self {
+        Verdict {
+            check: check.into(),
+            ok: false,
+            detail: detail.into(),
+        }
+    }
+
+    fn print(&self, json: bool) -> Result<()> {
+        if json {
+            return print_out(format_args!("{}\n", serde_json::to_string(self)?));
+        }
+        let mark = if self.ok { "ok" } else { "FAILED" };
+        print_out(format_args!("{mark:<4} {}: {}\n", self.check, self.detail))
+    }
+}
+
+pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
+    let Some(first) = config.sync.schedules.first().copied() else {
+        // As `run` would: the daemon refuses to start without schedules (exit 2).
+        return Err(UsageError("no schedules to check: list them in sync.schedules".into()).into());
+    };
+    let mut all_ok = true;
+    let mut report = |verdict: Verdict| -> Result<()> {
+        all_ok &= verdict.ok;
+        verdict.print(json)
+    };
+    report(Verdict::ok("config", describe_source(config)))?;
+
+    let client = client(config)?;
+    let filter = ListFilter::default();
+    let (credentials, first_listed) = check_credentials(config, &client, first, &filter).await;
+    let credentials_ok = credentials.ok;
+    report(credentials)?;
+
+    let listed: Vec<Result<(), ApiError>> = match first_listed {
+        Some(first_listed) if credentials_ok => {
+            let rest = config.sync.schedules[1..]
+                .iter()
+                .map(|&schedule| list_one(&client, schedule, &filter));
+            std::iter::once(first_listed)
+                .chain(futures::future::join_all(rest).await)
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    for (index, &schedule) in config.sync.schedules.iter().enumerate() {
+        report(match listed.get(index) {
+            Some(result) => schedule_verdict(schedule, result),
+            None => Verdict::failed(
+                schedule_check(schedule),
+                "not checked: the credentials check failed",
+            ),
+        })?;
+    }
+
+    report(warehouse_verdict(&config.warehouse.path))?;
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn describe_source(config: &Config) -> String {
+    match &config.source {
+        Some(path) => path.display().to_string(),
+        None => "the CALLSYNC_* environment (no file)".to_owned(),
+    }
+}
+
+/// The client `run` would use, with a retry budget that fits a start-up check.
+fn client(config: &Config) -> Result<ApiClient> {
+    let mut api = config.api.clone();
+    api.retry.max_elapsed = api.retry.max_elapsed.min(RETRY_BUDGET);
+    ApiClient::new(&api).context("cannot set up the service's client")
+}
+
+/// The credentials' verdict and, when the list request was sent, its result: it is also the
+/// first schedule's check. A 404 proves the token was accepted (the service looked for the
+/// schedule); the schedule's own line says it is missing.
+async fn check_credentials(
+    config: &Config,
+    client: &ApiClient,
+    first: Uuid,
+    filter: &ListFilter,
+) -> (Verdict, Option<Result<(), ApiError>>) {
+    const CHECK: &str = "credentials";
+    let oauth = matches!(config.api.credentials(), Ok(AuthConfig::OAuth(_)));
+    if let Err(err) = client.authenticate(&Counters::default()).await {
+        let detail = if err.is_unauthorized() {
+            "the token endpoint (api.oauth.token_url) refused the client credentials (HTTP 401); check api.oauth.client_id and the client secret".to_owned()
+        } else {
+            format!("cannot fetch a token: {}", crate::error_chain(&err))
+        };
+        return (Verdict::failed(CHECK, detail), None);
+    }
+    let listed = list_one(client, first, filter).await;
+    let verdict = match &listed {
+        Ok(()) => Verdict::ok(CHECK, accepted(oauth)),
+        Err(err) if err.is_not_found() => Verdict::ok(CHECK, accepted(oauth)),
+        Err(err) if err.is_unauthorized() => Verdict::failed(CHECK, refused(oauth)),
+        Err(err) => Verdict::failed(
+            CHECK,
+            format!("cannot be checked: {}", crate::error_chain(err)),
+        ),
+    };
+    (verdict, Some(listed))
+}
+
+fn refused(oauth: bool) -> &'static str {
+    if oauth {
+        "the service refused the token just issued by api.oauth.token_url (HTTP 401); check api.oauth.scope and that this client may read the schedules"
+    } else {
+        "the service refused the token (HTTP 401); check api.access_token (or its file or systemd credential): is it expired or revoked?"
+    }
+}
+
+fn accepted(oauth: bool) -> &'static str {
+    if oauth {
+        "a token was issued by api.oauth.token_url and accepted by the service"
+    } else {
+        "the service accepted the access token"
+    }
+}
+
+/// One list request of one call of `schedule`: does the service know it?
+async fn list_one(client: &ApiClient, schedule: Uuid, filter: &ListFilter) -> Result<(), ApiError> {
+    let query = ListQuery {
+        updated_after: None,
+        page: 1,
+        page_size: 1,
+        filter,
+    };
+    client
+        .list_calls(schedule, &query, &Counters::default())
+        .await
+        .map(drop)
+}
+
+fn schedule_check(schedule: Uuid) -> String {
+    format!("schedule {schedule}")
+}
+
+fn schedule_verdict(schedule: Uuid, listed: &Result<(), ApiError>) -> Verdict {
+    let check = schedule_check(schedule);
+    match listed {
+        Ok(()) => Verdict::ok(check, "exists on the service"),
+        Err(err) if err.is_not_found() => Verdict::failed(
+            check,
+            format!(
+                "the service has no schedule {schedule} (HTTP 404); remove it from sync.schedules or correct it, and check api.base_url (it must not include /api/v1)"
+            ),
+        ),
+        Err(err) => Verdict::failed(check, crate::error_chain(err)),
+    }
+}
+
+/// What `run` checks before it opens the warehouse, without creating or migrating it.
+fn warehouse_verdict(path: &Path) -> Verdict {
+    const CHECK: &str = "warehouse";
+    match crate::warehouse::check_writable(path) {
+        Err(err) => Verdict::failed(CHECK, crate::error_chain(&err)),
+        Ok(()) if path.exists() => Verdict::ok(CHECK, format!("{} is writable", path.display())),
+        Ok(()) => Verdict::ok(
+            CHECK,
+            format!(
+                "{} does not exist yet; its directory is writable, and callsync will create it",
+                path.display()
+            ),
+        ),
+    }
+}

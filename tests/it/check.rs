@@ -1,0 +1,213 @@
+//! `callsync check` on the binary: a line per check, every check run even after a failure,
+//! exit 0 when all pass and 1 when any fails; nothing created.
+
+use std::path::Path;
+
+use callsync::simulator::SimulatorOptions;
+use uuid::Uuid;
+
+use crate::cli::{callsync, stderr};
+use crate::harness::TestEnv;
+use crate::writable::{callsync_as_nobody_if_root, chmod, not_writable, running_as_root};
+
+async fn two_schedules() -> TestEnv {
+    TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 5,
+        ..SimulatorOptions::default()
+    })
+    .await
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The configuration `write_config` writes, with `from` replaced by `to`, as `name`.
+fn edited_config(env: &TestEnv, name: &str, from: &str, to: &str) -> String {
+    let text = std::fs::read_to_string(env.write_config("")).unwrap();
+    assert!(text.contains(from), "{from:?} not in {text}");
+    let path = env.dir.path().join(name);
+    std::fs::write(&path, text.replace(from, to)).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn to_be_created(db: &Path) -> String {
+    format!(
+        "ok   warehouse: {} does not exist yet; its directory is writable, and callsync will create it\n",
+        db.display()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_checks_pass_with_exit_0_and_nothing_is_created() {
+    let env = two_schedules().await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let [s1, s2] = env.schedules()[..] else {
+        panic!("two schedules")
+    };
+    let db = env.warehouse_path();
+
+    let out = callsync(&["--config", c, "check"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "ok   config: {c}\n\
+             ok   credentials: the service accepted the access token\n\
+             ok   schedule {s1}: exists on the service\n\
+             ok   schedule {s2}: exists on the service\n{}",
+            to_be_created(&db)
+        )
+    );
+    assert_eq!(stderr(&out), "");
+    assert!(!db.exists(), "check creates no warehouse");
+    // One list request of one call per schedule, the first doubling as the credentials'.
+    let lists: Vec<String> = env
+        .sim
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}?{}", r.method, r.path, r.query))
+        .collect();
+    assert_eq!(
+        lists,
+        [s1, s2].map(|s| format!("GET /api/v1/schedules/{s}/outbound_calls?page=1&page_size=1"))
+    );
+
+    env.pass_ok(&env.schedules()).await;
+    let out = callsync(&["check", "--config", c]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(&format!("ok   warehouse: {} is writable\n", db.display())),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_fails_the_credentials_and_still_reports_the_rest() {
+    let env = two_schedules().await;
+    let token = env.sim.access_token();
+    let c = edited_config(&env, "bad-token.toml", &token, "not-the-token");
+    let [s1, s2] = env.schedules()[..] else {
+        panic!("two schedules")
+    };
+
+    let out = callsync(&["--config", &c, "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert_eq!(
+        printed,
+        format!(
+            "ok   config: {c}\n\
+             FAILED credentials: the service refused the token (HTTP 401); check api.access_token (or its file or systemd credential): is it expired or revoked?\n\
+             FAILED schedule {s1}: not checked: the credentials check failed\n\
+             FAILED schedule {s2}: not checked: the credentials check failed\n{}",
+            to_be_created(&env.warehouse_path())
+        )
+    );
+    assert!(!printed.contains(&token) && !stderr(&out).contains("not-the-token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_schedule_fails_naming_it_and_the_others_are_checked() {
+    let env = two_schedules().await;
+    let [s1, s2] = env.schedules()[..] else {
+        panic!("two schedules")
+    };
+    // First in the list: its 404 still proves that the token was accepted.
+    let unknown = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+    let c = edited_config(
+        &env,
+        "unknown.toml",
+        "schedules = [",
+        &format!("schedules = [\"{unknown}\", "),
+    );
+
+    let out = callsync(&["--config", &c, "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "ok   config: {c}\n\
+             ok   credentials: the service accepted the access token\n\
+             FAILED schedule {unknown}: the service has no schedule {unknown} (HTTP 404); remove it from sync.schedules or correct it, and check api.base_url (it must not include /api/v1)\n\
+             ok   schedule {s1}: exists on the service\n\
+             ok   schedule {s2}: exists on the service\n{}",
+            to_be_created(&env.warehouse_path())
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warehouse_directory_this_user_cannot_write_fails_naming_it() {
+    let env = two_schedules().await;
+    let config = env.write_config("");
+    // Root may write anything: the check then runs as `nobody` on root's directory.
+    chmod(
+        env.dir.path(),
+        if running_as_root() { 0o755 } else { 0o555 },
+    );
+    chmod(&config, 0o644);
+    let out = callsync_as_nobody_if_root(&["--config", config.to_str().unwrap(), "check"]).await;
+    chmod(env.dir.path(), 0o755);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let printed = stdout(&out);
+    let db = env.warehouse_path();
+    assert!(
+        printed.ends_with(&format!(
+            "FAILED warehouse: {}\n",
+            not_writable(&db, "the directory", env.dir.path())
+        )),
+        "{printed}"
+    );
+    // The service's checks passed, and were still reported.
+    assert_eq!(printed.matches("\nok   schedule ").count(), 2, "{printed}");
+    assert!(!db.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_prints_one_object_per_check() {
+    let env = two_schedules().await;
+    let token = env.sim.access_token();
+    let c = edited_config(&env, "bad-token.toml", &token, "not-the-token");
+    let out = callsync(&["--config", &c, "check", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let checks: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let [s1, s2] = env.schedules()[..] else {
+        panic!("two schedules")
+    };
+    let summary: Vec<(String, bool)> = checks
+        .iter()
+        .map(|c| {
+            assert_eq!(c.as_object().unwrap().len(), 3, "{c}");
+            (
+                c["check"].as_str().unwrap().to_owned(),
+                c["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("config".to_owned(), true),
+            ("credentials".to_owned(), false),
+            (format!("schedule {s1}"), false),
+            (format!("schedule {s2}"), false),
+            ("warehouse".to_owned(), true),
+        ]
+    );
+    assert_eq!(checks[0]["detail"], c.as_str());
+    assert!(
+        checks[1]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("the service refused the token (HTTP 401)"),
+        "{}",
+        checks[1]
+    );
+}
