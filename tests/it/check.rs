@@ -211,3 +211,48 @@ async fn json_prints_one_object_per_check() {
         checks[1]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_fetches_a_token_and_a_refused_client_secret_says_so() {
+    let env = two_schedules().await;
+    let oauth = |secret: &str| {
+        format!(
+            "[api.oauth]\ntoken_url = \"{}\"\nclient_id = \"{}\"\nclient_secret = \"{secret}\"\n\n[api.retry]",
+            env.sim.token_url(),
+            env.sim.client_id()
+        )
+    };
+    let token_line = format!("access_token = \"{}\"\n", env.sim.access_token());
+    let config = |name: &str, secret: &str| {
+        let c = edited_config(&env, name, &token_line, "");
+        let text = std::fs::read_to_string(&c)
+            .unwrap()
+            .replace("[api.retry]", &oauth(secret));
+        std::fs::write(&c, text).unwrap();
+        c
+    };
+
+    let c = config("oauth.toml", env.sim.client_secret());
+    let out = callsync(&["--config", &c, "check"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "\nok   credentials: a token was issued by api.oauth.token_url and accepted by the service\n"
+        ),
+        "{}",
+        stdout(&out)
+    );
+
+    let c = config("bad-secret.toml", "not-the-secret");
+    let out = callsync(&["--config", &c, "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert!(
+        printed.contains(
+            "\nFAILED credentials: the token endpoint (api.oauth.token_url) refused the client credentials (HTTP 401); check api.oauth.client_id and the client secret\n"
+        ),
+        "{printed}"
+    );
+    assert!(!printed.contains("not-the-secret") && !stderr(&out).contains("not-the-secret"));
+    assert!(printed.contains("\nok   warehouse: "), "{printed}");
+}
