@@ -53,7 +53,7 @@ fn units_declare_what_the_operator_relies_on() {
         "LoadCredential=access_token:",
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
-        "ExecStartPre=/usr/local/bin/callsync --config /etc/callsync/callsync.toml check\n",
+        "ExecStartPre=-/usr/local/bin/callsync --config /etc/callsync/callsync.toml check\n",
         " run\n",
     ] {
         assert!(daemon.contains(line), "callsync.service lacks {line:?}");
