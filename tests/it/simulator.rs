@@ -96,7 +96,9 @@ fn error_titles(body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn every_request_needs_a_valid_bearer_token() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         token_lifetime: Duration::from_secs(1),
         ..SimulatorOptions::default()
     })
@@ -161,7 +163,11 @@ async fn every_request_needs_a_valid_bearer_token() {
         "invalid_client"
     );
 
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A token lasts its lifetime on the simulator's clock, to the instant.
+    clock.advance(Duration::from_millis(999));
+    let last = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
+    assert_eq!(last.status(), StatusCode::OK);
+    clock.advance(Duration::from_millis(1));
     let expired = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
     assert_eq!(expired.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
@@ -719,10 +725,15 @@ async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
         seed: 5,
         ..SimulatorOptions::default()
     };
-    let a = start(options.clone()).await;
-    // Most runs start in another second than `a`: the timestamps then move, the rest stays.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let b = start(options.clone()).await;
+    let at = |text: &str| -> SimulatorOptions {
+        SimulatorOptions {
+            clock: ManualClock::new(Timestamp::parse(text).unwrap()).into(),
+            ..options.clone()
+        }
+    };
+    // Started 3.7 s apart, in seconds 4 apart: the timestamps move by 4 s, the rest stays.
+    let a = start(at("2026-04-01T09:00:00.400Z")).await;
+    let b = start(at("2026-04-01T09:00:04.100Z")).await;
     assert_eq!(
         (a.campaign_uid(), a.call_flow_uid(), a.schedule_uids()),
         (b.campaign_uid(), b.call_flow_uid(), b.schedule_uids())
@@ -743,8 +754,7 @@ async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
     }
     shifts.sort();
     shifts.dedup();
-    assert_eq!(shifts.len(), 1, "one shift for every timestamp: {shifts:?}");
-    assert_eq!(shifts[0] % 1_000_000_000, 0, "a whole number of seconds");
+    assert_eq!(shifts, [4_000_000_000], "one shift for every timestamp");
 
     let other = start(SimulatorOptions { seed: 6, ..options }).await;
     assert_ne!(other.schedule_uids(), a.schedule_uids());
@@ -853,7 +863,9 @@ async fn faults_at_full_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         calls_per_schedule: 200,
         late_commit: Some(Duration::from_millis(800)),
         dialer: Some(DialerOptions {
@@ -865,15 +877,17 @@ async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
     })
     .await;
     let before = p.truth();
-    let started = Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = p.sim.now();
+    clock.advance(Duration::from_millis(200));
     p.sim.set_dialer_running(false);
     let stopped = p.truth();
     assert!(
         stopped.iter().all(|c| c.updated_at < started),
         "changes are not visible before δ"
     );
+    // On a manual clock, settling moves it to when the last late commit shows.
     p.sim.settle().await;
+    assert!(p.sim.now() >= started.saturating_add(Duration::from_millis(800)));
     let after = p.truth();
     let moved: Vec<_> = after.iter().filter(|c| c.updated_at >= started).collect();
     assert!(!moved.is_empty(), "the dialer changed calls");
@@ -888,7 +902,9 @@ async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_changes_can_leave_updated_at_alone() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         calls_per_schedule: 100,
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
@@ -900,7 +916,7 @@ async fn child_changes_can_leave_updated_at_alone() {
     })
     .await;
     let before = p.truth();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    clock.advance(Duration::from_millis(200));
     p.sim.set_dialer_running(false);
     let after = p.truth();
     let silent = after.iter().filter(|c| {
@@ -1410,7 +1426,10 @@ async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
             .any(|c| c.outbound_call_attempts.as_ref().unwrap().len() > 1)
     );
 
+    // On a manual clock: 2 s of work happen when the test says, the same on every run.
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
@@ -1429,11 +1448,10 @@ async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
             .flat_map(|s| p.sim.truth(s))
             .collect()
     };
-    let started = Timestamp::now();
-
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let started = p.sim.now();
+    clock.advance(Duration::from_millis(2000));
     p.sim.set_dialer_running(false);
-    let now = Timestamp::now();
+    let now = p.sim.now();
     let calls = all(&p);
     assert_lifelike(&calls, now, scale);
 
