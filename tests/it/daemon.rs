@@ -467,18 +467,19 @@ async fn a_reconciliation_that_comes_with_a_sync_tick_is_queued_not_lost() {
     .await;
     let s = env.schedules();
     env.make_child_only_changes(&s).await;
-    // Passes outlast the ticks sent with them.
-    env.sim.set_faults(FaultPlan {
-        slow_rate: 1.0,
-        slow_delay: Duration::from_millis(30),
-        ..FaultPlan::default()
-    });
     env.config.sync.reconcile_window = Duration::from_secs(8 * 86_400);
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
-    // The two crons fire in the same second: the sync tick first.
+    // The two crons fire in the same second: the sync tick first, its passes' first answers
+    // held long enough for the reconcile tick to find them running.
+    env.sim.set_faults(FaultPlan {
+        slow_rate: 1.0,
+        slow_delay: Duration::from_millis(100),
+        ..FaultPlan::default()
+    });
     assert_eq!(daemon.send(Tick::Sync).await, s);
     daemon.send(Tick::Reconcile).await;
+    env.sim.set_faults(FaultPlan::default());
     daemon
         .until("a reconciliation of every schedule", |reports| {
             s.iter().all(|schedule| {
