@@ -398,6 +398,7 @@ impl SimulateArgs {
                 quota_per_second: self.rate_limit,
                 ..FaultPlan::default()
             },
+            ..SimulatorOptions::default()
         }
     }
 }

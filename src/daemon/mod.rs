@@ -1,8 +1,9 @@
 //! The daemon behind `callsync run`: passes on a cron, never overlapping, until shutdown.
 //!
 //! [`run`] takes the shutdown signal as a future (the binary passes SIGTERM/SIGINT, tests a
-//! channel). It opens the engine, tells systemd READY, runs a pass of every schedule, then
-//! one per `sync.cron` tick (and a reconciliation per `sync.reconcile_cron` tick). A tick
+//! channel); [`run_with`] also takes where its ticks come from (the cron, or a test's
+//! [`TickDriver`]). It opens the engine, tells systemd READY, runs a pass of every schedule,
+//! then one per `sync.cron` tick (and a reconciliation per `sync.reconcile_cron` tick). A tick
 //! that finds a schedule's previous pass still running skips it; a failing schedule backs
 //! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
 //! slowing the others. On shutdown it takes no new ticks, lets each running pass commit the
@@ -21,7 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -30,7 +31,7 @@ use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
 
-pub use scheduler::{SchedulerError, Tick, firings_between};
+pub use scheduler::{SchedulerError, Tick, TickDriver, TickSource, firings_between};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -51,6 +52,9 @@ pub enum DaemonError {
     },
 }
 
+/// A pass task's end, as the `JoinSet` gives it.
+type PassJoin = Result<(tokio::task::Id, PassReport), tokio::task::JoinError>;
+
 /// Ticks a failing schedule sits out at most.
 const MAX_BACKOFF_TICKS: u32 = 32;
 
@@ -63,15 +67,24 @@ fn pass_kinds(config: &Config) -> &'static [&'static str] {
     }
 }
 
-/// Runs until `shutdown` completes. Errors only when it cannot start at all.
+/// Runs on the configured crons until `shutdown` completes. Errors only when it cannot start
+/// at all, or when its warehouse becomes unusable.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
+    run_with(config, TickSource::Cron, shutdown).await
+}
+
+/// [`run`], with its ticks from `source`.
+pub async fn run_with(
+    config: Config,
+    source: TickSource,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let engine = Arc::new(Engine::start(&config)?);
     let clock = scheduler::TickClock::new(&config.sync.cron)?;
-    let (tick_tx, mut ticks) = mpsc::channel(4);
-    let mut cron = scheduler::start(
+    let mut ticks = scheduler::Ticks::start(
+        source,
         &config.sync.cron,
         config.sync.reconcile_cron.as_deref(),
-        tick_tx.clone(),
         clock.clone(),
     )
     .await?;
@@ -105,8 +118,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "callsync daemon started"
     );
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
-    // A pass of every schedule at start-up.
-    let _ = tick_tx.try_send(Tick::Sync);
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -115,12 +126,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tokio::select! {
             () = &mut shutdown => break None,
             // Before any pass starts: the warehouse is still the file opened, and writable.
-            Some(tick) = ticks.recv() => match engine.check_warehouse() {
-                Ok(()) => dispatcher.on_tick(tick),
+            Some((tick, started)) = ticks.next() => match engine.check_warehouse() {
+                Ok(()) => started.reply(dispatcher.on_tick(tick)),
                 Err(err) => break Some(err),
             },
             Some(done) = dispatcher.passes.join_next_with_id(), if !dispatcher.passes.is_empty() => {
-                dispatcher.on_done(done);
+                dispatcher.pass_ended(done, &mut ticks);
                 // A pass that failed because the warehouse went stops the daemon now, not at
                 // the next tick.
                 if let Err(err) = engine.check_warehouse() {
@@ -142,11 +153,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         "shutting down: letting running passes commit their page"
     );
     notify::stopping();
-    let _ = cron.shutdown().await;
+    ticks.stop().await;
     cancel.cancel();
     let drained = tokio::time::timeout(config.sync.shutdown_timeout, async {
         while let Some(done) = dispatcher.passes.join_next_with_id().await {
-            dispatcher.on_done(done);
+            dispatcher.pass_ended(done, &mut ticks);
         }
     })
     .await;
@@ -334,15 +345,20 @@ impl Dispatcher {
         }
     }
 
-    fn on_tick(&mut self, tick: Tick) {
+    /// Acts on a tick for every schedule; returns those whose pass it started.
+    fn on_tick(&mut self, tick: Tick) -> Vec<Uuid> {
         if tick == Tick::Sync {
             self.metrics.sync_tick();
         }
+        let mut started = Vec::new();
         for i in 0..self.slots.len() {
             let (schedule, slot) = &mut self.slots[i];
             let schedule = *schedule;
             match slot.on_tick(tick) {
-                TickDecision::Start(kind) => self.start(i, kind),
+                TickDecision::Start(kind) => {
+                    self.start(i, kind);
+                    started.push(schedule);
+                }
                 TickDecision::StillRunning(running) => {
                     tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
                 }
@@ -360,11 +376,22 @@ impl Dispatcher {
                 }
             }
         }
+        started
+    }
+
+    /// [`Self::on_done`], then the report goes to a test driving the ticks: it hears of a pass
+    /// once the daemon has taken it in (slot freed, metrics updated).
+    fn pass_ended(&mut self, done: PassJoin, ticks: &mut scheduler::Ticks) {
+        let report = done.as_ref().ok().map(|(_, report)| report.clone());
+        self.on_done(done);
+        if let Some(report) = report {
+            ticks.pass_ended(report);
+        }
     }
 
     /// Records a finished (or panicked) pass, frees its slot, and starts a reconciliation
     /// that was waiting for it.
-    fn on_done(&mut self, done: Result<(tokio::task::Id, PassReport), tokio::task::JoinError>) {
+    fn on_done(&mut self, done: PassJoin) {
         let id = match &done {
             Ok((id, _)) => *id,
             Err(err) => err.id(),

@@ -4,6 +4,10 @@
 //! the time. It has open reports of jobs that stop firing, so [`TickClock`] knows when the
 //! last firing *should* have happened (from the same cron expression, via croner) and
 //! reports a stall; the daemon then stops feeding systemd's watchdog, and systemd restarts it.
+//!
+//! The daemon takes its ticks from a [`TickSource`]: the cron jobs, or a test's
+//! [`TickDriver`], which sends ticks by hand, learns which passes each one started and receives
+//! every pass's report, so that a daemon test runs without a wall clock.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,8 +15,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_cron_scheduler::{Job, JobScheduler};
+use uuid::Uuid;
+
+use crate::sync::PassReport;
 
 use crate::api::Timestamp;
 
@@ -165,9 +172,256 @@ pub async fn start(
     Ok(scheduler)
 }
 
+/// Where the daemon's ticks come from.
+pub enum TickSource {
+    /// `sync.cron` and `sync.reconcile_cron`, fired by tokio-cron-scheduler: `callsync run`.
+    Cron,
+    /// Ticks sent by hand with the [`TickDriver`] of [`TickSource::manual`] (tests).
+    Manual(ManualTicks),
+}
+
+/// What the daemon did with a tick: the schedules whose pass it started, and how many pass
+/// reports it had sent before (the passes it started report after those).
+type Ack = (Vec<Uuid>, usize);
+
+/// The daemon's end of a [`TickDriver`].
+pub struct ManualTicks {
+    startup: oneshot::Sender<Ack>,
+    ticks: mpsc::Receiver<(Tick, oneshot::Sender<Ack>)>,
+    reports: mpsc::UnboundedSender<PassReport>,
+}
+
+impl TickSource {
+    /// A source of ticks sent by hand, and the driver that sends them.
+    pub fn manual() -> (TickSource, TickDriver) {
+        let (startup_tx, startup) = oneshot::channel();
+        let (tick_tx, ticks) = mpsc::channel(1);
+        let (report_tx, reports) = mpsc::unbounded_channel();
+        let source = TickSource::Manual(ManualTicks {
+            startup: startup_tx,
+            ticks,
+            reports: report_tx,
+        });
+        let driver = TickDriver {
+            startup: Some(startup),
+            ticks: tick_tx,
+            reports,
+            received: 0,
+            running: Vec::new(),
+        };
+        (source, driver)
+    }
+}
+
+/// Ticks a daemon by hand and hears how its passes end, so that a test waits for passes,
+/// never for a clock.
+pub struct TickDriver {
+    /// What the daemon's start-up tick started, until it is known.
+    startup: Option<oneshot::Receiver<Ack>>,
+    ticks: mpsc::Sender<(Tick, oneshot::Sender<Ack>)>,
+    reports: mpsc::UnboundedReceiver<PassReport>,
+    /// Reports received so far.
+    received: usize,
+    /// Each pass a tick started and has not reported: its schedule, and how many reports
+    /// the daemon had sent before the tick (the pass's own report comes after those).
+    running: Vec<(Uuid, usize)>,
+}
+
+impl TickDriver {
+    /// Sends `tick` and waits until the daemon has acted on it; returns the schedules whose
+    /// pass it started (none for a busy or backing-off schedule, and none once the daemon
+    /// stopped — it may stop on this very tick, if its warehouse is gone).
+    pub async fn tick(&mut self, tick: Tick) -> Vec<Uuid> {
+        self.started_up().await;
+        let (reply, ack) = oneshot::channel();
+        if self.ticks.send((tick, reply)).await.is_err() {
+            return Vec::new();
+        }
+        let (started, before) = ack.await.unwrap_or_default();
+        self.running.extend(started.iter().map(|s| (*s, before)));
+        started
+    }
+
+    /// The report of the next pass to end, in the order they end (the start-up passes
+    /// first); `None` once the daemon has stopped and every report was taken.
+    pub async fn report(&mut self) -> Option<PassReport> {
+        self.started_up().await;
+        let report = self.reports.recv().await?;
+        let sent_before = self.received;
+        self.received += 1;
+        // Its own pass, not a later one: a pass started by a tick reports after the reports
+        // the daemon had sent before it acted on the tick.
+        if let Some(at) = self
+            .running
+            .iter()
+            .position(|(s, before)| *s == report.schedule && *before <= sent_before)
+        {
+            self.running.remove(at);
+        }
+        Some(report)
+    }
+
+    /// How many passes started by the start-up tick or a tick sent have not reported yet
+    /// (a reconciliation a busy schedule queued is not among them: it started later).
+    pub async fn running(&mut self) -> usize {
+        self.started_up().await;
+        self.running.len()
+    }
+
+    async fn started_up(&mut self) {
+        if let Some(startup) = self.startup.take() {
+            let (started, before) = startup.await.unwrap_or_default();
+            self.running.extend(started.iter().map(|s| (*s, before)));
+        }
+    }
+}
+
+/// The ticks the daemon's loop receives, from whichever source: first the start-up tick (a
+/// pass of every schedule), then the source's.
+pub(super) struct Ticks {
+    source: Source,
+    clock: TickClock,
+    /// Pass reports sent to a [`TickDriver`].
+    reports_sent: usize,
+}
+
+enum Source {
+    Cron {
+        /// The start-up tick is still to come.
+        startup: bool,
+        scheduler: JobScheduler,
+        ticks: mpsc::Receiver<Tick>,
+    },
+    Manual {
+        /// Where to say what the start-up tick started, until it came.
+        startup: Option<oneshot::Sender<Ack>>,
+        ticks: mpsc::Receiver<(Tick, oneshot::Sender<Ack>)>,
+        reports: mpsc::UnboundedSender<PassReport>,
+    },
+}
+
+/// Where the daemon says which schedules a tick started, when a [`TickDriver`] sent it.
+pub(super) struct Started(Option<(oneshot::Sender<Ack>, usize)>);
+
+impl Started {
+    pub fn reply(self, schedules: Vec<Uuid>) {
+        if let Some((reply, reports_before)) = self.0 {
+            let _ = reply.send((schedules, reports_before));
+        }
+    }
+}
+
+impl Ticks {
+    pub async fn start(
+        source: TickSource,
+        sync_cron: &str,
+        reconcile_cron: Option<&str>,
+        clock: TickClock,
+    ) -> Result<Ticks, SchedulerError> {
+        let source = match source {
+            TickSource::Cron => {
+                let (tick_tx, ticks) = mpsc::channel(4);
+                let scheduler = start(sync_cron, reconcile_cron, tick_tx, clock.clone()).await?;
+                Source::Cron {
+                    startup: true,
+                    scheduler,
+                    ticks,
+                }
+            }
+            TickSource::Manual(manual) => Source::Manual {
+                startup: Some(manual.startup),
+                ticks: manual.ticks,
+                reports: manual.reports,
+            },
+        };
+        Ok(Ticks {
+            source,
+            clock,
+            reports_sent: 0,
+        })
+    }
+
+    /// The next tick; `None` when the source has closed (a dropped [`TickDriver`]).
+    pub async fn next(&mut self) -> Option<(Tick, Started)> {
+        let before = self.reports_sent;
+        match &mut self.source {
+            Source::Cron { startup, ticks, .. } => {
+                if std::mem::take(startup) {
+                    return Some((Tick::Sync, Started(None)));
+                }
+                ticks.recv().await.map(|tick| (tick, Started(None)))
+            }
+            Source::Manual { startup, ticks, .. } => {
+                if let Some(reply) = startup.take() {
+                    return Some((Tick::Sync, Started(Some((reply, before)))));
+                }
+                let (tick, reply) = ticks.recv().await?;
+                if tick == Tick::Sync {
+                    // As a cron firing would: the watchdog is fed while ticks come.
+                    self.clock.fired();
+                }
+                Some((tick, Started(Some((reply, before)))))
+            }
+        }
+    }
+
+    /// A pass ended: a test driving the ticks hears of it.
+    pub fn pass_ended(&mut self, report: PassReport) {
+        if let Source::Manual { reports, .. } = &self.source {
+            self.reports_sent += 1;
+            let _ = reports.send(report);
+        }
+    }
+
+    /// No more ticks: the cron jobs stop.
+    pub async fn stop(&mut self) {
+        if let Source::Cron { scheduler, .. } = &mut self.source {
+            let _ = scheduler.shutdown().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::warehouse::RunKind;
+
+    fn ended(schedule: Uuid) -> PassReport {
+        crate::daemon::not_started(schedule, RunKind::Incremental)
+    }
+
+    /// The daemon's side in order: the start-up pass of `a` ends, then a reconciliation it had
+    /// queued (no tick started it), then a tick starts a pass that ends at once.
+    #[tokio::test]
+    async fn the_driver_waits_for_the_pass_a_tick_started_not_for_one_before() {
+        let a = Uuid::from_u128(1);
+        let (source, mut driver) = TickSource::manual();
+        let clock = TickClock::new("* * * * * *").unwrap();
+        let mut ticks = Ticks::start(source, "* * * * * *", None, clock)
+            .await
+            .unwrap();
+        let daemon = tokio::spawn(async move {
+            let (tick, started) = ticks.next().await.unwrap();
+            assert_eq!(tick, Tick::Sync);
+            started.reply(vec![a]);
+            ticks.pass_ended(ended(a));
+            ticks.pass_ended(ended(a));
+            let (tick, started) = ticks.next().await.unwrap();
+            assert_eq!(tick, Tick::Sync);
+            started.reply(vec![a]);
+            ticks.pass_ended(ended(a));
+        });
+        assert_eq!(driver.tick(Tick::Sync).await, [a]);
+        daemon.await.unwrap();
+        assert_eq!(driver.running().await, 2);
+        driver.report().await.unwrap();
+        assert_eq!(driver.running().await, 1, "the start-up pass ended");
+        driver.report().await.unwrap();
+        assert_eq!(driver.running().await, 1, "the tick's pass has not");
+        driver.report().await.unwrap();
+        assert_eq!(driver.running().await, 0);
+        assert!(driver.report().await.is_none(), "the daemon is gone");
+    }
 
     fn ts(text: &str) -> Timestamp {
         Timestamp::parse(text).unwrap()

@@ -16,13 +16,15 @@
 //!    until it ends.
 //!
 //! Spans (ringing, talk, retry intervals, arrivals) are nominal seconds, run at
-//! `time_scale` real seconds each; the numbers the service reports (`duration`,
-//! `retry_intervals`) stay nominal.
+//! `time_scale` seconds of the simulator's clock each; the numbers the service reports
+//! (`duration`, `retry_intervals`) stay nominal. Ticks fall on that clock too, so under a
+//! test's manual clock the dialer works exactly as far as the test moved the clock.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rand::Rng;
+use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -32,17 +34,18 @@ use super::state::State;
 use super::{DialerOptions, Shared, seed};
 use crate::api::{NewCall, Timestamp};
 
-pub async fn run(shared: Arc<Shared>, options: DialerOptions, stop: CancellationToken) {
-    let mut ticker = tokio::time::interval(options.tick);
+/// The shortest tick: a zero tick would never let time pass.
+const MIN_TICK: Duration = Duration::from_millis(1);
+
+/// Brings the dialer up to the clock every tick even when no request comes, so a request
+/// never waits for a long backlog of ticks to run.
+pub async fn keep_up(shared: Arc<Shared>, tick: Duration, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(tick.max(MIN_TICK));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut dialer = Dialer::default();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        if shared.dialer_running.load(Ordering::SeqCst) {
-            dialer.tick(&shared, &options);
+            _ = ticker.tick() => drop(shared.state()),
         }
     }
 }
@@ -55,22 +58,59 @@ struct InFlight {
     ends: Timestamp,
 }
 
-#[derive(Default)]
-struct Dialer {
+/// The dialer's own state. Its ticks fall on the simulator's clock, every `tick` from the
+/// start; they run when the state is next used ([`Dialer::catch_up`]), each at its own
+/// instant, so what a request sees depends on the clock, not on when a task was scheduled.
+pub struct Dialer {
+    options: DialerOptions,
+    next_tick: Timestamp,
+    /// Its own stream of the seed: how many ticks ran before a request (and its faults) drew
+    /// from the runtime stream must not change what either draws.
+    rng: StdRng,
     in_flight: Vec<InFlight>,
     next_arrival: Option<Timestamp>,
 }
 
 impl Dialer {
-    fn tick(&mut self, shared: &Shared, options: &DialerOptions) {
-        let mut state = shared.state();
-        // Re-checked under the lock: `set_dialer_running(false)` takes it after storing.
-        if !shared.dialer_running.load(Ordering::SeqCst) {
-            return;
+    pub fn new(options: DialerOptions, start: Timestamp, rng: StdRng) -> Self {
+        let tick = options.tick.max(MIN_TICK);
+        Dialer {
+            options: DialerOptions { tick, ..options },
+            next_tick: start.saturating_add(tick),
+            rng,
+            in_flight: Vec::new(),
+            next_arrival: None,
         }
-        let mut rng = shared.rng();
-        let rng = &mut *rng;
-        let now = state.now();
+    }
+
+    /// Runs, in order, every tick due by `now`; while the dialer is not `running` they pass
+    /// without work. A late commit becomes visible `late_commit` after its tick.
+    pub fn catch_up(
+        &mut self,
+        state: &mut State,
+        now: Timestamp,
+        running: bool,
+        late_commit: Option<Duration>,
+    ) {
+        while self.next_tick <= now {
+            let at = self.next_tick;
+            self.next_tick = at.saturating_add(self.options.tick);
+            if self.next_tick == at {
+                return;
+            }
+            if running {
+                self.tick(
+                    state,
+                    at.truncated(state.precision.unit_nanos()),
+                    late_commit,
+                );
+            }
+        }
+    }
+
+    fn tick(&mut self, state: &mut State, now: Timestamp, late_commit: Option<Duration>) {
+        let options = &self.options;
+        let rng = &mut self.rng;
         let pace = Pace {
             scale: options.time_scale,
             unit_nanos: state.precision.unit_nanos(),
@@ -87,7 +127,7 @@ impl Dialer {
             life::record_attempt(&mut call, &attempt.plan, attempt.started, pace, now, rng);
             call.updated_at = now;
             state.requeue(&call);
-            state.update_call(call, shared.late_commit);
+            state.update_call(call, late_commit.map(|delay| now.saturating_add(delay)));
         }
 
         if let Some(every) = options.new_calls_every {
@@ -96,7 +136,7 @@ impl Dialer {
                 .next_arrival
                 .get_or_insert_with(|| pace.after(now, every));
             if next <= now {
-                arrive(&mut state, rng);
+                arrive(state, now, rng);
                 self.next_arrival = Some(pace.after(now, every));
             }
         }
@@ -139,7 +179,7 @@ impl Dialer {
 
 /// New calls arriving: 1 to 10 contacts on a random enabled schedule, as one bulk request
 /// with `force=true` would create them.
-fn arrive(state: &mut State, rng: &mut impl Rng) {
+fn arrive(state: &mut State, now: Timestamp, rng: &mut impl Rng) {
     let enabled: Vec<Uuid> = state
         .schedule_order
         .iter()
@@ -159,5 +199,5 @@ fn arrive(state: &mut State, rng: &mut impl Rng) {
         .map(|n| seed::contact(rng, n))
         .collect();
     // Cannot be refused: the schedule exists, and force=true is what lets calls in.
-    let _ = state.create_calls(schedule, entries, true, rng);
+    let _ = state.create_calls(schedule, entries, true, now, rng);
 }

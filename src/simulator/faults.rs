@@ -69,7 +69,12 @@ pub async fn middleware(
     let method = request.method().to_string();
     let path = request.uri().path().to_owned();
     let query = request.uri().query().unwrap_or_default().to_owned();
-    let response = handle(&shared, request, next, &path).await;
+    let mut response = handle(&shared, request, next, &path).await;
+    // The service's clock when it answered, from the simulator's clock (hyper would put the
+    // machine's): callsync bounds each pass by it.
+    if let Some(date) = shared.clock.http_date() {
+        response.headers_mut().insert(header::DATE, date);
+    }
     shared.log_request(RequestRecord {
         method,
         path,
@@ -195,8 +200,8 @@ impl Shared {
         }
         let mut quota = super::lock(&self.quota);
         let (left, filled) = *quota;
-        let now = std::time::Instant::now();
-        let left = (left + now.duration_since(filled).as_secs_f64() * per_second).min(per_second);
+        let now = self.clock.now();
+        let left = (left + now.secs_since(filled).max(0.0) * per_second).min(per_second);
         let over = left < 1.0;
         *quota = (if over { left } else { left - 1.0 }, now);
         over

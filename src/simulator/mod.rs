@@ -5,8 +5,10 @@
 //! client: timestamp precision, a dialer that works the calls while a client pages
 //! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
 //! and child changes that do not bump `updated_at`. Tests read its ground truth with
-//! [`Simulator::truth`]. It reuses `api::models`; product code never imports it.
+//! [`Simulator::truth`], and may set its clock ([`ManualClock`]) as well as its seed, so that
+//! a failing run replays. It reuses `api::models`; product code never imports it.
 
+mod clock;
 mod dialer;
 mod faults;
 mod life;
@@ -20,7 +22,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 
@@ -33,14 +35,18 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 use uuid::Uuid;
 
-use crate::api::OutboundCall;
+use crate::api::{OutboundCall, Timestamp};
 
+pub use clock::{ManualClock, SimClock};
 pub use faults::{FaultPlan, RequestRecord};
 pub use state::Precision;
 
-/// Every knob; `Default` is a small, well-behaved service.
 /// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
 const RUNTIME_STREAM: u64 = 0x7275_6e74_696d_6521;
+/// Mixed into the seed for the dialer's stream.
+const DIALER_STREAM: u64 = 0x6469_616c_6572_2121;
+
+/// Every knob; `Default` is a small, well-behaved service on the system clock.
 
 #[derive(Debug, Clone)]
 pub struct SimulatorOptions {
@@ -48,6 +54,9 @@ pub struct SimulatorOptions {
     /// Everything random — the seeded data, and at runtime new uids, the dialer's choices and
     /// injected faults — follows from it: the same seed replays the same run.
     pub seed: u64,
+    /// Where its "now" comes from; with a [`ManualClock`] and a seed, a run replays
+    /// byte for byte.
+    pub clock: SimClock,
     /// Schedules created (enabled) at start, each with `calls_per_schedule` calls.
     pub schedules: usize,
     pub calls_per_schedule: usize,
@@ -66,6 +75,7 @@ impl Default for SimulatorOptions {
         SimulatorOptions {
             precision: Precision::Micros,
             seed: 1,
+            clock: SimClock::System,
             schedules: 1,
             calls_per_schedule: 100,
             summary_list: false,
@@ -81,16 +91,17 @@ impl Default for SimulatorOptions {
 /// calls arrive now and then, and starts attempts on calls whose time has come.
 ///
 /// Spans (ringing, talk, retry intervals, arrivals) are nominal seconds that last
-/// `time_scale` real seconds each. `Default` runs 1,000 times faster than real time
+/// `time_scale` seconds of the simulator's clock each (real seconds on the system clock). `Default` runs 1,000 times faster than real time
 /// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s) and lets no new calls in, so
 /// that tests and the demo see whole call histories in seconds and keep a known number of
 /// calls; `callsync simulate --dialer` runs [`DialerOptions::endless`].
 #[derive(Debug, Clone)]
 pub struct DialerOptions {
+    /// Ticks fall every `tick` of the simulator's clock (at least 1 ms).
     pub tick: Duration,
     /// At most this many attempts start per tick (the lines of the call centre).
     pub calls_per_tick: usize,
-    /// Real seconds per nominal second; 1.0 is real time.
+    /// Clock seconds per nominal second; 1.0 is real time.
     pub time_scale: f64,
     /// A batch of 1 to 10 new calls arrives this often (nominal time) on a random enabled
     /// schedule; `None`: no new calls.
@@ -175,10 +186,12 @@ pub(crate) struct Shared {
     summary_list: bool,
     token_lifetime: Duration,
     late_commit: Option<Duration>,
-    tokens: Mutex<HashMap<String, Instant>>,
+    clock: SimClock,
+    /// Issued tokens and when they expire.
+    tokens: Mutex<HashMap<String, Timestamp>>,
     faults: Mutex<FaultPlan>,
     /// The quota's token bucket: requests left and when it was last filled.
-    quota: Mutex<(f64, Instant)>,
+    quota: Mutex<(f64, Timestamp)>,
     fault_counter: AtomicUsize,
     broken: Mutex<HashMap<Uuid, BadBody>>,
     requests: Mutex<Vec<RequestRecord>>,
@@ -186,6 +199,8 @@ pub(crate) struct Shared {
     /// log has a request only once it is answered, and its client may be gone before that.
     delayed_writes: AtomicUsize,
     rng: Mutex<StdRng>,
+    /// Locked only with `state` held, after it.
+    dialer: Option<Mutex<dialer::Dialer>>,
     dialer_running: AtomicBool,
 }
 
@@ -195,8 +210,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The service's truth, with the dialer's work up to the clock's "now" done first: every
+    /// reader of the state sees what the dialer did by then, whenever its task last ran.
     fn state(&self) -> MutexGuard<'_, state::State> {
-        lock(&self.state)
+        let mut state = lock(&self.state);
+        if let Some(dialer) = &self.dialer {
+            lock(dialer).catch_up(
+                &mut state,
+                self.clock.now(),
+                self.dialer_running.load(Ordering::SeqCst),
+                self.late_commit,
+            );
+        }
+        state
     }
 
     fn rng(&self) -> MutexGuard<'_, StdRng> {
@@ -221,7 +247,8 @@ impl Shared {
 
     fn issue_token(&self) -> (String, Duration) {
         let token = format!("sim-{}", Uuid::new_v4().simple());
-        lock(&self.tokens).insert(token.clone(), Instant::now() + self.token_lifetime);
+        let expiry = self.clock.now().saturating_add(self.token_lifetime);
+        lock(&self.tokens).insert(token.clone(), expiry);
         (token, self.token_lifetime)
     }
 
@@ -236,7 +263,7 @@ impl Shared {
             return Ok(());
         }
         match lock(&self.tokens).get(token) {
-            Some(expiry) if Instant::now() < *expiry => Ok(()),
+            Some(expiry) if self.clock.now() < *expiry => Ok(()),
             Some(_) => Err(AuthProblem::Expired),
             None => Err(AuthProblem::Unknown),
         }
@@ -319,7 +346,7 @@ impl Simulator {
         })?;
         let base_url = Url::parse(&format!("http://{addr}"))
             .unwrap_or_else(|_| unreachable!("a socket address makes a valid URL"));
-        let mut state = state::State::new(options.precision);
+        let mut state = state::State::new(options.precision, options.clock.clone());
         let seeded = seed::populate(
             &mut state,
             options.seed,
@@ -335,9 +362,13 @@ impl Simulator {
             summary_list: options.summary_list,
             token_lifetime: options.token_lifetime,
             late_commit: options.late_commit,
+            clock: options.clock.clone(),
             tokens: Mutex::new(HashMap::new()),
             faults: Mutex::new(options.faults.clone()),
-            quota: Mutex::new((f64::from(options.faults.quota_per_second), Instant::now())),
+            quota: Mutex::new((
+                f64::from(options.faults.quota_per_second),
+                options.clock.now(),
+            )),
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
@@ -346,6 +377,13 @@ impl Simulator {
             // the dialer's choices, faults) must not repeat what the seed made, yet must come
             // from the seed too, so that a failing test replays: a second stream of it.
             rng: Mutex::new(StdRng::seed_from_u64(options.seed ^ RUNTIME_STREAM)),
+            dialer: options.dialer.clone().map(|dialer| {
+                Mutex::new(dialer::Dialer::new(
+                    dialer,
+                    options.clock.now(),
+                    StdRng::seed_from_u64(options.seed ^ DIALER_STREAM),
+                ))
+            }),
             dialer_running: AtomicBool::new(options.dialer.is_some()),
         });
         let stop = CancellationToken::new();
@@ -362,9 +400,9 @@ impl Simulator {
                 .await;
         })];
         if let Some(dialer) = options.dialer {
-            tasks.push(tokio::spawn(dialer::run(
+            tasks.push(tokio::spawn(dialer::keep_up(
                 shared.clone(),
-                dialer,
+                dialer.tick,
                 stop.clone(),
             )));
         }
@@ -424,12 +462,22 @@ impl Simulator {
         state.calls_of(schedule)
     }
 
-    /// Waits until every late commit made so far is visible.
+    /// The simulator's clock now (what its next `Date` header says, to the nanosecond).
+    pub fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    /// Waits until every late commit made so far is visible; on a manual clock, moves the
+    /// clock to that instant instead (the dialer works meanwhile as it would have).
     pub async fn settle(&self) {
         let until = self.shared.state().settled_at();
-        if let Some(until) = until {
-            let wait = until.since(crate::api::Timestamp::now());
-            tokio::time::sleep(wait + Duration::from_millis(5)).await;
+        let Some(until) = until else { return };
+        match &self.shared.clock {
+            SimClock::System => {
+                let wait = until.since(self.now());
+                tokio::time::sleep(wait + Duration::from_millis(5)).await;
+            }
+            SimClock::Manual(clock) => clock.advance_to(until),
         }
     }
 
@@ -437,10 +485,12 @@ impl Simulator {
         *lock(&self.shared.faults) = plan;
     }
 
+    /// Stops or restarts the dialer: the ticks due until now run under the old setting, and
+    /// ticks that fall while it is stopped pass without work.
     pub fn set_dialer_running(&self, on: bool) {
+        // Under the state's lock, which the ticks need: none is half way when we return.
+        let _state = self.shared.state();
         self.shared.dialer_running.store(on, Ordering::SeqCst);
-        // A tick may be half way: take the lock once so it has finished when we return.
-        drop(self.shared.state());
     }
 
     pub fn break_schedule(&self, schedule: Uuid, bad: Option<BadBody>) {
@@ -460,8 +510,9 @@ impl Simulator {
         let entries: Vec<_> = (first..first + n)
             .map(|i| seed::contact(&mut *rng, i))
             .collect();
+        let now = state.now();
         state
-            .create_calls(schedule, entries, true, &mut *rng)
+            .create_calls(schedule, entries, true, now, &mut *rng)
             .unwrap_or_default()
     }
 
@@ -479,7 +530,7 @@ impl Simulator {
 
     /// Stamps a call as a node whose clock runs ahead (or behind) would: its `updated_at`
     /// becomes `at`, whatever the service's clock says.
-    pub fn stamp_call(&self, uid: Uuid, at: crate::api::Timestamp) {
+    pub fn stamp_call(&self, uid: Uuid, at: Timestamp) {
         let mut state = self.shared.state();
         if let Some(mut call) = state.latest(uid).cloned() {
             call.updated_at = at;

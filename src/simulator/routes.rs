@@ -406,8 +406,9 @@ async fn create_call(
     check_creatable(&shared, schedule, force)?;
     let new = validate::single(&body).map_err(invalid_entries)?;
     let mut state = shared.state();
+    let now = state.now();
     let created = state
-        .create_calls(schedule, vec![new], force, &mut *shared.rng())
+        .create_calls(schedule, vec![new], force, now, &mut *shared.rng())
         .map_err(|refusal| refused(refusal, schedule))?;
     let call = created
         .first()
@@ -442,9 +443,10 @@ async fn bulk_create(
     let body: Value = json_body(&body)?;
     check_creatable(&shared, schedule, force)?;
     let entries = validate::bulk(&body).map_err(invalid_entries)?;
-    let uids = shared
-        .state()
-        .create_calls(schedule, entries, force, &mut *shared.rng())
+    let mut state = shared.state();
+    let now = state.now();
+    let uids = state
+        .create_calls(schedule, entries, force, now, &mut *shared.rng())
         .map_err(|refusal| refused(refusal, schedule))?;
     Ok((StatusCode::CREATED, Json(BulkCreated { data: uids })).into_response())
 }

@@ -52,14 +52,15 @@ pub struct Seeded {
 /// Schedules are created enabled, so the dialer works them.
 ///
 /// Deterministic: everything comes from one RNG stream seeded with `seed`, uids included, and
-/// every timestamp is the start instant truncated to whole seconds minus an offset drawn from
-/// that stream. Two runs with one seed therefore differ only in their timestamps, all shifted by
-/// the same whole number of seconds (none at all within the same second).
+/// every timestamp is the start instant (the simulator's clock) truncated to whole seconds minus
+/// an offset drawn from that stream. Two runs with one seed therefore differ only in their
+/// timestamps, all shifted by the same whole number of seconds (none at all within the same
+/// second, so none with a manual clock started at the same instant).
 pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) -> Seeded {
     let mut rng = StdRng::seed_from_u64(seed);
     let client_secret = format!("secret-{}", rng.random::<u64>());
     let static_token = format!("static-{}", rng.random::<u64>());
-    let now = Timestamp::now().truncated(1_000_000_000);
+    let now = state.clock.now().truncated(1_000_000_000);
     let week_ago = now.saturating_sub(Duration::from_secs(7 * 86_400));
     let campaign = campaign(&mut rng, now);
     let flow = life::uid(&mut rng);

@@ -7,11 +7,11 @@
 //! schedule also keeps the dialer's queue of pending calls, by when they may be dialled.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::Duration;
 
 use rand::Rng;
 use uuid::Uuid;
 
+use super::clock::SimClock;
 use super::life;
 use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
 
@@ -67,6 +67,7 @@ struct Pending {
 #[derive(Default)]
 pub struct State {
     pub precision: Precision,
+    pub clock: SimClock,
     pub campaigns: HashMap<Uuid, Campaign>,
     pub call_flows: HashMap<Uuid, CallFlow>,
     pub schedules: HashMap<Uuid, ScheduleState>,
@@ -82,16 +83,17 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(precision: Precision) -> Self {
+    pub fn new(precision: Precision, clock: SimClock) -> Self {
         State {
             precision,
+            clock,
             ..State::default()
         }
     }
 
     /// The service's clock, at its precision.
     pub fn now(&self) -> Timestamp {
-        Timestamp::now().truncated(self.precision.unit_nanos())
+        self.clock.now().truncated(self.precision.unit_nanos())
     }
 
     pub fn add_schedule(&mut self, schedule: Schedule) {
@@ -119,18 +121,18 @@ impl State {
         Ok(s.schedule.retry_intervals.clone())
     }
 
-    /// Creates calls as the create endpoints do: pending and in queue, all stamped with one
-    /// instant (one request, one `updated_at`), in order. The endpoints, `bulk_create_now` and
-    /// the dialer's arrivals all come here, so a new call is the same wherever it comes from.
+    /// Creates calls as the create endpoints do: pending and in queue, all stamped with `now`
+    /// (one request, one `updated_at`), in order. The endpoints, `bulk_create_now` and the
+    /// dialer's arrivals all come here, so a new call is the same wherever it comes from.
     pub fn create_calls(
         &mut self,
         schedule: Uuid,
         entries: Vec<NewCall>,
         force: bool,
+        now: Timestamp,
         rng: &mut impl Rng,
     ) -> Result<Vec<Uuid>, Refusal> {
         let intervals = self.creatable(schedule, force)?;
-        let now = self.now();
         Ok(entries
             .into_iter()
             .map(|entry| {
@@ -288,13 +290,10 @@ impl State {
         }
     }
 
-    /// Replaces a call's visible version now, or after `late` when set (a late commit).
-    pub fn update_call(&mut self, call: OutboundCall, late: Option<Duration>) {
-        match late {
-            Some(delay) => self.pending.push(Pending {
-                visible_at: Timestamp::now().saturating_add(delay),
-                call,
-            }),
+    /// Replaces a call's visible version now, or at `visible_at` when set (a late commit).
+    pub fn update_call(&mut self, call: OutboundCall, visible_at: Option<Timestamp>) {
+        match visible_at {
+            Some(visible_at) => self.pending.push(Pending { visible_at, call }),
             None => self.make_visible(call),
         }
     }
@@ -314,7 +313,7 @@ impl State {
         if self.pending.is_empty() {
             return;
         }
-        let now = Timestamp::now();
+        let now = self.clock.now();
         let (due, waiting): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.pending)
             .into_iter()
             .partition(|p| p.visible_at <= now);

@@ -1,11 +1,21 @@
-//! `callsync run`: ticks on a 1-second cron, no overlapping passes, backoff for a failing
-//! schedule, and a SIGTERM mid-pass that exits 0 in time and loses nothing.
+//! `callsync run`: no overlapping passes, backoff for a failing schedule, reconciliations
+//! queued not lost, metrics, a warehouse that goes away, and a SIGTERM mid-pass that exits 0 in
+//! time and loses nothing.
+//!
+//! The daemon runs in-process with its ticks sent by hand ([`TickSource::manual`]): a test
+//! sends a tick, hears which passes it started, and waits for their reports, never for a wall
+//! clock. Two tests run the binary: signals and exit codes need the real process, and one of
+//! them runs the real crons, every second.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use callsync::api::Timestamp;
+use callsync::config::Config;
+use callsync::daemon::{DaemonError, Tick, TickDriver, TickSource};
 use callsync::simulator::{BadBody, DialerOptions, FaultPlan, SimulatorOptions};
+use callsync::sync::{PassReport, PassResult};
+use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::harness::TestEnv;
@@ -59,19 +69,103 @@ async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Runs the daemon in-process until `done` holds, then shuts it down; returns how long
-/// shutdown took.
-async fn run_until(env: &TestEnv, what: &str, done: impl FnMut() -> bool) -> Duration {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = env.config.clone();
-    let daemon = tokio::spawn(callsync::daemon::run(config, async {
-        let _ = stopped.await;
-    }));
-    wait_for(what, done).await;
-    let asked = Instant::now();
-    stop.send(()).expect("daemon alive");
-    daemon.await.expect("joined").expect("daemon ran");
-    asked.elapsed()
+/// The daemon in-process, its ticks sent by hand: every wait is for pass reports.
+struct Daemon {
+    driver: TickDriver,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: JoinHandle<Result<(), DaemonError>>,
+    /// Every report so far, in the order the passes ended.
+    reports: Vec<PassReport>,
+}
+
+impl Daemon {
+    /// Starts the daemon; its start-up tick starts a pass of every schedule.
+    fn start(config: &Config) -> Daemon {
+        let (source, driver) = TickSource::manual();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(callsync::daemon::run_with(config.clone(), source, async {
+            let _ = stopped.await;
+        }));
+        Daemon {
+            driver,
+            stop,
+            task,
+            reports: Vec::new(),
+        }
+    }
+
+    /// Sends `tick` without waiting for its passes; returns the schedules it started.
+    async fn send(&mut self, tick: Tick) -> Vec<Uuid> {
+        self.driver.tick(tick).await
+    }
+
+    /// Sends `tick` and waits for the passes it started (and any still running) to end.
+    async fn tick(&mut self, tick: Tick) -> Vec<Uuid> {
+        let started = self.send(tick).await;
+        self.settle().await;
+        started
+    }
+
+    /// Waits until every pass the ticks started has reported.
+    async fn settle(&mut self) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while self.driver.running().await > 0 {
+            self.next_report("every pass started to end", deadline)
+                .await;
+        }
+    }
+
+    /// Takes reports until `done` holds for them.
+    async fn until(&mut self, what: &str, mut done: impl FnMut(&[PassReport]) -> bool) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !done(&self.reports) {
+            self.next_report(what, deadline).await;
+        }
+    }
+
+    /// Takes the next report; panics naming `what` if the daemon stops first, or at
+    /// `deadline`.
+    async fn next_report(&mut self, what: &str, deadline: tokio::time::Instant) {
+        match tokio::time::timeout_at(deadline, self.driver.report()).await {
+            Ok(Some(report)) => self.reports.push(report),
+            Ok(None) => panic!("the daemon stopped while waiting for {what}"),
+            Err(_) => panic!("still waiting after {PATIENCE:?} for {what}"),
+        }
+    }
+
+    /// The results of `schedule`'s passes, in the order they ended.
+    fn results(&self, schedule: Uuid) -> Vec<&PassResult> {
+        self.reports
+            .iter()
+            .filter(|r| r.schedule == schedule)
+            .map(|r| &r.result)
+            .collect()
+    }
+
+    /// Asks the daemon to stop; returns how long it took.
+    async fn stop(self) -> Duration {
+        let asked = Instant::now();
+        self.stop.send(()).expect("daemon alive");
+        self.task.await.expect("joined").expect("daemon ran");
+        asked.elapsed()
+    }
+
+    /// The error the daemon stops with by itself.
+    async fn failure(self) -> DaemonError {
+        tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .expect("the daemon stops by itself")
+            .expect("joined")
+            .expect_err("the daemon fails")
+    }
+}
+
+/// Passes of `schedule` recorded as finished in the warehouse.
+fn finished_passes(env: &TestEnv, schedule: Uuid) -> usize {
+    runs(env, schedule)
+        .iter()
+        .filter(|r| r.finished.is_some())
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -84,27 +178,43 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
             calls_per_tick: 2,
             ..DialerOptions::default()
         }),
-        // Some passes take longer than a tick, so ticks must be skipped.
+        // Every answer takes 40 ms, so a tick sent right after another finds its passes
+        // still running: it must skip them, not queue or overlap them.
         faults: FaultPlan {
-            slow_rate: 0.3,
-            slow_delay: Duration::from_millis(700),
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(40),
             ..FaultPlan::default()
         },
         ..SimulatorOptions::default()
     })
     .await;
-    env.config.sync.cron = "* * * * * *".into();
     env.config.sync.page_size = 50;
-    let took = run_until(&env, "3 passes of every schedule", || {
-        env.schedules()
+    let s = env.schedules();
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    for _ in 0..2 {
+        assert_eq!(
+            daemon.send(Tick::Sync).await,
+            s,
+            "a tick after the passes ended starts every schedule"
+        );
+        daemon.send(Tick::Sync).await;
+        daemon.settle().await;
+    }
+    let passes = daemon.reports.len();
+    assert!(
+        daemon
+            .reports
             .iter()
-            .all(|s| finished_passes(&env, *s) >= 3)
-    })
-    .await;
+            .all(|r| r.result == PassResult::Completed),
+        "every pass completed"
+    );
+    let took = daemon.stop().await;
     assert!(
         took < env.config.sync.shutdown_timeout,
         "shutdown took {took:?}"
     );
+    let mut rows = 0;
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
         for pair in runs.windows(2) {
@@ -115,10 +225,13 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
             );
         }
         assert!(
-            runs.iter().all(|r| r.finished.is_some()),
+            runs.iter()
+                .all(|r| r.finished.is_some() && r.error.is_none()),
             "every run was closed"
         );
+        rows += runs.len();
     }
+    assert_eq!(rows, passes, "one sync_runs row per pass reported");
     env.sim.set_dialer_running(false);
     env.sim.set_faults(FaultPlan::default());
     env.pass_ok(&env.schedules()).await;
@@ -133,24 +246,44 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
         ..SimulatorOptions::default()
     })
     .await;
-    env.config.sync.cron = "* * * * * *".into();
     env.config.api.retry.max_attempts = 1;
     let s = env.schedules();
     env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
-    run_until(&env, "6 passes of the healthy schedule", || {
-        finished_passes(&env, s[1]) >= 6
-    })
-    .await;
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    // The start-up tick starts both, then 6 ticks, each sent once the last passes ended.
+    let mut broken_started = vec![true];
+    for _ in 0..6 {
+        let started = daemon.tick(Tick::Sync).await;
+        assert!(
+            started.contains(&s[1]),
+            "the healthy schedule is never held up"
+        );
+        broken_started.push(started.contains(&s[0]));
+    }
+    // After failures 1, 2 and 3 the broken schedule sits out 0, 1 and 3 ticks.
+    assert_eq!(
+        broken_started,
+        [true, true, false, true, false, false, false]
+    );
+    assert!(
+        daemon
+            .results(s[0])
+            .iter()
+            .all(|r| matches!(r, PassResult::Failed(_)))
+    );
+    assert!(
+        daemon
+            .results(s[1])
+            .iter()
+            .all(|r| **r == PassResult::Completed)
+    );
+    daemon.stop().await;
     let broken = runs(&env, s[0]);
     let healthy = runs(&env, s[1]);
+    assert_eq!((broken.len(), healthy.len()), (3, 7));
     assert!(healthy.iter().all(|r| r.error.is_none()));
     assert!(broken.iter().all(|r| r.error.is_some()));
-    assert!(
-        broken.len() < healthy.len() - 1,
-        "the failing schedule backed off: {} vs {} passes",
-        broken.len(),
-        healthy.len()
-    );
     env.assert_matches_truth(&s[1..]);
 }
 
@@ -232,34 +365,19 @@ async fn metrics_and_healthz_serve_the_right_figures() {
     .await;
     let listen = free_port();
     env.config.metrics.listen = Some(listen);
-    env.config.sync.cron = "* * * * * *".into();
     env.config.api.retry.max_attempts = 1;
     let s = env.schedules();
     env.sim.break_schedule(s[0], Some(BadBody::InvalidJson));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
-        let _ = stopped.await;
-    }));
-    // Before the daemon's client installs it: reqwest is built without a default provider.
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    // The start-up tick and 3 more: the broken schedule has gone 3 sync ticks and more
+    // without progress, while the healthy one completed a pass in each.
+    for _ in 0..3 {
+        daemon.tick(Tick::Sync).await;
+    }
+    // reqwest is built without a default TLS provider: install one before building a client.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
-    // Until the broken schedule has gone 3 ticks without progress and the healthy one has
-    // completed 3 passes.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let health = http.get(format!("http://{listen}/healthz")).send().await;
-        let unhealthy =
-            health.is_ok_and(|h| h.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE);
-        let completed = runs(&env, s[1])
-            .iter()
-            .filter(|r| r.finished.is_some() && r.error.is_none())
-            .count();
-        if unhealthy && completed >= 3 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "/healthz never turned 503");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let metrics = http
         .get(format!("http://{listen}/metrics"))
         .send()
@@ -275,8 +393,8 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         .unwrap();
     let health_status = health.status();
     let health_text = health.text().await.unwrap();
-    stop.send(()).unwrap();
-    daemon.await.unwrap().unwrap();
+    let reports = std::mem::take(&mut daemon.reports);
+    daemon.stop().await;
 
     let value = |line_start: &str| -> f64 {
         metrics
@@ -286,49 +404,45 @@ async fn metrics_and_healthz_serve_the_right_figures() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("{line_start} missing from:\n{metrics}"))
     };
-    let completed = runs(&env, s[1])
-        .iter()
-        .filter(|r| r.error.is_none() && r.finished.is_some())
-        .count();
-    let metric_completed = value(&format!(
-        "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"completed\"}}",
-        s[1]
-    ));
-    assert!(
-        metric_completed >= 3.0 && metric_completed <= completed as f64,
-        "{metric_completed} vs {completed}"
-    );
-    assert!(
+    let count = |schedule: Uuid, failed: bool| {
+        reports
+            .iter()
+            .filter(|r| {
+                r.schedule == schedule && matches!(r.result, PassResult::Failed(_)) == failed
+            })
+            .count()
+    };
+    // Passes at ticks 0 to 3 of the healthy schedule; 0, 1 and 3 of the backing-off one.
+    assert_eq!((count(s[1], false), count(s[0], true)), (4, 3));
+    let passes = |schedule: Uuid, result: &str| {
         value(&format!(
-            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"failed\"}}",
-            s[0]
-        )) >= 1.0
-    );
+            "callsync_passes_total{{schedule=\"{schedule}\",kind=\"incremental\",result=\"{result}\"}}"
+        ))
+    };
+    assert_eq!(passes(s[1], "completed"), 4.0);
+    assert_eq!(passes(s[0], "failed"), 3.0);
+    // Every pass is timed.
     assert_eq!(
         value(&format!(
             "callsync_pass_duration_seconds_count{{schedule=\"{}\",kind=\"incremental\"}}",
             s[1]
         )),
-        value(&format!(
-            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"completed\"}}",
-            s[1]
-        )) + value(&format!(
-            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"behind\"}}",
-            s[1]
-        )) + value(&format!(
-            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"failed\"}}",
-            s[1]
-        )) + value(&format!(
-            "callsync_passes_total{{schedule=\"{}\",kind=\"incremental\",result=\"interrupted\"}}",
-            s[1]
-        ))
+        4.0
     );
-    assert!(value("callsync_calls_written_total") >= 60.0);
-    let ok_requests = value("callsync_requests_total{status=\"200\"}");
-    assert!(ok_requests >= 3.0);
-    // Every answer is timed: the histogram counts at least the 200s (the broken
-    // schedule's answers are 200s with a bad body).
-    assert!(value("callsync_request_duration_seconds_count") >= ok_requests);
+    assert_eq!(value("callsync_calls_written_total"), 60.0);
+    let ok_requests: u64 = reports.iter().filter_map(|r| r.statuses.get(&200)).sum();
+    // One list request a pass: the broken schedule's answers are 200s too, with a body that
+    // is not JSON.
+    assert_eq!(ok_requests, 7);
+    assert_eq!(
+        value("callsync_requests_total{status=\"200\"}"),
+        ok_requests as f64
+    );
+    // Every answer is timed.
+    assert_eq!(
+        value("callsync_request_duration_seconds_count"),
+        ok_requests as f64
+    );
     assert!(value("callsync_warehouse_size_bytes") > 0.0);
     assert_eq!(
         value(&format!(
@@ -351,20 +465,12 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         )),
         0.0
     );
-    // The broken schedule has not synced for 3 one-second intervals.
+    // The broken schedule has made no progress for 3 sync ticks.
     assert_eq!(health_status, reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert!(
         health_text.contains(&s[0].to_string()) && !health_text.contains(&s[1].to_string()),
         "{health_text}"
     );
-}
-
-/// How many passes of `schedule` have ended.
-fn finished_passes(env: &TestEnv, schedule: Uuid) -> usize {
-    runs(env, schedule)
-        .iter()
-        .filter(|r| r.finished.is_some())
-        .count()
 }
 
 /// The passes of every schedule, in the order they started.
@@ -379,7 +485,7 @@ fn all_runs(env: &TestEnv) -> Vec<Run> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
+async fn a_reconciliation_that_comes_with_a_sync_tick_is_queued_not_lost() {
     let mut env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 100,
@@ -395,41 +501,57 @@ async fn the_reconcile_cron_runs_even_when_it_fires_with_the_sync_cron() {
     .await;
     let s = env.schedules();
     env.make_child_only_changes(&s).await;
-
-    // Every reconcile tick coincides with a sync tick.
-    env.config.sync.cron = "* * * * * *".into();
-    env.config.sync.reconcile_cron = Some("*/2 * * * * *".into());
     env.config.sync.reconcile_window = Duration::from_secs(8 * 86_400);
-    run_until(
-        &env,
-        "a reconciliation and 4 incremental passes of every schedule",
-        || {
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    // The two crons fire in the same second: the sync tick first, its passes' first answers
+    // held long enough for the reconcile tick to find them running.
+    env.sim.set_faults(FaultPlan {
+        slow_rate: 1.0,
+        slow_delay: Duration::from_millis(100),
+        ..FaultPlan::default()
+    });
+    assert_eq!(daemon.send(Tick::Sync).await, s);
+    daemon.send(Tick::Reconcile).await;
+    env.sim.set_faults(FaultPlan::default());
+    daemon
+        .until("a reconciliation of every schedule", |reports| {
             s.iter().all(|schedule| {
-                let kinds: Vec<String> = runs(&env, *schedule)
-                    .into_iter()
-                    .filter(|run| run.finished.is_some())
-                    .map(|run| run.kind)
-                    .collect();
-                kinds.iter().any(|k| k == "reconcile")
-                    && kinds.iter().filter(|k| *k == "incremental").count() >= 4
+                reports
+                    .iter()
+                    .any(|r| r.schedule == *schedule && r.kind.as_str() == "reconcile")
             })
-        },
-    )
-    .await;
+        })
+        .await;
+    // Sync ticks keep coming after it.
+    for _ in 0..2 {
+        assert_eq!(daemon.tick(Tick::Sync).await, s);
+    }
+    assert!(daemon.reports.iter().all(|r| r.succeeded()));
+    let reports = std::mem::take(&mut daemon.reports);
+    daemon.stop().await;
     for schedule in &s {
-        let kinds: Vec<String> = runs(&env, *schedule)
-            .into_iter()
-            .filter(|run| run.error.is_none())
-            .map(|run| run.kind)
+        let count = |kinds: &[&str], kind: &str| kinds.iter().filter(|k| **k == kind).count();
+        let passes: Vec<&str> = reports
+            .iter()
+            .filter(|r| r.schedule == *schedule)
+            .map(|r| r.kind.as_str())
             .collect();
-        assert!(
-            kinds.iter().any(|k| k == "reconcile"),
-            "a reconciliation ran for {schedule}: {kinds:?}"
+        // Start-up, the tick with the reconciliation, and two more.
+        assert_eq!(
+            (count(&passes, "reconcile"), count(&passes, "incremental")),
+            (1, 4),
+            "{schedule}: {passes:?}"
         );
-        assert!(
-            kinds.iter().filter(|k| *k == "incremental").count() >= 4,
-            "sync ticks kept firing for {schedule}: {kinds:?}"
+        let runs = runs(&env, *schedule);
+        let kinds: Vec<&str> = runs.iter().map(|run| run.kind.as_str()).collect();
+        // The two passes of `make_child_only_changes` come first.
+        assert_eq!(
+            (count(&kinds, "reconcile"), count(&kinds, "incremental")),
+            (1, 6),
+            "{schedule}: {kinds:?}"
         );
+        assert!(runs.iter().all(|run| run.error.is_none()));
     }
     env.assert_matches_truth(&s);
 }
@@ -447,11 +569,14 @@ async fn sync_concurrency_bounds_the_passes_running_at_once() {
         ..SimulatorOptions::default()
     })
     .await;
-    env.config.sync.cron = "* * * * * *".into();
     env.config.sync.page_size = 20;
     env.config.sync.concurrency = 1;
-    run_until(&env, "6 passes", || all_runs(&env).len() >= 6).await;
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    assert_eq!(daemon.tick(Tick::Sync).await, env.schedules());
+    daemon.stop().await;
     let all = all_runs(&env);
+    assert_eq!(all.len(), 6);
     for pair in all.windows(2) {
         let (previous, next) = (&pair[0], &pair[1]);
         assert!(
@@ -466,76 +591,70 @@ async fn sync_concurrency_bounds_the_passes_running_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
-    let mut env = TestEnv::start(SimulatorOptions {
+    let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 50,
         ..SimulatorOptions::default()
     })
     .await;
-    env.config.sync.cron = "* * * * * *".into();
     let s = env.schedules();
-    // A backfill of s[0] in another process holds its lock until s[1] has synced three times.
+    // A backfill of s[0] in another process holds its lock for the first three ticks.
     env.create_warehouse();
     let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
-    let mut released = None;
-    let mut held = Some(held);
-    run_until(
-        &env,
-        "passes of the held schedule after its release",
-        || {
-            if held.is_some() && finished_passes(&env, s[1]) >= 3 {
-                held = None;
-                released = Some(Timestamp::now());
-            }
-            finished_passes(&env, s[0]) >= 2
-        },
-    )
-    .await;
-    let released = released.expect("released");
-    let held_runs = runs(&env, s[0]);
-    assert!(
-        held_runs.iter().all(|r| r.error.is_none()),
-        "a skipped pass is not a failure"
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    for _ in 0..2 {
+        assert_eq!(daemon.tick(Tick::Sync).await, s);
+    }
+    drop(held);
+    let released = Timestamp::now();
+    // No backoff: the next ticks after the release pass the schedule.
+    for _ in 0..2 {
+        assert_eq!(daemon.tick(Tick::Sync).await, s);
+    }
+    let results: Vec<&str> = daemon
+        .results(s[0])
+        .iter()
+        .map(|r| match r {
+            PassResult::Skipped(_) => "skipped",
+            PassResult::Completed => "completed",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        results,
+        ["skipped", "skipped", "skipped", "completed", "completed"]
     );
+    daemon.stop().await;
+    let held_runs = runs(&env, s[0]);
+    assert_eq!(held_runs.len(), 2, "a skipped pass leaves no run");
     assert!(
-        held_runs.iter().all(|r| r.started >= released),
+        held_runs
+            .iter()
+            .all(|r| r.error.is_none() && r.started >= released),
         "no pass of a held schedule starts"
     );
-    // No backoff: passes resume on the next ticks after the lock is released.
-    assert!(
-        held_runs.len() >= 2,
-        "{} passes after release",
-        held_runs.len()
-    );
+    assert_eq!(runs(&env, s[1]).len(), 5);
     env.assert_matches_truth(&s);
 }
 
-/// Runs the daemon on a 1-second cron until its first passes are recorded, does `what` to
-/// the warehouse's path, and returns the error the daemon stopped with.
+/// Runs the daemon until its start-up passes have ended, does `what` to the warehouse's
+/// path, sends a tick, and returns the error the daemon stopped with.
 async fn stopped_by(what: impl FnOnce(&std::path::Path)) -> (TestEnv, String) {
-    let mut env = TestEnv::start(SimulatorOptions {
+    let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 40,
         ..SimulatorOptions::default()
     })
     .await;
-    env.config.sync.cron = "* * * * * *".into();
-    let daemon = tokio::spawn(callsync::daemon::run(
-        env.config.clone(),
-        std::future::pending(),
-    ));
-    wait_for("a pass of every schedule", || {
-        env.schedules()
-            .iter()
-            .all(|s| finished_passes(&env, *s) >= 1)
-    })
-    .await;
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
     what(&env.warehouse_path());
-    let ended = tokio::time::timeout(PATIENCE, daemon)
-        .await
-        .expect("the daemon stops by itself")
-        .expect("joined");
-    let err = ended.expect_err("the daemon fails");
+    assert!(
+        daemon.send(Tick::Sync).await.is_empty(),
+        "the tick starts nothing: the daemon stops"
+    );
+    let err = daemon.failure().await;
     (env, err.to_string())
 }
 
@@ -607,16 +726,19 @@ async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
     assert_eq!(wal.len(), 0, "no frame left to replay onto the new file");
 }
 
-/// What systemd sees: `callsync run` exits 1 with one line naming the warehouse.
+/// What systemd sees: `callsync run`, on its real crons, exits 1 with one line naming the
+/// warehouse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callsync_run_exits_1_naming_a_deleted_warehouse() {
+async fn callsync_run_on_its_crons_exits_1_naming_a_deleted_warehouse() {
     let env = TestEnv::start(SimulatorOptions {
         schedules: 1,
         calls_per_schedule: 20,
         ..SimulatorOptions::default()
     })
     .await;
-    let config = env.write_config("cron = \"* * * * * *\"");
+    // Not both every second: a reconcile tick that comes first in the second leaves the sync
+    // tick of that second skipped.
+    let config = env.write_config("cron = \"* * * * * *\"\nreconcile_cron = \"*/2 * * * * *\"");
     let daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .args(["--config", config.to_str().unwrap(), "run"])
         .env_remove("RUST_LOG")
@@ -627,7 +749,17 @@ async fn callsync_run_exits_1_naming_a_deleted_warehouse() {
         .spawn()
         .expect("callsync runs");
     let s = env.schedules()[0];
-    wait_for("a pass", || finished_passes(&env, s) >= 1).await;
+    // Both crons fire: a reconciliation, and an incremental pass after the start-up one.
+    wait_for("passes started by both crons", || {
+        let finished: Vec<String> = runs(&env, s)
+            .into_iter()
+            .filter(|r| r.finished.is_some())
+            .map(|r| r.kind)
+            .collect();
+        finished.iter().filter(|k| *k == "incremental").count() >= 2
+            && finished.iter().any(|k| k == "reconcile")
+    })
+    .await;
     std::fs::remove_file(env.warehouse_path()).expect("rm");
     let out = tokio::time::timeout(PATIENCE, daemon.wait_with_output())
         .await
@@ -744,10 +876,11 @@ async fn the_daemon_forgets_passes_older_than_keep_runs() {
             .collect::<Result<_, _>>()
             .expect("rows")
     };
-    run_until(&env, "the old passes to be forgotten", || {
-        old_passes().len() < 5
-    })
-    .await;
+    // The start-up pass, after which retention runs in its task.
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    wait_for("the old passes to be forgotten", || old_passes().len() < 5).await;
+    daemon.stop().await;
     assert_eq!(
         old_passes(),
         [

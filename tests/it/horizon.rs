@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use callsync::api::Timestamp;
-use callsync::simulator::SimulatorOptions;
+use callsync::simulator::{ManualClock, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
 use callsync::warehouse::Warehouse;
 use uuid::Uuid;
@@ -142,4 +142,33 @@ async fn a_call_stamped_in_the_future_never_carries_the_checkpoint_past_the_serv
         env.sim.stamp_call(uids[0], Timestamp::now());
         env.pass_ok(&[schedule]).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_horizon_is_the_date_the_service_sends_from_its_clock() {
+    let at = |text: &str| Timestamp::parse(text).unwrap();
+    let clock = ManualClock::new(at("2025-06-01T08:00:00.250Z"));
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 50,
+        seed: 13,
+        clock: clock.clone().into(),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = env.schedules()[0];
+    // `Date: Sun, 01 Jun 2025 08:00:00 GMT`: the service's clock was within that second.
+    let first = env.pass_ok(&[schedule]).await.remove(0);
+    assert_eq!(first.horizon, Some(at("2025-06-01T08:00:01Z")));
+    env.assert_matches_truth(&[schedule]);
+
+    clock.advance(Duration::from_secs(3600));
+    let touched = env.sim.truth(schedule)[7].uid;
+    env.sim.touch_calls(&[touched]);
+    let next = env.pass_ok(&[schedule]).await.remove(0);
+    assert_eq!(next.horizon, Some(at("2025-06-01T09:00:01Z")));
+    assert_eq!(next.stats.calls_written, 1);
+    // The touched call, stamped by the clock, is where the walk ended.
+    assert_eq!(checkpoint(&env, schedule), at("2025-06-01T09:00:00.250Z"));
+    env.assert_matches_truth(&[schedule]);
 }

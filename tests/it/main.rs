@@ -21,7 +21,7 @@ mod cli;
 mod check;
 // The simulator, probed over HTTP rule by rule.
 mod simulator;
-// callsync run: cron ticks, overlap, backoff, SIGTERM.
+// callsync run: ticks sent by hand, overlap, backoff, reconciliations, SIGTERM, the crons.
 mod daemon;
 // The systemd units: verify is silent, exposure is low.
 mod systemd;

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use callsync::api::{CallPage, OutboundCall, Timestamp};
-use callsync::simulator::{DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions};
+use callsync::simulator::{
+    DialerOptions, FaultPlan, ManualClock, Precision, Simulator, SimulatorOptions,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -94,7 +96,9 @@ fn error_titles(body: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn every_request_needs_a_valid_bearer_token() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         token_lifetime: Duration::from_secs(1),
         ..SimulatorOptions::default()
     })
@@ -159,7 +163,11 @@ async fn every_request_needs_a_valid_bearer_token() {
         "invalid_client"
     );
 
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A token lasts its lifetime on the simulator's clock, to the instant.
+    clock.advance(Duration::from_millis(999));
+    let last = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
+    assert_eq!(last.status(), StatusCode::OK);
+    clock.advance(Duration::from_millis(1));
     let expired = p.http.get(&path).bearer_auth(&access).send().await.unwrap();
     assert_eq!(expired.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(
@@ -717,10 +725,15 @@ async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
         seed: 5,
         ..SimulatorOptions::default()
     };
-    let a = start(options.clone()).await;
-    // Most runs start in another second than `a`: the timestamps then move, the rest stays.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let b = start(options.clone()).await;
+    let at = |text: &str| -> SimulatorOptions {
+        SimulatorOptions {
+            clock: ManualClock::new(Timestamp::parse(text).unwrap()).into(),
+            ..options.clone()
+        }
+    };
+    // Started 3.7 s apart, in seconds 4 apart: the timestamps move by 4 s, the rest stays.
+    let a = start(at("2026-04-01T09:00:00.400Z")).await;
+    let b = start(at("2026-04-01T09:00:04.100Z")).await;
     assert_eq!(
         (a.campaign_uid(), a.call_flow_uid(), a.schedule_uids()),
         (b.campaign_uid(), b.call_flow_uid(), b.schedule_uids())
@@ -741,8 +754,7 @@ async fn one_seed_makes_the_same_data_shifted_to_the_start_second() {
     }
     shifts.sort();
     shifts.dedup();
-    assert_eq!(shifts.len(), 1, "one shift for every timestamp: {shifts:?}");
-    assert_eq!(shifts[0] % 1_000_000_000, 0, "a whole number of seconds");
+    assert_eq!(shifts, [4_000_000_000], "one shift for every timestamp");
 
     let other = start(SimulatorOptions { seed: 6, ..options }).await;
     assert_ne!(other.schedule_uids(), a.schedule_uids());
@@ -851,7 +863,9 @@ async fn faults_at_full_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         calls_per_schedule: 200,
         late_commit: Some(Duration::from_millis(800)),
         dialer: Some(DialerOptions {
@@ -863,15 +877,17 @@ async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
     })
     .await;
     let before = p.truth();
-    let started = Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = p.sim.now();
+    clock.advance(Duration::from_millis(200));
     p.sim.set_dialer_running(false);
     let stopped = p.truth();
     assert!(
         stopped.iter().all(|c| c.updated_at < started),
         "changes are not visible before δ"
     );
+    // On a manual clock, settling moves it to when the last late commit shows.
     p.sim.settle().await;
+    assert!(p.sim.now() >= started.saturating_add(Duration::from_millis(800)));
     let after = p.truth();
     let moved: Vec<_> = after.iter().filter(|c| c.updated_at >= started).collect();
     assert!(!moved.is_empty(), "the dialer changed calls");
@@ -886,7 +902,9 @@ async fn the_dialer_moves_calls_and_late_commits_show_up_late() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn child_changes_can_leave_updated_at_alone() {
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         calls_per_schedule: 100,
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
@@ -898,7 +916,7 @@ async fn child_changes_can_leave_updated_at_alone() {
     })
     .await;
     let before = p.truth();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    clock.advance(Duration::from_millis(200));
     p.sim.set_dialer_running(false);
     let after = p.truth();
     let silent = after.iter().filter(|c| {
@@ -1408,7 +1426,10 @@ async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
             .any(|c| c.outbound_call_attempts.as_ref().unwrap().len() > 1)
     );
 
+    // On a manual clock: 2 s of work happen when the test says, the same on every run.
+    let clock = ManualClock::new(Timestamp::parse("2026-04-01T09:00:00Z").unwrap());
     let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
@@ -1427,11 +1448,10 @@ async fn the_dialer_keeps_histories_lifelike_and_keeps_working() {
             .flat_map(|s| p.sim.truth(s))
             .collect()
     };
-    let started = Timestamp::now();
-
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let started = p.sim.now();
+    clock.advance(Duration::from_millis(2000));
     p.sim.set_dialer_running(false);
-    let now = Timestamp::now();
+    let now = p.sim.now();
     let calls = all(&p);
     assert_lifelike(&calls, now, scale);
 
@@ -1500,4 +1520,231 @@ async fn the_same_seed_replays_the_same_run() {
     assert_ne!(other_seeded, seeded);
     assert_ne!(other_created, created);
     assert!(created.iter().all(|uid| !seeded.contains(uid)));
+}
+
+/// One answer, as bytes: the status, the `Date` header and the body, with the simulator's
+/// own address (which differs between two simulators by design) written as `{base_url}`.
+async fn raw(
+    sim: &Simulator,
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, String, String) {
+    let base = sim.base_url().as_str().trim_end_matches('/').to_owned();
+    let mut request = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(sim.access_token());
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let r = request.send().await.expect("request");
+    let status = r.status().as_u16();
+    let date = r.headers()[reqwest::header::DATE]
+        .to_str()
+        .expect("a Date")
+        .to_owned();
+    let text = r.text().await.expect("body").replace(&base, "{base_url}");
+    (status, date, text)
+}
+
+/// Two answers are the same byte for byte; if not, shows where they part.
+fn assert_same_answer(i: usize, a: &(u16, String, String), b: &(u16, String, String)) {
+    assert_eq!((a.0, &a.1), (b.0, &b.1), "answer {i}: status and Date");
+    if a.2 != b.2 {
+        let at =
+            a.2.bytes()
+                .zip(b.2.bytes())
+                .take_while(|(x, y)| x == y)
+                .count();
+        let around = |text: &str| {
+            let bytes = text.as_bytes();
+            String::from_utf8_lossy(&bytes[at.saturating_sub(80)..(at + 80).min(bytes.len())])
+                .into_owned()
+        };
+        panic!(
+            "answer {i} differs between two runs of one seed and clock, from byte {at}:\n{}\n{}",
+            around(&a.2),
+            around(&b.2)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_manual_clock_and_a_seed_replay_a_run_byte_for_byte() {
+    let t0 = Timestamp::parse("2026-02-03T04:05:06.789012345Z").unwrap();
+    let options = |clock: &ManualClock| SimulatorOptions {
+        seed: 21,
+        clock: clock.clone().into(),
+        schedules: 2,
+        calls_per_schedule: 120,
+        late_commit: Some(Duration::from_secs(2)),
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(100),
+            calls_per_tick: 1,
+            time_scale: 1.0,
+            new_calls_every: Some(Duration::from_secs(120)),
+            child_changes_without_bump: true,
+        }),
+        faults: FaultPlan {
+            error_5xx_rate: 0.2,
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    };
+    // The same requests at the same instants of the clock; each run's answers, in order.
+    let run = || async {
+        let clock = ManualClock::new(t0);
+        let sim = start(options(&clock)).await;
+        let http = client();
+        let s = sim.schedule_uids();
+        let mut answers = Vec::new();
+        for minute in 0..20 {
+            for schedule in &s {
+                for page in 1..=2 {
+                    let path = format!(
+                        "/api/v1/schedules/{schedule}/outbound_calls?updated_after=2026-01-01T00:00:00Z&page={page}&page_size=100"
+                    );
+                    answers.push(raw(&sim, &http, reqwest::Method::GET, &path, None).await);
+                }
+            }
+            if minute == 7 {
+                let body = json!({"phone_number": "+15550001234", "first_name": "Ada"});
+                let path = format!("/api/v1/schedules/{}/outbound_calls?force=true", s[1]);
+                answers.push(raw(&sim, &http, reqwest::Method::POST, &path, Some(body)).await);
+            }
+            // Uneven steps: the dialer's ticks fall on the clock, wherever the steps end.
+            clock.advance(Duration::from_millis(60_000 + 137 * minute));
+        }
+        let truth: Vec<Vec<OutboundCall>> = s.iter().map(|s| sim.truth(*s)).collect();
+        sim.shutdown().await;
+        (answers, truth)
+    };
+    let (first, truth) = run().await;
+    let (second, _) = run().await;
+    assert_eq!(first.len(), second.len());
+    for (i, (a, b)) in first.iter().zip(&second).enumerate() {
+        assert_same_answer(i, a, b);
+    }
+    // The run did what it had to replay: faults, a new call, and the dialer's work over 20
+    // minutes of the clock (attempts stamped after the start, calls that arrived).
+    assert!(first.iter().any(|(status, _, _)| *status >= 500));
+    assert!(first.iter().any(|(status, _, _)| *status == 201));
+    let calls: Vec<&OutboundCall> = truth.iter().flatten().collect();
+    assert!(calls.iter().filter(|c| c.updated_at > t0).count() > 20);
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.created_at > t0 && c.status == "completed")
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.updated_at <= t0.saturating_add(Duration::from_millis(1_226_030))),
+        "nothing is stamped after where the 20 steps left the clock"
+    );
+    assert_eq!(first[0].1, "Tue, 03 Feb 2026 04:05:06 GMT");
+    // 19 steps after 04:05:06.789: 19 minutes and 23.427 s later.
+    assert_eq!(first.last().unwrap().1, "Tue, 03 Feb 2026 04:24:30 GMT");
+}
+
+#[tokio::test]
+async fn the_date_header_follows_the_manual_clock() {
+    let clock = ManualClock::new(Timestamp::parse("2031-05-06T07:08:09.999Z").unwrap());
+    let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = p.sim.schedule_uids()[0];
+    let list = format!("/api/v1/schedules/{schedule}/outbound_calls");
+    let date = |r: &reqwest::Response| {
+        r.headers()[reqwest::header::DATE]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let answer = p
+        .http
+        .get(p.url(&list))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert_eq!(date(&answer), "Tue, 06 May 2031 07:08:09 GMT");
+    clock.advance(Duration::from_millis(61_001));
+    // Every answer carries it: a success, an error, the token endpoint.
+    let answer = p
+        .http
+        .get(p.url(&list))
+        .bearer_auth(p.sim.access_token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(date(&answer), "Tue, 06 May 2031 07:09:11 GMT");
+    let unauthorized = p.http.get(p.url(&list)).send().await.unwrap();
+    assert_eq!(unauthorized.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(date(&unauthorized), "Tue, 06 May 2031 07:09:11 GMT");
+    let token = p
+        .http
+        .post(p.sim.token_url())
+        .form(&[("grant_type", "client_credentials")])
+        .basic_auth(p.sim.client_id(), Some(p.sim.client_secret()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(token.status(), StatusCode::OK);
+    assert_eq!(date(&token), "Tue, 06 May 2031 07:09:11 GMT");
+    assert_eq!(
+        p.sim.now(),
+        Timestamp::parse("2031-05-06T07:09:11.000Z").unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_call_created_at_a_manual_instant_is_stamped_with_it() {
+    let at = Timestamp::parse("2030-01-01T00:00:00.123456789Z").unwrap();
+    let clock = ManualClock::new(at);
+    let p = Probe::new(SimulatorOptions {
+        clock: clock.clone().into(),
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = p.sim.schedule_uids()[0];
+    // The seeded history ends before the clock's start second.
+    assert!(p.truth().iter().all(|c| c.updated_at <= at));
+    let (status, call) = p
+        .send(
+            reqwest::Method::POST,
+            &format!("/api/v1/schedules/{schedule}/outbound_calls?force=true"),
+            json!({"phone_number": "+15550001234"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{call}");
+    // Microseconds, the simulator's default precision.
+    assert_eq!(call["created_at"], "2030-01-01T00:00:00.123456Z");
+    assert_eq!(call["updated_at"], "2030-01-01T00:00:00.123456Z");
+    clock.advance(Duration::from_secs(3600));
+    let uids = p.sim.bulk_create_now(schedule, 2);
+    let later = Timestamp::parse("2030-01-01T01:00:00.123456Z").unwrap();
+    let (_, detail) = p.get(&format!("/api/v1/outbound_calls/{}", uids[0])).await;
+    assert_eq!(detail["created_at"], later.to_rfc3339().as_str());
+    let truth = p.truth();
+    let stamped = |uid: &str| {
+        truth
+            .iter()
+            .find(|c| c.uid.to_string() == uid)
+            .map(|c| (c.created_at, c.updated_at))
+    };
+    let single = call["uid"].as_str().unwrap();
+    assert_eq!(
+        stamped(single),
+        Some((
+            Timestamp::parse("2030-01-01T00:00:00.123456Z").unwrap(),
+            Timestamp::parse("2030-01-01T00:00:00.123456Z").unwrap()
+        ))
+    );
+    assert_eq!(stamped(&uids[1].to_string()), Some((later, later)));
 }

@@ -1,0 +1,119 @@
+//! The simulator's clock: its one source of "now". Everything it stamps (calls, schedules,
+//! campaigns, the seeded history), its `Date` header, token expiry, late commits, the request
+//! quota and the dialer's ticks read it.
+//!
+//! The system clock by default: `callsync simulate` and the demo keep real time. A test hands
+//! it a [`ManualClock`] instead, which stands still until the test moves it, so that a run
+//! replays exactly, timestamps included (the seed replays the rest). Delays a fault plan asks
+//! for (slow or held answers) are real waits on tokio's clock: they shape the network, not the
+//! service's clock.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderValue;
+
+use crate::api::Timestamp;
+
+/// Where the simulator reads the time.
+#[derive(Debug, Clone, Default)]
+pub enum SimClock {
+    /// The machine's clock.
+    #[default]
+    System,
+    /// A test's clock: moves only when the test says.
+    Manual(ManualClock),
+}
+
+impl SimClock {
+    pub fn now(&self) -> Timestamp {
+        match self {
+            SimClock::System => Timestamp::now(),
+            SimClock::Manual(clock) => clock.now(),
+        }
+    }
+
+    /// The `Date` header for now (RFC 9110's IMF-fixdate, whole seconds); `None` for an instant
+    /// the format cannot hold (before 1970 or after 9999), which only a test's clock reaches.
+    pub(super) fn http_date(&self) -> Option<HeaderValue> {
+        const YEAR_10000_SECS: u64 = 253_402_300_800;
+        let secs = u64::try_from(self.now().unix_nanos().div_euclid(1_000_000_000)).ok()?;
+        if secs >= YEAR_10000_SECS {
+            return None;
+        }
+        let at: SystemTime = UNIX_EPOCH + Duration::from_secs(secs);
+        HeaderValue::from_str(&httpdate::fmt_http_date(at)).ok()
+    }
+}
+
+/// A clock that stands still until [`ManualClock::advance`]; clones share one time, so a test
+/// keeps a clone to move the clock of the simulator it started with it.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<Mutex<Timestamp>>);
+
+impl ManualClock {
+    pub fn new(start: Timestamp) -> Self {
+        ManualClock(Arc::new(Mutex::new(start)))
+    }
+
+    pub fn now(&self) -> Timestamp {
+        *super::lock(&self.0)
+    }
+
+    /// Moves the clock `by` forward.
+    pub fn advance(&self, by: Duration) {
+        let mut now = super::lock(&self.0);
+        *now = now.saturating_add(by);
+    }
+
+    /// Moves the clock forward to `at`; a clock never goes back.
+    pub(super) fn advance_to(&self, at: Timestamp) {
+        let mut now = super::lock(&self.0);
+        *now = (*now).max(at);
+    }
+}
+
+impl From<ManualClock> for SimClock {
+    fn from(clock: ManualClock) -> Self {
+        SimClock::Manual(clock)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_only_when_told_and_never_back() {
+        let start = Timestamp::parse("2026-03-01T12:00:00.123456Z").unwrap();
+        let manual = ManualClock::new(start);
+        let clock = SimClock::from(manual.clone());
+        assert_eq!(clock.now(), start);
+        manual.advance(Duration::from_millis(1500));
+        assert_eq!(
+            clock.now(),
+            Timestamp::parse("2026-03-01T12:00:01.623456Z").unwrap()
+        );
+        manual.advance_to(start);
+        assert_eq!(
+            clock.now(),
+            Timestamp::parse("2026-03-01T12:00:01.623456Z").unwrap()
+        );
+    }
+
+    #[test]
+    fn the_date_header_is_the_clock_in_whole_seconds() {
+        let at = |text: &str| {
+            SimClock::from(ManualClock::new(Timestamp::parse(text).unwrap())).http_date()
+        };
+        assert_eq!(
+            at("2026-03-01T12:00:01.999Z").unwrap(),
+            "Sun, 01 Mar 2026 12:00:01 GMT"
+        );
+        assert_eq!(at("1969-12-31T23:59:59Z"), None);
+        assert_eq!(
+            at("9999-12-31T23:59:59Z").unwrap(),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+    }
+}
