@@ -185,7 +185,7 @@ fn render(o: &Overview, path: &Path) -> String {
         };
         let _ = writeln!(
             out,
-            "  {schedule}  {answered:>5} / {dialled:<5} {rate:5.1}%"
+            "  {schedule:<36}  {answered:>5} / {dialled:<5} {rate:5.1}%"
         );
     }
     let db = path.display();

@@ -152,7 +152,8 @@ pub struct Overview {
     pub by_status: Vec<(String, String, i64)>,
     /// `(outcome name, count)`, most first, at most 10.
     pub top_outcomes: Vec<(String, i64)>,
-    /// `(schedule_uid, dialled calls, answered calls)`, test calls left out.
+    /// `(schedule name, or its uid without one; dialled calls, answered calls)`, test calls
+    /// left out.
     pub answer_rates: Vec<(String, i64, i64)>,
 }
 
@@ -187,9 +188,10 @@ impl Warehouse {
             .map(|(a, _, n)| (a, n))
             .collect(),
             answer_rates: query(
-                "SELECT schedule_uid, count(*), sum(answered) FROM call_results
+                "SELECT coalesce(schedule_name, schedule_uid), count(*), sum(answered)
+                 FROM call_results
                  WHERE attempt_count > 0 AND is_test_call = 0
-                 GROUP BY schedule_uid ORDER BY schedule_uid",
+                 GROUP BY schedule_uid ORDER BY 1",
             )?
             .into_iter()
             .map(|(a, dialled, answered)| (a, match dialled { Value::Integer(i) => i, _ => 0 }, answered))

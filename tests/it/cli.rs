@@ -791,6 +791,20 @@ async fn the_demo_runs_to_completion_and_leaves_a_warehouse_with_results() {
         })
         .sum();
     assert_eq!(by_status, rows, "{text}");
+    // Answer rates by the schedules' names.
+    let rates: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Answer rate per schedule"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(rates.len(), 3, "{text}");
+    assert!(
+        rates
+            .iter()
+            .all(|l| l.trim_start().starts_with("Demo schedule ")),
+        "{text}"
+    );
 }
 
 /// `callsync args` with stdout a pipe whose reader is gone before it starts (`| true`).
