@@ -15,7 +15,9 @@
 //!   capped at [`MAX_RETRY_AFTER`] (logged when applied), and a request whose retry budget
 //!   ends before the pause does gives up at once, naming both, rather than wait in vain.
 //! - **Successes let it climb back**: each success of a request the limit held back adds
-//!   [`increase_per_second`] spread over a second's requests, up to the configured ceiling;
+//!   [`increase_per_second`] spread over a second's requests, up to the configured ceiling
+//!   (after the first cut, made from a rate measured rather than known, it doubles each
+//!   second until the next 429: slow start);
 //!   without a ceiling, a rate that climbs past [`UNLIMITED_ABOVE`] lifts the limit.
 //! - **Lanes share it fairly**: while requests wait, permits go round-robin to the lanes (one
 //!   lane per schedule's pass), so one busy schedule and its detail fetches cannot starve the
@@ -92,6 +94,8 @@ struct State {
     epoch: u64,
     /// Grants of the last second: the rate actually sent when there was no limit.
     recent: VecDeque<Instant>,
+    /// Climbing back by doubling each second, until the next 429 (see `rate_limited`).
+    slow_start: bool,
     queue: Queue,
 }
 
@@ -106,6 +110,7 @@ impl Limiter {
                 paused_until: None,
                 epoch: 0,
                 recent: VecDeque::new(),
+                slow_start: false,
                 queue: Queue::default(),
             }),
             changed: Notify::new(),
@@ -168,7 +173,14 @@ impl Limiter {
             return;
         }
         if let Some(rate) = state.rate {
-            let climbed = rate + increase_per_second(rate) / rate;
+            // Each success adds its share of a second's climb: 3 % of the rate, or the whole
+            // rate (doubling each second) in slow start.
+            let step = if state.slow_start {
+                1.0
+            } else {
+                increase_per_second(rate) / rate
+            };
+            let climbed = rate + step;
             state.rate = match self.ceiling {
                 Some(ceiling) => Some(climbed.min(ceiling)),
                 None if climbed > UNLIMITED_ABOVE => None,
@@ -196,6 +208,12 @@ impl Limiter {
             state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
         }
         if grant.epoch == state.epoch {
+            // Without a limit yet, what was sent in the last second is a guess at the rate:
+            // a 429 to a process's first requests (a quota another client spent) makes it 1
+            // a second. From such a cut the rate climbs back doubling each second until the
+            // next 429, as TCP's slow start does, instead of the 3 % a second that would take
+            // minutes; from a cut of a known rate, AIMD as usual.
+            state.slow_start = state.rate.is_none();
             let sending = state.rate.unwrap_or_else(|| state.sent_per_second(now));
             let cut = (sending * DECREASE).max(MIN_RATE);
             state.rate = Some(self.ceiling.map_or(cut, |c| cut.min(c)));

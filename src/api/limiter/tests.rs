@@ -313,3 +313,31 @@ async fn a_pause_beyond_a_requests_budget_fails_it_at_once_and_no_pause_exceeds_
     let grant = limiter.acquire(lane(1), now + secs(3600)).await.unwrap();
     assert_eq!(grant.waited, MAX_RETRY_AFTER);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_429_to_the_first_requests_is_climbed_back_from_within_seconds() {
+    // Another client spent the quota: the bucket is empty when callsync starts, so its first
+    // request meets a 429 and the rate it measured is 1 a second.
+    let allowed = 20.0;
+    let service = Service::new(allowed);
+    *service.bucket.lock().unwrap() = (0.0, Instant::now());
+    let limiter = Arc::new(Limiter::new(None));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(30);
+    run(spawn_workers(&limiter, &service, lane(1), 8, end)).await;
+
+    // Slow start: near the allowed rate within seconds (3 % a second from 1 would take 100 s).
+    let (sent, refused) = service.served_between(
+        start + Duration::from_secs(10),
+        start + Duration::from_secs(30),
+    );
+    let rate = sent as f64 / 20.0;
+    assert!(
+        rate >= 0.75 * allowed && rate <= 1.1 * allowed,
+        "settled at {rate:.1}/s of {allowed}/s"
+    );
+    assert!(
+        (refused as f64) < 0.03 * sent as f64,
+        "{refused} 429s of {sent} once settled"
+    );
+}
