@@ -452,7 +452,18 @@ fn decode_slice<T, S>(seed: S, body: &[u8]) -> serde_json::Result<T>
 where
     S: for<'de> DeserializeSeed<'de, Value = T>,
 {
-    let mut json = serde_json::Deserializer::from_slice(body);
+    decode_whole(seed, serde_json::Deserializer::from_slice(body))
+}
+
+/// One JSON value and nothing after it.
+fn decode_whole<'de, R, T, S>(
+    seed: S,
+    mut json: serde_json::Deserializer<R>,
+) -> serde_json::Result<T>
+where
+    R: serde_json::de::Read<'de>,
+    S: DeserializeSeed<'de, Value = T>,
+{
     let value = seed.deserialize(&mut json)?;
     json.end()?;
     Ok(value)
@@ -478,10 +489,7 @@ where
             receiver,
             current: received,
         });
-        let mut json = serde_json::Deserializer::from_reader(received);
-        let value = seed.deserialize(&mut json)?;
-        json.end()?;
-        Ok(value)
+        decode_whole(seed, serde_json::Deserializer::from_reader(received))
     });
     let reading = async move {
         while let Some(chunk) = body.next().await? {
@@ -819,16 +827,20 @@ mod tests {
         (port, connections)
     }
 
-    /// A server answering 200 with a body that never ends (chunked: the start of a JSON
-    /// object, then whitespace 64 KiB at a time until the client hangs up, so a decoder
-    /// reading as it arrives keeps reading), or one that announces `announced` bytes up
-    /// front.
-    async fn endless_body_server(announced: Option<u64>) -> u16 {
+    /// A server answering 200 with a body that never ends: `start`, then `filler` over and
+    /// over (chunked, about 64 KiB at a time) until the client hangs up, so a decoder reading
+    /// as it arrives keeps reading; or, with `announced`, a head announcing that many bytes.
+    async fn endless_body_server(
+        announced: Option<u64>,
+        start: String,
+        filler: &'static str,
+    ) -> u16 {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
+                let start = start.clone();
                 tokio::spawn(async move {
                     let mut request = [0u8; 4096];
                     let _ = stream.read(&mut request).await;
@@ -838,12 +850,12 @@ mod tests {
                         ),
                         None => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
                     };
-                    let start = "{\"data\": ";
                     let head = format!("{head}{:x}\r\n{start}\r\n", start.len());
                     if stream.write_all(head.as_bytes()).await.is_err() {
                         return;
                     }
-                    let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
+                    let fill = filler.repeat((0x10000 / filler.len()).max(1));
+                    let chunk = format!("{:x}\r\n{fill}\r\n", fill.len());
                     while stream.write_all(chunk.as_bytes()).await.is_ok() {}
                 });
             }
@@ -855,7 +867,7 @@ mod tests {
     async fn a_response_beyond_the_cap_fails_without_being_read_whole() {
         let fake = FakeService::start(|_, _| Reply::status(500, ""), |_, _| Reply::ok("")).await;
         for announced in [None, Some(5 * 1024 * 1024 * 1024)] {
-            let port = endless_body_server(announced).await;
+            let port = endless_body_server(announced, "{\"data\": ".into(), " ").await;
             let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
             config.base_url = Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
             config.max_response_bytes = 1024 * 1024;
@@ -888,36 +900,6 @@ mod tests {
             })
             .collect();
         format!(r#"{{"pagination":null,"data":[{}"#, calls.join(","))
-    }
-
-    /// A server whose list page holds the 100 rows asked for, then rows without end: it
-    /// never finishes the body, nor closes the connection.
-    async fn a_page_that_never_ends() -> u16 {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut request = [0u8; 4096];
-                    let _ = stream.read(&mut request).await;
-                    let body = open_page(100);
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n",
-                        body.len()
-                    );
-                    if stream.write_all(answer.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    // Then more rows, 64 KiB at a time, until the client hangs up.
-                    let row = r#",{"uid":"00000000-0000-4000-8000-000000000000","status":"pending","created_at":"2026-01-31T09:00:00Z","updated_at":"2026-01-31T09:00:00Z"}"#;
-                    let rows = row.repeat(64 * 1024 / row.len());
-                    let chunk = format!("{:x}\r\n{rows}\r\n", rows.len());
-                    while stream.write_all(chunk.as_bytes()).await.is_ok() {}
-                });
-            }
-        });
-        port
     }
 
     #[tokio::test]
@@ -971,7 +953,13 @@ mod tests {
         // whole would end at the size cap or the request timeout instead).
         config.base_url = Url::parse(&format!(
             "http://127.0.0.1:{}",
-            a_page_that_never_ends().await
+            // The 100 rows asked for, then rows without end.
+            endless_body_server(
+                None,
+                open_page(100),
+                r#",{"uid":"00000000-0000-4000-8000-000000000000","status":"pending","created_at":"2026-01-31T09:00:00Z","updated_at":"2026-01-31T09:00:00Z"}"#,
+            )
+            .await
         ))
         .unwrap();
         // A regression fails at the timeout, not never.
