@@ -193,7 +193,7 @@ impl ApiClient {
             .await
     }
 
-    /// [`Self::exchange`], decoding the answer with `seed` as its body arrives.
+    /// [`Self::exchange`], decoding the answer with `seed` (see `decode`).
     async fn exchange_seeded<T, S>(
         &self,
         request: &Request<'_>,
