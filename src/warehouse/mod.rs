@@ -45,6 +45,8 @@ pub struct Warehouse {
     /// A writer's shared lock on the file: `restore` waits for every writer to be gone. It
     /// also says which file was opened, to notice the path being deleted or replaced.
     in_use: Option<FileLock>,
+    /// How a read-only warehouse is read (a writer's is `Shared`).
+    reading: schema::Reading,
 }
 
 /// What `write_page` did.
@@ -69,15 +71,21 @@ impl Warehouse {
             conn,
             path: path.to_owned(),
             in_use: Some(in_use),
+            reading: schema::Reading::Shared,
         })
     }
 
-    /// Opens an existing warehouse read-only (no migration; the schema must be current).
+    /// Opens an existing warehouse read-only (no migration; the schema must be current),
+    /// creating no file beside it and changing none.
     pub fn open_read_only(path: &Path) -> Result<Warehouse, WarehouseError> {
+        // Read through another name, it would be read without the WAL its writer uses.
+        access::check_single_name(path)?;
+        let (conn, reading) = schema::open_read_only(path)?;
         Ok(Warehouse {
-            conn: schema::open_read_only(path)?,
+            conn,
             path: path.to_owned(),
             in_use: None,
+            reading,
         })
     }
 
@@ -91,6 +99,7 @@ impl Warehouse {
             conn: schema::open_in_memory()?,
             path: path.to_owned(),
             in_use: None,
+            reading: schema::Reading::Shared,
         })
     }
 
@@ -152,6 +161,7 @@ fn open_locked(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, FileLock, usize), WarehouseError> {
+    access::check_single_name(path)?;
     access::check_writable(path)?;
     access::create_owned_by_directory(path)?;
     let (conn, before) = schema::open_for_writing(path, busy_timeout)?;
