@@ -37,7 +37,7 @@ pub use queries::{
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
-pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB};
+pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 
 pub struct Warehouse {
     conn: Connection,
@@ -130,6 +130,21 @@ impl Warehouse {
             None => Ok(()),
         }
     }
+}
+
+/// What `run` checks of the warehouse at `path` before it opens it, for `callsync check`:
+/// one name, writable by this user, and — when it exists — identified as `run` identifies it
+/// (a callsync warehouse of a schema this version can migrate; another program's database,
+/// a damaged file or a newer callsync's are refused with `run`'s message). Creates, migrates
+/// and changes nothing. Returns the schema version found, `None` when there is no file yet.
+pub fn check_before_writing(path: &Path) -> Result<Option<usize>, WarehouseError> {
+    access::check_single_name(path)?;
+    access::check_writable(path)?;
+    if !path.exists() {
+        return Ok(None);
+    }
+    let (conn, _) = schema::open_reading(path)?;
+    schema::identify(&conn, path).map(Some)
 }
 
 /// Fails when `path` no longer names the file `opened`, or this process could not write it.

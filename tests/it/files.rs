@@ -177,6 +177,13 @@ async fn a_warehouse_with_two_names_is_refused_through_either_name() {
                 "{args:?}"
             );
         }
+        let out = callsync(PLAIN, &["--config", config, "check"]).await;
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            printed.ends_with(&format!("FAILED warehouse: {}\n", two_names(path))),
+            "{printed}"
+        );
     }
     // The probe: a backfill through each name at once.
     let through_db = ["--config", &c, "backfill", "--schedule", &schedule];
