@@ -437,6 +437,41 @@ fn a_reader_without_wal_files_creates_none_and_a_backup_it_makes_notices_a_write
         .unwrap();
 }
 
+/// `check`'s view of the warehouse is `run`'s: nothing yet (it will be created), an older
+/// schema (it will be migrated), or refused as `run` refuses it; it changes nothing.
+#[test]
+fn check_before_writing_identifies_the_warehouse_as_a_writer_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    assert_eq!(check_before_writing(&path).unwrap(), None);
+    assert!(!path.exists());
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 4).unwrap();
+    drop(conn);
+    assert_eq!(check_before_writing(&path).unwrap(), Some(4));
+    let migrated = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+    assert_eq!((migrated.from, migrated.to), (4, schema::latest_version()));
+    assert_eq!(
+        check_before_writing(&path).unwrap(),
+        Some(schema::latest_version())
+    );
+
+    let other = dir.path().join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let refused = check_before_writing(&other).unwrap_err();
+    let by_a_writer = Warehouse::open(&other, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(refused, WarehouseError::NotAWarehouse { .. }),
+        "{refused}"
+    );
+    assert_eq!(refused.to_string(), by_a_writer.to_string());
+}
+
 #[test]
 fn no_writer_opens_the_warehouse_while_a_restore_holds_it() {
     use file_lock::{FileLock, LockByte, LockMode};
