@@ -287,8 +287,9 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
                 config.warehouse.path.display()
             )
         })?;
-    // Held until the upload ends: a second run of it now would only race this one.
-    let _lock = UploadLock::acquire(&config.warehouse.path, options.schedule, &checked)?;
+    // Held until the upload ends: a second upload into this schedule now could send a
+    // contact this one is sending.
+    let _lock = UploadLock::acquire(&config.warehouse.path, options.schedule)?;
     let bar = super::ProgressBar::for_terminal();
     let log = bar
         .is_none()

@@ -59,7 +59,7 @@ pub enum LockByte {
     Warehouse,
     /// One per schedule: the process walking it.
     Schedule(uuid::Uuid),
-    /// One per upload (a schedule and a file's fingerprint, hashed by the caller to 60 bits):
+    /// One per schedule uploaded into (its uid hashed by the caller to 60 bits):
     /// the process sending it.
     Upload(u64),
 }

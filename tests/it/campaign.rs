@@ -384,6 +384,7 @@ fn created_by_external_id(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contact_list_becomes_calls_once_and_syncs_with_its_parameters() {
     let (env, config, csv, schedule) = upload_env(&contacts(2_500, |_| None)).await;
+    let lists_before = list_requests(&env).len();
     let out = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -401,8 +402,11 @@ async fn a_contact_list_becomes_calls_once_and_syncs_with_its_parameters() {
         .filter(|r| r.path.ends_with("/bulk"))
         .count();
     assert_eq!(bulks, 3);
+    // The empty schedule was listed in one request.
+    assert_eq!(list_requests(&env).len() - lists_before, 1);
 
-    // Again: the ledger knows every chunk; nothing is sent.
+    // Again: the ledger knows every chunk; nothing is sent, nor even asked.
+    let lists_before = list_requests(&env).len();
     let again = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert!(
         stdout(&again).ends_with("2500 rows: 0 calls created (0 chunks), 2500 found already created (3 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"),
@@ -410,6 +414,11 @@ async fn a_contact_list_becomes_calls_once_and_syncs_with_its_parameters() {
         stdout(&again)
     );
     assert_eq!(created_by_external_id(&env, &schedule), created);
+    assert_eq!(
+        list_requests(&env).len(),
+        lists_before,
+        "a finished upload asks nothing"
+    );
 
     // The daemon's sync brings them into the warehouse, parameters keyed by name.
     let s = env.schedules();
@@ -710,7 +719,7 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_run_of_the_same_upload_is_refused_while_the_first_runs() {
+async fn a_second_upload_into_the_same_schedule_is_refused_while_the_first_runs() {
     use callsync::simulator::FaultPlan;
     use std::time::Duration;
 
@@ -725,21 +734,23 @@ async fn a_second_run_of_the_same_upload_is_refused_while_the_first_runs() {
         .spawn()
         .expect("callsync starts");
     until_a_chunk_is_sent(&env).await;
-    let second = callsync(&config, &upload_args(&schedule, &csv)).await;
-    assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
-    let line = stderr(&second);
-    assert_eq!(line.lines().count(), 1, "{line}");
-    assert!(
-        line.contains(&format!(
-            "another callsync process is running this upload (schedule {schedule}, a file with fingerprint "
-        )),
-        "{line}"
-    );
-    // Another file to the same schedule is another upload: not held up.
+    // The same file again, and another file whose contacts overlap the first's (each run
+    // looks for the contacts already there before it sends: two at once could both send
+    // one): both refused, nothing sent.
     let other = csv.with_file_name("other.csv");
-    std::fs::write(&other, contacts(3, |_| None).replace(",ext-", ",other-")).unwrap();
-    let out = callsync(&config, &upload_args(&schedule, &other)).await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&other, contacts_numbered(1_490..1_510)).unwrap();
+    for file in [&csv, &other] {
+        let second = callsync(&config, &upload_args(&schedule, file)).await;
+        assert_eq!(second.status.code(), Some(1), "{}", stderr(&second));
+        let line = stderr(&second);
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(
+            line.contains(&format!(
+                "another callsync process is uploading into schedule {schedule} (one upload into a schedule at a time, whatever the file"
+            )),
+            "{line}"
+        );
+    }
 
     let first = first.wait_with_output().await.unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
@@ -748,8 +759,18 @@ async fn a_second_run_of_the_same_upload_is_refused_while_the_first_runs() {
         "{}",
         stdout(&first)
     );
-    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_503);
-    assert_eq!(bulk_posts(&env), 3, "the refused run sent nothing");
+    assert_eq!(bulk_posts(&env), 2, "the refused runs sent nothing");
+    // Once the first has ended, the other file runs: its 10 contacts the first created are
+    // refused by line, none created twice.
+    let out = callsync(&config, &upload_args(&schedule, &other)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("is already in the schedule").count(),
+        10,
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_500);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1002,4 +1023,51 @@ async fn a_column_with_an_empty_header_is_refused_by_its_position() {
     );
     assert_eq!(posts(&env), posts_before);
     assert!(env.sim.truth(schedule.parse().unwrap()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_list_asks_for_each_row_a_long_one_walks_the_schedule() {
+    // A schedule of 2,500 calls, filled by an upload (3 bulk creates: 3 groups of calls
+    // sharing one updated_at).
+    let (env, config, csv, schedule) = upload_env(&contacts(2_500, |_| None)).await;
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // 20 rows, 10 of them already there: the walk would take about 50 requests, asking
+    // for each row 20 (after the first page, which tells the schedule's size).
+    std::fs::write(&csv, contacts_numbered((2_500..2_510).chain(0..10))).unwrap();
+    let lists_before = list_requests(&env).len();
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("is already in the schedule").count(),
+        10,
+        "{err}"
+    );
+    assert!(
+        err.contains("line 12, column external_id: \"ext-0\" is already in the schedule (call "),
+        "{err}"
+    );
+    let lists = &list_requests(&env)[lists_before..];
+    let by_external_id = lists
+        .iter()
+        .filter(|r| r.query.contains("external_id="))
+        .count();
+    assert_eq!((lists.len(), by_external_id), (21, 20), "{lists:#?}");
+
+    // 200 new rows: more than the walk's requests, so the schedule is walked, at most two
+    // requests per 100 calls (each group of calls sharing an updated_at is read twice) and
+    // one for its end.
+    std::fs::write(&csv, contacts_numbered(2_500..2_700)).unwrap();
+    let lists_before = list_requests(&env).len();
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lists = &list_requests(&env)[lists_before..];
+    assert!(
+        lists.iter().all(|r| !r.query.contains("external_id=")),
+        "{lists:#?}"
+    );
+    assert!(lists.len() <= 2 * 25 + 1, "{} list requests", lists.len());
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 2_700);
 }
