@@ -630,7 +630,8 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     count_ticks_since_last_pass(config, &mut rows, now)?;
     warn_if_read_only(path);
     if json {
-        print_out(format_args!("{}\n", serde_json::to_string_pretty(&rows)?))?;
+        let json = serde_json::to_string_pretty(&rows)?;
+        print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
     } else {
         print_out(crate::warehouse::render_status(&rows, now))?;
     }

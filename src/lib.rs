@@ -9,6 +9,8 @@
 //! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
 //! - `daemon`: `callsync run` — cron ticks, no overlapping passes, backoff, shutdown, systemd;
 //! - `cli` and `telemetry`: the command line and logging set-up;
+//! - `untrusted`: text from the service or a file, made safe to show (control characters
+//!   escaped, length capped);
 //! - `simulator`: a faithful in-process implementation of the service (tests, demo, benches);
 //!   product modules never import it.
 
@@ -20,6 +22,7 @@ pub mod demo;
 pub mod simulator;
 pub mod sync;
 pub mod telemetry;
+pub mod untrusted;
 pub mod upload;
 pub mod warehouse;
 

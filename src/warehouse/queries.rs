@@ -11,6 +11,10 @@ use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use super::runs::{RunOutcome, RunStats, parse};
 use crate::api::Timestamp;
+use crate::untrusted::untrusted_text;
+
+/// The most characters of a pass's stored error `status` shows.
+const STORED_ERROR_CHARS: usize = 4000;
 
 /// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
 /// add, never rename.
@@ -560,7 +564,11 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
         calls_written: r.get(5)?,
         requests: r.get(6)?,
         retries: r.get(7)?,
-        error: r.get(8)?,
+        // Text from a file (an older callsync stored the service's words unescaped): shown
+        // only once made safe.
+        error: r
+            .get::<_, Option<String>>(8)?
+            .map(|e| untrusted_text(&e, STORED_ERROR_CHARS)),
         horizon: r.get(10)?,
         lag_secs: r.get(11)?,
         detail_requests: r.get(12)?,
