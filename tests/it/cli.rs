@@ -1172,3 +1172,48 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
         format!("warehouse {}: schema version 0 -> 5\n", other.display())
     );
 }
+
+/// A misspelt log target would silence every line, the failing pass's ERROR included: it is
+/// a configuration error (exit 2) naming it, from `log.level` or `RUST_LOG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_log_target_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("callsync.toml");
+    let db = dir.path().join("callsync.db");
+    let text = |level: &str| {
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:1\"\n\n[warehouse]\npath = \"{}\"\n\n\
+             [sync]\nschedules = [\"0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11\"]\n\n[log]\nlevel = \"{level}\"\n",
+            db.display()
+        )
+    };
+    let c = config.to_str().unwrap();
+    std::fs::write(&config, text("calsync=info")).unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "error: config: log.level: \"calsync=info\" names the log target \"calsync\", which nothing logs under: a target is callsync, callsync::MODULE"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    std::fs::write(&config, text("callsync=info")).unwrap();
+    let out = callsync_with_env(
+        &["--config", c, "status"],
+        &[("RUST_LOG", "info,callsync::snyc=debug")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "error: cannot set up logging: RUST_LOG=\"info,callsync::snyc=debug\" names the log target \"callsync::snyc\""
+        ),
+        "{err}"
+    );
+    assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
+    assert!(!db.exists(), "nothing is created");
+}
