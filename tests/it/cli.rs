@@ -1217,3 +1217,100 @@ async fn an_unknown_log_target_exits_2_naming_it() {
     assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
     assert!(!db.exists(), "nothing is created");
 }
+
+/// `status` lists every configured schedule, one that never recorded a pass too: "never
+/// synced", exit 0 while the configuration is younger than 3 ticks of `sync.cron` (the daemon
+/// may not have reached it yet), exit 3 once it is older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_a_configured_schedule_never_synced_and_exits_3_once_it_is_due() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let synced = env.schedules()[0];
+    let never = uuid::Uuid::from_u128(0x0b2e_7a55_9999_4c0b_9f39_0d3c_5a3f_2b11);
+    let config = env.dir.path().join("callsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n[warehouse]\npath = \"{}\"\n\n\
+             [sync]\nschedules = [\"{synced}\", \"{never}\"]\ncron = \"0 0 * * * *\"\n",
+            env.sim.base_url(),
+            env.sim.access_token(),
+            env.warehouse_path().display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let out = callsync(&["--config", c, "sync", "--schedule", &synced.to_string()]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Configured just now: listed, not yet due.
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "schedule {never}\n  cursor       none  (lag -)\n  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)\n  last success never\n  rows         0 calls"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("schedule {synced}\n")), "{text}");
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |uid: uuid::Uuid| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["schedule_uid"] == uid.to_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("{uid} listed: {rows}"))
+    };
+    assert_eq!(row(never)["never_synced"], true);
+    assert_eq!(row(never)["last_run"], serde_json::Value::Null);
+    assert_eq!(row(never)["no_recent_pass"], false);
+    assert_eq!(row(synced)["never_synced"], false);
+
+    // Configured four hours ago (four ticks of an hourly cron, or three when now falls on
+    // the hour): due, exit 3 naming it.
+    let four_hours_ago =
+        std::time::SystemTime::now() - std::time::Duration::from_secs(4 * 3600 - 60);
+    std::fs::File::options()
+        .write(true)
+        .open(&config)
+        .unwrap()
+        .set_modified(four_hours_ago)
+        .unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ticks = if text.contains("NEVER SYNCED though configured 4 ticks") {
+        4
+    } else {
+        3
+    };
+    assert!(
+        text.contains(&format!("  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)\n")),
+        "{text}"
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "attention: schedule {never}: never synced, though configured {ticks} ticks of sync.cron ago (exit code 3)\n"
+        )
+    );
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let never_row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["schedule_uid"] == never.to_string())
+        .unwrap();
+    assert_eq!(never_row["no_recent_pass"], true);
+    assert_eq!(never_row["ticks_since_last_pass"], ticks);
+}
