@@ -1314,3 +1314,53 @@ async fn status_lists_a_configured_schedule_never_synced_and_exits_3_once_it_is_
     assert_eq!(never_row["no_recent_pass"], true);
     assert_eq!(never_row["ticks_since_last_pass"], ticks);
 }
+
+/// Every error is one line without a character a terminal acts on, whatever it quotes: a
+/// path with a line break and an escape sequence, a CSV header with both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_quoting_line_breaks_or_escapes_is_one_safe_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join("x\ny\u{1b}[31m.toml");
+    let out = callsync(&["--config", odd.to_str().unwrap(), "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: cannot read {} y\\u{{1b}}[31m.toml: no such file\n",
+            dir.path().join("x").display()
+        )
+    );
+
+    let config = dir.path().join("callsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:1\"\naccess_token = \"tok\"\n\n[warehouse]\npath = \"{}\"\n",
+            dir.path().join("callsync.db").display()
+        ),
+    )
+    .unwrap();
+    let csv = dir.path().join("list.csv");
+    std::fs::write(
+        &csv,
+        "\"phone\r\nnum\u{1b}]0;owned\u{7}\",external_id\n+15550001,a\n",
+    )
+    .unwrap();
+    let out = callsync(&[
+        "--config",
+        config.to_str().unwrap(),
+        "upload",
+        "--schedule",
+        "0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11",
+        csv.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: {}: no phone_number column (columns: phone num\\u{{1b}}]0;owned\\u{{7}}, external_id); name one phone_number or use --map COLUMN=phone_number\n",
+            csv.display()
+        )
+    );
+}
