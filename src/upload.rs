@@ -7,17 +7,24 @@
 //!    in the file — tracked in a temporary SQLite table, not in memory); the file's bytes and
 //!    the mapping are hashed into the upload's fingerprint, and each chunk's rows into a
 //!    digest.
-//! 2. [`send`]: chunk by chunk, the chunk's digest is compared with the check's (a file
-//!    changed since is never sent), then the warehouse's upload ledger records the chunk as
-//!    `sent` before its request goes out and as `created` with the service's uids after. A
-//!    chunk the ledger has as `created` is skipped; any other is looked up by its rows'
-//!    `external_id`s before it is sent — the bulk endpoint is all or nothing, so its first
-//!    row tells whether the chunk exists.
+//! 2. [`send`]: first the schedule's calls are listed (`updated_after` paging from the
+//!    beginning, 100 a request) into a temporary table by external_id. A row whose
+//!    external_id is there is never sent: outside the chunks the ledger knows, any such row
+//!    stops the upload before anything is sent, or with `--skip-existing` is left out of its
+//!    chunk and counted. Then chunk by chunk, the chunk's digest is compared with the check's
+//!    (a file changed since is never sent), and the warehouse's upload ledger records the
+//!    chunk as `sent` before its request goes out and as `created` with the service's uids
+//!    after. A chunk the ledger has as `created`, or whose every row the schedule has, is
+//!    not sent.
 //!
 //! A create whose answer is lost (a timeout, a dropped connection, a 5xx) may still be done by
 //! the service, later: such a chunk is never sent again until a lookup has failed to find it
 //! for the whole settle window after it was sent (`api.create_settle_secs`), in this run or,
-//! from the ledger's `sent_at`, in the next one.
+//! from the ledger's `sent_at`, in the next one. A lookup costs a few requests whatever the
+//! chunk's size: none of the rows sent was in the schedule before and the bulk endpoint is
+//! all or nothing, so the first row's external_id tells whether the chunk was created; the
+//! uids of a created chunk come from the listing of what changed since that call was created
+//! (its pages fetched at once), any row missing from it asked for alone.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,13 +32,15 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::api::{
-    ApiClient, ApiError, Counters, ListFilter, ListQuery, MAX_BULK, NewCall, Timestamp,
-    new_call_problems,
+    ApiClient, ApiError, CallPage, Counters, ListFilter, ListQuery, MAX_BULK, MAX_PAGE_SIZE,
+    NewCall, OutboundCall, Timestamp, new_call_problems,
 };
+use crate::sync::cursor::{PageWalker, RowKey, WalkError, WalkLimits};
 use crate::warehouse::file_lock::{FileLock, LockByte, LockError, LockMode};
 use crate::warehouse::{ChunkKey, ChunkState, Warehouse, WarehouseError};
 
@@ -65,9 +74,28 @@ pub enum UploadError {
     #[error("schedule {schedule} not found on the service (HTTP 404); check the uid (`callsync schedule create` prints it) and api.base_url; {}",
         if *.sent_before { "the chunks sent before were created and stay" } else { "nothing was sent" })]
     ScheduleNotFound { schedule: Uuid, sent_before: bool },
-    /// The first request, a one-row list of the schedule, failed (the CLI names the upload).
+    /// Listing the schedule's calls, the first thing an upload does, failed (the CLI names
+    /// the upload).
     #[error("nothing was sent: {cause}")]
     Unreachable { cause: ApiError },
+    #[error(
+        "nothing was sent: the service's list of the schedule's calls cannot be trusted ({request}): {source}"
+    )]
+    Untrusted {
+        request: String,
+        #[source]
+        source: WalkError,
+    },
+    #[error(
+        "{count} rows have an external_id schedule {schedule} already has (the first {} above); nothing was sent: remove those rows, or pass --skip-existing to send only the others",
+        .problems.len()
+    )]
+    AlreadyInSchedule {
+        schedule: Uuid,
+        /// At most [`MAX_LISTED_PROBLEMS`]; `count` has them all.
+        problems: Vec<RowProblem>,
+        count: u64,
+    },
     #[error("the service refused the chunk of lines {first_line}–{last_line}: {}", describe_refusal(.problems, .cause))]
     Refused {
         first_line: u64,
@@ -172,6 +200,9 @@ pub struct UploadOptions {
     /// Accept rows without `external_id`; such chunks cannot be looked up, so exactly-once
     /// is lost for them.
     pub allow_missing_external_id: bool,
+    /// Send only the rows whose external_id the schedule does not have yet, counting the
+    /// others as skipped (without it, any such row stops the upload before anything is sent).
+    pub skip_existing: bool,
     /// How long after a chunk was sent without an answer its calls are looked for before it
     /// counts as not created ([`crate::config::ApiConfig::create_settle_window`]).
     pub settle: Duration,
@@ -189,17 +220,25 @@ pub struct Checked {
     chunk_digests: Vec<[u8; 32]>,
 }
 
-/// What [`send`] did.
+/// What [`send`] did with every row: `rows` = `calls_created` + `rows_found` +
+/// `rows_skipped` + `rows_refused`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UploadSummary {
     pub rows: u64,
+    /// Calls this run created, and the chunks sent that created them.
     pub calls_created: u64,
-    pub chunks_sent: u64,
-    /// Chunks the ledger or the service showed created by an earlier run.
-    pub chunks_already_created: u64,
+    pub chunks_created: u64,
+    /// Rows of the chunks the ledger or the service showed created already (by an earlier
+    /// run, or another file with the same rows), and those chunks.
+    pub rows_found: u64,
+    pub chunks_found: u64,
+    /// Rows not sent because their external_id is in the schedule already
+    /// (`--skip-existing`).
+    pub rows_skipped: u64,
     /// Rows of the chunks the service refused (all or nothing: a chunk with one bad row is
-    /// refused whole); the other chunks were sent.
+    /// refused whole), and those chunks; the other chunks were sent.
     pub rows_refused: u64,
+    pub chunks_refused: u64,
     /// The service's reasons, at most [`MAX_LISTED_PROBLEMS`].
     pub refusals: Vec<RowProblem>,
 }
@@ -263,6 +302,9 @@ impl Columns {
             problem,
         };
         let headers: Vec<String> = header.iter().map(|h| h.trim().to_owned()).collect();
+        if let Some(problem) = unnamed_column(&headers) {
+            return Err(bad(problem));
+        }
         for (from, _) in renames {
             if !headers.iter().any(|h| h == from) {
                 return Err(bad(format!(
@@ -354,6 +396,36 @@ impl Columns {
             .position(|t| *t == wanted)
             .map_or_else(|| field.to_owned(), |i| self.headers[i].clone())
     }
+}
+
+/// A column whose header is empty: its values would go nowhere (a parameter needs a name), so
+/// the file is refused rather than a column dropped unseen. Named by its position and its
+/// neighbours, as a spreadsheet shows it.
+fn unnamed_column(headers: &[String]) -> Option<String> {
+    let i = headers.iter().position(String::is_empty)?;
+    let letter = spreadsheet_column(i);
+    let before = i
+        .checked_sub(1)
+        .map(|b| format!(" after {:?}", headers[b]))
+        .unwrap_or_default();
+    Some(format!(
+        "line 1: column {} ({letter}){before} has an empty header: name it (any name but a call field's is a custom parameter), or delete the column",
+        i + 1
+    ))
+}
+
+/// `A`, `B`, … `Z`, `AA`, … for the zero-based column `i`.
+fn spreadsheet_column(mut i: usize) -> String {
+    let mut letters = Vec::new();
+    loop {
+        letters.push(b'A' + (i % 26) as u8);
+        if i < 26 {
+            break;
+        }
+        i = i / 26 - 1;
+    }
+    letters.reverse();
+    String::from_utf8(letters).unwrap_or_default()
 }
 
 /// A reader that hashes what passes through it.
@@ -689,6 +761,23 @@ impl Chunk {
     fn has_external_ids(&self) -> bool {
         self.calls.iter().all(|c| c.external_id.is_some())
     }
+
+    /// The rows whose index passes `keep` (the same digest: it is the file's chunk's).
+    fn only(&self, keep: impl Fn(usize) -> bool) -> Chunk {
+        let (lines, calls) = self
+            .lines
+            .iter()
+            .zip(&self.calls)
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, (line, call))| (*line, call.clone()))
+            .unzip();
+        Chunk {
+            lines,
+            calls,
+            digest: self.digest,
+        }
+    }
 }
 
 /// One upload at a time: an exclusive lock on a byte of the warehouse file chosen by the
@@ -727,9 +816,12 @@ impl UploadLock {
     }
 }
 
-/// Sends a checked file, chunk by chunk, skipping what an earlier run created. A chunk the
-/// service refuses for its rows (a 400 pointing at them) is counted and reported in the
-/// summary, and the next chunks are sent; any other failure stops the upload.
+/// Sends a checked file, chunk by chunk, skipping what an earlier run created. First the
+/// schedule's calls are listed (a few page requests): a row whose external_id the schedule
+/// already has is never sent — with any such row outside the chunks the ledger knows, nothing
+/// is sent ([`UploadError::AlreadyInSchedule`]) unless `skip_existing`, which sends the
+/// others. A chunk the service refuses for its rows (a 400 pointing at them) is counted and
+/// reported in the summary, and the next chunks are sent; any other failure stops the upload.
 pub async fn send(
     client: &ApiClient,
     warehouse: &mut Warehouse,
@@ -737,15 +829,18 @@ pub async fn send(
     checked: &Checked,
     progress: &dyn UploadProgress,
 ) -> Result<UploadSummary, UploadError> {
-    let mut rows = Rows::open(options)?;
     let sender = Sender {
         client,
         options,
-        columns: rows.columns.clone(),
+        columns: Rows::open(options)?.columns,
         counters: Counters::for_lane(options.schedule),
         progress,
     };
-    sender.check_schedule().await?;
+    let known = sender.calls_in_schedule().await?;
+    if !options.skip_existing && known.calls > 0 {
+        refuse_rows_already_there(warehouse, options, checked, &known)?;
+    }
+    let mut rows = Rows::open(options)?;
     let mut as_checked = checked.chunk_digests.iter();
     let mut summary = UploadSummary::default();
     let mut next_line = 2;
@@ -762,22 +857,13 @@ pub async fn send(
             first_line: chunk.first_line(),
         };
         let n = chunk.calls.len() as u64;
-        let sent = sender.send_chunk(warehouse, &key, &chunk).await;
+        let sent = sender.send_chunk(warehouse, &key, &chunk, &known).await;
         match sent {
-            Ok(Sent::Now) => {
-                summary.chunks_sent += 1;
-                summary.calls_created += n;
-            }
-            Ok(Sent::Before) => summary.chunks_already_created += 1,
-            Ok(Sent::Refused(problems)) => {
-                summary.rows_refused += n;
-                let room = MAX_LISTED_PROBLEMS.saturating_sub(summary.refusals.len());
-                summary.refusals.extend(problems.into_iter().take(room));
-            }
+            Ok(outcome) => summary.add(outcome),
             Err(UploadError::ScheduleNotFound { schedule, .. }) => {
                 return Err(UploadError::ScheduleNotFound {
                     schedule,
-                    sent_before: summary.chunks_sent + summary.chunks_already_created > 0,
+                    sent_before: summary.chunks_created + summary.chunks_found > 0,
                 });
             }
             Err(err) => return Err(err),
@@ -796,13 +882,162 @@ pub async fn send(
     Ok(summary)
 }
 
-enum Sent {
-    /// Created by this run.
-    Now,
-    /// Found created, by an earlier run or another file with the same rows.
-    Before,
-    /// Refused by the service for these rows; nothing of the chunk was created.
-    Refused(Vec<RowProblem>),
+/// Refuses the upload, before anything is sent, when a row outside the chunks the ledger
+/// knows has an external_id the schedule already has (a chunk whose every row is there, once
+/// each, is not refused: it is found created, by another file or a lost ledger).
+fn refuse_rows_already_there(
+    warehouse: &Warehouse,
+    options: &UploadOptions,
+    checked: &Checked,
+    known: &InSchedule,
+) -> Result<(), UploadError> {
+    let mut rows = Rows::open(options)?;
+    let column = rows.columns.column_of("external_id");
+    let mut as_checked = checked.chunk_digests.iter();
+    let mut problems = Vec::new();
+    let mut count = 0;
+    while let Some(chunk) = rows.next_chunk()? {
+        if as_checked.next() != Some(&chunk.digest) {
+            return Err(UploadError::FileChanged {
+                path: options.path.clone(),
+                first_line: chunk.first_line(),
+            });
+        }
+        let key = ChunkKey {
+            schedule: options.schedule,
+            fingerprint: checked.fingerprint.clone(),
+            first_line: chunk.first_line(),
+        };
+        if warehouse.chunk_state(&key)?.is_some() {
+            continue;
+        }
+        let present = known.of_chunk(&chunk)?;
+        if whole_chunk(&present).is_some() {
+            continue;
+        }
+        for (i, uids) in present.iter().enumerate() {
+            let Some(uid) = uids.first() else { continue };
+            count += 1;
+            if problems.len() < MAX_LISTED_PROBLEMS {
+                let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
+                let others = match uids.len() {
+                    1 => String::new(),
+                    n => format!(" and {} more", n - 1),
+                };
+                problems.push(RowProblem {
+                    line: chunk.lines[i],
+                    column: Some(column.clone()),
+                    reason: format!(
+                        "{id:?} is already in the schedule (call {uid}{others}): sending it would call this contact twice"
+                    ),
+                });
+            }
+        }
+    }
+    if count > 0 {
+        return Err(UploadError::AlreadyInSchedule {
+            schedule: options.schedule,
+            problems,
+            count,
+        });
+    }
+    Ok(())
+}
+
+/// The uids of a chunk whose every row is in the schedule, once: `None` otherwise.
+fn whole_chunk(present: &[Vec<Uuid>]) -> Option<Vec<Uuid>> {
+    present
+        .iter()
+        .map(|uids| match uids.as_slice() {
+            [uid] => Some(*uid),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The schedule's calls by external_id, as listed when the upload starts: on disk (SQLite's
+/// temporary database), not in memory, however many calls the schedule has.
+struct InSchedule {
+    scratch: rusqlite::Connection,
+    /// Calls listed, with an external_id or not.
+    calls: u64,
+}
+
+impl InSchedule {
+    fn new() -> Result<Self, rusqlite::Error> {
+        let scratch = rusqlite::Connection::open("")?;
+        // One transaction for the scratch table's life: nothing of it needs to be durable.
+        scratch.execute_batch(
+            "CREATE TABLE calls (external_id TEXT NOT NULL, uid BLOB NOT NULL,
+                                 PRIMARY KEY (external_id, uid)) WITHOUT ROWID;
+             BEGIN",
+        )?;
+        Ok(InSchedule { scratch, calls: 0 })
+    }
+
+    fn add(&mut self, call: &OutboundCall) -> Result<(), rusqlite::Error> {
+        if let Some(id) = &call.external_id {
+            self.scratch
+                .prepare_cached("INSERT OR IGNORE INTO calls VALUES (?1, ?2)")?
+                .execute(rusqlite::params![id, call.uid.as_bytes().as_slice()])?;
+        }
+        Ok(())
+    }
+
+    /// The calls with this external_id.
+    fn uids(&self, external_id: &str) -> Result<Vec<Uuid>, rusqlite::Error> {
+        let mut statement = self
+            .scratch
+            .prepare_cached("SELECT uid FROM calls WHERE external_id = ?1")?;
+        let uids = statement.query_map([external_id], |r| r.get::<_, Vec<u8>>(0))?;
+        let mut out = Vec::new();
+        for uid in uids {
+            out.extend(Uuid::from_slice(&uid?).ok());
+        }
+        Ok(out)
+    }
+
+    /// For each row of the chunk, the calls the schedule has with its external_id (none for
+    /// a row without one).
+    fn of_chunk(&self, chunk: &Chunk) -> Result<Vec<Vec<Uuid>>, rusqlite::Error> {
+        chunk
+            .calls
+            .iter()
+            .map(|call| match &call.external_id {
+                Some(id) if self.calls > 0 => self.uids(id),
+                _ => Ok(Vec::new()),
+            })
+            .collect()
+    }
+}
+
+/// What became of one chunk of the file.
+#[derive(Debug, Default)]
+struct ChunkOutcome {
+    /// Rows this run created (in one chunk sent).
+    created: u64,
+    /// Rows found created already (by an earlier run, or another file with the same rows).
+    found: u64,
+    /// Rows passed over because their external_id is in the schedule (`--skip-existing`).
+    skipped: u64,
+    /// Rows of a chunk the service refused, and its reasons.
+    refused: u64,
+    problems: Vec<RowProblem>,
+}
+
+impl UploadSummary {
+    fn add(&mut self, outcome: ChunkOutcome) {
+        self.calls_created += outcome.created;
+        self.chunks_created += u64::from(outcome.created > 0);
+        self.rows_found += outcome.found;
+        self.chunks_found += u64::from(outcome.found > 0);
+        self.rows_skipped += outcome.skipped;
+        self.rows_refused += outcome.refused;
+        self.chunks_refused += u64::from(outcome.refused > 0);
+        let room = MAX_LISTED_PROBLEMS.saturating_sub(self.refusals.len());
+        self.refusals
+            .extend(outcome.problems.into_iter().take(room));
+    }
 }
 
 /// What a lookup by external_id found of a chunk.
@@ -814,6 +1049,9 @@ enum Found {
     Partly(String),
 }
 
+/// Lookups of one chunk in flight at once; the client's limiter paces them.
+const LOOKUP_CONCURRENCY: usize = 8;
+
 /// What sending a chunk needs, for the whole upload.
 struct Sender<'a> {
     client: &'a ApiClient,
@@ -824,28 +1062,72 @@ struct Sender<'a> {
 }
 
 impl Sender<'_> {
-    /// A 404 before anything is sent is a wrong uid, said plainly.
-    async fn check_schedule(&self) -> Result<(), UploadError> {
-        let filter = ListFilter::default();
-        let query = ListQuery {
-            updated_after: None,
-            page: 1,
-            page_size: 1,
-            filter: &filter,
-        };
+    /// Every call of the schedule, by external_id: a walk of the list endpoint from the
+    /// beginning (`updated_after` paging, as the sync reads, so a call changing meanwhile is
+    /// read, not skipped), [`MAX_PAGE_SIZE`] calls a request. A 404 is a wrong uid, said
+    /// plainly; nothing has been sent yet.
+    async fn calls_in_schedule(&self) -> Result<InSchedule, UploadError> {
         let schedule = self.options.schedule;
-        match self
-            .client
-            .list_calls(schedule, &query, &self.counters)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(err) if err.is_not_found() => Err(UploadError::ScheduleNotFound {
-                schedule,
-                sent_before: false,
-            }),
-            Err(cause) => Err(UploadError::Unreachable { cause }),
+        let mut known = InSchedule::new()?;
+        let mut walker = PageWalker::new(Timestamp::EPOCH, MAX_PAGE_SIZE, WalkLimits::default());
+        let filter = ListFilter::default();
+        let mut told = false;
+        while let Some(request) = walker.next_request() {
+            let query = ListQuery {
+                updated_after: Some(request.updated_after),
+                page: request.page,
+                page_size: request.page_size,
+                filter: &filter,
+            };
+            let listed = self
+                .client
+                .list_calls(schedule, &query, &self.counters)
+                .await
+                .map_err(|err| {
+                    if err.is_not_found() {
+                        UploadError::ScheduleNotFound {
+                            schedule,
+                            sent_before: false,
+                        }
+                    } else {
+                        UploadError::Unreachable { cause: err }
+                    }
+                })?;
+            let keys: Vec<RowKey> = listed
+                .page
+                .data
+                .iter()
+                .map(|c| RowKey {
+                    uid: c.uid,
+                    updated_at: c.updated_at,
+                })
+                .collect();
+            walker
+                .accept(&keys)
+                .map_err(|source| UploadError::Untrusted {
+                    request: ApiClient::describe_list(schedule, &query),
+                    source,
+                })?;
+            for call in &listed.page.data {
+                known.add(call)?;
+            }
+            known.calls += keys.len() as u64;
+            if known.calls > 0 {
+                told = true;
+                self.progress.waiting(Some(&format!(
+                    "listing the schedule's calls for external_ids already there: {} read",
+                    known.calls
+                )));
+            }
         }
+        if told {
+            self.progress.waiting(None);
+        }
+        tracing::info!(
+            calls = known.calls,
+            "the schedule's calls listed: a row whose external_id is among them is not sent"
+        );
+        Ok(known)
     }
 
     async fn send_chunk(
@@ -853,38 +1135,98 @@ impl Sender<'_> {
         warehouse: &mut Warehouse,
         key: &ChunkKey,
         chunk: &Chunk,
-    ) -> Result<Sent, UploadError> {
-        let (first_line, last_line) = (chunk.first_line(), chunk.last_line());
+        known: &InSchedule,
+    ) -> Result<ChunkOutcome, UploadError> {
+        let n = chunk.calls.len() as u64;
+        let present = known.of_chunk(chunk)?;
+        // The rows whose external_id the schedule did not have when the upload started: the
+        // only rows ever sent, so finding one of them later proves the chunk was created.
+        let new = chunk.only(|i| present[i].is_empty());
+        let skipped = n - new.calls.len() as u64;
+        let found = |rows: u64| ChunkOutcome {
+            found: rows,
+            skipped: n - rows,
+            ..ChunkOutcome::default()
+        };
         match warehouse.chunk_state(key)? {
-            Some(ChunkState::Created(_)) => return Ok(Sent::Before),
+            Some(ChunkState::Created(uids)) => return Ok(found((uids.len() as u64).min(n))),
             // Sent by a run that never saw the answer: the service may still be at it.
             Some(ChunkState::Sent { at }) => {
-                if let Some(uids) = self.settle(chunk, at).await? {
+                if let Some(uids) = whole_chunk(&present) {
                     warehouse.chunk_created(key, &uids)?;
-                    tracing::info!(first_line, last_line, "chunk found created already");
-                    return Ok(Sent::Before);
+                    self.found_already(chunk);
+                    return Ok(found(n));
+                }
+                if new.calls.is_empty() {
+                    return Err(self.partly_there(
+                        chunk,
+                        "every row's external_id is in the schedule, some more than once".into(),
+                    ));
+                }
+                if let Some(uids) = self.settle(&new, at).await? {
+                    warehouse.chunk_created(key, &uids)?;
+                    self.found_already(chunk);
+                    return Ok(found(uids.len() as u64));
                 }
             }
-            // Not in the ledger (another file with the same contacts, a ledger lost with its
-            // warehouse): one lookup tells.
-            None => match self.look_up(chunk).await? {
-                Found::All(uids) => {
-                    warehouse.chunk_sent(key, last_line, chunk.calls.len())?;
+            // Not in the ledger: its rows are found in the schedule by another file with the
+            // same contacts, or a ledger lost with its warehouse.
+            None => {
+                if let Some(uids) = whole_chunk(&present) {
+                    warehouse.chunk_sent(key, chunk.last_line(), chunk.calls.len())?;
                     warehouse.chunk_created(key, &uids)?;
-                    tracing::info!(first_line, last_line, "chunk found created already");
-                    return Ok(Sent::Before);
+                    self.found_already(chunk);
+                    return Ok(found(n));
                 }
-                Found::Partly(problem) => return Err(self.partly_there(chunk, problem)),
-                Found::Nothing => {}
-            },
+            }
         }
+        if new.calls.is_empty() {
+            return Ok(ChunkOutcome {
+                skipped,
+                ..ChunkOutcome::default()
+            });
+        }
+        if skipped > 0 {
+            tracing::info!(
+                first_line = chunk.first_line(),
+                last_line = chunk.last_line(),
+                skipped,
+                "rows whose external_id is in the schedule already are not sent"
+            );
+        }
+        let outcome = self.create(warehouse, key, chunk.last_line(), &new).await?;
+        Ok(ChunkOutcome { skipped, ..outcome })
+    }
+
+    fn found_already(&self, chunk: &Chunk) {
+        tracing::info!(
+            first_line = chunk.first_line(),
+            last_line = chunk.last_line(),
+            "chunk found created already"
+        );
+    }
+
+    /// Sends the chunk's `new` rows (the ledger's `last_line` is the file chunk's) until the
+    /// service answers, or a lost answer is settled.
+    async fn create(
+        &self,
+        warehouse: &mut Warehouse,
+        key: &ChunkKey,
+        last_line: u64,
+        new: &Chunk,
+    ) -> Result<ChunkOutcome, UploadError> {
+        let (first_line, last_sent) = (new.first_line(), new.last_line());
+        let created = |uids: &[Uuid]| ChunkOutcome {
+            created: uids.len() as u64,
+            ..ChunkOutcome::default()
+        };
         for tries in 1..=MAX_CHUNK_TRIES {
-            let sent_at = warehouse.chunk_sent(key, last_line, chunk.calls.len())?;
+            let sent_at = warehouse.chunk_sent(key, last_line, new.calls.len())?;
             let sent = self
                 .client
                 .create_calls(
                     self.options.schedule,
-                    chunk.calls.clone(),
+                    new.calls.clone(),
                     self.options.force,
                     &self.counters,
                 )
@@ -892,37 +1234,42 @@ impl Sender<'_> {
             let err = match sent {
                 Ok(uids) => {
                     warehouse.chunk_created(key, &uids)?;
-                    return Ok(Sent::Now);
+                    return Ok(created(&uids));
                 }
                 Err(err) => err,
             };
             // An answer saying no: all or nothing, so nothing was created.
             if err.status().is_some_and(|s| s.is_client_error()) {
                 warehouse.chunk_not_created(key)?;
-                return self.refused(chunk, err);
+                let problems = self.refused(new, err)?;
+                return Ok(ChunkOutcome {
+                    refused: new.calls.len() as u64,
+                    problems,
+                    ..ChunkOutcome::default()
+                });
             }
             // No answer, or a 5xx: the service may have created the chunk, or may still.
-            if !chunk.has_external_ids() {
+            if !new.has_external_ids() {
                 return Err(UploadError::Unknowable {
                     first_line,
-                    last_line,
+                    last_line: last_sent,
                     cause: Box::new(err),
                 });
             }
-            if let Some(uids) = self.settle(chunk, sent_at).await? {
+            if let Some(uids) = self.settle(new, sent_at).await? {
                 warehouse.chunk_created(key, &uids)?;
-                return Ok(Sent::Now);
+                return Ok(created(&uids));
             }
             if tries == MAX_CHUNK_TRIES {
                 return Err(UploadError::GaveUp {
                     first_line,
-                    last_line,
+                    last_line: last_sent,
                     cause: Box::new(err),
                 });
             }
             tracing::warn!(
                 first_line,
-                last_line,
+                last_line = last_sent,
                 error = %err,
                 "the chunk did not show in the service within the settle window; sending it again"
             );
@@ -932,7 +1279,7 @@ impl Sender<'_> {
 
     /// A refusal: of rows (a 400 pointing into the chunk), reported and passed over; of the
     /// request itself (an enabled schedule, a wrong uid, a 400 about no row), the end.
-    fn refused(&self, chunk: &Chunk, err: ApiError) -> Result<Sent, UploadError> {
+    fn refused(&self, chunk: &Chunk, err: ApiError) -> Result<Vec<RowProblem>, UploadError> {
         if err.is_not_found() {
             return Err(UploadError::ScheduleNotFound {
                 schedule: self.options.schedule,
@@ -947,7 +1294,7 @@ impl Sender<'_> {
                 problems = problems.len(),
                 "the service refused the chunk for its rows; going on with the next"
             );
-            return Ok(Sent::Refused(problems));
+            return Ok(problems);
         }
         Err(UploadError::Refused {
             first_line: chunk.first_line(),
@@ -988,10 +1335,11 @@ impl Sender<'_> {
             if !told {
                 told = true;
                 let what = format!(
-                    "the answer for lines {}–{} was lost: looking for its calls for up to {} s before sending it again",
+                    "confirming lines {}–{} ({} calls sent, answer lost): looking them up by external_id until {} before sending them again",
                     chunk.first_line(),
                     chunk.last_line(),
-                    left.as_secs().max(1)
+                    chunk.calls.len(),
+                    deadline.truncated(1_000_000_000).to_rfc3339()
                 );
                 tracing::info!("{what}");
                 self.progress.waiting(Some(&what));
@@ -1005,12 +1353,146 @@ impl Sender<'_> {
         result
     }
 
-    /// Looks the chunk's rows up by external_id (all of them have one).
+    /// Whether the service created the chunk, and its calls' uids: a few requests whatever
+    /// its size. None of the chunk's external_ids was in the schedule before it was sent and
+    /// the bulk endpoint is all or nothing, so its first row tells (one request); the calls
+    /// of a created chunk were stamped when it was created, so the listing of what changed
+    /// since then holds them (its first [`MAX_PAGE_SIZE`]-call pages, fetched at once). A row
+    /// not in those pages (a busy schedule, a service that stamps otherwise) is asked for
+    /// alone.
     async fn look_up(&self, chunk: &Chunk) -> Result<Found, UploadError> {
-        let mut uids = Vec::with_capacity(chunk.calls.len());
-        for (i, call) in chunk.calls.iter().enumerate() {
-            let external_id = call.external_id.as_deref().unwrap_or_default();
-            let found = self.find_by_external_id(external_id).await.map_err(|err| {
+        let first = chunk.calls[0].external_id.as_deref().unwrap_or_default();
+        let probe = self.with_external_id(chunk, first).await?;
+        let created_at = match probe.as_slice() {
+            [] => return Ok(Found::Nothing),
+            [call] => call.created_at,
+            many => {
+                return Err(self.partly_there(
+                    chunk,
+                    format!(
+                        "external_id {first:?} (line {}) has {} calls in the schedule",
+                        chunk.first_line(),
+                        many.len()
+                    ),
+                ));
+            }
+        };
+        let mut found = vec![Vec::new(); chunk.calls.len()];
+        let rows: std::collections::HashMap<&str, usize> = chunk
+            .calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.external_id.as_deref().map(|id| (id, i)))
+            .collect();
+        let mut note = |calls: &[OutboundCall]| {
+            for call in calls {
+                let row = call.external_id.as_deref().and_then(|id| rows.get(id));
+                if let Some(&i) = row
+                    && !found[i].contains(&call.uid)
+                {
+                    found[i].push(call.uid);
+                }
+            }
+        };
+        let page_one = self.changed_since(chunk, created_at, 1).await?;
+        note(&page_one.data);
+        let wanted = (chunk.calls.len() as u64).div_ceil(u64::from(MAX_PAGE_SIZE)) + 1;
+        let pages = page_one
+            .pagination
+            .as_ref()
+            .map_or(wanted, |p| p.total_pages.min(wanted));
+        let mut more = futures::stream::iter(2..=pages)
+            .map(|page| self.changed_since(chunk, created_at, page as u32))
+            .buffer_unordered(LOOKUP_CONCURRENCY);
+        while let Some(page) = more.next().await {
+            note(&page?.data);
+        }
+        drop(more);
+        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_empty()).collect();
+        if !missing.is_empty() {
+            tracing::debug!(
+                missing = missing.len(),
+                "rows not listed among the calls changed since the chunk was created: asked for one by one"
+            );
+        }
+        let mut alone = futures::stream::iter(missing)
+            .map(|i| async move {
+                let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
+                (i, self.with_external_id(chunk, id).await)
+            })
+            .buffer_unordered(LOOKUP_CONCURRENCY);
+        while let Some((i, calls)) = alone.next().await {
+            found[i] = calls?.iter().map(|c| c.uid).collect();
+        }
+        drop(alone);
+        let mut uids = Vec::with_capacity(found.len());
+        for (i, calls) in found.iter().enumerate() {
+            let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
+            let line = chunk.lines[i];
+            match calls.as_slice() {
+                [uid] => uids.push(*uid),
+                [] => {
+                    return Ok(Found::Partly(format!(
+                        "external_id {id:?} (line {line}) is not in the schedule, though the chunk's first row (line {}) is",
+                        chunk.first_line()
+                    )));
+                }
+                many => {
+                    return Err(self.partly_there(
+                        chunk,
+                        format!(
+                            "external_id {id:?} (line {line}) has {} calls in the schedule",
+                            many.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Found::All(uids))
+    }
+
+    /// The schedule's calls with this external_id (at most two: one more than expected).
+    async fn with_external_id(
+        &self,
+        chunk: &Chunk,
+        external_id: &str,
+    ) -> Result<Vec<OutboundCall>, UploadError> {
+        let filter = ListFilter {
+            external_id: Some(external_id.to_owned()),
+            ..ListFilter::default()
+        };
+        let query = ListQuery {
+            updated_after: None,
+            page: 1,
+            page_size: 2,
+            filter: &filter,
+        };
+        self.list(chunk, &query).await.map(|page| page.data)
+    }
+
+    /// A page of the schedule's calls changed at or after `since`.
+    async fn changed_since(
+        &self,
+        chunk: &Chunk,
+        since: Timestamp,
+        page: u32,
+    ) -> Result<CallPage, UploadError> {
+        let filter = ListFilter::default();
+        let query = ListQuery {
+            updated_after: Some(since),
+            page,
+            page_size: MAX_PAGE_SIZE,
+            filter: &filter,
+        };
+        self.list(chunk, &query).await
+    }
+
+    async fn list(&self, chunk: &Chunk, query: &ListQuery<'_>) -> Result<CallPage, UploadError> {
+        self.client
+            .list_calls(self.options.schedule, query, &self.counters)
+            .await
+            .map(|listed| listed.page)
+            .map_err(|err| {
                 if err.is_not_found() {
                     UploadError::ScheduleNotFound {
                         schedule: self.options.schedule,
@@ -1023,48 +1505,7 @@ impl Sender<'_> {
                         cause: Box::new(err),
                     }
                 }
-            })?;
-            let line = chunk.lines[i];
-            match (i, found.as_slice()) {
-                // All or nothing: the first row absent means the chunk is not there (yet).
-                (0, []) => return Ok(Found::Nothing),
-                (_, [uid]) => uids.push(*uid),
-                (_, []) => {
-                    return Ok(Found::Partly(format!(
-                        "external_id {external_id:?} (line {line}) is not in the schedule, though the chunk's first row (line {}) is",
-                        chunk.first_line()
-                    )));
-                }
-                (_, found) => {
-                    return Err(self.partly_there(
-                        chunk,
-                        format!(
-                            "external_id {external_id:?} (line {line}) has {} calls in the schedule",
-                            found.len()
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(Found::All(uids))
-    }
-
-    async fn find_by_external_id(&self, external_id: &str) -> Result<Vec<Uuid>, ApiError> {
-        let filter = ListFilter {
-            external_id: Some(external_id.to_owned()),
-            ..ListFilter::default()
-        };
-        let query = ListQuery {
-            updated_after: None,
-            page: 1,
-            page_size: 2,
-            filter: &filter,
-        };
-        let listed = self
-            .client
-            .list_calls(self.options.schedule, &query, &self.counters)
-            .await?;
-        Ok(listed.page.data.iter().map(|c| c.uid).collect())
+            })
     }
 
     fn partly_there(&self, chunk: &Chunk, problem: String) -> UploadError {
@@ -1152,6 +1593,7 @@ mod tests {
                 .collect(),
             force: false,
             allow_missing_external_id: false,
+            skip_existing: false,
             settle: Duration::from_secs(1),
         }
     }
@@ -1193,6 +1635,34 @@ mod tests {
             problems[3],
             "line 7, column plan: not UTF-8 text: save the file as UTF-8"
         );
+    }
+
+    #[test]
+    fn a_column_with_an_empty_header_is_refused_by_its_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("contacts.csv");
+        for (header, expected) in [
+            (
+                "phone_number,,external_id",
+                "line 1: column 2 (B) after \"phone_number\" has an empty header",
+            ),
+            (
+                " ,phone_number,external_id",
+                "line 1: column 1 (A) has an empty header",
+            ),
+            (
+                "phone_number,external_id,",
+                "line 1: column 3 (C) after \"external_id\" has an empty header",
+            ),
+        ] {
+            std::fs::write(&path, format!("{header}\n+15550001000,,a\n")).unwrap();
+            let err = check(&options(&path, &[])).unwrap_err().to_string();
+            assert!(err.contains(expected), "{header:?}: {err}");
+        }
+        assert_eq!(spreadsheet_column(25), "Z");
+        assert_eq!(spreadsheet_column(26), "AA");
+        assert_eq!(spreadsheet_column(27 * 26 - 1), "ZZ");
+        assert_eq!(spreadsheet_column(27 * 26), "AAA");
     }
 
     #[test]

@@ -21,4 +21,4 @@ pub use models::*;
 pub use observe::RequestObserver;
 pub use retry::Counters;
 pub use timestamp::{Timestamp, TimestampError};
-pub use write::{FieldProblem, MAX_BULK, new_call_problems};
+pub use write::{FieldProblem, MAX_BULK, PHONE_DIGITS, new_call_problems};

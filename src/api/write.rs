@@ -197,7 +197,7 @@ impl std::fmt::Display for FieldProblem {
 }
 
 /// Every problem the spec lets us find before the service does: a phone number that is not
-/// `+` and digits, a custom parameter that looks like a datetime but carries no zone.
+/// `+` and 7 to 15 digits ([`PHONE_DIGITS`]), a custom parameter that looks like a datetime but carries no zone.
 pub fn new_call_problems(call: &NewCall) -> Vec<FieldProblem> {
     let mut problems = Vec::new();
     if let Some(reason) = phone_problem(&call.phone_number) {
@@ -219,12 +219,22 @@ pub fn new_call_problems(call: &NewCall) -> Vec<FieldProblem> {
     problems
 }
 
+/// The digits an international number may have after its `+`: E.164 allows at most 15
+/// (country code included), and no country's numbers are shorter than 7 with it. The service
+/// refuses a number outside this (its bulk endpoint then refuses the whole chunk), so the
+/// check before sending refuses it too.
+pub const PHONE_DIGITS: std::ops::RangeInclusive<usize> = 7..=15;
+
 fn phone_problem(phone: &str) -> Option<String> {
-    let ok = phone
-        .strip_prefix('+')
-        .is_some_and(|digits| !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()));
+    let ok = phone.strip_prefix('+').is_some_and(|digits| {
+        PHONE_DIGITS.contains(&digits.len()) && digits.chars().all(|c| c.is_ascii_digit())
+    });
     (!ok).then(|| {
-        format!("{phone:?} is not + followed by digits (international form, e.g. +15550100)")
+        format!(
+            "{phone:?} is not in international form (E.164): + followed by {} to {} digits, e.g. +15550100",
+            PHONE_DIGITS.start(),
+            PHONE_DIGITS.end()
+        )
     })
 }
 
@@ -307,9 +317,20 @@ mod tests {
     }
 
     #[test]
-    fn phone_numbers_are_plus_and_digits() {
+    fn phone_numbers_are_plus_and_7_to_15_digits() {
         assert!(new_call_problems(&call("+15550100", &[])).is_empty());
-        for bad in ["15550100", "+1 555 0100", "+", "", "+1555abc"] {
+        assert!(new_call_problems(&call("+1234567", &[])).is_empty());
+        assert!(new_call_problems(&call("+123456789012345", &[])).is_empty());
+        for bad in [
+            "15550100",
+            "+1 555 0100",
+            "+",
+            "",
+            "+1555abc",
+            "+123456",
+            "+1234567890123456",
+            "+1234567890123456789",
+        ] {
             let problems = new_call_problems(&call(bad, &[]));
             assert_eq!(problems.len(), 1, "{bad:?}");
             assert_eq!(problems[0].field, "phone_number");

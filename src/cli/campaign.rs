@@ -68,6 +68,10 @@ pub struct UploadArgs {
     /// Accept rows without external_id (a re-run after a lost answer may then duplicate them)
     #[arg(long)]
     allow_missing_external_id: bool,
+    /// Send only the rows whose external_id the schedule does not have yet, and count the
+    /// others as skipped (without it, such rows stop the upload before anything is sent)
+    #[arg(long)]
+    skip_existing: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -249,6 +253,7 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         renames: args.renames,
         force: args.force,
         allow_missing_external_id: args.allow_missing_external_id,
+        skip_existing: args.skip_existing,
         settle: config.api.create_settle_window(),
     };
     let shown = options.path.display().to_string();
@@ -302,6 +307,24 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         Ok(summary) => summary,
         // Each says all there is, the schedule included.
         Err(err @ upload::UploadError::ScheduleNotFound { .. }) => return Err(err.into()),
+        // Rows that would call someone twice: named like the check's bad rows, and refused
+        // the same way (exit 2, nothing sent).
+        Err(upload::UploadError::AlreadyInSchedule {
+            schedule,
+            problems,
+            count,
+        }) => {
+            for problem in &problems {
+                let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+            }
+            let unlisted = count - problems.len() as u64;
+            if unlisted > 0 {
+                let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
+            }
+            bail!(UsageError(format!(
+                "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
+            )));
+        }
         Err(err) => {
             return Err(anyhow::Error::new(err).context(format!(
                 "upload of {shown} to schedule {}",
@@ -312,14 +335,7 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     for problem in &summary.refusals {
         let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
     }
-    print_line(&format!(
-        "{shown}: {} rows, {} calls created, {} chunks sent, {} chunks found already created, {} rows refused",
-        summary.rows,
-        summary.calls_created,
-        summary.chunks_sent,
-        summary.chunks_already_created,
-        summary.rows_refused
-    ))?;
+    print_line(&format!("{shown}: {}", describe_summary(&summary)))?;
     if summary.rows_refused > 0 {
         bail!(
             "the service refused {} rows of {shown} (the reasons above; a chunk is refused whole, so its other rows were not sent either); the other chunks were sent: fix those rows and run the same upload again — chunks already created are found, not sent twice",
@@ -327,6 +343,30 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What became of every row: `2500 rows: 1500 calls created (2 chunks), 0 found already
+/// created (0 chunks), 0 skipped (already in the schedule), 1000 refused by the service (1
+/// chunk)`.
+fn describe_summary(s: &upload::UploadSummary) -> String {
+    let chunks = |n: u64| {
+        if n == 1 {
+            "1 chunk".to_owned()
+        } else {
+            format!("{n} chunks")
+        }
+    };
+    format!(
+        "{} rows: {} calls created ({}), {} found already created ({}), {} skipped (already in the schedule), {} refused by the service ({})",
+        s.rows,
+        s.calls_created,
+        chunks(s.chunks_created),
+        s.rows_found,
+        chunks(s.chunks_found),
+        s.rows_skipped,
+        s.rows_refused,
+        chunks(s.chunks_refused),
+    )
 }
 
 /// How often an upload without a terminal logs where it is.
@@ -378,7 +418,9 @@ struct UploadLog {
 #[derive(Default)]
 struct LogState {
     rows_done: AtomicU64,
-    waiting: Mutex<Option<String>>,
+    /// What the upload waits for, and since when: each line says for how long, so that a
+    /// long wait reads as progress, not as one line repeated.
+    waiting: Mutex<Option<(String, tokio::time::Instant)>>,
 }
 
 impl UploadLog {
@@ -393,7 +435,11 @@ impl UploadLog {
             let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             loop {
                 ticks.tick().await;
-                let waiting = shared.waiting.lock().ok().and_then(|w| w.clone());
+                let waiting = shared.waiting.lock().ok().and_then(|w| {
+                    w.as_ref().map(|(what, since)| {
+                        format!("{what} (for {} s now)", since.elapsed().as_secs())
+                    })
+                });
                 emit(
                     shared.rows_done.load(Ordering::Relaxed),
                     rows,
@@ -418,7 +464,12 @@ impl UploadProgress for UploadLog {
 
     fn waiting(&self, what: Option<&str>) {
         if let Ok(mut waiting) = self.state.waiting.lock() {
-            *waiting = what.map(str::to_owned);
+            *waiting = match (what, waiting.take()) {
+                // The same wait, told again (a count going up): it started when it started.
+                (Some(what), Some((_, since))) => Some((what.to_owned(), since)),
+                (Some(what), None) => Some((what.to_owned(), tokio::time::Instant::now())),
+                (None, _) => None,
+            };
         }
     }
 }
@@ -564,13 +615,23 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(
             *lines.lock().unwrap(),
-            ["1000/3000 -", "1000/3000 looking for lines 1002–2001"]
+            [
+                "1000/3000 -",
+                "1000/3000 looking for lines 1002–2001 (for 5 s now)"
+            ]
         );
+        // A long wait: each line says how long, none repeats the one before.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            lines.lock().unwrap()[2],
+            "1000/3000 looking for lines 1002–2001 (for 15 s now)"
+        );
+        log.waiting(None);
         drop(log);
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(
             lines.lock().unwrap().len(),
-            2,
+            3,
             "nothing after the upload ends"
         );
     }

@@ -3,7 +3,8 @@
 //! runs (a configuration error exits 2 before it); then, each on its own line and every one
 //! of them even after a failure: the credentials (a token fetched for OAuth, then one list
 //! request that the service must accept), each configured schedule (one list request of one
-//! call), and whether this user could write the warehouse. Nothing is created or migrated.
+//! call), and whether `run` could open the warehouse (one name, writable by this user, a
+//! callsync warehouse it can migrate). Nothing is created or migrated.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -197,16 +198,31 @@ fn schedule_verdict(schedule: Uuid, listed: &Result<(), ApiError>) -> Verdict {
     }
 }
 
-/// What `run` checks before it opens the warehouse, without creating or migrating it.
+/// What `run` checks before it opens the warehouse (`warehouse::check_before_writing`: one
+/// name, writable, identified as `run` identifies it), without creating or migrating it.
 fn warehouse_verdict(path: &Path) -> Verdict {
     const CHECK: &str = "warehouse";
-    match crate::warehouse::check_writable(path) {
+    let latest = crate::warehouse::latest_version();
+    match crate::warehouse::check_before_writing(path) {
         Err(err) => Verdict::failed(CHECK, crate::error_chain(&err)),
-        Ok(()) if path.exists() => Verdict::ok(CHECK, format!("{} is writable", path.display())),
-        Ok(()) => Verdict::ok(
+        Ok(None) => Verdict::ok(
             CHECK,
             format!(
                 "{} does not exist yet; its directory is writable, and callsync will create it",
+                path.display()
+            ),
+        ),
+        Ok(Some(found)) if found == latest => Verdict::ok(
+            CHECK,
+            format!(
+                "{} is writable, a callsync warehouse of schema version {found}",
+                path.display()
+            ),
+        ),
+        Ok(Some(found)) => Verdict::ok(
+            CHECK,
+            format!(
+                "{} is writable, a callsync warehouse of schema version {found}, which callsync will migrate to {latest}",
                 path.display()
             ),
         ),

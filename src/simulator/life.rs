@@ -342,6 +342,32 @@ mod tests {
         assert!(phone_problem("+12").is_some());
     }
 
+    /// callsync's check before sending refuses exactly the numbers the service refuses: a
+    /// number it passes would have the service refuse its whole chunk.
+    #[test]
+    fn the_check_before_sending_refuses_exactly_what_the_service_refuses() {
+        let checked = |phone: &str| {
+            crate::api::new_call_problems(&NewCall {
+                phone_number: phone.to_owned(),
+                ..NewCall::default()
+            })
+            .is_empty()
+        };
+        for digits in 0..=25 {
+            for phone in [
+                format!("+{}", "4".repeat(digits)),
+                "4".repeat(digits),
+                format!("+{}x", "4".repeat(digits)),
+            ] {
+                assert_eq!(
+                    checked(&phone),
+                    phone_problem(&phone).is_none(),
+                    "{phone:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn dialling_ends_in_completed_and_waits_out_each_cooldown() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);

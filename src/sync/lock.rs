@@ -1,8 +1,9 @@
 //! `ScheduleLock`: one process at a time syncs a given schedule.
 //!
 //! An exclusive lock on one byte of the warehouse file itself, chosen by the schedule's uid
-//! (`warehouse::file_lock`), held for the whole pass. Every path to the warehouse (a symlink,
-//! a hard link) reaches the same file and so the same lock; no lock file is ever created, so a
+//! (`warehouse::file_lock`), held for the whole pass. Every path to the warehouse (a symlink;
+//! a hard link too, though a warehouse with two names is refused before it is opened, as
+//! SQLite would keep a WAL per name) reaches the same file and so the same lock; no lock file is ever created, so a
 //! command run as root leaves nothing the service user cannot open. The operating system
 //! releases the lock when the process dies, even by `kill -9`, so a crash never leaves a
 //! stale lock behind. The daemon and a `backfill` run may share a warehouse; they may not

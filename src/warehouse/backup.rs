@@ -3,18 +3,21 @@
 //!
 //! A backup is a consistent snapshot (one read transaction, so the daemon goes on writing)
 //! written beside its destination and renamed into place, so a half-written backup never
-//! bears the name. A restore validates the backup, waits for no writer (it takes the
+//! bears the name; created 0600 or 0640 before a byte of it is written, and, if the copy
+//! fails, removed with everything SQLite made beside it. A restore validates the backup, waits for no writer (it takes the
 //! warehouse's lock exclusively), removes the old warehouse's `-wal`/`-shm` (frames of the
 //! old file must never be replayed onto the restored one), and renames a copy over the
 //! warehouse: readers see the old file or the new one, never a mix.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rusqlite::Connection;
 use rusqlite::backup::{Backup, StepResult};
-use rusqlite::{Connection, OpenFlags};
 
 use super::Warehouse;
+use super::access::{beside, create_data_file};
 use super::error::{SqlContext, WarehouseError};
 use super::file_lock::{FileLock, LockByte, LockError, LockMode};
 use super::schema;
@@ -61,19 +64,34 @@ impl Warehouse {
                 path: dest.to_owned(),
             });
         }
-        if !overwrite && dest.symlink_metadata().is_ok() {
-            return Err(WarehouseError::BackupExists {
-                path: dest.to_owned(),
-            });
+        match dest.symlink_metadata() {
+            Ok(_) if !overwrite => {
+                return Err(WarehouseError::BackupExists {
+                    path: dest.to_owned(),
+                });
+            }
+            Ok(found) if found.nlink() > 1 => {
+                return Err(WarehouseError::BackupTargetHardLinked {
+                    path: dest.to_owned(),
+                    names: found.nlink(),
+                });
+            }
+            _ => {}
         }
+        let mode = backup_mode(&self.path)?;
         let partial = sibling(dest, "partial");
-        let written = copy_into(&self.conn, &partial).and_then(|contents| {
+        let written = copy_into(&self.conn, &partial, Some(mode)).and_then(|contents| {
+            // Read as the file alone (no writer had it open): a writer that started since
+            // may have moved pages into the file under the copy.
+            if !self.reading.unchanged(&self.path) {
+                return Err(WarehouseError::ChangedWhileCopying {
+                    path: self.path.clone(),
+                });
+            }
             install(&partial, dest)?;
             Ok(contents)
         });
-        let contents = written.inspect_err(|_| {
-            let _ = std::fs::remove_file(&partial);
-        })?;
+        let contents = written.inspect_err(|_| remove_copy(&partial))?;
         Ok(BackupReport {
             path: dest.to_owned(),
             bytes: file_len(dest)?,
@@ -90,19 +108,23 @@ pub fn restore(
     busy_timeout: Duration,
 ) -> Result<RestoreReport, WarehouseError> {
     let source = open_backup(backup)?;
+    // Renamed over, one name would hold the backup and the others the old warehouse.
+    super::access::check_single_name(target)?;
     // Held until the new file is in place: no callsync writer opens the old one meanwhile.
     let _no_writers = lock_out_writers(target)?;
     let staged = sibling(target, "restore");
-    let staged_ok = copy_into(&source, &staged)
-        .and_then(|_| keep_owner_and_mode(target, &staged))
+    // The old warehouse's mode, or a new warehouse's.
+    let mode = std::fs::metadata(target)
+        .ok()
+        .map(|old| old.mode() & 0o7777);
+    let staged_ok = copy_into(&source, &staged, mode)
+        .and_then(|_| keep_owner(target, &staged))
         .and_then(|()| {
             let removed = remove_stale_wal(target)?;
             install(&staged, target)?;
             Ok(removed)
         });
-    let removed = staged_ok.inspect_err(|_| {
-        let _ = std::fs::remove_file(&staged);
-    })?;
+    let removed = staged_ok.inspect_err(|_| remove_copy(&staged))?;
     // Opened once for writing: migrated if the backup is older, WAL set up (its files are
     // created as the warehouse's owner), so read-only readers can open it at once.
     let restored = Warehouse::open(target, busy_timeout)?;
@@ -125,8 +147,11 @@ fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {
     if !path.is_file() {
         return Err(bad("no such file".into()));
     }
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| bad(e.to_string()))?;
+    // Read-only, creating nothing beside it (a copy of a stopped warehouse is a WAL database).
+    let (conn, _) = schema::open_reading(path).map_err(|e| match e {
+        WarehouseError::Open { cause, .. } => bad(cause.to_string()),
+        other => other,
+    })?;
     let check: String = conn
         .query_row("PRAGMA integrity_check(1)", [], |r| r.get(0))
         .map_err(|e| bad(e.to_string()))?;
@@ -143,16 +168,8 @@ fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {
     if tables != 3 {
         return Err(bad("it is not a callsync warehouse".into()));
     }
-    let found = schema::version(&conn, path)?;
-    if found == 0 {
+    if schema::identify(&conn, path)? == 0 {
         return Err(bad("it is not a callsync warehouse".into()));
-    }
-    if found > schema::latest_version() {
-        return Err(WarehouseError::TooNew {
-            path: path.to_owned(),
-            found,
-            supported: schema::latest_version(),
-        });
     }
     Ok(conn)
 }
@@ -176,15 +193,42 @@ fn lock_out_writers(target: &Path) -> Result<Option<FileLock>, WarehouseError> {
     }
 }
 
-/// Copies every page of `source` into a new file at `dest`, in one read transaction (a
+/// A backup's mode: 0600, or 0640 when the warehouse is readable by its group (the BI
+/// readers); never readable by others, whatever the warehouse's mode or the umask.
+fn backup_mode(warehouse: &Path) -> Result<u32, WarehouseError> {
+    let mode = std::fs::metadata(warehouse)
+        .map_err(|source| WarehouseError::Io {
+            path: warehouse.to_owned(),
+            step: "read the mode of",
+            cause: source,
+        })?
+        .mode();
+    Ok(0o600 | (mode & 0o040))
+}
+
+/// Copies every page of `source` into a new file at `dest`, created with `mode` (see
+/// `access::create_data_file`) before any byte is written, in one read transaction (a
 /// consistent snapshot while others write), as a self-contained file (rollback journal, no
-/// `-wal`); returns what it holds.
-fn copy_into(source: &Connection, dest: &Path) -> Result<Contents, WarehouseError> {
-    let _ = std::fs::remove_file(dest);
+/// `-wal`); returns what it holds. On failure the caller removes it with [`remove_copy`].
+fn copy_into(
+    source: &Connection,
+    dest: &Path,
+    mode: Option<u32>,
+) -> Result<Contents, WarehouseError> {
+    remove_copy(dest);
+    create_data_file(dest, mode).map_err(|source| WarehouseError::Io {
+        path: dest.to_owned(),
+        step: "create",
+        cause: source,
+    })?;
     let mut copy = Connection::open(dest).map_err(|source| WarehouseError::Open {
         path: dest.to_owned(),
         cause: source,
     })?;
+    // No rollback journal while copying: a copy that fails is deleted whole, so there is
+    // nothing to roll back, and a journal left by a failed write would be litter.
+    copy.pragma_update(None, "journal_mode", "OFF")
+        .sql(dest, "starting the copy")?;
     {
         let backup = Backup::new(source, &mut copy).sql(dest, "starting the copy")?;
         // -1: every page in one step, so the copy is one snapshot and never restarts.
@@ -222,20 +266,17 @@ fn contents(conn: &Connection, path: &Path) -> Result<Contents, WarehouseError> 
     })
 }
 
-/// The restored file gets the old warehouse's owner and mode, or without one its directory's
-/// owner (`sudo callsync restore` must not leave a file the service user cannot write).
-fn keep_owner_and_mode(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
-    use std::os::unix::fs::MetadataExt;
+/// The restored file gets the old warehouse's owner (its mode was given at creation), or
+/// without one its directory's owner (`sudo callsync restore` must not leave a file the
+/// service user cannot write).
+fn keep_owner(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
     let io = |source| WarehouseError::Io {
         path: staged.to_owned(),
-        step: "set the owner and mode of",
+        step: "set the owner of",
         cause: source,
     };
     let owner = match std::fs::metadata(target) {
-        Ok(old) => {
-            std::fs::set_permissions(staged, old.permissions()).map_err(io)?;
-            old
-        }
+        Ok(old) => old,
         Err(_) => match target.parent().map(std::fs::metadata) {
             Some(Ok(dir)) => dir,
             _ => return Ok(()),
@@ -249,6 +290,15 @@ fn keep_owner_and_mode(target: &Path, staged: &Path) -> Result<(), WarehouseErro
         std::os::unix::fs::chown(staged, Some(owner.uid()), Some(owner.gid())).map_err(io)?;
     }
     Ok(())
+}
+
+/// Removes a copy that failed, and every file SQLite may have made beside it (its journal,
+/// and the `-wal`/`-shm` it opens for a moment while making the copy self-contained).
+fn remove_copy(copy: &Path) {
+    let _ = std::fs::remove_file(copy);
+    for suffix in ["-journal", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(beside(copy, suffix));
+    }
 }
 
 /// Removes `-wal` and `-shm` beside `target`, returning those that were there.

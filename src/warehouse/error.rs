@@ -67,6 +67,21 @@ pub enum WarehouseError {
     )]
     Replaced { path: PathBuf },
     #[error(
+        "the warehouse {} has {names} names (hard links to one file): SQLite keeps a -wal and -shm per name, so callsync writing through two of them would corrupt it; remove the other names (`find / -xdev -samefile {}` lists them) and use a symlink where a second path is needed",
+        path.display(), path.display()
+    )]
+    HardLinked { path: PathBuf, names: u64 },
+    #[error(
+        "{} has {names} names (hard links to one file): overwriting it would replace this name only and leave the others' old copy; remove it first or choose another path",
+        path.display()
+    )]
+    BackupTargetHardLinked { path: PathBuf, names: u64 },
+    #[error(
+        "the warehouse {} changed while it was copied (a writer opened it meanwhile), so the copy was discarded; run `callsync backup` again",
+        path.display()
+    )]
+    ChangedWhileCopying { path: PathBuf },
+    #[error(
         "{} already exists; choose another path, or pass --force to overwrite it",
         path.display()
     )]

@@ -2,7 +2,9 @@
 //! bytes far beyond the ones SQLite locks.
 //!
 //! Locking the database file, not a file beside it, is what every path to the warehouse
-//! shares: a symlink or a hard link reaches the same inode, and `sudo callsync …` leaves no
+//! shares: a symlink or a hard link reaches the same inode (a warehouse with two names is
+//! refused anyway, `access::check_single_name`: the lock would hold, but SQLite keeps a WAL
+//! per name), and `sudo callsync …` leaves no
 //! root-owned file behind that the service user could not open later. The operating system
 //! releases the locks when the process dies, even by `kill -9`.
 //!

@@ -37,7 +37,7 @@ pub use queries::{
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
-pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB};
+pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 
 pub struct Warehouse {
     conn: Connection,
@@ -45,6 +45,8 @@ pub struct Warehouse {
     /// A writer's shared lock on the file: `restore` waits for every writer to be gone. It
     /// also says which file was opened, to notice the path being deleted or replaced.
     in_use: Option<FileLock>,
+    /// How a read-only warehouse is read (a writer's is `Shared`).
+    reading: schema::Reading,
 }
 
 /// What `write_page` did.
@@ -69,15 +71,21 @@ impl Warehouse {
             conn,
             path: path.to_owned(),
             in_use: Some(in_use),
+            reading: schema::Reading::Shared,
         })
     }
 
-    /// Opens an existing warehouse read-only (no migration; the schema must be current).
+    /// Opens an existing warehouse read-only (no migration; the schema must be current),
+    /// creating no file beside it and changing none.
     pub fn open_read_only(path: &Path) -> Result<Warehouse, WarehouseError> {
+        // Read through another name, it would be read without the WAL its writer uses.
+        access::check_single_name(path)?;
+        let (conn, reading) = schema::open_read_only(path)?;
         Ok(Warehouse {
-            conn: schema::open_read_only(path)?,
+            conn,
             path: path.to_owned(),
             in_use: None,
+            reading,
         })
     }
 
@@ -91,6 +99,7 @@ impl Warehouse {
             conn: schema::open_in_memory()?,
             path: path.to_owned(),
             in_use: None,
+            reading: schema::Reading::Shared,
         })
     }
 
@@ -123,6 +132,21 @@ impl Warehouse {
     }
 }
 
+/// What `run` checks of the warehouse at `path` before it opens it, for `callsync check`:
+/// one name, writable by this user, and — when it exists — identified as `run` identifies it
+/// (a callsync warehouse of a schema this version can migrate; another program's database,
+/// a damaged file or a newer callsync's are refused with `run`'s message). Creates, migrates
+/// and changes nothing. Returns the schema version found, `None` when there is no file yet.
+pub fn check_before_writing(path: &Path) -> Result<Option<usize>, WarehouseError> {
+    access::check_single_name(path)?;
+    access::check_writable(path)?;
+    if !path.exists() {
+        return Ok(None);
+    }
+    let (conn, _) = schema::open_reading(path)?;
+    schema::identify(&conn, path).map(Some)
+}
+
 /// Fails when `path` no longer names the file `opened`, or this process could not write it.
 pub fn check_usable(path: &Path, opened: FileIdentity) -> Result<(), WarehouseError> {
     check_in_place(path, opened)?;
@@ -152,6 +176,7 @@ fn open_locked(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, FileLock, usize), WarehouseError> {
+    access::check_single_name(path)?;
     access::check_writable(path)?;
     access::create_owned_by_directory(path)?;
     let (conn, before) = schema::open_for_writing(path, busy_timeout)?;

@@ -49,14 +49,7 @@ pub fn open_for_writing(
     }
     // Identified before any pragma that writes (journal_mode rewrites the header): another
     // program's database or a newer callsync's is refused as it was found.
-    let before = version(&conn, path)?;
-    if before > latest_version() {
-        return Err(WarehouseError::TooNew {
-            path: path.to_owned(),
-            found: before,
-            supported: latest_version(),
-        });
-    }
+    let before = identify(&conn, path)?;
     // WAL: readers never block the writer and never see half a transaction.
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
@@ -99,8 +92,83 @@ pub fn open_in_memory() -> Result<Connection, WarehouseError> {
     Ok(conn)
 }
 
-/// Opens an existing warehouse read-only (a BI group member may have no write permission).
-pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
+/// Opens an existing warehouse read-only (a BI group member may have no write permission),
+/// the schema current. Creates no file beside it and changes none: see [`open_reading`].
+pub fn open_read_only(path: &Path) -> Result<(Connection, Reading), WarehouseError> {
+    let (conn, reading) = open_reading(path)?;
+    let found = identify(&conn, path)?;
+    let supported = latest_version();
+    if found < supported {
+        return Err(WarehouseError::TooOld {
+            path: path.to_owned(),
+            found,
+            supported,
+        });
+    }
+    Ok((conn, reading))
+}
+
+/// How a read-only connection reads the warehouse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reading {
+    /// Through the `-wal` and `-shm` as every SQLite reader does: consistent while writers
+    /// write.
+    Shared,
+    /// The file alone (`immutable=1`), because SQLite would otherwise create the `-wal` or
+    /// `-shm`, or give an empty one the database's mode: files of the warehouse's owner, which
+    /// a read-only command must not make or change (a `-wal` made `0444` by `status` on a
+    /// `0444` file keeps `run` out once the file is writable again). No writer has the
+    /// warehouse open then (a writer keeps both files, with the file's mode); the state of
+    /// the files at the opening tells whether one started since ([`Reading::unchanged`]).
+    Alone(FilesState),
+}
+
+impl Reading {
+    /// Whether nothing wrote the warehouse since it was opened: always for a shared reader,
+    /// whose snapshot SQLite keeps.
+    pub fn unchanged(&self, path: &Path) -> bool {
+        match self {
+            Reading::Shared => true,
+            Reading::Alone(then) => FilesState::of(path) == *then,
+        }
+    }
+}
+
+/// The database file, its `-wal` and its `-shm` as `stat` sees them: any write changes them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilesState([Option<FileState>; 3]);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileState {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FilesState {
+    fn of(path: &Path) -> FilesState {
+        use std::os::unix::fs::MetadataExt;
+        let state = |file: &Path| {
+            std::fs::symlink_metadata(file).ok().map(|m| FileState {
+                ino: m.ino(),
+                len: m.len(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                ctime: (m.ctime(), m.ctime_nsec()),
+            })
+        };
+        FilesState([
+            state(path),
+            state(&super::access::beside(path, "-wal")),
+            state(&super::access::beside(path, "-shm")),
+        ])
+    }
+}
+
+/// Opens the file at `path` read-only without creating or changing any file beside it. A WAL
+/// database is read through its `-wal` and `-shm` when both are there and SQLite would not
+/// change their mode; else (no writer has it open) as the file alone.
+pub(super) fn open_reading(path: &Path) -> Result<(Connection, Reading), WarehouseError> {
     // SQLite's "unable to open database file" would not say that the file is simply not
     // there yet; a path that cannot even be checked is left to SQLite's own error.
     if let Ok(false) = path.try_exists() {
@@ -112,29 +180,83 @@ pub fn open_read_only(path: &Path) -> Result<Connection, WarehouseError> {
         path: path.to_owned(),
         cause,
     };
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(open_err)?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let state = FilesState::of(path);
+    let (conn, reading) = if sqlite_would_touch_wal_files(path) {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let conn = Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+            .map_err(open_err)?;
+        (conn, Reading::Alone(state))
+    } else {
+        (
+            Connection::open_with_flags(path, flags).map_err(open_err)?,
+            Reading::Shared,
+        )
+    };
     conn.busy_timeout(Duration::from_secs(5))
         .map_err(open_err)?;
-    let found = version(&conn, path)?;
-    let supported = latest_version();
-    let path = path.to_owned();
-    match found.cmp(&supported) {
-        std::cmp::Ordering::Equal => Ok(conn),
-        std::cmp::Ordering::Greater => Err(WarehouseError::TooNew {
-            path,
-            found,
-            supported,
-        }),
-        std::cmp::Ordering::Less => Err(WarehouseError::TooOld {
-            path,
-            found,
-            supported,
-        }),
+    Ok((conn, reading))
+}
+
+/// A WAL database (header bytes 18 and 19 are 2) whose `-wal` or `-shm` is missing — a
+/// reader creates it, even read-only, when it may write the directory — or empty with another
+/// mode than the database's and this user's to change: SQLite's `robust_open` sets an empty
+/// `-wal`/`-shm` to the database's mode when it opens one.
+fn sqlite_would_touch_wal_files(path: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut header = [0u8; 20];
+    let wal_mode = std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .is_ok_and(|()| header.starts_with(b"SQLite format 3\0") && header[18..20] == [2, 2]);
+    if !wal_mode {
+        return false;
     }
+    let Ok(db) = std::fs::metadata(path) else {
+        return false;
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    ["-wal", "-shm"].iter().any(|suffix| {
+        match std::fs::metadata(super::access::beside(path, suffix)) {
+            Err(_) => true,
+            Ok(file) => {
+                file.len() == 0
+                    && file.mode() & 0o777 != db.mode() & 0o777
+                    && (me == 0 || me == file.uid())
+            }
+        }
+    })
+}
+
+/// `path` for an SQLite `file:` URI: every byte but unreserved ones and `/` percent-encoded.
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &byte in path.as_os_str().as_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// What `run` asks of the database at `path` before it changes anything: a callsync
+/// warehouse (or a new, empty database) of a schema version this callsync knows; returns the
+/// version (0 for a new one). The one identification: writers, read-only commands, `check`
+/// and `restore` all use it.
+pub(super) fn identify(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
+    let found = version(conn, path)?;
+    if found > latest_version() {
+        return Err(WarehouseError::TooNew {
+            path: path.to_owned(),
+            found,
+            supported: latest_version(),
+        });
+    }
+    Ok(found)
 }
 
 /// The schema version of the database at `path`, 0 for a new one. A database that holds

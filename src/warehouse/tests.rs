@@ -381,6 +381,97 @@ fn a_backup_restored_replaces_the_warehouse_whole() {
     );
 }
 
+/// Without its `-wal`/`-shm`, a read-only warehouse is read as the file alone (creating them
+/// would leave files the warehouse's owner may not write); a writer that starts meanwhile
+/// changes the file under that reader, so a backup read that way is discarded, not kept.
+#[test]
+fn a_reader_without_wal_files_creates_none_and_a_backup_it_makes_notices_a_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let mut w = open(&dir);
+    write(
+        &mut w,
+        &[call(call_json(1, "2026-01-01T00:10:00Z", 1))],
+        Some("2026-01-01T00:10:00Z"),
+    );
+    drop(w);
+    for suffix in ["-wal", "-shm"] {
+        std::fs::remove_file(access::beside(&path, suffix)).unwrap();
+    }
+    let reader = Warehouse::open_read_only(&path).unwrap();
+    assert!(matches!(reader.reading, schema::Reading::Alone(_)));
+    assert_eq!(reader.status().unwrap()[0].calls, 1);
+    let copy = dir.path().join("copy.db");
+    reader.backup_to(&copy, false).unwrap();
+    assert!(!access::beside(&path, "-wal").exists());
+    assert!(!access::beside(&path, "-shm").exists());
+
+    let mut writer = open(&dir);
+    write(
+        &mut writer,
+        &[call(call_json(2, "2026-01-01T00:20:00Z", 1))],
+        None,
+    );
+    let err = reader
+        .backup_to(&dir.path().join("late.db"), false)
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the warehouse {} changed while it was copied (a writer opened it meanwhile), so the copy was discarded; run `callsync backup` again",
+            path.display()
+        )
+    );
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["copy.db", "w.db", "w.db-shm", "w.db-wal"]);
+    // With the writer's files there, readers share them and see its pages.
+    let shared = Warehouse::open_read_only(&path).unwrap();
+    assert_eq!(shared.reading, schema::Reading::Shared);
+    assert_eq!(shared.status().unwrap()[0].calls, 2);
+    shared
+        .backup_to(&dir.path().join("late.db"), false)
+        .unwrap();
+}
+
+/// `check`'s view of the warehouse is `run`'s: nothing yet (it will be created), an older
+/// schema (it will be migrated), or refused as `run` refuses it; it changes nothing.
+#[test]
+fn check_before_writing_identifies_the_warehouse_as_a_writer_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    assert_eq!(check_before_writing(&path).unwrap(), None);
+    assert!(!path.exists());
+    let mut conn = rusqlite::Connection::open(&path).unwrap();
+    schema::migrate_to(&mut conn, 4).unwrap();
+    drop(conn);
+    assert_eq!(check_before_writing(&path).unwrap(), Some(4));
+    let migrated = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+    assert_eq!((migrated.from, migrated.to), (4, schema::latest_version()));
+    assert_eq!(
+        check_before_writing(&path).unwrap(),
+        Some(schema::latest_version())
+    );
+
+    let other = dir.path().join("other.db");
+    rusqlite::Connection::open(&other)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x)")
+        .unwrap();
+    let refused = check_before_writing(&other).unwrap_err();
+    let by_a_writer = Warehouse::open(&other, Duration::from_secs(5))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(refused, WarehouseError::NotAWarehouse { .. }),
+        "{refused}"
+    );
+    assert_eq!(refused.to_string(), by_a_writer.to_string());
+}
+
 #[test]
 fn no_writer_opens_the_warehouse_while_a_restore_holds_it() {
     use file_lock::{FileLock, LockByte, LockMode};

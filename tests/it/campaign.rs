@@ -296,18 +296,42 @@ async fn a_campaign_is_set_up_from_the_command_line() {
 
 /// A contact list of `rows` rows: a header, then rows numbered from 0 (CSV line = n + 2).
 fn contacts(rows: usize, bad: impl Fn(usize) -> Option<String>) -> String {
-    let mut text = String::from("phone,full_name,external_id,plan,renewal_at\n");
+    let mut text = String::from(CONTACTS_HEADER);
     for n in 0..rows {
-        let row = bad(n).unwrap_or_else(|| {
-            format!(
-                "+1555{n:07},\"Contact {n}, Esq.\",ext-{n},{},2026-04-01T00:00:00Z",
-                ["gold", "silver"][n % 2]
-            )
-        });
+        let row = bad(n).unwrap_or_else(|| contact(n));
         text.push_str(&row);
         text.push('\n');
     }
     text
+}
+
+const CONTACTS_HEADER: &str = "phone,full_name,external_id,plan,renewal_at\n";
+
+/// Contact `n`: its own phone number and `ext-n`.
+fn contact(n: usize) -> String {
+    format!(
+        "+1555{n:07},\"Contact {n}, Esq.\",ext-{n},{},2026-04-01T00:00:00Z",
+        ["gold", "silver"][n % 2]
+    )
+}
+
+/// A contact list of these contacts, in this order.
+fn contacts_numbered(numbers: impl Iterator<Item = usize>) -> String {
+    let mut text = String::from(CONTACTS_HEADER);
+    for n in numbers {
+        text.push_str(&contact(n));
+        text.push('\n');
+    }
+    text
+}
+
+/// The list requests the simulator has answered.
+fn list_requests(env: &TestEnv) -> Vec<callsync::simulator::RequestRecord> {
+    env.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/outbound_calls"))
+        .collect()
 }
 
 /// A test env with one disabled schedule, its config, and a CSV file of `text`.
@@ -363,7 +387,7 @@ async fn a_contact_list_becomes_calls_once_and_syncs_with_its_parameters() {
     let out = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
-        stdout(&out).ends_with("2500 rows, 2500 calls created, 3 chunks sent, 0 chunks found already created, 0 rows refused"),
+        stdout(&out).ends_with("2500 rows: 2500 calls created (3 chunks), 0 found already created (0 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"),
         "{}",
         stdout(&out)
     );
@@ -381,7 +405,7 @@ async fn a_contact_list_becomes_calls_once_and_syncs_with_its_parameters() {
     // Again: the ledger knows every chunk; nothing is sent.
     let again = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert!(
-        stdout(&again).ends_with("2500 rows, 0 calls created, 0 chunks sent, 3 chunks found already created, 0 rows refused"),
+        stdout(&again).ends_with("2500 rows: 0 calls created (0 chunks), 2500 found already created (3 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"),
         "{}",
         stdout(&again)
     );
@@ -412,6 +436,9 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
         7 => Some("+15550007,Short Row,ext-7".into()),
         10 => Some("+15550010,Doe, Jane,ext-10,gold,2026-04-01T00:00:00Z".into()),
         2_900 => Some("+15552900,Local Time,ext-2900,gold,2026-04-01 10:00".into()),
+        // Longer than E.164 allows (15 digits): the service would refuse the whole chunk.
+        2_950 => Some("+1234567890123456,Sixteen,ext-2950,gold,2026-04-01T00:00:00Z".into()),
+        2_951 => Some("+1234567890123456789,Nineteen,ext-2951,gold,2026-04-01T00:00:00Z".into()),
         _ => None,
     });
     let (env, config, csv, schedule) = upload_env(&text).await;
@@ -425,7 +452,9 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
         "line 9: 3 fields where the header has 5",
         "line 12: 6 fields where the header has 5",
         "line 2902, column renewal_at: ",
-        "6 problems in 3000 rows; nothing was sent",
+        "line 2952, column phone: \"+1234567890123456\" is not in international form (E.164): + followed by 7 to 15 digits",
+        "line 2953, column phone: \"+1234567890123456789\" is not in international form",
+        "8 problems in 3000 rows; nothing was sent",
     ] {
         assert!(err.contains(expected), "{expected:?} missing from:\n{err}");
     }
@@ -435,24 +464,24 @@ async fn bad_rows_are_all_reported_by_line_and_column_and_nothing_is_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_chunk_names_its_csv_lines_the_others_are_sent_and_a_rerun_finishes_the_file() {
-    // Row 1,005 (chunk 2, entry 5) has a number the service refuses (too short for it),
-    // though it is + and digits as far as callsync can tell.
+    // Row 1,005 (chunk 2, entry 5) has a value the service refuses (a parameter named
+    // `…_at` must be a datetime, to it), though callsync sees no datetime to check.
     let text = contacts(2_500, |n| {
-        (n == 1_005).then(|| "+123,Short,ext-1005,gold,2026-04-01T00:00:00Z".into())
+        (n == 1_005).then(|| "+15550001005,Soon,ext-1005,gold,next week".into())
     });
     let (env, config, csv, schedule) = upload_env(&text).await;
     let out = callsync(&config, &upload_args(&schedule, &csv)).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("line 1007, column phone: Invalid phone number"),
+        err.contains("line 1007, column renewal_at: Invalid custom parameter"),
         "{err}"
     );
     assert!(err.contains("the service refused 1000 rows of"), "{err}");
     // Chunks 1 and 3 were sent: the refusal is counted, not the end of the upload.
     assert!(
         stdout(&out).ends_with(
-            "2500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 1000 rows refused"
+            "2500 rows: 1500 calls created (2 chunks), 0 found already created (0 chunks), 0 skipped (already in the schedule), 1000 refused by the service (1 chunk)"
         ),
         "{}",
         stdout(&out)
@@ -466,7 +495,7 @@ async fn a_refused_chunk_names_its_csv_lines_the_others_are_sent_and_a_rerun_fin
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).ends_with(
-            "2500 rows, 1000 calls created, 1 chunks sent, 2 chunks found already created, 0 rows refused"
+            "2500 rows: 1000 calls created (1 chunk), 1500 found already created (2 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"
         ),
         "{}",
         stdout(&out)
@@ -599,7 +628,7 @@ async fn a_service_slower_than_the_request_timeout_gets_each_call_once() {
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(
             stdout(&out).ends_with(
-                "1500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 0 rows refused"
+                "1500 rows: 1500 calls created (2 chunks), 0 found already created (0 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"
             ),
             "{}",
             stdout(&out)
@@ -672,7 +701,7 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stdout(&out).ends_with(
-            "1500 rows, 500 calls created, 1 chunks sent, 1 chunks found already created, 0 rows refused"
+            "1500 rows: 500 calls created (1 chunk), 1000 found already created (1 chunk), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"
         ),
         "{}",
         stdout(&out)
@@ -715,7 +744,7 @@ async fn a_second_run_of_the_same_upload_is_refused_while_the_first_runs() {
     let first = first.wait_with_output().await.unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(
-        stdout(&first).ends_with("1500 rows, 1500 calls created, 2 chunks sent, 0 chunks found already created, 0 rows refused"),
+        stdout(&first).ends_with("1500 rows: 1500 calls created (2 chunks), 0 found already created (0 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"),
         "{}",
         stdout(&first)
     );
@@ -749,6 +778,7 @@ async fn a_file_changed_mid_upload_is_never_sent_past_the_change() {
         renames: vec![("phone".into(), "phone_number".into())],
         force: false,
         allow_missing_external_id: false,
+        skip_existing: false,
         settle: std::time::Duration::from_secs(5),
     };
     let checked = upload::check(&options).unwrap();
@@ -849,4 +879,127 @@ async fn a_dry_run_needs_no_credentials_and_a_dropped_column_is_not_sent() {
         assert!(params.contains_key("plan"), "{params:?}");
         assert!(!params.contains_key("notes"), "{params:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contacts_already_in_the_schedule_are_refused_or_skipped_never_called_twice() {
+    // An earlier list: contacts 0–99.
+    let (env, config, csv, schedule) = upload_env(&contacts(100, |_| None)).await;
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The next list starts with 30 new contacts, repeats 50 earlier ones (20–69), ends with
+    // 20 new ones: one chunk whose first row is new.
+    let text = contacts_numbered((100..130).chain(20..70).chain(130..150));
+    std::fs::write(&csv, text).unwrap();
+
+    let lists_before = list_requests(&env).len();
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    for expected in [
+        "line 32, column external_id: \"ext-20\" is already in the schedule (call ",
+        "line 81, column external_id: \"ext-69\" is already in the schedule (call ",
+        "50 rows have an external_id schedule",
+        "nothing was sent: remove those rows, or pass --skip-existing",
+    ] {
+        assert!(err.contains(expected), "{expected:?} missing from:\n{err}");
+    }
+    assert_eq!(
+        err.matches("is already in the schedule").count(),
+        50,
+        "{err}"
+    );
+    assert_eq!(bulk_posts(&env), 1, "only the first list's chunk");
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 100);
+    // The schedule's 100 calls were found in a few page requests, not one per row.
+    let lists = list_requests(&env).len() - lists_before;
+    assert!(lists <= 4, "{lists} list requests");
+
+    let mut skipping = upload_args(&schedule, &csv);
+    skipping.push("--skip-existing");
+    let out = callsync(&config, &skipping).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(
+            "100 rows: 50 calls created (1 chunk), 0 found already created (0 chunks), 50 skipped (already in the schedule), 0 refused by the service (0 chunks)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    // The service's truth: every contact once, by external_id and by phone.
+    let created = created_by_external_id(&env, &schedule);
+    assert_eq!(created.len(), 150);
+    let phones: std::collections::BTreeSet<String> = env
+        .sim
+        .truth(schedule.parse().unwrap())
+        .into_iter()
+        .filter_map(|c| c.outbound_call_info.phone_number)
+        .collect();
+    assert_eq!(phones.len(), 150, "a phone number twice");
+
+    // Again: the ledger knows the 50 it created; the others are still skipped.
+    let out = callsync(&config, &skipping).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(
+            "100 rows: 0 calls created (0 chunks), 50 found already created (1 chunk), 50 skipped (already in the schedule), 0 refused by the service (0 chunks)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule), created);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_whose_answer_was_lost_is_confirmed_in_a_few_requests_and_created_once() {
+    use callsync::simulator::FaultPlan;
+    use std::time::Duration;
+
+    let (env, config, csv, schedule) = upload_env(&contacts(1_000, |_| None)).await;
+    // The service creates the chunk at once and holds its answer past the client's timeout.
+    env.sim.set_faults(FaultPlan {
+        hold_write_answers: Duration::from_secs(10),
+        ..FaultPlan::default()
+    });
+    let lost = [
+        ("CALLSYNC_API__REQUEST_TIMEOUT_SECS", "3"),
+        ("CALLSYNC_API__CREATE_SETTLE_SECS", "30"),
+    ];
+    let lists_before = list_requests(&env).len();
+    let out = callsync_with(&config, &upload_args(&schedule, &csv), &lost).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(
+            "1000 rows: 1000 calls created (1 chunk), 0 found already created (0 chunks), 0 skipped (already in the schedule), 0 refused by the service (0 chunks)"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 1_000);
+    // One request lists the empty schedule; the rest confirm the chunk: one by its first
+    // row's external_id, then its 1,000 calls in pages of 100 (ten, not a thousand).
+    let lists = &list_requests(&env)[lists_before..];
+    let confirming = lists.len() - 1;
+    assert!(confirming <= 12, "{confirming} requests: {lists:#?}");
+    let by_external_id = lists
+        .iter()
+        .filter(|r| r.query.contains("external_id="))
+        .count();
+    assert_eq!(by_external_id, 1, "{lists:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_with_an_empty_header_is_refused_by_its_position() {
+    let text = "phone,full_name,,external_id\n+15550001,Ada,gold,ext-1\n";
+    let (env, config, csv, schedule) = upload_env(text).await;
+    let posts_before = posts(&env);
+    let out = callsync(&config, &upload_args(&schedule, &csv)).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("line 1: column 3 (C) after \"full_name\" has an empty header"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(posts(&env), posts_before);
+    assert!(env.sim.truth(schedule.parse().unwrap()).is_empty());
 }

@@ -79,7 +79,11 @@ async fn all_checks_pass_with_exit_0_and_nothing_is_created() {
     let out = callsync(&["check", "--config", c]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stdout(&out).ends_with(&format!("ok   warehouse: {} is writable\n", db.display())),
+        stdout(&out).ends_with(&format!(
+            "ok   warehouse: {} is writable, a callsync warehouse of schema version {}\n",
+            db.display(),
+            callsync::warehouse::latest_version()
+        )),
         "{}",
         stdout(&out)
     );
@@ -255,4 +259,74 @@ async fn oauth_fetches_a_token_and_a_refused_client_secret_says_so() {
     );
     assert!(!printed.contains("not-the-secret") && !stderr(&out).contains("not-the-secret"));
     assert!(printed.contains("\nok   warehouse: "), "{printed}");
+}
+
+/// What `run` refuses, `check` fails with `run`'s own message (systemd would otherwise restart
+/// `run` forever after a green check): another program's database, bytes that are no database,
+/// a newer callsync's warehouse. The file is left as it was, with nothing created beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_refuses_the_warehouses_run_refuses_with_runs_message() {
+    let env = two_schedules().await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let db = env.warehouse_path();
+    let foreign = |db: &Path| {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE invoices (id INTEGER PRIMARY KEY); INSERT INTO invoices VALUES (1);")
+            .unwrap();
+    };
+    let random = |db: &Path| {
+        let bytes: Vec<u8> = (0..8192u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        std::fs::write(db, bytes).unwrap();
+    };
+    let newer = |db: &Path| {
+        drop(callsync::warehouse::Warehouse::open(db, std::time::Duration::from_secs(5)).unwrap());
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.pragma_update(None, "user_version", 99).unwrap();
+    };
+    type Make<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Make); 3] = [
+        ("another program's", &foreign),
+        ("random bytes", &random),
+        ("newer", &newer),
+    ];
+    for (case, make) in cases {
+        for file in files_beside(&db) {
+            std::fs::remove_file(db.with_file_name(file)).unwrap();
+        }
+        make(&db);
+        let files_before = files_beside(&db);
+        let bytes_before = std::fs::read(&db).unwrap();
+
+        let run = callsync(&["--config", c, "sync"]).await;
+        assert_eq!(run.status.code(), Some(1), "{case}: {}", stderr(&run));
+        let refusal = stderr(&run);
+        let refusal = refusal
+            .strip_prefix("error: ")
+            .and_then(|e| e.strip_suffix('\n'))
+            .unwrap_or_else(|| panic!("{case}: one error line: {refusal}"));
+        let out = callsync(&["--config", c, "check"]).await;
+        assert_eq!(out.status.code(), Some(1), "{case}: {}", stderr(&out));
+        assert!(
+            stdout(&out).ends_with(&format!("FAILED warehouse: {refusal}\n")),
+            "{case}: {}",
+            stdout(&out)
+        );
+        assert_eq!(std::fs::read(&db).unwrap(), bytes_before, "{case}");
+        assert_eq!(files_beside(&db), files_before, "{case}");
+    }
+}
+
+/// The names in the warehouse's directory that start with its file name.
+fn files_beside(db: &Path) -> Vec<String> {
+    let name = db.file_name().unwrap().to_string_lossy().into_owned();
+    let mut names: Vec<String> = std::fs::read_dir(db.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&name))
+        .collect();
+    names.sort();
+    names
 }

@@ -13,6 +13,8 @@ mod crash;
 mod backup;
 // A warehouse callsync cannot write: refused at start, warned about by status; file owners.
 mod writable;
+// Files: one name per warehouse, modes under any umask, nothing made by readers or left by a failed backup.
+mod files;
 // backfill: ranges, checkpoint rules, the per-schedule lock.
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.
