@@ -627,10 +627,13 @@ fn status(config: &Config, json: bool) -> Result<ExitCode> {
     let mut rows = warehouse
         .status_at(now)
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
-    count_ticks_since_last_pass(config, &mut rows, now)?;
+    add_never_synced(&mut rows, &config.sync.schedules);
+    let since = configured_since(config, &warehouse)?;
+    count_ticks_since_last_pass(config, &mut rows, now, since)?;
     warn_if_read_only(path);
     if json {
-        print_out(format_args!("{}\n", serde_json::to_string_pretty(&rows)?))?;
+        let json = serde_json::to_string_pretty(&rows)?;
+        print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
     } else {
         print_out(crate::warehouse::render_status(&rows, now))?;
     }
@@ -675,7 +678,13 @@ fn needing_attention(
                 row.schedule_uid, row.behind_passes
             ));
         }
-        if row.no_recent_pass {
+        if row.no_recent_pass && row.never_synced {
+            problems.push(format!(
+                "schedule {}: never synced, though configured {} ticks of sync.cron ago",
+                row.schedule_uid,
+                row.ticks_since_last_pass.unwrap_or_default()
+            ));
+        } else if row.no_recent_pass {
             problems.push(format!(
                 "schedule {}: no pass recorded for {} ticks of sync.cron",
                 row.schedule_uid,
@@ -686,19 +695,51 @@ fn needing_attention(
     problems
 }
 
-/// How many `sync.cron` ticks each configured schedule has gone without a recorded pass: a
-/// daemon that has stopped, or cannot record its failures, otherwise looks healthy here.
+/// A row for every configured schedule the warehouse knows nothing of, in uid order with
+/// the rest: `status` shows what it watches, not only what has synced.
+fn add_never_synced(rows: &mut Vec<crate::warehouse::ScheduleStatus>, configured: &[Uuid]) {
+    for uid in configured {
+        if !rows.iter().any(|row| row.schedule_uid == uid.to_string()) {
+            rows.push(crate::warehouse::ScheduleStatus::never_synced(*uid));
+        }
+    }
+    rows.sort_by(|a, b| a.schedule_uid.cmp(&b.schedule_uid));
+}
+
+/// Since when the daemon should have synced every configured schedule: the configuration
+/// file's last change (a schedule added to it is due from then, and the daemon reads the file
+/// only when it starts), or, for a configuration of `CALLSYNC_*` variables alone, the oldest
+/// pass the warehouse remembers (the daemon ran then); `None` when neither is known.
+fn configured_since(config: &Config, warehouse: &Warehouse) -> Result<Option<Timestamp>> {
+    let Some(file) = &config.source else {
+        return Ok(warehouse.first_pass_at()?);
+    };
+    let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
+    Ok(modified
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|since| Timestamp::from_unix_nanos(i128::try_from(since.as_nanos()).ok()?)))
+}
+
+/// How many `sync.cron` ticks each configured schedule has gone without a recorded pass (a
+/// schedule never synced: since `configured_since`): a daemon that has stopped, or cannot
+/// record its failures, otherwise looks healthy here.
 fn count_ticks_since_last_pass(
     config: &Config,
     rows: &mut [crate::warehouse::ScheduleStatus],
     now: Timestamp,
+    configured_since: Option<Timestamp>,
 ) -> Result<()> {
     for row in rows {
         let configured = row
             .schedule_uid
             .parse()
             .is_ok_and(|uid| config.sync.schedules.contains(&uid));
-        let Some(last) = row.last_recorded_at().filter(|_| configured) else {
+        let since = if row.never_synced {
+            configured_since
+        } else {
+            row.last_recorded_at()
+        };
+        let Some(last) = since.filter(|_| configured) else {
             continue;
         };
         let ticks = crate::daemon::firings_between(
@@ -1158,6 +1199,7 @@ mod tests {
                 slowed_by: Vec::new(),
                 ticks_since_last_pass: None,
                 no_recent_pass: false,
+                never_synced: false,
                 calls: 0,
                 attempts: 0,
                 outcomes: 0,
@@ -1197,6 +1239,17 @@ mod tests {
             needing_attention(&[stopped], &[]),
             [format!(
                 "schedule {a}: no pass recorded for 5 ticks of sync.cron"
+            )]
+        );
+        let mut never = crate::warehouse::ScheduleStatus::never_synced(b);
+        assert!(needing_attention(&[never.clone()], &[b]).is_empty());
+        never.set_ticks_since_last_pass(2);
+        assert!(needing_attention(&[never.clone()], &[b]).is_empty());
+        never.set_ticks_since_last_pass(3);
+        assert_eq!(
+            needing_attention(&[never], &[b]),
+            [format!(
+                "schedule {b}: never synced, though configured 3 ticks of sync.cron ago"
             )]
         );
     }

@@ -9,6 +9,8 @@
 //! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
 //! - `daemon`: `callsync run` — cron ticks, no overlapping passes, backoff, shutdown, systemd;
 //! - `cli` and `telemetry`: the command line and logging set-up;
+//! - `untrusted`: text from the service or a file, made safe to show (control characters
+//!   escaped, length capped);
 //! - `simulator`: a faithful in-process implementation of the service (tests, demo, benches);
 //!   product modules never import it.
 
@@ -20,21 +22,61 @@ pub mod demo;
 pub mod simulator;
 pub mod sync;
 pub mod telemetry;
+pub mod untrusted;
 pub mod upload;
 pub mod warehouse;
 
 /// An error and its causes on one line, `a: b: c`, each cause once: for logs, `sync_runs.error`
 /// and the CLI's error line. Lives at the root because every layer uses it.
+///
+/// One line whatever the causes say: a cause written on several lines (a third-party error
+/// quoting a snippet, a path with a line break) has its lines joined by spaces, and anything
+/// else a terminal would act on is escaped ([`untrusted::untrusted_text`]; what the service
+/// said was escaped already, where it was read, and stays as it is).
 pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
+    let mut text = one_line(&err.to_string());
     let mut source = err.source();
     while let Some(cause) = source {
-        let line = cause.to_string();
+        let line = one_line(&cause.to_string());
         if !text.contains(&line) {
             text.push_str(": ");
             text.push_str(&line);
         }
         source = cause.source();
     }
-    text
+    untrusted::untrusted_text(&text, ERROR_CHAIN_CHARS)
+}
+
+/// The longest error line: far beyond any of callsync's own, short of a flood.
+const ERROR_CHAIN_CHARS: usize = 20_000;
+
+/// `text`'s lines, trimmed, joined by a space.
+fn one_line(text: &str) -> String {
+    if !text.contains(['\n', '\r']) {
+        return text.to_owned();
+    }
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read the thing at\n  /tmp/a\u{1b}[2Jb\r\n")]
+    struct Outer(#[source] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("TOML parse error at line 1, column 5\n  |\n1 | x = \n  |     ^\nexpected a value")]
+    struct Inner;
+
+    #[test]
+    fn an_error_chain_is_one_line_without_control_characters() {
+        assert_eq!(
+            super::error_chain(&Outer(Inner)),
+            "cannot read the thing at /tmp/a\\u{1b}[2Jb: TOML parse error at line 1, column 5 | 1 | x = |     ^ expected a value"
+        );
+    }
 }

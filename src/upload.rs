@@ -176,7 +176,14 @@ pub struct RowProblem {
 impl std::fmt::Display for RowProblem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.column {
-            Some(column) => write!(f, "line {}, column {column}: {}", self.line, self.reason),
+            // The column's name is the CSV file's text.
+            Some(column) => write!(
+                f,
+                "line {}, column {}: {}",
+                self.line,
+                crate::untrusted::untrusted_text(column, 200),
+                self.reason
+            ),
             None => write!(f, "line {}: {}", self.line, self.reason),
         }
     }
@@ -1895,5 +1902,18 @@ mod tests {
         assert_eq!(at("/outbound_calls/2"), Some((5, None)));
         assert_eq!(at("/outbound_calls/3/phone_number"), None);
         assert_eq!(at(""), None);
+    }
+
+    #[test]
+    fn a_problem_shows_its_column_name_escaped() {
+        let problem = RowProblem {
+            line: 2,
+            column: Some("phone\r\n\u{1b}[2J".into()),
+            reason: "refused".into(),
+        };
+        assert_eq!(
+            problem.to_string(),
+            "line 2, column phone\\u{d}\\u{a}\\u{1b}[2J: refused"
+        );
     }
 }

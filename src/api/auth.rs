@@ -17,6 +17,7 @@ use super::error::{ApiError, hint_for};
 use super::models::{ErrorBody, TokenResponse};
 use super::retry::{Counters, RetryPolicy};
 use crate::config::{AuthConfig, OAuthConfig, Secret};
+use crate::untrusted::untrusted_text;
 
 /// Refresh this long before expiry at most (a quarter of the lifetime for short-lived tokens).
 const MAX_REFRESH_MARGIN: Duration = Duration::from_secs(30);
@@ -220,18 +221,31 @@ fn oauth_error(body: &[u8], secrets: &[&str]) -> Option<ErrorBody> {
         return None;
     }
     Some(ErrorBody {
-        title: title.map(|t| redact(&t, secrets)),
-        detail: detail.map(|d| redact(&d, secrets)),
+        title: title.map(|t| safe(&t, secrets, FIELD_CHARS)),
+        detail: detail.map(|d| safe(&d, secrets, FIELD_CHARS)),
         errors: Vec::new(),
     })
 }
 
-/// `body`'s strings with `secrets` removed: a service that echoes the request (its
-/// Authorization header) must not put our token into an error or a log line.
-pub(crate) fn redact_error_body(mut body: ErrorBody, secrets: &[&str]) -> ErrorBody {
+/// The most characters of one field of an error body (a title, a detail, a pointer) an
+/// error keeps.
+const FIELD_CHARS: usize = 500;
+
+/// Text from a response as an error may hold it: `secrets` removed, then made safe to show
+/// ([`untrusted_text`]: control characters escaped, at most `max_chars`). Every text the
+/// API client takes from a response into an error passes here.
+pub(crate) fn safe(text: &str, secrets: &[&str], max_chars: usize) -> String {
+    // Redacted before it is cut, so no prefix of a secret survives at the cut.
+    untrusted_text(&redact(text, secrets), max_chars)
+}
+
+/// `body`'s strings with `secrets` removed and made safe to show ([`safe`]): a service that
+/// echoes the request (its Authorization header) must not put our token into an error or a
+/// log line, nor a hostile one its escape sequences into the operator's terminal.
+pub(crate) fn safe_error_body(mut body: ErrorBody, secrets: &[&str]) -> ErrorBody {
     let clean = |text: &mut Option<String>| {
         if let Some(t) = text.as_mut() {
-            *t = redact(t, secrets);
+            *t = safe(t, secrets, FIELD_CHARS);
         }
     };
     clean(&mut body.title);
@@ -263,16 +277,12 @@ pub(crate) fn redact(text: &str, secrets: &[&str]) -> String {
     out
 }
 
-/// The first line of a body, at most 200 characters, `secrets` removed, for error messages.
+/// The first line of a body, `secrets` removed, made safe to show and at most 200
+/// characters, for error messages.
 pub(crate) fn excerpt(body: &[u8], secrets: &[&str]) -> String {
-    // Redacted before it is cut, so no prefix of a secret survives at the cut.
-    let text = redact(&String::from_utf8_lossy(body), secrets);
+    let text = String::from_utf8_lossy(body);
     let line = text.trim().lines().next().unwrap_or("").trim();
-    let mut out: String = line.chars().take(200).collect();
-    if out.len() < line.len() {
-        out.push('…');
-    }
-    out
+    safe(line, secrets, 200)
 }
 
 #[cfg(test)]

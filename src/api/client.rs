@@ -15,7 +15,7 @@ use serde::de::{DeserializeOwned, DeserializeSeed};
 use url::Url;
 use uuid::Uuid;
 
-use super::auth::{TokenSource, excerpt, redact_error_body};
+use super::auth::{TokenSource, excerpt, safe_error_body};
 use super::error::{ApiError, hint_for};
 use super::filter::ListFilter;
 use super::limiter::Limiter;
@@ -603,7 +603,7 @@ fn status_error(
     let parsed = serde_json::from_slice::<ErrorBody>(body)
         .ok()
         .filter(|b| b.title.is_some() || b.detail.is_some() || !b.errors.is_empty())
-        .map(|b| redact_error_body(b, &secrets));
+        .map(|b| safe_error_body(b, &secrets));
     if status.is_client_error() {
         // The error itself carries the title, detail and every pointer, and is logged or
         // printed once by whoever ends with it; this is for debugging the exchange.

@@ -9,6 +9,12 @@ use reqwest::StatusCode;
 
 use super::models::ErrorBody;
 use crate::config::ConfigError;
+use crate::untrusted::untrusted_text;
+
+/// The most characters of a third-party cause (reqwest's, serde_json's, rustls's) an error
+/// shows: they may quote what the service sent. A response's own text is capped field by
+/// field where it is read (`auth::safe`).
+const CAUSE_CHARS: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -21,7 +27,9 @@ pub enum ApiError {
     )]
     ClientSetup { cause: reqwest::Error },
 
-    #[error("{request}: {problem}: {}", crate::error_chain(.cause))]
+    /// The cause's chain is made safe to show like a response's text: it may quote what a
+    /// server sent.
+    #[error("{request}: {problem}: {}", untrusted_text(&crate::error_chain(.cause), CAUSE_CHARS))]
     Transport {
         request: String,
         problem: &'static str,
@@ -64,8 +72,11 @@ pub enum ApiError {
         hint: &'static str,
     },
 
+    /// serde_json's message quotes what the service sent (an unknown value, a bad uid or
+    /// timestamp), so it is made safe to show; so is the content type, a header's text.
     #[error(
-        "{request}: malformed response ({content_type}): {cause}; if it persists, the service sends data callsync cannot read: report the response to its operators"
+        "{request}: malformed response ({}): {}; if it persists, the service sends data callsync cannot read: report the response to its operators",
+        untrusted_text(.content_type, 100), untrusted_text(&.cause.to_string(), CAUSE_CHARS)
     )]
     Decode {
         request: String,
@@ -131,7 +142,8 @@ impl ApiError {
     pub(crate) fn transport(request: &str, problem: &'static str, source: reqwest::Error) -> Self {
         let request = request.to_owned();
         if let Some(tls) = tls_failure(&source) {
-            let detail = tls.to_string();
+            // It may name what the server's certificate says.
+            let detail = untrusted_text(&tls.to_string(), CAUSE_CHARS);
             return ApiError::Tls {
                 request,
                 detail,

@@ -474,7 +474,7 @@ impl std::fmt::Display for ErrorBody {
             .collect::<Vec<_>>()
             .join(": ");
         f.write_str(if head.is_empty() { "(no title)" } else { &head })?;
-        for e in &self.errors {
+        for e in self.errors.iter().take(ERRORS_SHOWN) {
             let pointer = e
                 .source
                 .as_ref()
@@ -490,9 +490,16 @@ impl std::fmt::Display for ErrorBody {
                     .join(": ")
             )?;
         }
+        if self.errors.len() > ERRORS_SHOWN {
+            write!(f, "; and {} more", self.errors.len() - ERRORS_SHOWN)?;
+        }
         Ok(())
     }
 }
+
+/// The problems of an error body its message lists; the rest are counted. A refused chunk
+/// of a thousand rows must not make a message of a thousand problems.
+pub const ERRORS_SHOWN: usize = 20;
 
 /// A single-object response: bare (`{…}`, our reading of the spec) or wrapped as
 /// `{"data": {…}}` (accepted too, in case the service wraps it).

@@ -583,7 +583,8 @@ fn print_resource(resource: &impl Serialize, json: bool, line: &str) -> Result<E
     if json {
         let text =
             serde_json::to_string_pretty(resource).context("cannot print the answer as JSON")?;
-        print_line(&text)?;
+        // The service's names and texts, for a terminal as much as for a script.
+        print_line(&crate::untrusted::json_safe(&text))?;
     } else {
         print_line(line)?;
     }

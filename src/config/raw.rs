@@ -224,22 +224,85 @@ fn variable_for<'e>(env: &'e Env, key: &str) -> Option<&'e str> {
 /// hold a secret (`access_token = "…` with its quote missing).
 fn syntax_error(cause: &(dyn std::error::Error + 'static), text: &str) -> String {
     let Some(toml) = cause.downcast_ref::<toml::de::Error>() else {
-        // `config`'s own checks on a number the parser accepted ("number too large…").
-        return format!("not valid TOML: {cause}");
+        // `config`'s own checks on a number the parser accepted ("number too large…"), which
+        // name no key: found again here.
+        let cause = one_line(&cause.to_string());
+        return match number_out_of_range(text) {
+            Some((key, span, allowed)) => {
+                format!("{}: {key}: {cause} ({allowed})", where_in(text, span.start))
+            }
+            None => format!("not valid TOML: {cause}"),
+        };
     };
-    let problem = toml
-        .message()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    match toml.span().and_then(|span| text.get(..span.start)) {
+    let problem = one_line(toml.message());
+    match toml.span() {
+        Some(span) => format!("{}: {problem}", where_in(text, span.start)),
+        None => format!("not valid TOML: {problem}"),
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `not valid TOML at line L, column C` for the byte `at` of `text`.
+fn where_in(text: &str, at: usize) -> String {
+    match text.get(..at) {
         Some(before) => {
             let line = before.matches('\n').count() + 1;
             let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
-            format!("not valid TOML at line {line}, column {column}: {problem}")
+            format!("not valid TOML at line {line}, column {column}")
         }
-        None => format!("not valid TOML: {problem}"),
+        None => "not valid TOML".to_owned(),
     }
+}
+
+/// A number `config` cannot hold: its key (`sync.page_size`, `sync.schedule[1].x`), where it
+/// stands, and what is allowed.
+type OutOfRange = (String, std::ops::Range<usize>, &'static str);
+
+/// The first number `config` cannot hold: an integer beyond 64 bits, a float that overflows.
+fn number_out_of_range(text: &str) -> Option<OutOfRange> {
+    let table = toml::de::DeTable::parse(text).ok()?;
+    out_of_range_in_table(table.get_ref(), "")
+}
+
+fn out_of_range_in_table(table: &toml::de::DeTable<'_>, prefix: &str) -> Option<OutOfRange> {
+    table.iter().find_map(|(key, value)| {
+        let key = match prefix {
+            "" => key.get_ref().to_string(),
+            _ => format!("{prefix}.{}", key.get_ref()),
+        };
+        out_of_range_in_value(value, key)
+    })
+}
+
+fn out_of_range_in_value(
+    value: &toml::Spanned<toml::de::DeValue<'_>>,
+    key: String,
+) -> Option<OutOfRange> {
+    use toml::de::DeValue;
+    let (fits, allowed) = match value.get_ref() {
+        DeValue::Integer(n) => (
+            i64::from_str_radix(n.as_str(), n.radix()).is_ok(),
+            "integers go from -9223372036854775808 to 9223372036854775807",
+        ),
+        DeValue::Float(x) => (
+            x.as_str()
+                .parse::<f64>()
+                .is_ok_and(|f| f.is_finite() || x.as_str().contains("inf")),
+            "a float must be finite",
+        ),
+        DeValue::Table(table) => return out_of_range_in_table(table, &key),
+        DeValue::Array(items) => {
+            return items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| out_of_range_in_value(item, format!("{key}[{i}]")));
+        }
+        DeValue::String(_) | DeValue::Boolean(_) | DeValue::Datetime(_) => (true, ""),
+    };
+    (!fits).then(|| (key, value.span(), allowed))
 }
 
 fn message(err: config::ConfigError) -> String {

@@ -22,7 +22,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use axum::serve::ListenerExt as _;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,6 +32,7 @@ use prometheus_client::registry::{Registry, Unit};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::listener;
 use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::{RequestObserver, Timestamp};
 use crate::sync::{PassReport, PassResult, WarehousePlace};
@@ -497,12 +497,7 @@ pub async fn serve(
     clock: TickClock,
     warehouse: WarehousePlace,
 ) -> std::io::Result<Server> {
-    // TCP_NODELAY: a response written in two parts must not wait for the scraper's ACK.
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await?
-        .tap_io(|stream| {
-            let _ = stream.set_nodelay(true);
-        });
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "serving /metrics and /healthz");
     let app = Router::new()
         .route("/metrics", get(metrics_page))
@@ -513,12 +508,13 @@ pub async fn serve(
             warehouse,
         });
     let stop = CancellationToken::new();
-    let stopped = stop.clone().cancelled_owned();
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped)
-            .await;
-    });
+    let stopped = stop.clone();
+    let task = tokio::spawn(listener::serve(
+        listener,
+        app,
+        listener::Limits::DEFAULT,
+        stopped,
+    ));
     Ok(Server { stop, task })
 }
 

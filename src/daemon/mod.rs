@@ -13,6 +13,7 @@
 //! returns an error (`/healthz`, which checks it on every request, answers 503 until then). The configuration is read once; restart to change
 //! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
+mod listener;
 mod metrics;
 mod notify;
 mod scheduler;

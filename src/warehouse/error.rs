@@ -121,8 +121,8 @@ pub enum WarehouseError {
         cause: rusqlite::Error,
     },
     #[error(
-        "warehouse {}: {what} holds `{value}`, which is not a callsync timestamp",
-        path.display()
+        "warehouse {}: {what} holds `{}`, which is not a callsync timestamp",
+        path.display(), crate::untrusted::untrusted_text(.value, 100)
     )]
     BadTimestamp {
         path: PathBuf,

@@ -11,6 +11,10 @@ use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use super::runs::{RunOutcome, RunStats, parse};
 use crate::api::Timestamp;
+use crate::untrusted::untrusted_text;
+
+/// The most characters of a pass's stored error `status` shows.
+const STORED_ERROR_CHARS: usize = 4000;
 
 /// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
 /// add, never rename.
@@ -39,12 +43,16 @@ pub struct ScheduleStatus {
     pub slowed_by: Vec<String>,
     /// Ticks of `sync.cron` since the latest recorded pass (its end, or its start while it
     /// runs), counted by `callsync status` from the configuration, at most [`TICKS_COUNTED`];
-    /// `None` without a recorded pass.
+    /// for a schedule [`never_synced`](Self::never_synced), since it was configured (see
+    /// `cli::configured_since`); `None` when neither is known.
     pub ticks_since_last_pass: Option<u64>,
     /// [`STALE_TICKS`] ticks or more without a recorded pass: the daemon has stopped, runs
     /// but cannot record its passes (an unwritable warehouse), or is in one long pass; what
     /// this status shows may be out of date.
     pub no_recent_pass: bool,
+    /// In the configuration's `sync.schedules`, but the warehouse holds nothing of it: no
+    /// pass, no checkpoint, no call.
+    pub never_synced: bool,
     pub calls: i64,
     pub attempts: i64,
     pub outcomes: i64,
@@ -64,6 +72,29 @@ pub const STALE_TICKS: u32 = 3;
 pub const TICKS_COUNTED: u64 = 100;
 
 impl ScheduleStatus {
+    /// A configured schedule the warehouse knows nothing of.
+    pub fn never_synced(schedule: Uuid) -> Self {
+        ScheduleStatus {
+            schedule_uid: schedule.to_string(),
+            cursor: None,
+            lag_secs: None,
+            last_run: None,
+            last_result: None,
+            last_success_at: None,
+            behind_passes: 0,
+            falling_behind: false,
+            slowed_by: Vec::new(),
+            ticks_since_last_pass: None,
+            no_recent_pass: false,
+            never_synced: true,
+            calls: 0,
+            attempts: 0,
+            outcomes: 0,
+            variables: 0,
+            notifications: 0,
+        }
+    }
+
     /// When the latest recorded pass ended, or began if it has not ended.
     pub fn last_recorded_at(&self) -> Option<Timestamp> {
         let run = self.last_run.as_ref()?;
@@ -225,6 +256,17 @@ impl Warehouse {
             .collect()
     }
 
+    /// When the oldest pass the warehouse remembers began (retention forgets older ones).
+    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+        let first: Option<String> = self
+            .conn
+            .query_row("SELECT min(started_at) FROM sync_runs", [], |r| r.get(0))
+            .sql(&self.path, "reading the first pass")?;
+        first
+            .map(|t| parse(&self.path, &t, "sync_runs.started_at"))
+            .transpose()
+    }
+
     fn schedule_status(
         &self,
         schedule: &str,
@@ -312,6 +354,7 @@ impl Warehouse {
             falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
             ticks_since_last_pass: None,
             no_recent_pass: false,
+            never_synced: false,
             last_run,
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
@@ -486,6 +529,12 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                     run.retries
                 );
             }
+            None if s.never_synced => {
+                let _ = writeln!(
+                    out,
+                    "  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)"
+                );
+            }
             None => {
                 let _ = writeln!(out, "  last pass    none");
             }
@@ -501,12 +550,19 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             } else {
                 ticks.to_string()
             };
-            let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
-            let _ = writeln!(
-                out,
-                "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
-                last.as_deref().unwrap_or("?")
-            );
+            if s.never_synced {
+                let _ = writeln!(
+                    out,
+                    "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
+                );
+            } else {
+                let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+                let _ = writeln!(
+                    out,
+                    "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
+                    last.as_deref().unwrap_or("?")
+                );
+            }
         }
         if s.falling_behind {
             let _ = writeln!(
@@ -560,7 +616,11 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
         calls_written: r.get(5)?,
         requests: r.get(6)?,
         retries: r.get(7)?,
-        error: r.get(8)?,
+        // Text from a file (an older callsync stored the service's words unescaped): shown
+        // only once made safe.
+        error: r
+            .get::<_, Option<String>>(8)?
+            .map(|e| untrusted_text(&e, STORED_ERROR_CHARS)),
         horizon: r.get(10)?,
         lag_secs: r.get(11)?,
         detail_requests: r.get(12)?,

@@ -1172,3 +1172,195 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
         format!("warehouse {}: schema version 0 -> 5\n", other.display())
     );
 }
+
+/// A misspelt log target would silence every line, the failing pass's ERROR included: it is
+/// a configuration error (exit 2) naming it, from `log.level` or `RUST_LOG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_log_target_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("callsync.toml");
+    let db = dir.path().join("callsync.db");
+    let text = |level: &str| {
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:1\"\n\n[warehouse]\npath = \"{}\"\n\n\
+             [sync]\nschedules = [\"0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11\"]\n\n[log]\nlevel = \"{level}\"\n",
+            db.display()
+        )
+    };
+    let c = config.to_str().unwrap();
+    std::fs::write(&config, text("calsync=info")).unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "error: config: log.level: \"calsync=info\" names the log target \"calsync\", which nothing logs under: a target is callsync, callsync::MODULE"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    std::fs::write(&config, text("callsync=info")).unwrap();
+    let out = callsync_with_env(
+        &["--config", c, "status"],
+        &[("RUST_LOG", "info,callsync::snyc=debug")],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with(
+            "error: cannot set up logging: RUST_LOG=\"info,callsync::snyc=debug\" names the log target \"callsync::snyc\""
+        ),
+        "{err}"
+    );
+    assert!(err.ends_with("; fix or unset RUST_LOG\n"), "{err}");
+    assert!(!db.exists(), "nothing is created");
+}
+
+/// `status` lists every configured schedule, one that never recorded a pass too: "never
+/// synced", exit 0 while the configuration is younger than 3 ticks of `sync.cron` (the daemon
+/// may not have reached it yet), exit 3 once it is older.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_a_configured_schedule_never_synced_and_exits_3_once_it_is_due() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 10,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let synced = env.schedules()[0];
+    let never = uuid::Uuid::from_u128(0x0b2e_7a55_9999_4c0b_9f39_0d3c_5a3f_2b11);
+    let config = env.dir.path().join("callsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n\n[warehouse]\npath = \"{}\"\n\n\
+             [sync]\nschedules = [\"{synced}\", \"{never}\"]\ncron = \"0 0 * * * *\"\n",
+            env.sim.base_url(),
+            env.sim.access_token(),
+            env.warehouse_path().display()
+        ),
+    )
+    .unwrap();
+    let c = config.to_str().unwrap();
+    let out = callsync(&["--config", c, "sync", "--schedule", &synced.to_string()]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Configured just now: listed, not yet due.
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "schedule {never}\n  cursor       none  (lag -)\n  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)\n  last success never\n  rows         0 calls"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("schedule {synced}\n")), "{text}");
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |uid: uuid::Uuid| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["schedule_uid"] == uid.to_string())
+            .cloned()
+            .unwrap_or_else(|| panic!("{uid} listed: {rows}"))
+    };
+    assert_eq!(row(never)["never_synced"], true);
+    assert_eq!(row(never)["last_run"], serde_json::Value::Null);
+    assert_eq!(row(never)["no_recent_pass"], false);
+    assert_eq!(row(synced)["never_synced"], false);
+
+    // Configured four hours ago (four ticks of an hourly cron, or three when now falls on
+    // the hour): due, exit 3 naming it.
+    let four_hours_ago =
+        std::time::SystemTime::now() - std::time::Duration::from_secs(4 * 3600 - 60);
+    std::fs::File::options()
+        .write(true)
+        .open(&config)
+        .unwrap()
+        .set_modified(four_hours_ago)
+        .unwrap();
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let ticks = if text.contains("NEVER SYNCED though configured 4 ticks") {
+        4
+    } else {
+        3
+    };
+    assert!(
+        text.contains(&format!("  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)\n")),
+        "{text}"
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "attention: schedule {never}: never synced, though configured {ticks} ticks of sync.cron ago (exit code 3)\n"
+        )
+    );
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let never_row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["schedule_uid"] == never.to_string())
+        .unwrap();
+    assert_eq!(never_row["no_recent_pass"], true);
+    assert_eq!(never_row["ticks_since_last_pass"], ticks);
+}
+
+/// Every error is one line without a character a terminal acts on, whatever it quotes: a
+/// path with a line break and an escape sequence, a CSV header with both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_quoting_line_breaks_or_escapes_is_one_safe_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let odd = dir.path().join("x\ny\u{1b}[31m.toml");
+    let out = callsync(&["--config", odd.to_str().unwrap(), "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: config: cannot read {} y\\u{{1b}}[31m.toml: no such file\n",
+            dir.path().join("x").display()
+        )
+    );
+
+    let config = dir.path().join("callsync.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"http://127.0.0.1:1\"\naccess_token = \"tok\"\n\n[warehouse]\npath = \"{}\"\n",
+            dir.path().join("callsync.db").display()
+        ),
+    )
+    .unwrap();
+    let csv = dir.path().join("list.csv");
+    std::fs::write(
+        &csv,
+        "\"phone\r\nnum\u{1b}]0;owned\u{7}\",external_id\n+15550001,a\n",
+    )
+    .unwrap();
+    let out = callsync(&[
+        "--config",
+        config.to_str().unwrap(),
+        "upload",
+        "--schedule",
+        "0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11",
+        csv.to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: {}: no phone_number column (columns: phone num\\u{{1b}}]0;owned\\u{{7}}, external_id); name one phone_number or use --map COLUMN=phone_number\n",
+            csv.display()
+        )
+    );
+}

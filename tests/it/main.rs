@@ -19,6 +19,8 @@ mod files;
 mod backfill;
 // The binary: subcommands, exit codes, one-line errors.
 mod cli;
+// A hostile service's control characters reach no terminal, log line or warehouse row.
+mod hostile;
 // callsync check: credentials, schedules and warehouse, one line each, before the daemon starts.
 mod check;
 // The simulator, probed over HTTP rule by rule.

@@ -53,6 +53,7 @@ fn units_declare_what_the_operator_relies_on() {
         "LoadCredential=access_token:",
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
+        "LimitNOFILE=8192\n",
         "ExecStartPre=-/usr/local/bin/callsync --config /etc/callsync/callsync.toml check\n",
         " run\n",
     ] {

@@ -666,7 +666,15 @@ fn a_toml_syntax_error_is_one_line_with_its_place_and_never_the_text() {
         ),
         (
             "[sync]\npage_size = 99999999999999999999\n",
-            "config: <file>: not valid TOML: number too large to fit in target type",
+            "config: <file>: not valid TOML at line 2, column 13: sync.page_size: number too large to fit in target type (integers go from -9223372036854775808 to 9223372036854775807)",
+        ),
+        (
+            "[api]\naccess_token = \"TOPSECRET\"\n[[sync.schedule]]\nuid = \"x\"\n[[sync.schedule]]\nn = [1, 0x1, -99999999999999999999]\n",
+            "config: <file>: not valid TOML at line 6, column 14: sync.schedule[1].n[2]: number too small to fit in target type (integers go from -9223372036854775808 to 9223372036854775807)",
+        ),
+        (
+            "[sync]\nlookback_secs = 1e400\n",
+            "config: <file>: not valid TOML at line 2, column 17: sync.lookback_secs: floating-point number overflowed (a float must be finite)",
         ),
     ];
     for (text, expected) in cases {
