@@ -3,7 +3,7 @@
 //! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
 //! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the
 //! connection closes before the response is complete). A 401 carries the `WWW-Authenticate`
-//! challenge of RFC 6750.
+//! challenge of RFC 6750. A test's hold on list requests (`hold.rs`) is applied here too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,6 +98,12 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         return response;
     }
     let is_write = request.method() != axum::http::Method::GET;
+    let is_list =
+        !is_write && path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
+    let gate = super::lock(&shared.list_hold).clone();
+    if let Some(gate) = gate.filter(|_| is_list) {
+        gate.pass().await;
+    }
     let hold = shared.faults().hold_write_answers;
     if is_write && !hold.is_zero() {
         let response = next.run(request).await;
