@@ -40,7 +40,7 @@ use crate::api::{OutboundCall, Timestamp};
 
 pub use clock::{ManualClock, SimClock};
 pub use faults::{FaultPlan, RequestRecord};
-pub use hold::ListHold;
+pub use hold::RequestHold;
 pub use state::Precision;
 
 /// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
@@ -200,8 +200,9 @@ pub(crate) struct Shared {
     /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
     /// log has a request only once it is answered, and its client may be gone before that.
     delayed_writes: AtomicUsize,
-    /// A test's hold on list requests (`hold.rs`), if it set one.
+    /// A test's holds on list requests and on writes (`hold.rs`), if it set them.
     list_hold: Mutex<Option<Arc<hold::Gate>>>,
+    write_hold: Mutex<Option<Arc<hold::Gate>>>,
     rng: Mutex<StdRng>,
     /// Locked only with `state` held, after it.
     dialer: Option<Mutex<dialer::Dialer>>,
@@ -378,6 +379,7 @@ impl Simulator {
             requests: Mutex::new(Vec::new()),
             delayed_writes: AtomicUsize::new(0),
             list_hold: Mutex::new(None),
+            write_hold: Mutex::new(None),
             // Not the generator's stream: what happens at runtime (uids of new resources,
             // the dialer's choices, faults) must not repeat what the seed made, yet must come
             // from the seed too, so that a failing test replays: a second stream of it.
@@ -548,11 +550,21 @@ impl Simulator {
     }
 
     /// Holds list requests from the `from`-th (counted from 1, from now on) until the test
-    /// lets them through ([`ListHold`]); replaces the hold set before. For tests: a point
+    /// lets them through ([`RequestHold`]); replaces the hold set before. For tests: a point
     /// inside a pass chosen by construction.
-    pub fn hold_list_requests(&self, from: usize) -> ListHold {
-        let (hold, gate) = ListHold::new(from);
+    pub fn hold_list_requests(&self, from: usize) -> RequestHold {
+        let (hold, gate) = RequestHold::new(from, usize::MAX);
         *lock(&self.shared.list_hold) = Some(gate);
+        hold
+    }
+
+    /// Holds the writes (POST, PATCH) numbered `from` to `to` (counted from 1, from now on),
+    /// before the service acts on them, until the test lets them through; replaces the hold
+    /// set before. A write held under `FaultPlan::delay_writes` is acted on once released even
+    /// if its client has gone.
+    pub fn hold_writes(&self, from: usize, to: usize) -> RequestHold {
+        let (hold, gate) = RequestHold::new(from, to);
+        *lock(&self.shared.write_hold) = Some(gate);
         hold
     }
 

@@ -13,7 +13,7 @@ use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::harness::TestEnv;
+use crate::harness::{PATIENCE, TestEnv};
 
 /// Every call the service shows with `updated_at` before the schedule's checkpoint is in the
 /// warehouse in exactly that version.
@@ -71,9 +71,6 @@ fn latest_run(env: &TestEnv) -> i64 {
         })
         .unwrap_or(0)
 }
-
-/// Patience for an event (a process reaching a point): only a hang waits this long.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead() {

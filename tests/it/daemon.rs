@@ -18,7 +18,7 @@ use callsync::sync::{PassReport, PassResult};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::harness::TestEnv;
+use crate::harness::{PATIENCE, TestEnv, wait_for};
 
 struct Run {
     kind: String,
@@ -51,22 +51,6 @@ fn runs(env: &TestEnv, schedule: Uuid) -> Vec<Run> {
     .expect("query")
     .collect::<Result<_, _>>()
     .expect("rows")
-}
-
-/// How long a daemon test waits for what it expects before failing. Only a bound against a
-/// hang: every wait ends as soon as its condition holds, so a slow machine is not a failure.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// Polls `done` until it holds; panics naming `what` after [`PATIENCE`].
-async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "still waiting after {PATIENCE:?} for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The daemon in-process, its ticks sent by hand: every wait is for pass reports.
@@ -504,16 +488,20 @@ async fn a_reconciliation_that_comes_with_a_sync_tick_is_queued_not_lost() {
     env.config.sync.reconcile_window = Duration::from_secs(8 * 86_400);
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
-    // The two crons fire in the same second: the sync tick first, its passes' first answers
-    // held long enough for the reconcile tick to find them running.
-    env.sim.set_faults(FaultPlan {
-        slow_rate: 1.0,
-        slow_delay: Duration::from_millis(100),
-        ..FaultPlan::default()
-    });
+    // The two crons fire in the same second: the sync tick first, its passes' first list
+    // requests held (by construction, not for a while) until the reconcile tick has found
+    // them running.
+    let hold = env.sim.hold_list_requests(1);
     assert_eq!(daemon.send(Tick::Sync).await, s);
-    daemon.send(Tick::Reconcile).await;
-    env.sim.set_faults(FaultPlan::default());
+    tokio::time::timeout(PATIENCE, hold.arrived(s.len()))
+        .await
+        .expect("every sync pass asks for its first page");
+    assert_eq!(
+        daemon.send(Tick::Reconcile).await,
+        Vec::<Uuid>::new(),
+        "both schedules are busy: the reconciliation is queued, not started"
+    );
+    drop(hold);
     daemon
         .until("a reconciliation of every schedule", |reports| {
             s.iter().all(|schedule| {
