@@ -173,6 +173,8 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
     })
     .await;
     env.config.sync.page_size = 50;
+    // An hour: a shutdown that waited for it, not for the passes, cannot pass for a slow one.
+    env.config.sync.shutdown_timeout = Duration::from_secs(3600);
     let s = env.schedules();
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
@@ -194,10 +196,7 @@ async fn data_arrives_tick_after_tick_and_passes_never_overlap() {
         "every pass completed"
     );
     let took = daemon.stop().await;
-    assert!(
-        took < env.config.sync.shutdown_timeout,
-        "shutdown took {took:?}"
-    );
+    assert!(took < PATIENCE, "shutdown took {took:?}");
     let mut rows = 0;
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
@@ -285,7 +284,7 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_in_time_and_loses_nothi
     })
     .await;
     let config =
-        env.write_config("page_size = 20\ncron = \"0 0 * * * *\"\nshutdown_timeout_secs = 10\n");
+        env.write_config("page_size = 20\ncron = \"0 0 * * * *\"\nshutdown_timeout_secs = 60\n");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")
         .arg(&config)
@@ -306,23 +305,20 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_in_time_and_loses_nothi
         .status()
         .expect("kill");
     assert!(hangup.success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        child.try_wait().expect("wait").is_none(),
-        "SIGHUP does not stop the daemon"
-    );
-    let asked = Instant::now();
+    // SIGHUP does not stop the daemon: had it, the exit below would be by signal (SIGHUP,
+    // sent first, is delivered before the SIGTERM), not a clean 0. No wait for time to pass.
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .expect("kill");
     assert!(killed.success());
-    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+    // Decided by events, not by how long it took: a clean exit, and every pass closed as
+    // interrupted (a daemon that waited for its passes would close them completed).
+    let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
-        .expect("exits within shutdown_timeout_secs")
+        .expect("exits")
         .expect("exit status");
     assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
-    assert!(asked.elapsed() < Duration::from_secs(10));
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
         let last = runs.last().expect("a pass ran");
@@ -820,6 +816,7 @@ async fn healthz_answers_503_naming_a_deleted_warehouse_until_callsync_run_exits
         assert_eq!(answer, unavailable);
         answers += 1;
         assert!(Instant::now() < deadline, "the daemon never stopped");
+        // Polling interval under the patience above.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let status = tokio::time::timeout(PATIENCE, daemon.wait())
