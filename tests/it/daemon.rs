@@ -271,7 +271,7 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_in_time_and_loses_nothing() {
+async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_and_loses_nothing() {
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 3000,
