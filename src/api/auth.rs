@@ -6,7 +6,11 @@
 //! neither does what a server echoes of them: error bodies pass through [`redact`] (the token
 //! endpoint's keep only `error` and `error_description`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, which is the machine's except under a test's `tokio::time::pause`: the tests
+// move it past a token's refresh instant instead of waiting for it.
+use tokio::time::Instant;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde::Deserialize;
@@ -469,19 +473,30 @@ mod token_tests {
         assert_eq!(fake.token_requests().len(), 1);
         assert_eq!(bearers(&fake), ["tok-1", "tok-1", "tok-1"]);
 
-        // One second of life: refreshed after 750 ms (a quarter before the end).
-        let (fake, client) = service(Some("1"), |_| true).await;
+        // An hour's token is refreshed 30 s before its end, at 3570 s: tokio's clock is moved
+        // there (virtual time; paused only while it moves, so no request meets a paused timer).
+        let advance = |by: Duration| async move {
+            tokio::time::pause();
+            tokio::time::advance(by).await;
+            tokio::time::resume();
+        };
+        // Patience: the real time since the token came may be up to a minute.
+        advance(Duration::from_secs(3570 - 60)).await;
         client
             .get_call(CALL_UID, &Counters::default())
             .await
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(bearers(&fake), ["tok-1", "tok-1", "tok-1", "tok-1"]);
+        advance(Duration::from_secs(60)).await;
         client
             .get_call(CALL_UID, &Counters::default())
             .await
             .unwrap();
         assert_eq!(fake.token_requests().len(), 2);
-        assert_eq!(bearers(&fake), ["tok-1", "tok-2"]);
+        assert_eq!(
+            bearers(&fake),
+            ["tok-1", "tok-1", "tok-1", "tok-1", "tok-2"]
+        );
     }
 
     #[tokio::test]

@@ -46,30 +46,61 @@ impl SimClock {
     }
 }
 
-/// A clock that stands still until [`ManualClock::advance`]; clones share one time, so a test
-/// keeps a clone to move the clock of the simulator it started with it.
+/// A clock that stands still until [`ManualClock::advance`] (or, once a test calls
+/// [`ManualClock::run`], moves with the machine's); clones share one time, so a test keeps a
+/// clone to move the clock of the simulator it started with it.
 #[derive(Debug, Clone)]
-pub struct ManualClock(Arc<Mutex<Timestamp>>);
+pub struct ManualClock(Arc<Mutex<Manual>>);
+
+#[derive(Debug)]
+struct Manual {
+    at: Timestamp,
+    /// Since `run`: the clock reads `at` plus the machine's time since then.
+    running_since: Option<std::time::Instant>,
+}
+
+impl Manual {
+    fn now(&self) -> Timestamp {
+        match self.running_since {
+            Some(since) => self.at.saturating_add(since.elapsed()),
+            None => self.at,
+        }
+    }
+}
 
 impl ManualClock {
     pub fn new(start: Timestamp) -> Self {
-        ManualClock(Arc::new(Mutex::new(start)))
+        ManualClock(Arc::new(Mutex::new(Manual {
+            at: start,
+            running_since: None,
+        })))
     }
 
     pub fn now(&self) -> Timestamp {
-        *super::lock(&self.0)
+        super::lock(&self.0).now()
     }
 
     /// Moves the clock `by` forward.
     pub fn advance(&self, by: Duration) {
-        let mut now = super::lock(&self.0);
-        *now = now.saturating_add(by);
+        let mut clock = super::lock(&self.0);
+        clock.at = clock.at.saturating_add(by);
+    }
+
+    /// From now on the clock moves with the machine's, from where it stands: a test holds the
+    /// service's time still until an event (e.g. the quota's bucket ran dry), then lets it go.
+    pub fn run(&self) {
+        let mut clock = super::lock(&self.0);
+        if clock.running_since.is_none() {
+            clock.at = clock.now();
+            clock.running_since = Some(std::time::Instant::now());
+        }
     }
 
     /// Moves the clock forward to `at`; a clock never goes back.
     pub(super) fn advance_to(&self, at: Timestamp) {
-        let mut now = super::lock(&self.0);
-        *now = (*now).max(at);
+        let mut clock = super::lock(&self.0);
+        let now = clock.now();
+        clock.at = clock.at.saturating_add(at.since(now));
     }
 }
 
@@ -99,6 +130,18 @@ mod tests {
             clock.now(),
             Timestamp::parse("2026-03-01T12:00:01.623456Z").unwrap()
         );
+    }
+
+    #[test]
+    fn a_running_manual_clock_goes_on_from_where_it_stood() {
+        let start = Timestamp::parse("2026-03-01T12:00:00Z").unwrap();
+        let manual = ManualClock::new(start);
+        manual.advance(Duration::from_secs(60));
+        manual.run();
+        let running = manual.now();
+        assert!(running >= start.saturating_add(Duration::from_secs(60)));
+        manual.advance(Duration::from_secs(3600));
+        assert!(manual.now() >= running.saturating_add(Duration::from_secs(3600)));
     }
 
     #[test]

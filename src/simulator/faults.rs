@@ -3,7 +3,7 @@
 //! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
 //! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the
 //! connection closes before the response is complete). A 401 carries the `WWW-Authenticate`
-//! challenge of RFC 6750.
+//! challenge of RFC 6750. A test's holds on list requests and writes (`hold.rs`) are applied here too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -98,13 +98,23 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         return response;
     }
     let is_write = request.method() != axum::http::Method::GET;
+    let is_list =
+        !is_write && path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
+    let gate = super::lock(&shared.list_hold).clone();
+    if let Some(gate) = gate.filter(|_| is_list) {
+        gate.pass().await;
+    }
+    let write_gate = super::lock(&shared.write_hold).clone().filter(|_| is_write);
+    let delay = shared.faults().delay_writes;
+    if let Some(gate) = write_gate.as_ref().filter(|_| delay.is_zero()) {
+        gate.pass().await;
+    }
     let hold = shared.faults().hold_write_answers;
     if is_write && !hold.is_zero() {
         let response = next.run(request).await;
         tokio::time::sleep(hold).await;
         return response;
     }
-    let delay = shared.faults().delay_writes;
     if is_write && !delay.is_zero() {
         // The whole request first, as a service reads it before it works on it.
         let (parts, body) = request.into_parts();
@@ -122,6 +132,9 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         // Spawned, so that the work is done even when the client hangs up and this future is
         // dropped.
         let work = tokio::spawn(async move {
+            if let Some(gate) = write_gate {
+                gate.pass().await;
+            }
             tokio::time::sleep(delay).await;
             next.run(request).await
         });

@@ -11,6 +11,7 @@
 mod clock;
 mod dialer;
 mod faults;
+mod hold;
 mod life;
 mod query;
 mod routes;
@@ -39,6 +40,7 @@ use crate::api::{OutboundCall, Timestamp};
 
 pub use clock::{ManualClock, SimClock};
 pub use faults::{FaultPlan, RequestRecord};
+pub use hold::RequestHold;
 pub use state::Precision;
 
 /// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
@@ -198,6 +200,9 @@ pub(crate) struct Shared {
     /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
     /// log has a request only once it is answered, and its client may be gone before that.
     delayed_writes: AtomicUsize,
+    /// A test's holds on list requests and on writes (`hold.rs`), if it set them.
+    list_hold: Mutex<Option<Arc<hold::Gate>>>,
+    write_hold: Mutex<Option<Arc<hold::Gate>>>,
     rng: Mutex<StdRng>,
     /// Locked only with `state` held, after it.
     dialer: Option<Mutex<dialer::Dialer>>,
@@ -373,6 +378,8 @@ impl Simulator {
             broken: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             delayed_writes: AtomicUsize::new(0),
+            list_hold: Mutex::new(None),
+            write_hold: Mutex::new(None),
             // Not the generator's stream: what happens at runtime (uids of new resources,
             // the dialer's choices, faults) must not repeat what the seed made, yet must come
             // from the seed too, so that a failing test replays: a second stream of it.
@@ -540,6 +547,25 @@ impl Simulator {
 
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Holds list requests from the `from`-th (counted from 1, from now on) until the test
+    /// lets them through ([`RequestHold`]); replaces the hold set before. For tests: a point
+    /// inside a pass chosen by construction.
+    pub fn hold_list_requests(&self, from: usize) -> RequestHold {
+        let (hold, gate) = RequestHold::new(from, usize::MAX);
+        *lock(&self.shared.list_hold) = Some(gate);
+        hold
+    }
+
+    /// Holds the writes (POST, PATCH) numbered `from` to `to` (counted from 1, from now on),
+    /// before the service acts on them, until the test lets them through; replaces the hold
+    /// set before. A write held under `FaultPlan::delay_writes` is acted on once released even
+    /// if its client has gone.
+    pub fn hold_writes(&self, from: usize, to: usize) -> RequestHold {
+        let (hold, gate) = RequestHold::new(from, to);
+        *lock(&self.shared.write_hold) = Some(gate);
+        hold
     }
 
     /// Writes received in full and held by `FaultPlan::delay_writes` so far, acted on or not.

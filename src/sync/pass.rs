@@ -66,8 +66,9 @@ struct ServiceClock {
     /// Its clock at the pass's first response, rounded up to the second: the pass reads the
     /// calls stamped before this instant, which holds every change made before it began.
     horizon: Option<Timestamp>,
-    /// Its latest "now", and when we received it.
-    latest: Option<(Timestamp, Instant)>,
+    /// Its latest "now", and when we received it (on tokio's clock, the machine's except
+    /// under a test's `tokio::time::pause`, which moves it instead of waiting).
+    latest: Option<(Timestamp, tokio::time::Instant)>,
 }
 
 /// Said once per process: a service without `Date` headers stays so.
@@ -96,7 +97,7 @@ impl ServiceClock {
         let future = date.saturating_add(DATE_PRECISION);
         let now = stamps.filter(|at| *at < future).fold(date, Timestamp::max);
         self.horizon.get_or_insert(future);
-        self.latest = Some((now, Instant::now()));
+        self.latest = Some((now, tokio::time::Instant::now()));
         (now, future)
     }
 
@@ -634,8 +635,8 @@ mod tests {
         assert_eq!(not_from_the_start.checkpoint(walked, now), None);
     }
 
-    #[test]
-    fn the_horizon_is_the_first_answer_and_now_follows_the_latest() {
+    #[tokio::test(start_paused = true)]
+    async fn the_horizon_is_the_first_answer_and_now_follows_the_latest() {
         let mut clock = ServiceClock::default();
         assert_eq!(clock.now(), None);
         let first = ts("2026-01-01T00:00:00Z");
@@ -648,8 +649,10 @@ mod tests {
         clock.observe(Some(second), std::iter::empty());
         // Everything stamped before the first answer's second ended.
         assert_eq!(clock.horizon, Some(ts("2026-01-01T00:00:01Z")));
-        let now = clock.now().unwrap();
-        assert!(now >= second && now < second.saturating_add(Duration::from_secs(5)));
+        // Virtual time: "now" follows the latest answer by exactly the time since it came.
+        assert_eq!(clock.now(), Some(second));
+        tokio::time::advance(Duration::from_millis(2_500)).await;
+        assert_eq!(clock.now(), Some(ts("2026-01-01T00:00:09.5Z")));
         // Without a Date header our own clock stands in.
         let before = Timestamp::now();
         let mut own = ServiceClock::default();

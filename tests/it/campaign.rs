@@ -6,7 +6,7 @@ use std::process::Output;
 use callsync::simulator::SimulatorOptions;
 use uuid::Uuid;
 
-use crate::harness::TestEnv;
+use crate::harness::{PATIENCE, TestEnv, wait_for};
 
 async fn callsync(config: &std::path::Path, args: &[&str]) -> Output {
     callsync_with(config, args, &[]).await
@@ -562,16 +562,10 @@ async fn an_upload_killed_at_any_instant_and_run_again_creates_each_call_once() 
         });
         let before = count();
         let mut child = spawn();
-        for _ in 0..600 {
-            if count() > before {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(
-            count() > before,
-            "a chunk was created while its answer is held"
-        );
+        wait_for("a chunk created while its answer is held", || {
+            count() > before
+        })
+        .await;
         child.start_kill().unwrap();
         child.wait().await.unwrap();
     }
@@ -582,6 +576,8 @@ async fn an_upload_killed_at_any_instant_and_run_again_creates_each_call_once() 
         rng = rng.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         let delay = Duration::from_millis(20 + (rng >> 33) % 400);
         let mut child = spawn();
+        // Injected delay: the kill lands at a seeded instant, wherever the run is then (the
+        // verdict, each call once, holds at any; the held cases above are the sure ones).
         tokio::time::sleep(delay).await;
         let _ = child.start_kill();
         child.wait().await.unwrap();
@@ -649,37 +645,19 @@ async fn a_service_slower_than_the_request_timeout_gets_each_call_once() {
     }
 }
 
-/// Waits (polled, generous cap) until the upload ledger has a chunk marked `sent`.
-async fn until_a_chunk_is_sent(env: &TestEnv) {
-    for _ in 0..1_000 {
-        let sent: i64 = rusqlite::Connection::open(env.warehouse_path())
-            .and_then(|db| {
-                db.query_row(
-                    "SELECT count(*) FROM upload_chunks WHERE state = 'sent'",
-                    [],
-                    |r| r.get(0),
-                )
-            })
-            .unwrap_or(0);
-        if sent > 0 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("no chunk was sent within 10 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished_once() {
     use callsync::simulator::FaultPlan;
     use std::time::Duration;
 
     let (env, config, csv, schedule) = upload_env(&contacts(1_500, |_| None)).await;
-    // The service takes 3 s to create a chunk, and finishes even when the client is gone.
+    // The service works on a chunk after the client is gone: its first write is held until
+    // the test lets it go, then acted on 1 s later (an injected delay), client or not.
     env.sim.set_faults(FaultPlan {
-        delay_writes: Duration::from_secs(3),
+        delay_writes: Duration::from_secs(1),
         ..FaultPlan::default()
     });
+    let hold = env.sim.hold_writes(1, 1);
     let settle = [("CALLSYNC_API__CREATE_SETTLE_SECS", "30")];
     let writes_before = env.sim.delayed_writes();
     let mut first = command(&config, &upload_args(&schedule, &csv), &settle)
@@ -687,15 +665,13 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("callsync starts");
-    // Killed once the service has the first chunk's request in full (and works on it).
-    for _ in 0..1_000 {
-        if env.sim.delayed_writes() > writes_before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(
-        env.sim.delayed_writes() > writes_before,
+    // Killed once the service has the first chunk's request in full (and holds it).
+    tokio::time::timeout(PATIENCE, hold.arrived(1))
+        .await
+        .expect("the first chunk reaches the service");
+    assert_eq!(
+        env.sim.delayed_writes(),
+        writes_before + 1,
         "the chunk was sent"
     );
     first.start_kill().unwrap();
@@ -704,8 +680,9 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
         env.sim.truth(schedule.parse().unwrap()).is_empty(),
         "killed before the service created the chunk"
     );
-    // Run again at once: the first chunk is not in the service yet, but the ledger says it
-    // went out moments ago, so the run waits for it instead of sending it again.
+    // Run again at once, the service now working on the first chunk: the ledger says it
+    // went out moments ago, so the run waits for it (or finds it) instead of sending it again.
+    drop(hold);
     let out = callsync_with(&config, &upload_args(&schedule, &csv), &settle).await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -720,20 +697,20 @@ async fn an_upload_killed_while_the_service_still_works_on_its_chunk_is_finished
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_upload_into_the_same_schedule_is_refused_while_the_first_runs() {
-    use callsync::simulator::FaultPlan;
-    use std::time::Duration;
-
     let (env, config, csv, schedule) = upload_env(&contacts(1_500, |_| None)).await;
-    env.sim.set_faults(FaultPlan {
-        delay_writes: Duration::from_secs(2),
-        ..FaultPlan::default()
-    });
-    let first = command(&config, &upload_args(&schedule, &csv), &[])
+    // The first run's first chunk is held by the service until the test lets it go: the
+    // first run holds its lock for as long as the test needs (its request timeout is a
+    // patience only a hang reaches).
+    let hold = env.sim.hold_writes(1, 1);
+    let patient = [("CALLSYNC_API__REQUEST_TIMEOUT_SECS", "120")];
+    let first = command(&config, &upload_args(&schedule, &csv), &patient)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("callsync starts");
-    until_a_chunk_is_sent(&env).await;
+    tokio::time::timeout(PATIENCE, hold.arrived(1))
+        .await
+        .expect("the first run sends its first chunk");
     // The same file again, and another file whose contacts overlap the first's (each run
     // looks for the contacts already there before it sends: two at once could both send
     // one): both refused, nothing sent.
@@ -752,6 +729,7 @@ async fn a_second_upload_into_the_same_schedule_is_refused_while_the_first_runs(
         );
     }
 
+    drop(hold);
     let first = first.wait_with_output().await.unwrap();
     assert!(first.status.success(), "{}", stderr(&first));
     assert!(

@@ -961,6 +961,7 @@ fn sigterm_stops_the_simulator_even_when_stderr_is_a_closed_pipe() {
             let _ = child.kill();
             panic!("SIGTERM was ignored");
         }
+        // Polling interval under the patience above.
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0));

@@ -1,6 +1,8 @@
-//! Crash safety: `callsync sync` killed with SIGKILL at random instants, round after round.
-//! After every kill no checkpoint is ahead of the committed data; after a clean pass the
-//! warehouse equals the truth.
+//! Crash safety: `callsync sync` killed with SIGKILL inside a pass, round after round, at
+//! points chosen by construction (after the answer to a seeded k-th list request, a seeded
+//! delay into that page, the next list request held so the pass cannot end first). After
+//! every kill the pass's `sync_runs` row is open and no checkpoint is ahead of the committed
+//! data; after a clean pass the warehouse equals the truth.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -11,7 +13,7 @@ use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::harness::TestEnv;
+use crate::harness::{PATIENCE, TestEnv};
 
 /// Every call the service shows with `updated_at` before the schedule's checkpoint is in the
 /// warehouse in exactly that version.
@@ -47,8 +49,37 @@ fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
     }
 }
 
+/// The `sync_runs` rows after `after` (an id) that are still open: passes that were running
+/// (or died) when we looked.
+fn open_runs_after(env: &TestEnv, after: i64) -> i64 {
+    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
+    conn.query_row(
+        "SELECT count(*) FROM sync_runs WHERE id > ?1 AND finished_at IS NULL",
+        [after],
+        |row| row.get(0),
+    )
+    .expect("sync_runs")
+}
+
+/// The latest `sync_runs` id (0 before any pass, or before the warehouse exists).
+fn latest_run(env: &TestEnv) -> i64 {
+    rusqlite::Connection::open(env.warehouse_path())
+        .and_then(|conn| {
+            conn.query_row("SELECT coalesce(max(id), 0) FROM sync_runs", [], |row| {
+                row.get(0)
+            })
+        })
+        .unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_at_random_instants_never_leaves_the_checkpoint_ahead() {
+async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead() {
+    const ROUNDS: usize = 15;
+    /// The kill follows the answer to the k-th list request of the round, k in 1..=MAX_K.
+    const MAX_K: usize = 10;
+    /// Calls of each schedule changed before each round: every round's pass reads at least
+    /// this many pages of 25 per schedule, so it makes more than MAX_K list requests.
+    const TOUCHED: usize = 250;
     let env = TestEnv::start(SimulatorOptions {
         precision: Precision::Seconds,
         schedules: 2,
@@ -64,8 +95,21 @@ async fn sigkill_at_random_instants_never_leaves_the_checkpoint_ahead() {
     .await;
     let config = env.write_config("page_size = 25\n");
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
-    let mut killed = 0;
-    for _round in 0..15 {
+    for round in 0..ROUNDS {
+        if round > 0 {
+            for schedule in env.schedules() {
+                let uids: Vec<Uuid> = env.sim.truth(schedule).iter().map(|c| c.uid).collect();
+                let first = rng.random_range(0..uids.len() - TOUCHED);
+                env.sim.touch_calls(&uids[first..first + TOUCHED]);
+            }
+        }
+        let before = latest_run(&env);
+        // Where the kill lands, chosen by construction: after the answer to the k-th list
+        // request, while the (k+1)-th and every later one is held, so the pass cannot end
+        // first; `within` moves it into the page (its write, its commit, its checkpoint).
+        let k = rng.random_range(1..=MAX_K);
+        let within = Duration::from_millis(rng.random_range(0..30));
+        let hold = env.sim.hold_list_requests(k);
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
             .arg("--config")
             .arg(&config)
@@ -74,21 +118,24 @@ async fn sigkill_at_random_instants_never_leaves_the_checkpoint_ahead() {
             .stderr(Stdio::null())
             .spawn()
             .expect("callsync starts");
-        let wait = Duration::from_millis(rng.random_range(30..600));
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {
-                child.kill().await.expect("SIGKILL");
-                killed += 1;
-            }
-            status = child.wait() => {
-                assert!(status.expect("exit status").success(), "an unkilled pass succeeds");
-            }
+            () = hold.arrived(k) => {}
+            status = child.wait() => panic!("round {round}: the pass ended ({status:?}) before its list request {k}"),
+            () = tokio::time::sleep(PATIENCE) => panic!("round {round}: no list request {k} within {PATIENCE:?}"),
         }
+        hold.release(k);
+        // Injected delay: how far into page k's handling the kill lands (0–30 ms, seeded).
+        tokio::time::sleep(within).await;
+        child.kill().await.expect("SIGKILL");
+        drop(hold);
+        assert!(
+            open_runs_after(&env, before) >= 1,
+            "round {round}: the kill (after list request {k}, +{within:?}) landed inside a pass"
+        );
         for schedule in env.schedules() {
             assert_checkpoint_not_ahead(&env, schedule);
         }
     }
-    assert!(killed >= 5, "most rounds were killed mid-pass ({killed})");
     env.sim.set_dialer_running(false);
     let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")

@@ -18,6 +18,23 @@ use uuid::Uuid;
 
 use crate::expected;
 
+/// How long a test waits for an event before it calls it a hang: generous, so that only a
+/// hang reaches it, never a slow machine.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// Polls `done` until it holds, every 10 ms (a polling interval, not a wait for time to
+/// pass); panics naming `what` after [`PATIENCE`].
+pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting after {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub struct TestEnv {
     pub sim: Simulator,
     pub dir: TempDir,
@@ -60,25 +77,38 @@ impl TestEnv {
         reports
     }
 
-    /// With a dialer making child-only changes (`child_changes_without_bump`): lets it work,
-    /// syncs until the warehouse equals the truth, then lets it make changes that leave
-    /// `updated_at` alone and syncs again incrementally. Afterwards the warehouse differs from
-    /// the truth in ways only a reconciliation can see.
+    /// With a dialer making child-only changes (`child_changes_without_bump`): lets it work
+    /// until it has changed calls, syncs until the warehouse equals the truth, then lets it
+    /// make changes and syncs again incrementally, until a change the pass could not see (one
+    /// that left `updated_at` alone) was made. Afterwards the warehouse differs from the truth
+    /// in ways only a reconciliation can see. Decided by events (the truth changed, a
+    /// difference remains), never by how long the dialer ran.
     pub async fn make_child_only_changes(&self, schedules: &[Uuid]) {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let truths =
+            || -> Vec<Vec<OutboundCall>> { schedules.iter().map(|s| self.sim.truth(*s)).collect() };
+        let seeded = truths();
+        wait_for("the dialer changes calls", || truths() != seeded).await;
         self.sim.set_dialer_running(false);
         self.pass_ok(schedules).await;
         self.assert_matches_truth(schedules);
-        self.sim.set_dialer_running(true);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        self.sim.set_dialer_running(false);
-        self.pass_ok(schedules).await;
-        assert!(
-            schedules
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let synced = truths();
+            self.sim.set_dialer_running(true);
+            wait_for("the dialer changes calls", || truths() != synced).await;
+            self.sim.set_dialer_running(false);
+            self.pass_ok(schedules).await;
+            if schedules
                 .iter()
-                .any(|s| !self.diff_from(*s, &self.sim.truth(*s)).is_empty()),
-            "an incremental pass cannot see child-only changes"
-        );
+                .any(|s| !self.diff_from(*s, &self.sim.truth(*s)).is_empty())
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no child-only change within {PATIENCE:?}: an incremental pass saw every change"
+            );
+        }
     }
 
     /// A pass that must succeed for every schedule.

@@ -150,6 +150,7 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
             break response.text().await.unwrap();
         }
         assert!(Instant::now() < deadline, "/metrics never answered");
+        // Polling interval under the patience above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     stop.send(()).unwrap();

@@ -1,13 +1,19 @@
 //! The request rate adapts to a service that rate-limits, and schedules share it.
 
-use callsync::simulator::{FaultPlan, SimulatorOptions};
+use callsync::api::Timestamp;
+use callsync::simulator::{FaultPlan, ManualClock, SimulatorOptions};
 use callsync::sync::PassResult;
 
-use crate::harness::TestEnv;
+use crate::harness::{TestEnv, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_service_is_met_at_its_rate_and_every_schedule_is_synced() {
+    // The quota's bucket refills on the service's clock, held still until the first 429:
+    // the first burst meets the quota by construction (its 41st request), on a machine of any
+    // speed, and the limiter must learn the rate from it.
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00Z").unwrap());
     let env = TestEnv::start(SimulatorOptions {
+        clock: clock.clone().into(),
         schedules: 3,
         calls_per_schedule: 200,
         seed: 21,
@@ -24,7 +30,11 @@ async fn a_rate_limited_service_is_met_at_its_rate_and_every_schedule_is_synced(
     let s = env.schedules();
     // The default configuration: no ceiling, the limiter learns the quota from the 429s.
     assert_eq!(env.config.api.requests_per_second, None);
-    let reports = env.pass(&s).await;
+    let refused = || env.sim.requests().iter().any(|r| r.status == 429);
+    let (reports, ()) = tokio::join!(env.pass(&s), async {
+        wait_for("the quota to refuse a request", refused).await;
+        clock.run();
+    });
     for report in &reports {
         assert_eq!(report.result, PassResult::Completed, "{report:?}");
     }
@@ -32,6 +42,7 @@ async fn a_rate_limited_service_is_met_at_its_rate_and_every_schedule_is_synced(
 
     let requests = env.sim.requests();
     let refused = requests.iter().filter(|r| r.status == 429).count();
+    assert!(refused > 0, "the first burst met the quota");
     // About 220 requests at 40 a second: the 429s are those that found the rate (the
     // requests in flight when the first came, a few cuts), not a storm.
     assert!(

@@ -1748,3 +1748,76 @@ async fn a_call_created_at_a_manual_instant_is_stamped_with_it() {
     );
     assert_eq!(stamped(&uids[1].to_string()), Some((later, later)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_requests_wait_for_the_test_and_the_others_go_on() {
+    use crate::harness::PATIENCE;
+    use tokio::time::timeout;
+
+    let p = Probe::new(SimulatorOptions::default()).await;
+    let s = p.sim.schedule_uids()[0];
+    let bulk = format!("/api/v1/schedules/{s}/outbound_calls/bulk?force=true");
+    let calls = |phone: &str| json!({"outbound_calls": [{"phone_number": phone}]});
+    let seeded = p.sim.truth(s).len();
+
+    // Writes: only the first is held; the second goes on meanwhile.
+    let hold = p.sim.hold_writes(1, 1);
+    let first = tokio::spawn({
+        let (http, url, token) = (client(), p.url(&bulk), p.sim.access_token());
+        let body = calls("+15550201");
+        async move {
+            let sent = http.post(url).bearer_auth(token).json(&body).send();
+            sent.await.expect("request").status()
+        }
+    });
+    timeout(PATIENCE, hold.arrived(1))
+        .await
+        .expect("the first write arrives");
+    let (status, _) = timeout(
+        PATIENCE,
+        p.send(reqwest::Method::POST, &bulk, calls("+15550202")),
+    )
+    .await
+    .expect("the second write is not held");
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        p.sim.truth(s).len(),
+        seeded + 1,
+        "the held write was not acted on"
+    );
+    assert!(!first.is_finished());
+    drop(hold);
+    assert_eq!(
+        timeout(PATIENCE, first).await.expect("released").unwrap(),
+        StatusCode::CREATED
+    );
+    assert_eq!(p.sim.truth(s).len(), seeded + 2);
+
+    // List requests: from the second on, until released.
+    let hold = p.sim.hold_list_requests(2);
+    p.list("page=1").await;
+    let second = tokio::spawn({
+        let (http, url, token) = (
+            client(),
+            p.url(&format!("/api/v1/schedules/{s}/outbound_calls?page=1")),
+            p.sim.access_token(),
+        );
+        async move {
+            http.get(url)
+                .bearer_auth(token)
+                .send()
+                .await
+                .expect("request")
+                .status()
+        }
+    });
+    timeout(PATIENCE, hold.arrived(2))
+        .await
+        .expect("the second list request arrives");
+    assert!(!second.is_finished());
+    hold.release(2);
+    assert_eq!(
+        timeout(PATIENCE, second).await.expect("released").unwrap(),
+        StatusCode::OK
+    );
+}

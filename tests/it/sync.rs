@@ -3,11 +3,14 @@
 
 use std::time::Duration;
 
+use callsync::api::Timestamp;
 use callsync::config::DetailsMode;
-use callsync::simulator::{BadBody, DialerOptions, FaultPlan, Precision, SimulatorOptions};
+use callsync::simulator::{
+    BadBody, DialerOptions, FaultPlan, ManualClock, Precision, SimulatorOptions,
+};
 use callsync::sync::PassResult;
 
-use crate::harness::{Auth, TestEnv};
+use crate::harness::{Auth, TestEnv, wait_for};
 
 fn options(schedules: usize, calls: usize) -> SimulatorOptions {
     SimulatorOptions {
@@ -49,27 +52,32 @@ async fn an_empty_schedule_syncs_to_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tie_groups_at_second_precision_of_every_shape() {
+    // The service's clock moves only when the test moves it: "a later second" by
+    // construction, not by waiting for one.
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
     let env = TestEnv::start(SimulatorOptions {
         precision: Precision::Seconds,
+        clock: clock.clone().into(),
         ..options(4, 0)
     })
     .await;
     let s = env.schedules();
     // A 1,000-call bulk upload (one updated_at), then more data after it.
     env.sim.bulk_create_now(s[0], 1000);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_secs(1));
     env.sim.bulk_create_now(s[0], 37);
     // A tie group ending exactly on a page edge at the end of the data.
     env.sim.bulk_create_now(s[1], 200);
     // A tie group ending exactly on a page edge before more data.
     env.sim.bulk_create_now(s[2], 300);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_secs(1));
     env.sim.bulk_create_now(s[2], 5);
     // s[3] stays empty.
     env.pass_ok(&s).await;
     env.assert_matches_truth(&s);
 
     // More ties arriving later, on top of a synced warehouse.
+    clock.advance(Duration::from_secs(1));
     env.sim.bulk_create_now(s[1], 100);
     env.sim.bulk_create_now(s[3], 1000);
     env.pass_ok(&s).await;
@@ -81,8 +89,11 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
     // Second precision, a 1,000-call bulk upload per schedule with rows after it. While the
     // client pages through a group, rows leave it (an update stamps them with a later
     // second), shifting the rows under the scans.
+    // The service's clock (and so the dialer) moves only when the test moves it.
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
     let mut env = TestEnv::start(SimulatorOptions {
         precision: Precision::Seconds,
+        clock: clock.clone().into(),
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
             calls_per_tick: 5,
@@ -97,11 +108,11 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
         .iter()
         .map(|s| env.sim.bulk_create_now(*s, 1000))
         .collect();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_secs(1));
     env.sim.bulk_create_now(s[0], 37);
     env.sim.bulk_create_now(s[1], 10);
     // Updates land in a later second than the groups', so rows leave them.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    clock.advance(Duration::from_secs(1));
     // Slow enough that the changes below meet the scans.
     env.config.api.requests_per_second = Some(100);
     // Whether the walk of `schedule` has asked for page `page` of a tie group.
@@ -110,14 +121,9 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
             r.path.contains(&schedule.to_string()) && r.query.contains(&format!("&page={page}&"))
         })
     };
-    let wait_for = |schedule, page| async move {
-        for _ in 0..5_000 {
-            if reached(schedule, page) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        panic!("the walk of {schedule} never asked for page {page} of its tie group");
+    let asked_for = |schedule, page| async move {
+        let what = format!("the walk of {schedule} to ask for page {page} of its tie group");
+        wait_for(&what, || reached(schedule, page)).await;
     };
 
     // 100 rows, all read already by the upward scan (page 11 is past the group), leave at
@@ -126,7 +132,7 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
     // from every uid ever seen, land past the group every time, and end in "did not settle"
     // after 8 scans although nothing changed any more).
     let leave = async {
-        wait_for(s[0], 11).await;
+        asked_for(s[0], 11).await;
         env.sim.touch_calls(&groups[0][..100]);
     };
     let (reports, ()) = tokio::join!(env.pass(&s[..1]), leave);
@@ -136,14 +142,17 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
     env.pass_ok(&s[..1]).await;
     env.assert_matches_truth(&s[..1]);
 
-    // Rows leaving the other group 50 at a time every 20 ms, the dialer working meanwhile:
-    // the pass may give up on the group (the next one retries), nothing else may go wrong.
+    // Rows leaving the other group 50 at a time every 20 ms of the service's clock, the
+    // dialer working meanwhile: the pass may give up on the group (the next one retries),
+    // nothing else may go wrong.
     let churn = async {
-        wait_for(s[1], 2).await;
+        asked_for(s[1], 2).await;
         env.sim.set_dialer_running(true);
         for round in 0..12 {
+            clock.advance(Duration::from_millis(20));
             env.sim
                 .touch_calls(&groups[1][round * 50..(round + 1) * 50]);
+            // Injected delay: spreads the changes over the walk's requests.
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         env.sim.set_dialer_running(false);
@@ -182,8 +191,12 @@ async fn the_dialer_updating_calls_while_we_page_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_commits_within_the_lookback_are_caught() {
+    // The service's clock (and so the dialer and the commits) moves only when the test
+    // moves it.
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
     let env = TestEnv::start(SimulatorOptions {
         late_commit: Some(Duration::from_secs(1)),
+        clock: clock.clone().into(),
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(10),
             calls_per_tick: 3,
@@ -195,17 +208,20 @@ async fn late_commits_within_the_lookback_are_caught() {
     let s = env.schedules();
     for _ in 0..3 {
         env.pass_ok(&s).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // 300 ms of the service's work between passes, some of it committed late.
+        clock.advance(Duration::from_millis(300));
     }
     env.sim.set_dialer_running(false);
-    // Every late change becomes visible within δ; the lookback (5 s) covers it.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Every late change becomes visible within δ (the clock moves there); the lookback
+    // (5 s) covers it.
+    env.sim.settle().await;
     env.pass_ok(&s).await;
     env.assert_matches_truth(&s);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_and_three_second_tokens_are_ridden_out() {
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
     let mut env = TestEnv::start_with(
         SimulatorOptions {
             token_lifetime: Duration::from_secs(3),
@@ -228,6 +244,8 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
             // Faults follow the seed: with 7, 429s land at the start of passes, where the
             // limiter's cut leaves about 1 request a second, and the test took 40 s, not 11.
             seed: 11,
+            // The service's clock (the dialer, token expiry) moves only when the test moves it.
+            clock: clock.clone().into(),
             ..options(2, 400)
         },
         Auth::OAuth,
@@ -240,7 +258,8 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
     for _ in 0..3 {
         let reports = env.pass_ok(&s).await;
         retries += reports.iter().map(|r| r.stats.retries).sum::<u64>();
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        // A second of the service's work between passes; after three its tokens expired.
+        clock.advance(Duration::from_secs(1));
     }
     assert!(
         retries > 0,
@@ -254,8 +273,11 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn summary_lists_are_completed_from_the_detail_endpoint() {
+    // The service's clock (and so the dialer) moves only when the test moves it.
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
     let env = TestEnv::start(SimulatorOptions {
         summary_list: true,
+        clock: clock.clone().into(),
         dialer: Some(DialerOptions {
             tick: Duration::from_millis(5),
             calls_per_tick: 10,
@@ -265,7 +287,8 @@ async fn summary_lists_are_completed_from_the_detail_endpoint() {
     })
     .await;
     let s = env.schedules();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // 300 ms of the dialer's work: attempts with outcomes and variables the list leaves out.
+    clock.advance(Duration::from_millis(300));
     env.sim.set_dialer_running(false);
     env.pass_ok(&s).await;
     env.assert_matches_truth(&s);

@@ -117,6 +117,7 @@ fn run_on_terminal(
             );
         }
         react(&bytes, child.id());
+        // Polling interval under the patience above.
         std::thread::sleep(Duration::from_millis(10));
     };
     let mut screen = vt100::Parser::new(

