@@ -2,12 +2,13 @@
 //! `Warehouse::write_page`, measured against the reference in the same run.
 //!
 //! `cargo bench --bench writer` (`CALLS` [200000] to change the size). The calls are the
-//! simulator's seeded calls of one schedule, exactly as the service returns them, in the order
-//! a pass reads them (`updated_at`, then uid), 100 per page, each page with the checkpoint a
-//! pass would give it. Reference: bare prepared INSERTs of the same rows into a new file with
-//! callsync's schema (`common::reference`). Then the same pages are written a second time,
-//! unchanged: that write must store nothing. Prints calls/s of each, the ratio to the
-//! reference, and warehouse bytes per call.
+//! simulator's seeded 18-row calls (`SHAPE=varied`: its default calls) of one schedule,
+//! exactly as the service returns them, in the order a pass reads them (`updated_at`, then
+//! uid), 100 per page, each page with the checkpoint a pass would give it. References: bare
+//! prepared INSERTs of the same rows into a new file with schema 5 and with callsync's schema
+//! (`common::reference`). Then the same pages are written a second time, unchanged: that
+//! write must store nothing. Prints calls/s of each, the ratio to the (schema 6) reference,
+//! and warehouse bytes per call.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use callsync::api::{OutboundCall, Timestamp};
-use callsync::simulator::{Simulator, SimulatorOptions};
+use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
 use callsync::warehouse::{PageWrite, Warehouse};
 use uuid::Uuid;
 
@@ -29,7 +30,16 @@ fn main() {
         .unwrap_or(200_000);
     let (schedule, truth) = seeded_calls(calls);
     let dir = tempfile::tempdir().expect("a temp dir");
-    let reference = common::reference::insert_rate(&dir.path().join("reference.db"), &truth);
+    let reference5 = common::reference::insert_rate(
+        &dir.path().join("reference5.db"),
+        &truth,
+        common::reference::Layout::Uid5,
+    );
+    let reference = common::reference::insert_rate(
+        &dir.path().join("reference.db"),
+        &truth,
+        common::reference::Layout::Ordered6,
+    );
     let path = dir.path().join("callsync.db");
     let (first, written) = write_all(&path, schedule, &truth);
     let (second, written_again) = write_all(&path, schedule, &truth);
@@ -46,11 +56,11 @@ fn main() {
     let rate = |took: Duration| truth.len() as f64 / took.as_secs_f64();
     println!("\n## writer: {calls} pre-parsed calls, {PAGE} per page, into a new warehouse\n");
     println!(
-        "| calls | reference calls/s | write_page calls/s | × reference | second write calls/s | × faster | written again | bytes/call |"
+        "| calls | schema 5 reference calls/s | reference calls/s | write_page calls/s | × reference | second write calls/s | × faster | written again | bytes/call |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {calls} | {reference:.0} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} |",
+        "| {calls} | {reference5:.0} | {reference:.0} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} |",
         rate(first),
         rate(first) / reference,
         rate(second),
@@ -70,6 +80,11 @@ fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
                 schedules: 1,
                 calls_per_schedule: calls,
                 seed: 42,
+                // `SHAPE=varied` for the simulator's default calls.
+                shape: match std::env::var("SHAPE").as_deref() {
+                    Ok("varied") => CallShape::Varied,
+                    _ => CallShape::Eighteen,
+                },
                 ..SimulatorOptions::default()
             },
         )
