@@ -41,8 +41,8 @@ pub struct CallRow<'a> {
 }
 
 /// The row of `call`, listed for the schedule whose uid is `schedule_uid` (formatted once a
-/// page by the caller).
-pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall) -> CallRow<'a> {
+/// page by the caller); `content_hash` is `call.content_hash()`, computed once by the caller.
+pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall, content_hash: u64) -> CallRow<'a> {
     let info = &call.outbound_call_info;
     // Unknown fields of the call and of its contact info, kept together; the info's own
     // unknown fields sit under "outbound_call_info" so nothing collides. Copied only when
@@ -86,7 +86,7 @@ pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall) -> CallRow<'a> {
         event_date_time: ts(info.event_date_time),
         extra,
         // Stored as the same 64 bits, signed: SQLite integers are i64.
-        content_hash: call.content_hash() as i64,
+        content_hash: content_hash as i64,
     }
 }
 
@@ -341,7 +341,7 @@ mod tests {
     fn call_columns() {
         let schedule = uuid::Uuid::from_u128(1).to_string();
         let spec = spec_call();
-        let row = call(&schedule, &spec);
+        let row = call(&schedule, &spec, spec.content_hash());
         assert_eq!(row.schedule_uid, schedule);
         assert_eq!(row.cooldown_until.as_deref(), Some("2026-01-31 09:00:00"));
         assert_eq!(row.updated_at, "2026-01-31 09:05:00.250");

@@ -32,6 +32,20 @@ impl Warehouse {
         checkpoint: Option<Timestamp>,
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
+        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
+        self.write_hashed_page(schedule, calls, &hashes, checkpoint, synced_at)
+    }
+
+    /// [`Warehouse::write_page`] with the calls' content hashes (`OutboundCall::content_hash`,
+    /// in order) already computed by the caller: a call is serialized and hashed once a pass.
+    pub fn write_hashed_page(
+        &mut self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+        content_hashes: &[u64],
+        checkpoint: Option<Timestamp>,
+        synced_at: Timestamp,
+    ) -> Result<PageWrite, WarehouseError> {
         let path = self.path.as_path();
         let tx = self
             .conn
@@ -40,7 +54,7 @@ impl Warehouse {
         let synced_at = synced_at.to_sqlite();
         // Formatted once a page, not once a call.
         let schedule_uid = schedule.to_string();
-        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(&schedule_uid, c)).collect();
+        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let mut stored = stored_fingerprints(&tx, path, &call_rows)?;
         let mut written = PageWrite::default();
         for (call, row) in calls.iter().zip(&call_rows) {
@@ -64,13 +78,15 @@ impl Warehouse {
 
 impl Warehouse {
     /// How many of `calls` `write_page` would write (new or changed content); writes nothing.
+    /// `content_hashes` as for [`Warehouse::write_hashed_page`].
     pub fn count_changes(
         &self,
         schedule: Uuid,
         calls: &[OutboundCall],
+        content_hashes: &[u64],
     ) -> Result<u64, WarehouseError> {
         let schedule_uid = schedule.to_string();
-        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(&schedule_uid, c)).collect();
+        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let stored = stored_fingerprints(&self.conn, &self.path, &call_rows)?;
         let changed = call_rows
             .iter()
@@ -80,7 +96,21 @@ impl Warehouse {
     }
 }
 
-/// A stored call's id, and what decides whether it is rewritten: its content and its schedule.
+/// The rows of `calls`, whose content hashes are `hashes` (in order).
+fn rows_of<'a>(
+    schedule_uid: &'a str,
+    calls: &'a [OutboundCall],
+    hashes: &[u64],
+) -> Vec<CallRow<'a>> {
+    debug_assert_eq!(calls.len(), hashes.len());
+    calls
+        .iter()
+        .zip(hashes)
+        .map(|(c, hash)| rows::call(schedule_uid, c, *hash))
+        .collect()
+}
+
+/// What decides whether a stored call is rewritten: its content and its schedule.
 #[derive(Debug, PartialEq, Eq)]
 struct Fingerprint<'a> {
     content_hash: i64,
