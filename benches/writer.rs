@@ -29,6 +29,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     let (schedule, truth) = seeded_calls(calls);
+    if std::env::args().any(|a| a == "indexes") {
+        index_costs(&truth);
+        return;
+    }
     let dir = tempfile::tempdir().expect("a temp dir");
     let reference5 = common::reference::insert_rate(
         &dir.path().join("reference5.db"),
@@ -117,4 +121,54 @@ fn write_all(path: &Path, schedule: Uuid, calls: &[OutboundCall]) -> (Duration, 
     // Closing checkpoints the WAL into the file, so its size counts every row.
     drop(warehouse);
     (took, total)
+}
+
+/// `cargo bench --bench writer -- indexes`: the schema 6 reference's bare INSERTs with each of
+/// its optional indexes dropped, and with each index schema 5 had and schema 6 left out added
+/// back: what each costs the writes, in one run.
+fn index_costs(truth: &[OutboundCall]) {
+    use common::reference::{Layout, insert_rate_altered};
+    let variants = [
+        ("schema 6 as shipped", ""),
+        ("without calls_by_external_id", "DROP INDEX calls_by_external_id;"),
+        ("without calls_by_schedule_updated", "DROP INDEX calls_by_schedule_updated;"),
+        ("without call_custom_parameters_by_name", "DROP INDEX call_custom_parameters_by_name;"),
+        (
+            "+ call_custom_parameters (name, value) instead of (name)",
+            "DROP INDEX call_custom_parameters_by_name;
+             CREATE INDEX p_nv ON call_custom_parameters (name, value);",
+        ),
+        ("+ calls (schedule_uid, status, progress)", "CREATE INDEX c_ssp ON calls (schedule_uid, status, progress);"),
+        ("+ calls (updated_at)", "CREATE INDEX c_u ON calls (updated_at);"),
+        ("+ call_attempts (status)", "CREATE INDEX a_s ON call_attempts (status);"),
+        (
+            "+ attempt_outcomes (name), attempt_variables (name)",
+            "CREATE INDEX o_n ON attempt_outcomes (name); CREATE INDEX v_n ON attempt_variables (name);",
+        ),
+        (
+            "+ child uid indexes (outcomes, variables, notifications, attempts)",
+            "CREATE INDEX o_u ON attempt_outcomes (uid); CREATE INDEX v_u ON attempt_variables (uid);
+             CREATE INDEX n_u ON call_notifications (uid); CREATE INDEX a_u ON call_attempts (uid);",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("a temp dir");
+    println!(
+        "\n## index costs: {} calls, bare INSERTs into schema 6\n",
+        truth.len()
+    );
+    println!("| variant | calls/s | × as shipped | bytes/call |");
+    println!("|---|---:|---:|---:|");
+    let mut shipped = None;
+    for (i, (name, alter)) in variants.iter().enumerate() {
+        let path = dir.path().join(format!("v{i}.db"));
+        let rate = insert_rate_altered(&path, truth, Layout::Ordered6, alter);
+        let base = *shipped.get_or_insert(rate);
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        println!(
+            "| {name} | {rate:.0} | {:.2} | {} |",
+            rate / base,
+            bytes / truth.len().max(1) as u64
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 }

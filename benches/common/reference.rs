@@ -32,7 +32,19 @@ pub enum Layout {
 
 /// Inserts `calls` into a new warehouse at `path` in `layout`; returns calls per second.
 pub fn insert_rate(path: &Path, calls: &[OutboundCall], layout: Layout) -> f64 {
+    insert_rate_altered(path, calls, layout, "")
+}
+
+/// [`insert_rate`] with `alter` (SQL: indexes dropped or added) run on the new file first:
+/// what an index costs the writes, measured in one run.
+pub fn insert_rate_altered(
+    path: &Path,
+    calls: &[OutboundCall],
+    layout: Layout,
+    alter: &str,
+) -> f64 {
     let mut conn = new_warehouse(path, layout);
+    conn.execute_batch(alter).expect("the schema is altered");
     let started = Instant::now();
     for chunk in calls.chunks(CALLS_PER_TRANSACTION) {
         let tx = conn.transaction().expect("a transaction");
