@@ -30,8 +30,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
+use callsync::simulator::{CallShape, FaultPlan, Simulator, SimulatorOptions};
 use callsync::sync::{Engine, PassPlan, PassReport};
+use common::reference::{Layout, insert_rate};
 use tokio_util::sync::CancellationToken;
 
 fn main() {
@@ -99,12 +100,16 @@ fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::Pat
 
 /// `callsync ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB.
 fn run_callsync(config: &Path, args: &[&str]) -> (f64, f64) {
+    let binary =
+        std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
+    run_build(&binary, config, args)
+}
+
+/// `BINARY ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB.
+fn run_build(binary: &std::ffi::OsStr, config: &Path, args: &[&str]) -> (f64, f64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%e %M"])
-        .arg(
-            std::env::var_os("BENCH_BINARY")
-                .unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into()),
-        )
+        .arg(binary)
         .args(args)
         .arg("--config")
         .arg(config)
@@ -152,42 +157,118 @@ fn last_passes(warehouse: &Path) -> LastPasses {
     .expect("sync_runs reads")
 }
 
+/// The callsync builds measured side by side: this one ("after") and, when `BENCH_BEFORE`
+/// names another build's binary, that one ("before").
+fn builds() -> Vec<(&'static str, std::ffi::OsString)> {
+    let mut builds = vec![(
+        "after",
+        std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into()),
+    )];
+    if let Some(before) = std::env::var_os("BENCH_BEFORE") {
+        builds.push(("before", before));
+    }
+    builds
+}
+
+/// The data shapes measured (`SHAPES` [eighteen,varied]).
+fn shapes() -> Vec<CallShape> {
+    std::env::var("SHAPES")
+        .unwrap_or_else(|_| "eighteen,varied".into())
+        .split(',')
+        .filter_map(|s| match s.trim() {
+            "eighteen" => Some(CallShape::Eighteen),
+            "varied" => Some(CallShape::Varied),
+            _ => None,
+        })
+        .collect()
+}
+
 async fn first_sync() {
     let sizes: Vec<usize> = std::env::var("SIZES")
         .unwrap_or_else(|_| "100000,300000,1000000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    println!("\n## first-sync: one schedule, release binary, default configuration\n");
+    println!("\n## first-sync: one schedule, release binaries, default configuration\n");
     println!(
-        "| calls | reference calls/s | first sync s | calls/s | × reference | second pass (all re-read) s | × faster | written again | incremental pass s | peak RSS MiB | bytes/call |"
+        "References: bare prepared INSERTs of the same rows, 100 calls a transaction, into schema 5 (uid-keyed) and schema 6 (insertion-ordered). × ref 6 and × before: calls/s over the schema 6 reference's and over the before build's, same data, same run.\n"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for calls in sizes {
-        let sim = simulator(1, calls, FaultPlan::default(), false).await;
-        let schedule = sim.schedule_uids()[0];
-        let truth = sim.truth(schedule);
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let reference = common::reference::insert_rate(&dir.path().join("reference.db"), &truth);
-        drop(truth);
-        let warehouse = dir.path().join("callsync.db");
-        let config = write_config(dir.path(), &sim, &warehouse);
-        let (first, rss) = run_callsync(&config, &["sync"]);
-        let bytes = std::fs::metadata(&warehouse).map_or(0, |m| m.len());
-        let uid = schedule.to_string();
-        let (second, rss2) = run_callsync(&config, &["backfill", "--schedule", &uid]);
-        let again = last_passes(&warehouse).calls_written;
-        let (incremental, rss3) = run_callsync(&config, &["sync"]);
-        let rate = calls as f64 / first;
-        println!(
-            "| {calls} | {reference:.0} | {first:.1} | {rate:.0} | {:.2} | {second:.1} | {:.1} | {again} | {incremental:.2} | {:.0} | {} |",
-            rate / reference,
-            first / second,
-            rss.max(rss2).max(rss3),
-            bytes / calls.max(1) as u64
-        );
-        sim.shutdown().await;
+    println!(
+        "| shape | calls | build | ref 5 calls/s | ref 6 calls/s | first sync s | calls/s | × ref 6 | × before | second pass (all re-read) s | written again | incremental pass s | peak RSS MiB | bytes/call | bytes ÷ ref 5's |"
+    );
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for shape in shapes() {
+        for &calls in &sizes {
+            let sim = simulator_shaped(1, calls, shape).await;
+            let schedule = sim.schedule_uids()[0];
+            let truth = sim.truth(schedule);
+            let refs = tempfile::tempdir().expect("a temp dir");
+            let ref5_path = refs.path().join("reference5.db");
+            let ref5 = insert_rate(&ref5_path, &truth, Layout::Uid5);
+            let ref5_bytes = file_bytes(&ref5_path);
+            let _ = std::fs::remove_file(&ref5_path);
+            let ref6_path = refs.path().join("reference6.db");
+            let ref6 = insert_rate(&ref6_path, &truth, Layout::Ordered6);
+            let _ = std::fs::remove_file(&ref6_path);
+            drop(truth);
+            let mut before_rate = None;
+            let mut rows = Vec::new();
+            for (build, binary) in builds() {
+                let dir = tempfile::tempdir().expect("a temp dir");
+                let warehouse = dir.path().join("callsync.db");
+                let config = write_config(dir.path(), &sim, &warehouse);
+                let (first, rss) = run_build(&binary, &config, &["sync"]);
+                let bytes = file_bytes(&warehouse);
+                let uid = schedule.to_string();
+                let (second, rss2) = run_build(&binary, &config, &["backfill", "--schedule", &uid]);
+                let again = last_passes(&warehouse).calls_written;
+                let (incremental, rss3) = run_build(&binary, &config, &["sync"]);
+                let rate = calls as f64 / first;
+                if build == "before" {
+                    before_rate = Some(rate);
+                }
+                rows.push((
+                    build,
+                    first,
+                    rate,
+                    second,
+                    again,
+                    incremental,
+                    rss.max(rss2).max(rss3),
+                    bytes,
+                ));
+            }
+            for (build, first, rate, second, again, incremental, rss, bytes) in rows {
+                let vs_before = before_rate.map_or("".to_owned(), |b| format!("{:.2}", rate / b));
+                println!(
+                    "| {shape:?} | {calls} | {build} | {ref5:.0} | {ref6:.0} | {first:.1} | {rate:.0} | {:.2} | {vs_before} | {second:.1} | {again} | {incremental:.2} | {rss:.0} | {} | {:.2} |",
+                    rate / ref6,
+                    bytes / calls.max(1) as u64,
+                    bytes as f64 / ref5_bytes.max(1) as f64,
+                );
+            }
+            sim.shutdown().await;
+        }
     }
+}
+
+fn file_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+async fn simulator_shaped(schedules: usize, calls: usize, shape: CallShape) -> Simulator {
+    Simulator::start(
+        "127.0.0.1:0".parse().expect("a loopback address"),
+        SimulatorOptions {
+            schedules,
+            calls_per_schedule: calls,
+            seed: 42,
+            shape,
+            ..SimulatorOptions::default()
+        },
+    )
+    .await
+    .expect("the simulator starts")
 }
 
 /// An engine over `sim` with the default configuration but for the warehouse path.
@@ -236,40 +317,41 @@ async fn idle() {
 async fn incremental() {
     const CHANGED: usize = 1000;
     let calls = env_usize("INCR_CALLS", 1_000_000);
-    let sim = simulator(1, calls, FaultPlan::default(), false).await;
-    let schedule = sim.schedule_uids()[0];
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let warehouse = dir.path().join("callsync.db");
-    let config = write_config(dir.path(), &sim, &warehouse);
-    let (first, _) = run_callsync(&config, &["sync"]);
-    let uids: Vec<_> = sim
-        .truth(schedule)
-        .iter()
-        .step_by((calls / CHANGED).max(1))
-        .take(CHANGED)
-        .map(|c| c.uid)
-        .collect();
-    sim.touch_calls(&uids);
-    let (took, _) = run_callsync(&config, &["sync"]);
-    let pass = last_passes(&warehouse);
-    let page = callsync::api::MAX_PAGE_SIZE as usize;
+    let shape = shapes().first().copied().unwrap_or_default();
+    println!("\n## incremental: {CHANGED} of {calls} calls changed ({shape:?} calls)\n");
     println!(
-        "\n## incremental: {} of {calls} calls changed\n",
-        uids.len()
+        "| build | calls | changed | requests | expected requests | calls seen | written | wall s | first sync s |"
     );
-    println!(
-        "| calls | changed | requests | expected requests | calls seen | written | wall s | first sync s |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
-        uids.len(),
-        pass.requests,
-        uids.len() / page + 1,
-        pass.calls_seen,
-        pass.calls_written,
-    );
-    sim.shutdown().await;
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (build, binary) in builds() {
+        // A simulator of its own for each build: both see the same seeded calls and changes.
+        let sim = simulator_shaped(1, calls, shape).await;
+        let schedule = sim.schedule_uids()[0];
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let warehouse = dir.path().join("callsync.db");
+        let config = write_config(dir.path(), &sim, &warehouse);
+        let (first, _) = run_build(&binary, &config, &["sync"]);
+        let uids: Vec<_> = sim
+            .truth(schedule)
+            .iter()
+            .step_by((calls / CHANGED).max(1))
+            .take(CHANGED)
+            .map(|c| c.uid)
+            .collect();
+        sim.touch_calls(&uids);
+        let (took, _) = run_build(&binary, &config, &["sync"]);
+        let pass = last_passes(&warehouse);
+        let page = callsync::api::MAX_PAGE_SIZE as usize;
+        println!(
+            "| {build} | {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
+            uids.len(),
+            pass.requests,
+            uids.len() / page + 1,
+            pass.calls_seen,
+            pass.calls_written,
+        );
+        sim.shutdown().await;
+    }
 }
 
 async fn latency() {

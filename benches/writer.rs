@@ -2,12 +2,13 @@
 //! `Warehouse::write_page`, measured against the reference in the same run.
 //!
 //! `cargo bench --bench writer` (`CALLS` [200000] to change the size). The calls are the
-//! simulator's seeded calls of one schedule, exactly as the service returns them, in the order
-//! a pass reads them (`updated_at`, then uid), 100 per page, each page with the checkpoint a
-//! pass would give it. Reference: bare prepared INSERTs of the same rows into a new file with
-//! callsync's schema (`common::reference`). Then the same pages are written a second time,
-//! unchanged: that write must store nothing. Prints calls/s of each, the ratio to the
-//! reference, and warehouse bytes per call.
+//! simulator's seeded 18-row calls (`SHAPE=varied`: its default calls) of one schedule,
+//! exactly as the service returns them, in the order a pass reads them (`updated_at`, then
+//! uid), 100 per page, each page with the checkpoint a pass would give it. References: bare
+//! prepared INSERTs of the same rows into a new file with schema 5 and with callsync's schema
+//! (`common::reference`). Then the same pages are written a second time, unchanged: that
+//! write must store nothing. Prints calls/s of each, the ratio to the (schema 6) reference,
+//! and warehouse bytes per call.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use callsync::api::{OutboundCall, Timestamp};
-use callsync::simulator::{Simulator, SimulatorOptions};
+use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
 use callsync::warehouse::{PageWrite, Warehouse};
 use uuid::Uuid;
 
@@ -28,8 +29,21 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     let (schedule, truth) = seeded_calls(calls);
+    if std::env::args().any(|a| a == "indexes") {
+        index_costs(&truth);
+        return;
+    }
     let dir = tempfile::tempdir().expect("a temp dir");
-    let reference = common::reference::insert_rate(&dir.path().join("reference.db"), &truth);
+    let reference5 = common::reference::insert_rate(
+        &dir.path().join("reference5.db"),
+        &truth,
+        common::reference::Layout::Uid5,
+    );
+    let reference = common::reference::insert_rate(
+        &dir.path().join("reference.db"),
+        &truth,
+        common::reference::Layout::Ordered6,
+    );
     let path = dir.path().join("callsync.db");
     let (first, written) = write_all(&path, schedule, &truth);
     let (second, written_again) = write_all(&path, schedule, &truth);
@@ -46,11 +60,11 @@ fn main() {
     let rate = |took: Duration| truth.len() as f64 / took.as_secs_f64();
     println!("\n## writer: {calls} pre-parsed calls, {PAGE} per page, into a new warehouse\n");
     println!(
-        "| calls | reference calls/s | write_page calls/s | × reference | second write calls/s | × faster | written again | bytes/call |"
+        "| calls | schema 5 reference calls/s | reference calls/s | write_page calls/s | × reference | second write calls/s | × faster | written again | bytes/call |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     println!(
-        "| {calls} | {reference:.0} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} |",
+        "| {calls} | {reference5:.0} | {reference:.0} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} |",
         rate(first),
         rate(first) / reference,
         rate(second),
@@ -70,6 +84,11 @@ fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
                 schedules: 1,
                 calls_per_schedule: calls,
                 seed: 42,
+                // `SHAPE=varied` for the simulator's default calls.
+                shape: match std::env::var("SHAPE").as_deref() {
+                    Ok("varied") => CallShape::Varied,
+                    _ => CallShape::Eighteen,
+                },
                 ..SimulatorOptions::default()
             },
         )
@@ -102,4 +121,54 @@ fn write_all(path: &Path, schedule: Uuid, calls: &[OutboundCall]) -> (Duration, 
     // Closing checkpoints the WAL into the file, so its size counts every row.
     drop(warehouse);
     (took, total)
+}
+
+/// `cargo bench --bench writer -- indexes`: the schema 6 reference's bare INSERTs with each of
+/// its optional indexes dropped, and with each index schema 5 had and schema 6 left out added
+/// back: what each costs the writes, in one run.
+fn index_costs(truth: &[OutboundCall]) {
+    use common::reference::{Layout, insert_rate_altered};
+    let variants = [
+        ("schema 6 as shipped", ""),
+        ("without calls_by_external_id", "DROP INDEX calls_by_external_id;"),
+        ("without calls_by_schedule_updated", "DROP INDEX calls_by_schedule_updated;"),
+        ("without call_custom_parameters_by_name", "DROP INDEX call_custom_parameters_by_name;"),
+        (
+            "+ call_custom_parameters (name, value) instead of (name)",
+            "DROP INDEX call_custom_parameters_by_name;
+             CREATE INDEX p_nv ON call_custom_parameters (name, value);",
+        ),
+        ("+ calls (schedule_uid, status, progress)", "CREATE INDEX c_ssp ON calls (schedule_uid, status, progress);"),
+        ("+ calls (updated_at)", "CREATE INDEX c_u ON calls (updated_at);"),
+        ("+ call_attempts (status)", "CREATE INDEX a_s ON call_attempts (status);"),
+        (
+            "+ attempt_outcomes (name), attempt_variables (name)",
+            "CREATE INDEX o_n ON attempt_outcomes (name); CREATE INDEX v_n ON attempt_variables (name);",
+        ),
+        (
+            "+ child uid indexes (outcomes, variables, notifications, attempts)",
+            "CREATE INDEX o_u ON attempt_outcomes (uid); CREATE INDEX v_u ON attempt_variables (uid);
+             CREATE INDEX n_u ON call_notifications (uid); CREATE INDEX a_u ON call_attempts (uid);",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("a temp dir");
+    println!(
+        "\n## index costs: {} calls, bare INSERTs into schema 6\n",
+        truth.len()
+    );
+    println!("| variant | calls/s | × as shipped | bytes/call |");
+    println!("|---|---:|---:|---:|");
+    let mut shipped = None;
+    for (i, (name, alter)) in variants.iter().enumerate() {
+        let path = dir.path().join(format!("v{i}.db"));
+        let rate = insert_rate_altered(&path, truth, Layout::Ordered6, alter);
+        let base = *shipped.get_or_insert(rate);
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        println!(
+            "| {name} | {rate:.0} | {:.2} | {} |",
+            rate / base,
+            bytes / truth.len().max(1) as u64
+        );
+        let _ = std::fs::remove_file(&path);
+    }
 }

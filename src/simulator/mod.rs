@@ -62,6 +62,8 @@ pub struct SimulatorOptions {
     /// Schedules created (enabled) at start, each with `calls_per_schedule` calls.
     pub schedules: usize,
     pub calls_per_schedule: usize,
+    /// What the seeded calls carry (children per call).
+    pub shape: CallShape,
     /// List items' attempts omit `call_outcomes` and `call_attempts_variables`.
     pub summary_list: bool,
     /// Lifetime of tokens from the OAuth endpoint.
@@ -80,6 +82,7 @@ impl Default for SimulatorOptions {
             clock: SimClock::System,
             schedules: 1,
             calls_per_schedule: 100,
+            shape: CallShape::Varied,
             summary_list: false,
             token_lifetime: Duration::from_secs(3600),
             dialer: None,
@@ -87,6 +90,19 @@ impl Default for SimulatorOptions {
             faults: FaultPlan::default(),
         }
     }
+}
+
+/// What the seeded calls carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CallShape {
+    /// Two custom parameters; about a third of the calls have an attempt history (some
+    /// attempts with an outcome and a variable): about 6 rows a call on average.
+    #[default]
+    Varied,
+    /// Every call worked twice: 4 custom parameters, 2 attempts, each with 2 outcomes and 3
+    /// variables, and 1 notification — 18 rows with the call, as calls with retries carry
+    /// them in a calling campaign (the shape BENCHMARKS.md measures beside `Varied`).
+    Eighteen,
 }
 
 /// The dialer (`dialer.rs`): every `tick` it finishes the attempts whose end has come, lets new
@@ -357,6 +373,7 @@ impl Simulator {
             options.seed,
             options.schedules,
             options.calls_per_schedule,
+            options.shape,
         );
         let shared = Arc::new(Shared {
             state: Mutex::new(state),

@@ -13,9 +13,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::Map;
 use uuid::Uuid;
 
+use super::CallShape;
 use super::life::{self, AttemptPlan, Pace};
 use super::state::{CallState, State};
-use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
+use crate::api::{
+    Attempt, AttemptVariable, CallFlow, Campaign, NewCall, Notification, OutboundCall, Outcome,
+    Schedule, Timestamp,
+};
 
 const FIRST: [&str; 12] = [
     "Ada", "Grace", "Alan", "Edsger", "Barbara", "Donald", "Frances", "Ken", "Margaret", "Dennis",
@@ -56,7 +60,13 @@ pub struct Seeded {
 /// an offset drawn from that stream. Two runs with one seed therefore differ only in their
 /// timestamps, all shifted by the same whole number of seconds (none at all within the same
 /// second, so none with a manual clock started at the same instant).
-pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) -> Seeded {
+pub fn populate(
+    state: &mut State,
+    seed: u64,
+    schedules: usize,
+    calls: usize,
+    shape: CallShape,
+) -> Seeded {
     let mut rng = StdRng::seed_from_u64(seed);
     let client_secret = format!("secret-{}", rng.random::<u64>());
     let static_token = format!("static-{}", rng.random::<u64>());
@@ -81,7 +91,7 @@ pub fn populate(state: &mut State, seed: u64, schedules: usize, calls: usize) ->
             let schedule = schedule(&mut rng, i, week_ago, true);
             let uid = schedule.uid;
             state.add_schedule(schedule);
-            seed_calls(state, &mut rng, uid, calls, week_ago, now);
+            seed_calls(state, &mut rng, uid, calls, (week_ago, now), shape);
             uid
         })
         .collect();
@@ -169,8 +179,8 @@ fn seed_calls(
     rng: &mut StdRng,
     schedule: Uuid,
     n: usize,
-    from: Timestamp,
-    to: Timestamp,
+    (from, to): (Timestamp, Timestamp),
+    shape: CallShape,
 ) {
     let unit = state.precision.unit_nanos();
     let pace = Pace {
@@ -195,9 +205,14 @@ fn seed_calls(
         let uid = life::uid(rng);
         let mut call = life::new_call(uid, contact(rng, i), &intervals, at);
         call.is_test_call = Some(rng.random_bool(0.02));
-        // About a third of the calls have been worked already; the rest wait in the queue.
-        if rng.random_bool(0.35) {
-            history(&mut call, pace, to, rng);
+        match shape {
+            // About a third of the calls have been worked already; the rest wait in the queue.
+            CallShape::Varied => {
+                if rng.random_bool(0.35) {
+                    history(&mut call, pace, to, rng);
+                }
+            }
+            CallShape::Eighteen => eighteen_rows(&mut call, pace, to, rng),
         }
         let source = if rng.random_bool(0.1) {
             "quick_call_api"
@@ -231,4 +246,93 @@ fn history(call: &mut OutboundCall, pace: Pace, until: Timestamp, rng: &mut impl
         };
         start = pace.after(cooldown, rng.random_range(0..600));
     }
+}
+
+/// Makes `call` an 18-row call ([`CallShape::Eighteen`]): 2 more custom parameters (4), two
+/// attempts a few minutes apart after its creation, the first unanswered and the second
+/// answered, each with 2 outcomes and 3 variables, and one delivered notification, all
+/// before `until`. Every child uid random (v4), as the service's.
+fn eighteen_rows(call: &mut OutboundCall, pace: Pace, until: Timestamp, rng: &mut impl Rng) {
+    // Both attempts end within 2 hours of the creation: a call created later than that
+    // before `until` is moved back, so no change is stamped after the service's clock.
+    let latest = until.saturating_sub(Duration::from_secs(2 * 3600));
+    if call.created_at > latest {
+        call.created_at = latest;
+        call.updated_at = latest;
+    }
+    let params = &mut call.outbound_call_info.custom_parameters;
+    params.insert(
+        "segment".into(),
+        format!("s{}", rng.random_range(0..50)).into(),
+    );
+    params.insert(
+        "source".into(),
+        ["crm", "web", "import"]
+            .choose(rng)
+            .unwrap_or(&"crm")
+            .to_string()
+            .into(),
+    );
+    let mut at = pace.after(call.created_at, rng.random_range(60..3600));
+    let mut attempts = Vec::with_capacity(2);
+    for (i, status) in ["no_answer", "completed"].into_iter().enumerate() {
+        let answered = i == 1;
+        let talk = if answered {
+            rng.random_range(20..300)
+        } else {
+            0
+        };
+        let ended = pace.after(at, 30 + talk);
+        let outcomes = ["no_answer", "voicemail", "interested", "callback_requested"]
+            [i * 2..i * 2 + 2]
+            .iter()
+            .map(|name| Outcome {
+                uid: super::life::uid(rng),
+                name: (*name).into(),
+                created_at: Some(ended),
+                extra: Map::new(),
+            })
+            .collect();
+        let variables = ["preferred_time", "language", "consent"]
+            .iter()
+            .map(|name| AttemptVariable {
+                uid: super::life::uid(rng),
+                name: (*name).into(),
+                value: Some(format!("{name}-{}", rng.random_range(0..5)).into()),
+                status: Some("confirmed".into()),
+                created_at: Some(ended),
+                extra: Map::new(),
+            })
+            .collect();
+        attempts.push(Attempt {
+            uid: super::life::uid(rng),
+            status: status.into(),
+            started_at: Some(at),
+            answered_at: answered.then(|| pace.after(at, 30)),
+            ended_at: Some(ended),
+            duration: Some(talk as i64),
+            created_at: Some(at),
+            updated_at: Some(ended),
+            error_details: None,
+            transfer_started_at: None,
+            transfer_answered_at: None,
+            transfer_destination: None,
+            call_outcomes: Some(outcomes),
+            call_attempts_variables: Some(variables),
+            extra: Map::new(),
+        });
+        call.updated_at = ended;
+        at = pace.after(ended, rng.random_range(300..900));
+    }
+    call.outbound_call_attempts = Some(attempts);
+    call.call_notifications = Some(vec![Notification {
+        uid: super::life::uid(rng),
+        status: Some("delivered".into()),
+        message_count: Some(1),
+        delivered_at: Some(call.updated_at),
+        extra: Map::new(),
+    }]);
+    call.status = "completed".into();
+    call.progress = Some("completed".into());
+    call.attempts_remaining = Some(0);
 }

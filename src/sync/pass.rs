@@ -328,7 +328,7 @@ impl Pass<'_> {
                 biased;
                 () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
                 both = futures::future::join(
-                    self.complete(accepted.calls),
+                    self.complete(accepted.calls, accepted.content_hashes),
                     async {
                         match ahead {
                             Some(request) => Some(self.fetch_page(request).await),
@@ -339,9 +339,10 @@ impl Pass<'_> {
             };
             prefetched = listed;
             let batch = match calls {
-                Ok(calls) => PageBatch {
+                Ok((calls, content_hashes)) => PageBatch {
                     schedule: self.schedule,
                     calls,
+                    content_hashes,
                     checkpoint: rule.checkpoint(accepted.checkpoint, accepted.service_now),
                     synced_at: Timestamp::now(),
                 },
@@ -434,11 +435,12 @@ impl Pass<'_> {
             SyncError::Walk { request, source }
         })?;
         self.position = Some(walker.position().min(service_now));
-        let calls = recent.keep_fresh(page.data, walker.position());
+        let (calls, content_hashes) = recent.keep_fresh(page.data, walker.position());
         let mode = self.plan.details;
         self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
         Ok(AcceptedPage {
             calls,
+            content_hashes,
             checkpoint: accepted.checkpoint,
             service_now,
         })
@@ -488,7 +490,13 @@ impl Pass<'_> {
 
     /// Replaces list items that lack attempt children (or all, in `always` mode) by the
     /// detail endpoint's version, a bounded number at a time, keeping the page's order.
-    async fn complete(&self, mut calls: Vec<OutboundCall>) -> Result<Vec<OutboundCall>, SyncError> {
+    /// Replaces the list items that need it by their detail; `hashes` are the calls'
+    /// content hashes, recomputed for the calls replaced (each call is hashed once a pass).
+    async fn complete(
+        &self,
+        mut calls: Vec<OutboundCall>,
+        mut hashes: Vec<u64>,
+    ) -> Result<(Vec<OutboundCall>, Vec<u64>), SyncError> {
         let mode = self.plan.details;
         let client: &ApiClient = &self.engine.client;
         let counters = &self.counters;
@@ -505,7 +513,10 @@ impl Pass<'_> {
             .buffer_unordered(self.engine.detail_concurrency);
         while let Some((i, uid, detail)) = details.next().await {
             match detail {
-                Ok(detail) => calls[i] = detail,
+                Ok(detail) => {
+                    hashes[i] = detail.content_hash();
+                    calls[i] = detail;
+                }
                 // Gone between the list and the detail request: keep what the list said.
                 Err(err) if err.is_not_found() => {
                     tracing::warn!(call = %uid, "call listed but its detail is gone; keeping the list item");
@@ -513,7 +524,7 @@ impl Pass<'_> {
                 Err(err) => return Err(SyncError::from(err)),
             }
         }
-        Ok(calls)
+        Ok((calls, hashes))
     }
 
     fn stats(&self) -> RunStats {
@@ -540,6 +551,8 @@ impl Pass<'_> {
 /// A page the walk accepted, before its details are fetched.
 struct AcceptedPage {
     calls: Vec<OutboundCall>,
+    /// `calls`' content hashes, in order: computed once, here, and handed to the writer.
+    content_hashes: Vec<u64>,
     /// Where the walk may put the checkpoint once these calls are written (before the cap
     /// at the service's clock).
     checkpoint: Timestamp,
@@ -571,30 +584,31 @@ struct RecentRows {
 }
 
 impl RecentRows {
-    fn keep_fresh(&mut self, calls: Vec<OutboundCall>, position: Timestamp) -> Vec<OutboundCall> {
-        let keyed: Vec<(OutboundCall, u64)> = calls
-            .into_iter()
-            .map(|call| {
-                let hash = call.content_hash();
-                (call, hash)
-            })
-            .collect();
-        let fresh: Vec<bool> = keyed
+    /// The calls not already handed on identical, with their content hashes.
+    fn keep_fresh(
+        &mut self,
+        calls: Vec<OutboundCall>,
+        position: Timestamp,
+    ) -> (Vec<OutboundCall>, Vec<u64>) {
+        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
+        let fresh: Vec<bool> = calls
             .iter()
+            .zip(&hashes)
             .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
             .collect();
         // Only rows at or after the new position can be listed again.
         self.rows.retain(|_, (at, _)| *at >= position);
-        for (call, hash) in &keyed {
+        for (call, hash) in calls.iter().zip(&hashes) {
             if call.updated_at >= position {
                 self.rows.insert(call.uid, (call.updated_at, *hash));
             }
         }
-        keyed
+        calls
             .into_iter()
+            .zip(hashes)
             .zip(fresh)
-            .filter_map(|((call, _), fresh)| fresh.then_some(call))
-            .collect()
+            .filter_map(|(kept, fresh)| fresh.then_some(kept))
+            .unzip()
     }
 }
 

@@ -24,6 +24,9 @@ use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, Warehous
 pub struct PageBatch {
     pub schedule: Uuid,
     pub calls: Vec<OutboundCall>,
+    /// `calls`' content hashes (`OutboundCall::content_hash`), in order: the pass computes
+    /// them once, the writer compares and stores them.
+    pub content_hashes: Vec<u64>,
     pub checkpoint: Option<Timestamp>,
     pub synced_at: Timestamp,
 }
@@ -92,9 +95,10 @@ impl Sink for WarehouseSink {
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
-        Ok(self.in_place()?.write_page(
+        Ok(self.in_place()?.write_hashed_page(
             page.schedule,
             &page.calls,
+            &page.content_hashes,
             page.checkpoint,
             page.synced_at,
         )?)
@@ -132,7 +136,9 @@ impl Sink for DryRunSink {
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
-        let changed = self.0.count_changes(page.schedule, &page.calls)?;
+        let changed = self
+            .0
+            .count_changes(page.schedule, &page.calls, &page.content_hashes)?;
         Ok(PageWrite {
             calls_written: changed,
             calls_unchanged: page.calls.len() as u64 - changed,

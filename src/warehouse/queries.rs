@@ -359,20 +359,20 @@ impl Warehouse {
             last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
             calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
             attempts: count(
-                "SELECT count(*) FROM call_attempts WHERE call_uid IN
-                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+                "SELECT count(*) FROM call_attempts WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
             outcomes: count(
-                "SELECT count(*) FROM attempt_outcomes WHERE call_uid IN
-                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+                "SELECT count(*) FROM attempt_outcomes WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
             variables: count(
-                "SELECT count(*) FROM attempt_variables WHERE call_uid IN
-                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+                "SELECT count(*) FROM attempt_variables WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
             notifications: count(
-                "SELECT count(*) FROM call_notifications WHERE call_uid IN
-                   (SELECT uid FROM calls WHERE schedule_uid = ?1)",
+                "SELECT count(*) FROM call_notifications WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
         })
     }
@@ -380,7 +380,7 @@ impl Warehouse {
     /// The contract tables' rows, for one schedule or all.
     pub fn snapshot(&self, schedule: Option<Uuid>) -> Result<Snapshot, WarehouseError> {
         let filter = schedule.map(|s| s.to_string());
-        let calls_of = "(SELECT uid FROM calls WHERE ?1 IS NULL OR schedule_uid = ?1)";
+        let calls_of = "(SELECT id FROM calls WHERE ?1 IS NULL OR schedule_uid = ?1)";
         let read = |table: &str, parent: &str, order: &str| {
             self.rows(
                 &format!("SELECT * FROM {table} WHERE {parent} IN {calls_of} ORDER BY {order}"),
@@ -388,12 +388,12 @@ impl Warehouse {
             )
         };
         Ok(Snapshot {
-            calls: read("calls", "uid", "uid")?,
-            call_custom_parameters: read("call_custom_parameters", "call_uid", "call_uid, name")?,
-            call_attempts: read("call_attempts", "call_uid", "uid")?,
-            attempt_outcomes: read("attempt_outcomes", "call_uid", "uid")?,
-            attempt_variables: read("attempt_variables", "call_uid", "uid")?,
-            call_notifications: read("call_notifications", "call_uid", "uid")?,
+            calls: read("calls", "id", "uid")?,
+            call_custom_parameters: read("call_custom_parameters", "call_id", "call_uid, name")?,
+            call_attempts: read("call_attempts", "call_id", "uid")?,
+            attempt_outcomes: read("attempt_outcomes", "call_id", "uid")?,
+            attempt_variables: read("attempt_variables", "call_id", "uid")?,
+            call_notifications: read("call_notifications", "call_id", "uid")?,
         })
     }
 
@@ -406,7 +406,9 @@ impl Warehouse {
         stmt.query_map([schedule], |r| {
             let mut row = Row::new();
             for (i, name) in names.iter().enumerate() {
-                if name != "synced_at" {
+                // Ids are the order rows were inserted in, not content: two warehouses with
+                // the same rows may number them differently.
+                if !matches!(name.as_str(), "synced_at" | "id" | "call_id" | "attempt_id") {
                     row.insert(name.clone(), r.get::<_, Value>(i)?);
                 }
             }

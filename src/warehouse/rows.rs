@@ -6,18 +6,18 @@
 //! `phone_e164` is `+` and the digits of the service's phone number.
 
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::api::{Attempt, AttemptVariable, Extra, Notification, OutboundCall, Outcome, Timestamp};
 
 /// The service's columns of `calls` (the derived summary columns are computed in SQL).
+/// Text the call holds is borrowed, not copied: a row lives as long as its page's write.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CallRow {
+pub struct CallRow<'a> {
     pub uid: String,
-    pub schedule_uid: String,
-    pub external_id: Option<String>,
-    pub status: String,
-    pub progress: Option<String>,
+    pub schedule_uid: &'a str,
+    pub external_id: Option<&'a str>,
+    pub status: &'a str,
+    pub progress: Option<&'a str>,
     pub is_test_call: Option<bool>,
     pub cooldown_until: Option<String>,
     pub delay: Option<String>,
@@ -26,37 +26,43 @@ pub struct CallRow {
     pub retry_intervals: Option<String>,
     pub created_at: String,
     pub updated_at: String,
-    pub phone_number: Option<String>,
+    pub phone_number: Option<&'a str>,
     pub phone_e164: Option<String>,
-    pub full_name: Option<String>,
-    pub first_name: Option<String>,
-    pub last_name: Option<String>,
-    pub phonetic_full_name: Option<String>,
-    pub phonetic_first_name: Option<String>,
-    pub phonetic_last_name: Option<String>,
-    pub email: Option<String>,
+    pub full_name: Option<&'a str>,
+    pub first_name: Option<&'a str>,
+    pub last_name: Option<&'a str>,
+    pub phonetic_full_name: Option<&'a str>,
+    pub phonetic_first_name: Option<&'a str>,
+    pub phonetic_last_name: Option<&'a str>,
+    pub email: Option<&'a str>,
     pub event_date_time: Option<String>,
     pub extra: Option<String>,
     pub content_hash: i64,
 }
 
-pub fn call(schedule: Uuid, call: &OutboundCall) -> CallRow {
+/// The row of `call`, listed for the schedule whose uid is `schedule_uid` (formatted once a
+/// page by the caller); `content_hash` is `call.content_hash()`, computed once by the caller.
+pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall, content_hash: u64) -> CallRow<'a> {
     let info = &call.outbound_call_info;
     // Unknown fields of the call and of its contact info, kept together; the info's own
-    // unknown fields sit under "outbound_call_info" so nothing collides.
-    let mut extra = call.extra.clone();
-    if !info.extra.is_empty() {
+    // unknown fields sit under "outbound_call_info" so nothing collides. Copied only when
+    // the info has some (rare): the call's own map is serialized as it is.
+    let extra = if info.extra.is_empty() {
+        extra_json(&call.extra)
+    } else {
+        let mut extra = call.extra.clone();
         extra.insert(
             "outbound_call_info".into(),
             Value::Object(info.extra.clone()),
         );
-    }
+        extra_json(&extra)
+    };
     CallRow {
         uid: call.uid.to_string(),
-        schedule_uid: schedule.to_string(),
-        external_id: call.external_id.clone(),
-        status: call.status.clone(),
-        progress: call.progress.clone(),
+        schedule_uid,
+        external_id: call.external_id.as_deref(),
+        status: &call.status,
+        progress: call.progress.as_deref(),
         is_test_call: call.is_test_call,
         cooldown_until: ts(call.cooldown_until),
         delay: json(call.delay.as_ref()),
@@ -68,29 +74,28 @@ pub fn call(schedule: Uuid, call: &OutboundCall) -> CallRow {
             .and_then(|r| serde_json::to_string(r).ok()),
         created_at: call.created_at.to_sqlite(),
         updated_at: call.updated_at.to_sqlite(),
-        phone_number: info.phone_number.clone(),
+        phone_number: info.phone_number.as_deref(),
         phone_e164: info.phone_number.as_deref().and_then(e164),
-        full_name: info.full_name.clone(),
-        first_name: info.first_name.clone(),
-        last_name: info.last_name.clone(),
-        phonetic_full_name: info.phonetic_full_name.clone(),
-        phonetic_first_name: info.phonetic_first_name.clone(),
-        phonetic_last_name: info.phonetic_last_name.clone(),
-        email: info.email.clone(),
+        full_name: info.full_name.as_deref(),
+        first_name: info.first_name.as_deref(),
+        last_name: info.last_name.as_deref(),
+        phonetic_full_name: info.phonetic_full_name.as_deref(),
+        phonetic_first_name: info.phonetic_first_name.as_deref(),
+        phonetic_last_name: info.phonetic_last_name.as_deref(),
+        email: info.email.as_deref(),
         event_date_time: ts(info.event_date_time),
-        extra: extra_json(&extra),
+        extra,
         // Stored as the same 64 bits, signed: SQLite integers are i64.
-        content_hash: call.content_hash() as i64,
+        content_hash: content_hash as i64,
     }
 }
 
 /// `(name, value)` of each custom parameter.
-pub fn custom_parameters(call: &OutboundCall) -> Vec<(String, Option<String>)> {
+pub fn custom_parameters(call: &OutboundCall) -> impl Iterator<Item = (&str, Option<String>)> {
     call.outbound_call_info
         .custom_parameters
         .iter()
-        .map(|(name, value)| (name.clone(), scalar_text(value)))
-        .collect()
+        .map(|(name, value)| (name.as_str(), scalar_text(value)))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -334,15 +339,16 @@ mod tests {
 
     #[test]
     fn call_columns() {
-        let schedule = Uuid::from_u128(1);
-        let row = call(schedule, &spec_call());
-        assert_eq!(row.schedule_uid, schedule.to_string());
+        let schedule = uuid::Uuid::from_u128(1).to_string();
+        let spec = spec_call();
+        let row = call(&schedule, &spec, spec.content_hash());
+        assert_eq!(row.schedule_uid, schedule);
         assert_eq!(row.cooldown_until.as_deref(), Some("2026-01-31 09:00:00"));
         assert_eq!(row.updated_at, "2026-01-31 09:05:00.250");
         assert_eq!(row.delay, None);
         assert_eq!(row.priority.as_deref(), Some("3"));
         assert_eq!(row.retry_intervals.as_deref(), Some("[60,120]"));
-        assert_eq!(row.phone_number.as_deref(), Some("15550100"));
+        assert_eq!(row.phone_number, Some("15550100"));
         assert_eq!(row.phone_e164.as_deref(), Some("+15550100"));
         assert_eq!(row.is_test_call, Some(false));
         assert_eq!(
@@ -355,11 +361,11 @@ mod tests {
     fn values_of_any_json_type() {
         let c = spec_call();
         assert_eq!(
-            custom_parameters(&c),
+            custom_parameters(&c).collect::<Vec<_>>(),
             vec![
-                ("note".to_owned(), None),
-                ("plan".to_owned(), Some("gold".to_owned())),
-                ("seats".to_owned(), Some("3".to_owned())),
+                ("note", None),
+                ("plan", Some("gold".to_owned())),
+                ("seats", Some("3".to_owned())),
             ]
         );
         let a = &c.outbound_call_attempts.as_ref().unwrap()[0];

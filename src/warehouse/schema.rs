@@ -6,15 +6,29 @@ use std::time::Duration;
 
 use include_dir::{Dir, include_dir};
 use rusqlite::{Connection, OpenFlags};
-use rusqlite_migration::{Migrations, SchemaVersion};
+use rusqlite_migration::{M, Migrations, SchemaVersion};
 
 use super::error::{SqlContext, WarehouseError};
 
 static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 
 static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
-    Migrations::from_directory(&MIGRATION_DIR)
-        .expect("migrations/ is embedded at build time and checked by a unit test")
+    let mut dirs: Vec<_> = MIGRATION_DIR.dirs().collect();
+    dirs.sort_by_key(|d| d.path());
+    dirs.iter()
+        .map(|dir| {
+            let up = dir
+                .get_file(dir.path().join("up.sql"))
+                .and_then(|f| f.contents_utf8())
+                .expect("migrations/ is embedded at build time and checked by a unit test");
+            // Schema 6 copies every row with progress shown (`layout_v6`).
+            if up == super::layout_v6::UP {
+                M::up_with_hook(up, super::layout_v6::copy_rows)
+            } else {
+                M::up(up)
+            }
+        })
+        .collect()
 });
 
 /// The schema version this build writes.
@@ -332,6 +346,6 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 5);
+        assert_eq!(latest_version(), 6);
     }
 }

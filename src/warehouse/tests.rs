@@ -1078,7 +1078,7 @@ fn the_writer_enforces_foreign_keys() {
     let err = w
         .conn
         .execute(
-            "INSERT INTO call_attempts (uid, call_uid, position, status) VALUES ('a', 'nope', 0, 'hangup')",
+            "INSERT INTO call_attempts (uid, call_uid, call_id, position, status) VALUES ('a', 'nope', 12345, 0, 'hangup')",
             [],
         )
         .unwrap_err();
@@ -1392,7 +1392,10 @@ proptest! {
                 let Some(rusqlite::types::Value::Text(call_uid)) = row.get("uid") else {
                     panic!("a call without a uid: {row:?}");
                 };
-                upsert::summarize(&tx, &w.path, call_uid).unwrap();
+                let call_id: i64 = tx
+                    .query_row("SELECT id FROM calls WHERE uid = ?1", [call_uid], |r| r.get(0))
+                    .unwrap();
+                upsert::summarize(&tx, &w.path, call_id).unwrap();
             }
             tx.commit().unwrap();
             let recomputed = w.snapshot(None).unwrap();
@@ -1402,3 +1405,4 @@ proptest! {
 }
 
 mod analyst;
+mod layout;

@@ -32,25 +32,40 @@ impl Warehouse {
         checkpoint: Option<Timestamp>,
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
+        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
+        self.write_hashed_page(schedule, calls, &hashes, checkpoint, synced_at)
+    }
+
+    /// [`Warehouse::write_page`] with the calls' content hashes (`OutboundCall::content_hash`,
+    /// in order) already computed by the caller: a call is serialized and hashed once a pass.
+    pub fn write_hashed_page(
+        &mut self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+        content_hashes: &[u64],
+        checkpoint: Option<Timestamp>,
+        synced_at: Timestamp,
+    ) -> Result<PageWrite, WarehouseError> {
         let path = self.path.as_path();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .sql(path, "starting a page transaction")?;
         let synced_at = synced_at.to_sqlite();
-        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
+        // Formatted once a page, not once a call.
+        let schedule_uid = schedule.to_string();
+        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let mut stored = stored_fingerprints(&tx, path, &call_rows)?;
         let mut written = PageWrite::default();
         for (call, row) in calls.iter().zip(&call_rows) {
-            let fingerprint = Fingerprint::of(row);
             let before = stored.get(row.uid.as_str());
-            if before == Some(&fingerprint) {
+            if before.is_some_and(|b| b.matches(row)) {
                 written.calls_unchanged += 1;
                 continue;
             }
             write_call(&tx, path, call, row, before.is_some(), &synced_at)?;
             // A call listed twice in one page is compared with what the page just wrote.
-            stored.insert(row.uid.as_str(), fingerprint);
+            stored.insert(row.uid.as_str(), Fingerprint::of(row));
             written.calls_written += 1;
         }
         if let Some(cursor) = checkpoint {
@@ -63,34 +78,56 @@ impl Warehouse {
 
 impl Warehouse {
     /// How many of `calls` `write_page` would write (new or changed content); writes nothing.
+    /// `content_hashes` as for [`Warehouse::write_hashed_page`].
     pub fn count_changes(
         &self,
         schedule: Uuid,
         calls: &[OutboundCall],
+        content_hashes: &[u64],
     ) -> Result<u64, WarehouseError> {
-        let call_rows: Vec<CallRow> = calls.iter().map(|c| rows::call(schedule, c)).collect();
+        let schedule_uid = schedule.to_string();
+        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let stored = stored_fingerprints(&self.conn, &self.path, &call_rows)?;
         let changed = call_rows
             .iter()
-            .filter(|row| stored.get(row.uid.as_str()) != Some(&Fingerprint::of(row)))
+            .filter(|row| !stored.get(row.uid.as_str()).is_some_and(|b| b.matches(row)))
             .count();
         Ok(changed as u64)
     }
 }
 
-/// What decides whether a stored call is rewritten: its content and its schedule.
-#[derive(Debug, PartialEq, Eq)]
-struct Fingerprint {
-    content_hash: i64,
-    schedule_uid: String,
+/// The rows of `calls`, whose content hashes are `hashes` (in order).
+fn rows_of<'a>(
+    schedule_uid: &'a str,
+    calls: &'a [OutboundCall],
+    hashes: &[u64],
+) -> Vec<CallRow<'a>> {
+    debug_assert_eq!(calls.len(), hashes.len());
+    calls
+        .iter()
+        .zip(hashes)
+        .map(|(c, hash)| rows::call(schedule_uid, c, *hash))
+        .collect()
 }
 
-impl Fingerprint {
-    fn of(row: &CallRow) -> Fingerprint {
+/// What decides whether a stored call is rewritten: its content and its schedule.
+#[derive(Debug, PartialEq, Eq)]
+struct Fingerprint<'a> {
+    content_hash: i64,
+    schedule_uid: std::borrow::Cow<'a, str>,
+}
+
+impl<'a> Fingerprint<'a> {
+    fn of(row: &'a CallRow) -> Fingerprint<'a> {
         Fingerprint {
             content_hash: row.content_hash,
-            schedule_uid: row.schedule_uid.clone(),
+            schedule_uid: std::borrow::Cow::Borrowed(row.schedule_uid),
         }
+    }
+
+    /// True when `row` is what is stored: it need not be written again.
+    fn matches(&self, row: &CallRow) -> bool {
+        self.content_hash == row.content_hash && self.schedule_uid == row.schedule_uid
     }
 }
 
@@ -99,7 +136,7 @@ fn stored_fingerprints<'a>(
     conn: &rusqlite::Connection,
     path: &Path,
     call_rows: &'a [CallRow],
-) -> Result<HashMap<&'a str, Fingerprint>, WarehouseError> {
+) -> Result<HashMap<&'a str, Fingerprint<'a>>, WarehouseError> {
     let uids: Vec<&str> = call_rows.iter().map(|r| r.uid.as_str()).collect();
     // A JSON array of uuid strings always serializes.
     let uids_json = serde_json::to_string(&uids).unwrap_or_else(|_| "[]".into());
@@ -115,7 +152,7 @@ fn stored_fingerprints<'a>(
                 r.get::<_, String>(0)?,
                 Fingerprint {
                     content_hash: r.get(1)?,
-                    schedule_uid: r.get(2)?,
+                    schedule_uid: std::borrow::Cow::Owned(r.get(2)?),
                 },
             ))
         })
@@ -137,7 +174,7 @@ fn write_call(
     tx: &Transaction<'_>,
     path: &Path,
     call: &OutboundCall,
-    row: &CallRow,
+    row: &CallRow<'_>,
     was_stored: bool,
     synced_at: &str,
 ) -> Result<(), WarehouseError> {
@@ -159,21 +196,36 @@ fn write_call(
         &attempts,
         i64::try_from(notification_count).unwrap_or(i64::MAX),
     );
-    upsert_call_row(tx, path, row, &summary, synced_at)?;
+    let call_id = upsert_call_row(tx, path, row, &summary, synced_at)?;
+    let parent = Parent {
+        call_id,
+        call_uid: &row.uid,
+    };
     if mirror {
-        clear_custom_parameters(tx, path, &row.uid)?;
+        clear(
+            tx,
+            path,
+            "DELETE FROM call_custom_parameters WHERE call_id = ?1",
+            [call_id],
+        )?;
     }
-    insert_custom_parameters(tx, path, call, &row.uid)?;
+    insert_custom_parameters(tx, path, call, &parent)?;
     if let Some(sent) = &call.outbound_call_attempts {
-        write_attempts(tx, path, &row.uid, sent, &attempts, mirror)?;
+        write_attempts(tx, path, &parent, sent, &attempts, mirror)?;
     }
     if let Some(notifications) = call.notifications() {
-        write_notifications(tx, path, &row.uid, notifications, mirror)?;
+        write_notifications(tx, path, &parent, notifications, mirror)?;
     }
     if !summary_known {
-        summarize(tx, path, &row.uid)?;
+        summarize(tx, path, call_id)?;
     }
     Ok(())
+}
+
+/// The call whose children are written: its id (their key) and its uid (a plain column).
+struct Parent<'a> {
+    call_id: i64,
+    call_uid: &'a str,
 }
 
 /// True when the call sends its attempts, notifications and every attempt's outcomes: the
@@ -203,13 +255,14 @@ fn has_repeat(mut uids: impl Iterator<Item = Uuid>) -> bool {
     uids.any(|uid| !seen.insert(uid))
 }
 
+/// Inserts or updates the call's row; returns its id.
 fn upsert_call_row(
     tx: &Transaction<'_>,
     path: &Path,
-    r: &CallRow,
+    r: &CallRow<'_>,
     s: &Summary,
     synced_at: &str,
-) -> Result<(), WarehouseError> {
+) -> Result<i64, WarehouseError> {
     tx.prepare_cached(
         "INSERT INTO calls (uid, schedule_uid, external_id, status, progress, is_test_call,
            cooldown_until, delay, priority, attempts_remaining, retry_intervals, created_at,
@@ -242,61 +295,66 @@ fn upsert_call_row(
            last_attempt_ended_at = excluded.last_attempt_ended_at,
            last_attempt_duration = excluded.last_attempt_duration,
            outcome_names = excluded.outcome_names, answered = excluded.answered,
-           transferred = excluded.transferred, notification_count = excluded.notification_count",
+           transferred = excluded.transferred, notification_count = excluded.notification_count
+         RETURNING id",
     )
     .and_then(|mut stmt| {
-        stmt.execute(params![
-            r.uid,
-            r.schedule_uid,
-            r.external_id,
-            r.status,
-            r.progress,
-            r.is_test_call,
-            r.cooldown_until,
-            r.delay,
-            r.priority,
-            r.attempts_remaining,
-            r.retry_intervals,
-            r.created_at,
-            r.updated_at,
-            r.phone_number,
-            r.phone_e164,
-            r.full_name,
-            r.first_name,
-            r.last_name,
-            r.phonetic_full_name,
-            r.phonetic_first_name,
-            r.phonetic_last_name,
-            r.email,
-            r.event_date_time,
-            r.extra,
-            r.content_hash,
-            synced_at,
-            s.attempt_count,
-            s.last_attempt_uid,
-            s.last_attempt_status,
-            s.last_attempt_started_at,
-            s.last_attempt_answered_at,
-            s.last_attempt_ended_at,
-            s.last_attempt_duration,
-            s.outcome_names,
-            s.answered,
-            s.transferred,
-            s.notification_count,
-        ])
+        stmt.query_row(
+            params![
+                r.uid,
+                r.schedule_uid,
+                r.external_id,
+                r.status,
+                r.progress,
+                r.is_test_call,
+                r.cooldown_until,
+                r.delay,
+                r.priority,
+                r.attempts_remaining,
+                r.retry_intervals,
+                r.created_at,
+                r.updated_at,
+                r.phone_number,
+                r.phone_e164,
+                r.full_name,
+                r.first_name,
+                r.last_name,
+                r.phonetic_full_name,
+                r.phonetic_first_name,
+                r.phonetic_last_name,
+                r.email,
+                r.event_date_time,
+                r.extra,
+                r.content_hash,
+                synced_at,
+                s.attempt_count,
+                s.last_attempt_uid,
+                s.last_attempt_status,
+                s.last_attempt_started_at,
+                s.last_attempt_answered_at,
+                s.last_attempt_ended_at,
+                s.last_attempt_duration,
+                s.outcome_names,
+                s.answered,
+                s.transferred,
+                s.notification_count,
+            ],
+            |r| r.get(0),
+        )
     })
-    .sql(path, "writing a call")?;
-    Ok(())
+    .sql(path, "writing a call")
 }
 
-fn clear_custom_parameters(
+/// Runs `delete` (compile-time SQL, never input) with the ids given.
+fn clear(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
+    delete: &'static str,
+    ids: impl rusqlite::Params,
 ) -> Result<(), WarehouseError> {
-    tx.prepare_cached("DELETE FROM call_custom_parameters WHERE call_uid = ?1")
-        .and_then(|mut s| s.execute([call_uid]))
-        .sql(path, "clearing custom parameters")?;
+    tx.prepare_cached(delete)
+        .and_then(|mut s| s.execute(ids))
+        .sql(path, "deleting children the service no longer shows")?;
     Ok(())
 }
 
@@ -304,15 +362,16 @@ fn insert_custom_parameters(
     tx: &Transaction<'_>,
     path: &Path,
     call: &OutboundCall,
-    call_uid: &str,
+    parent: &Parent<'_>,
 ) -> Result<(), WarehouseError> {
     let mut stmt = tx
         .prepare_cached(
-            "INSERT INTO call_custom_parameters (call_uid, name, value) VALUES (?1, ?2, ?3)",
+            "INSERT INTO call_custom_parameters (call_id, call_uid, name, value)
+             VALUES (?1, ?2, ?3, ?4)",
         )
         .sql(path, "preparing the custom parameter insert")?;
     for (name, value) in rows::custom_parameters(call) {
-        stmt.execute(params![call_uid, name, value])
+        stmt.execute(params![parent.call_id, parent.call_uid, name, value])
             .sql(path, "writing a custom parameter")?;
     }
     Ok(())
@@ -323,28 +382,23 @@ fn insert_custom_parameters(
 fn write_attempts(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
+    parent: &Parent<'_>,
     sent: &[Attempt],
     rows: &[rows::AttemptRow],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
     if mirror {
-        // Outcomes and variables of a vanished attempt go with it (ON DELETE CASCADE).
-        delete_missing(
-            tx,
-            path,
-            ATTEMPTS,
-            call_uid,
-            rows.iter().map(|a| a.uid.as_str()),
-        )?;
+        delete_missing_attempts(tx, path, parent.call_id, rows)?;
     }
+    // An attempt keeps its id when it is updated (ON CONFLICT … DO UPDATE), so outcomes and
+    // variables of an attempt whose lists were not sent stay attached to it.
     let mut stmt = tx
         .prepare_cached(
-            "INSERT INTO call_attempts (uid, call_uid, position, status, started_at, answered_at,
-               ended_at, duration, created_at, updated_at, error_details, transfer_started_at,
-               transfer_answered_at, transfer_destination, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
-             ON CONFLICT (uid) DO UPDATE SET call_uid = excluded.call_uid,
+            "INSERT INTO call_attempts (uid, call_id, call_uid, position, status, started_at,
+               answered_at, ended_at, duration, created_at, updated_at, error_details,
+               transfer_started_at, transfer_answered_at, transfer_destination, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
+             ON CONFLICT (call_id, uid) DO UPDATE SET call_uid = excluded.call_uid,
                position = excluded.position, status = excluded.status,
                started_at = excluded.started_at, answered_at = excluded.answered_at,
                ended_at = excluded.ended_at, duration = excluded.duration,
@@ -352,104 +406,167 @@ fn write_attempts(
                error_details = excluded.error_details,
                transfer_started_at = excluded.transfer_started_at,
                transfer_answered_at = excluded.transfer_answered_at,
-               transfer_destination = excluded.transfer_destination, extra = excluded.extra",
+               transfer_destination = excluded.transfer_destination, extra = excluded.extra
+             RETURNING id",
         )
         .sql(path, "preparing the attempt upsert")?;
     for (attempt, a) in sent.iter().zip(rows) {
-        stmt.execute(params![
-            a.uid,
-            call_uid,
-            a.position,
-            a.status,
-            a.started_at,
-            a.answered_at,
-            a.ended_at,
-            a.duration,
-            a.created_at,
-            a.updated_at,
-            a.error_details,
-            a.transfer_started_at,
-            a.transfer_answered_at,
-            a.transfer_destination,
-            a.extra,
-        ])
-        .sql(path, "writing an attempt")?;
+        let attempt_id: i64 = stmt
+            .query_row(
+                params![
+                    a.uid,
+                    parent.call_id,
+                    parent.call_uid,
+                    a.position,
+                    a.status,
+                    a.started_at,
+                    a.answered_at,
+                    a.ended_at,
+                    a.duration,
+                    a.created_at,
+                    a.updated_at,
+                    a.error_details,
+                    a.transfer_started_at,
+                    a.transfer_answered_at,
+                    a.transfer_destination,
+                    a.extra,
+                ],
+                |r| r.get(0),
+            )
+            .sql(path, "writing an attempt")?;
+        let of = AttemptOf {
+            parent,
+            attempt_id,
+            attempt_uid: &a.uid,
+        };
         if let Some(outcomes) = &attempt.call_outcomes {
-            write_outcomes(tx, path, call_uid, &a.uid, outcomes, mirror)?;
+            write_outcomes(tx, path, &of, outcomes, mirror)?;
         }
         if let Some(variables) = &attempt.call_attempts_variables {
-            write_variables(tx, path, call_uid, &a.uid, variables, mirror)?;
+            write_variables(tx, path, &of, variables, mirror)?;
         }
     }
     Ok(())
 }
 
+/// The attempt whose outcomes or variables are written.
+struct AttemptOf<'a> {
+    parent: &'a Parent<'a>,
+    attempt_id: i64,
+    attempt_uid: &'a str,
+}
+
+/// Deletes the call's stored attempts the service no longer shows, with their outcomes and
+/// variables (no foreign key cascades to them: see up.sql of schema 6).
+fn delete_missing_attempts(
+    tx: &Transaction<'_>,
+    path: &Path,
+    call_id: i64,
+    rows: &[rows::AttemptRow],
+) -> Result<(), WarehouseError> {
+    let keep: HashSet<&str> = rows.iter().map(|a| a.uid.as_str()).collect();
+    let stored: Vec<(i64, String)> = tx
+        .prepare_cached("SELECT id, uid FROM call_attempts WHERE call_id = ?1")
+        .and_then(|mut s| {
+            s.query_map([call_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()
+        })
+        .sql(path, "reading the stored attempts of a call")?;
+    for (id, _) in stored
+        .iter()
+        .filter(|(_, uid)| !keep.contains(uid.as_str()))
+    {
+        clear(tx, path, "DELETE FROM call_attempts WHERE id = ?1", [id])?;
+        clear(
+            tx,
+            path,
+            "DELETE FROM attempt_outcomes WHERE call_id = ?1 AND attempt_id = ?2",
+            [call_id, *id],
+        )?;
+        clear(
+            tx,
+            path,
+            "DELETE FROM attempt_variables WHERE call_id = ?1 AND attempt_id = ?2",
+            [call_id, *id],
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes an attempt's outcomes; with `mirror`, replaces the stored ones. A uid repeated in
+/// the list keeps its last row (INSERT OR REPLACE on the key), as it always did.
 fn write_outcomes(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
-    attempt_uid: &str,
+    of: &AttemptOf<'_>,
     outcomes: &[crate::api::Outcome],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let rows: Vec<_> = outcomes.iter().map(rows::outcome).collect();
+    let call_id = of.parent.call_id;
     if mirror {
-        delete_missing(
+        clear(
             tx,
             path,
-            OUTCOMES,
-            attempt_uid,
-            rows.iter().map(|o| o.0.as_str()),
+            "DELETE FROM attempt_outcomes WHERE call_id = ?1 AND attempt_id = ?2",
+            [call_id, of.attempt_id],
         )?;
     }
     let mut stmt = tx
         .prepare_cached(
-            "INSERT INTO attempt_outcomes (uid, attempt_uid, call_uid, name, created_at, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (uid) DO UPDATE SET attempt_uid = excluded.attempt_uid,
-               call_uid = excluded.call_uid, name = excluded.name,
-               created_at = excluded.created_at, extra = excluded.extra",
+            "INSERT OR REPLACE INTO attempt_outcomes (call_id, attempt_id, uid, attempt_uid,
+               call_uid, name, created_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )
-        .sql(path, "preparing the outcome upsert")?;
-    for (uid, name, created_at, extra) in rows {
-        stmt.execute(params![uid, attempt_uid, call_uid, name, created_at, extra])
-            .sql(path, "writing an outcome")?;
+        .sql(path, "preparing the outcome insert")?;
+    for o in outcomes {
+        let (uid, name, created_at, extra) = rows::outcome(o);
+        stmt.execute(params![
+            call_id,
+            of.attempt_id,
+            uid,
+            of.attempt_uid,
+            of.parent.call_uid,
+            name,
+            created_at,
+            extra
+        ])
+        .sql(path, "writing an outcome")?;
     }
     Ok(())
 }
 
+/// Writes an attempt's variables; with `mirror`, replaces the stored ones.
 fn write_variables(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
-    attempt_uid: &str,
+    of: &AttemptOf<'_>,
     variables: &[crate::api::AttemptVariable],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let rows: Vec<_> = variables.iter().map(rows::variable).collect();
+    let call_id = of.parent.call_id;
     if mirror {
-        delete_missing(
+        clear(
             tx,
             path,
-            VARIABLES,
-            attempt_uid,
-            rows.iter().map(|v| v.0.as_str()),
+            "DELETE FROM attempt_variables WHERE call_id = ?1 AND attempt_id = ?2",
+            [call_id, of.attempt_id],
         )?;
     }
     let mut stmt = tx
         .prepare_cached(
-            "INSERT INTO attempt_variables (uid, attempt_uid, call_uid, name, value, status, created_at, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT (uid) DO UPDATE SET attempt_uid = excluded.attempt_uid,
-               call_uid = excluded.call_uid, name = excluded.name, value = excluded.value,
-               status = excluded.status, created_at = excluded.created_at, extra = excluded.extra",
+            "INSERT OR REPLACE INTO attempt_variables (call_id, attempt_id, uid, attempt_uid,
+               call_uid, name, value, status, created_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
-        .sql(path, "preparing the variable upsert")?;
-    for (uid, name, value, status, created_at, extra) in rows {
+        .sql(path, "preparing the variable insert")?;
+    for v in variables {
+        let (uid, name, value, status, created_at, extra) = rows::variable(v);
         stmt.execute(params![
+            call_id,
+            of.attempt_id,
             uid,
-            attempt_uid,
-            call_uid,
+            of.attempt_uid,
+            of.parent.call_uid,
             name,
             value,
             status,
@@ -461,87 +578,41 @@ fn write_variables(
     Ok(())
 }
 
+/// Writes the call's notifications; with `mirror`, replaces the stored ones.
 fn write_notifications(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
+    parent: &Parent<'_>,
     notifications: &[crate::api::Notification],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let rows: Vec<_> = notifications.iter().map(rows::notification).collect();
     if mirror {
-        delete_missing(
+        clear(
             tx,
             path,
-            NOTIFICATIONS,
-            call_uid,
-            rows.iter().map(|n| n.0.as_str()),
+            "DELETE FROM call_notifications WHERE call_id = ?1",
+            [parent.call_id],
         )?;
     }
     let mut stmt = tx
         .prepare_cached(
-            "INSERT INTO call_notifications (uid, call_uid, status, message_count, delivered_at, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (uid) DO UPDATE SET call_uid = excluded.call_uid, status = excluded.status,
-               message_count = excluded.message_count, delivered_at = excluded.delivered_at,
-               extra = excluded.extra",
+            "INSERT OR REPLACE INTO call_notifications (call_id, uid, call_uid, status,
+               message_count, delivered_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
-        .sql(path, "preparing the notification upsert")?;
-    for (uid, status, count, delivered, extra) in rows {
-        stmt.execute(params![uid, call_uid, status, count, delivered, extra])
-            .sql(path, "writing a notification")?;
-    }
-    Ok(())
-}
-
-/// A child table that mirrors a list of the service: its stored uids of one parent, and
-/// how one of them is deleted. Compile-time SQL, never input.
-#[derive(Clone, Copy)]
-struct MirroredTable {
-    uids_of_parent: &'static str,
-    delete_one: &'static str,
-}
-
-const ATTEMPTS: MirroredTable = MirroredTable {
-    uids_of_parent: "SELECT uid FROM call_attempts WHERE call_uid = ?1",
-    delete_one: "DELETE FROM call_attempts WHERE uid = ?1",
-};
-const OUTCOMES: MirroredTable = MirroredTable {
-    uids_of_parent: "SELECT uid FROM attempt_outcomes WHERE attempt_uid = ?1",
-    delete_one: "DELETE FROM attempt_outcomes WHERE uid = ?1",
-};
-const VARIABLES: MirroredTable = MirroredTable {
-    uids_of_parent: "SELECT uid FROM attempt_variables WHERE attempt_uid = ?1",
-    delete_one: "DELETE FROM attempt_variables WHERE uid = ?1",
-};
-const NOTIFICATIONS: MirroredTable = MirroredTable {
-    uids_of_parent: "SELECT uid FROM call_notifications WHERE call_uid = ?1",
-    delete_one: "DELETE FROM call_notifications WHERE uid = ?1",
-};
-
-/// Deletes the rows of `table` belonging to `parent` whose uid is not in `keep`.
-fn delete_missing<'a>(
-    tx: &Transaction<'_>,
-    path: &Path,
-    table: MirroredTable,
-    parent: &str,
-    keep: impl Iterator<Item = &'a str>,
-) -> Result<(), WarehouseError> {
-    let keep: HashSet<&str> = keep.collect();
-    let stored: Vec<String> = tx
-        .prepare_cached(table.uids_of_parent)
-        .and_then(|mut s| {
-            s.query_map([parent], |r| r.get(0))?
-                .collect::<Result<_, _>>()
-        })
-        .sql(path, "reading the stored children of a call")?;
-    let mut delete = tx
-        .prepare_cached(table.delete_one)
-        .sql(path, "preparing a child delete")?;
-    for uid in stored.iter().filter(|uid| !keep.contains(uid.as_str())) {
-        delete
-            .execute([uid])
-            .sql(path, "deleting children the service no longer shows")?;
+        .sql(path, "preparing the notification insert")?;
+    for n in notifications {
+        let (uid, status, count, delivered, extra) = rows::notification(n);
+        stmt.execute(params![
+            parent.call_id,
+            uid,
+            parent.call_uid,
+            status,
+            count,
+            delivered,
+            extra
+        ])
+        .sql(path, "writing a notification")?;
     }
     Ok(())
 }
@@ -550,36 +621,36 @@ fn delete_missing<'a>(
 pub(super) fn summarize(
     tx: &Transaction<'_>,
     path: &Path,
-    call_uid: &str,
+    call_id: i64,
 ) -> Result<(), WarehouseError> {
     tx.prepare_cached(
         "UPDATE calls SET
-           attempt_count = (SELECT count(*) FROM call_attempts WHERE call_uid = calls.uid),
-           last_attempt_uid = (SELECT uid FROM call_attempts WHERE call_uid = calls.uid
+           attempt_count = (SELECT count(*) FROM call_attempts WHERE call_id = calls.id),
+           last_attempt_uid = (SELECT uid FROM call_attempts WHERE call_id = calls.id
                ORDER BY coalesce(started_at, created_at) DESC, position DESC LIMIT 1),
            answered = EXISTS (SELECT 1 FROM call_attempts
-               WHERE call_uid = calls.uid AND answered_at IS NOT NULL),
+               WHERE call_id = calls.id AND answered_at IS NOT NULL),
            transferred = EXISTS (SELECT 1 FROM call_attempts
-               WHERE call_uid = calls.uid AND transfer_started_at IS NOT NULL),
-           notification_count = (SELECT count(*) FROM call_notifications WHERE call_uid = calls.uid),
+               WHERE call_id = calls.id AND transfer_started_at IS NOT NULL),
+           notification_count = (SELECT count(*) FROM call_notifications WHERE call_id = calls.id),
            outcome_names = (SELECT group_concat(name, ', ') FROM (
                SELECT o.name AS name, min(a.position) AS first_position, min(o.created_at) AS first_at
-               FROM attempt_outcomes AS o JOIN call_attempts AS a ON a.uid = o.attempt_uid
-               WHERE o.call_uid = calls.uid
+               FROM attempt_outcomes AS o JOIN call_attempts AS a ON a.id = o.attempt_id
+               WHERE o.call_id = calls.id
                GROUP BY o.name ORDER BY first_position, first_at, o.name))
-         WHERE uid = ?1",
+         WHERE id = ?1",
     )
-    .and_then(|mut s| s.execute([call_uid]))
+    .and_then(|mut s| s.execute([call_id]))
     .sql(path, "summarising a call's attempts")?;
     tx.prepare_cached(
         "UPDATE calls SET
            (last_attempt_status, last_attempt_started_at, last_attempt_answered_at,
             last_attempt_ended_at, last_attempt_duration) =
            (SELECT status, started_at, answered_at, ended_at, duration
-            FROM call_attempts WHERE uid = calls.last_attempt_uid)
-         WHERE uid = ?1",
+            FROM call_attempts WHERE call_id = calls.id AND uid = calls.last_attempt_uid)
+         WHERE id = ?1",
     )
-    .and_then(|mut s| s.execute([call_uid]))
+    .and_then(|mut s| s.execute([call_id]))
     .sql(path, "summarising a call's last attempt")?;
     Ok(())
 }

@@ -52,7 +52,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "backed up {} to {}: {bytes} bytes, schema version 5, 2 schedules, 300 calls\n",
+            "backed up {} to {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls\n",
             db.display(),
             copy.display()
         )
@@ -74,7 +74,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "restored {} into {}: {bytes} bytes, schema version 5, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
+            "restored {} into {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
             copy.display(),
             db.display(),
             db.display(),

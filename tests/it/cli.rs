@@ -156,7 +156,7 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 5\n",
+            "warehouse {}: schema version 0 -> 6\n",
             env.warehouse_path().display()
         )
     );
@@ -236,7 +236,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 5\n",
+            "warehouse {}: schema version 0 -> 6\n",
             env.warehouse_path().display()
         )
     );
@@ -427,7 +427,7 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
         check(
             &out,
             &args,
-            "has schema version 7, newer than this callsync knows (5); upgrade callsync\n",
+            "has schema version 7, newer than this callsync knows (6); upgrade callsync\n",
         );
     }
 }
@@ -1150,7 +1150,7 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("warehouse {}: schema version 0 -> 5\n", warehouse.display())
+        format!("warehouse {}: schema version 0 -> 6\n", warehouse.display())
     );
 
     let other = dir.path().join("other.db");
@@ -1170,7 +1170,7 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("warehouse {}: schema version 0 -> 5\n", other.display())
+        format!("warehouse {}: schema version 0 -> 6\n", other.display())
     );
 }
 

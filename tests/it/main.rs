@@ -9,6 +9,8 @@ mod sync;
 mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
+// callsync migrate to schema 6 killed mid-copy: schema 5 stays whole; the next run migrates.
+mod migrate;
 // backup and restore on the binary.
 mod backup;
 // A warehouse callsync cannot write: refused at start, warned about by status; file owners.

@@ -1821,3 +1821,54 @@ async fn held_requests_wait_for_the_test_and_the_others_go_on() {
         StatusCode::OK
     );
 }
+
+/// `CallShape::Eighteen`: every seeded call carries 18 rows (the call, 4 custom parameters,
+/// 2 attempts, 4 outcomes, 6 variables, 1 notification), every uid distinct and random (v4),
+/// none stamped after the service's clock.
+#[tokio::test]
+async fn the_eighteen_row_shape_gives_every_call_18_rows_with_random_uids() {
+    let sim = start(SimulatorOptions {
+        calls_per_schedule: 200,
+        shape: callsync::simulator::CallShape::Eighteen,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = sim.schedule_uids()[0];
+    let calls = sim.truth(schedule);
+    assert_eq!(calls.len(), 200);
+    let now = Timestamp::now();
+    let mut uids = std::collections::HashSet::new();
+    for call in &calls {
+        let attempts = call.outbound_call_attempts.as_deref().unwrap();
+        let outcomes: usize = attempts
+            .iter()
+            .map(|a| a.call_outcomes.as_ref().unwrap().len())
+            .sum();
+        let variables: usize = attempts
+            .iter()
+            .map(|a| a.call_attempts_variables.as_ref().unwrap().len())
+            .sum();
+        let notifications = call.notifications().unwrap();
+        let counts = (
+            call.outbound_call_info.custom_parameters.len(),
+            attempts.len(),
+            outcomes,
+            variables,
+            notifications.len(),
+        );
+        assert_eq!(counts, (4, 2, 4, 6, 1), "{}", call.uid);
+        assert!(call.updated_at <= now, "{} updated in the future", call.uid);
+        let children = attempts.iter().flat_map(|a| {
+            std::iter::once(a.uid)
+                .chain(a.call_outcomes.iter().flatten().map(|o| o.uid))
+                .chain(a.call_attempts_variables.iter().flatten().map(|v| v.uid))
+        });
+        for uid in std::iter::once(call.uid)
+            .chain(children)
+            .chain(notifications.iter().map(|n| n.uid))
+        {
+            assert_eq!(uid.get_version_num(), 4);
+            assert!(uids.insert(uid), "{uid} repeated");
+        }
+    }
+}

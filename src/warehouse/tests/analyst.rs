@@ -46,6 +46,7 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
     let w = open(&dir);
     let mut call_results = CALL_RESULTS.to_vec();
     call_results.push(("schedule_name", "TEXT"));
+    call_results.push(("call_id", "INTEGER"));
     assert_eq!(columns(&w.conn, "call_results"), owned(&call_results));
     assert_eq!(
         columns(&w.conn, "attempt_results"),
@@ -65,6 +66,8 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
             ("is_test_call", "INTEGER"),
             ("attempt_number", "INTEGER"),
             ("schedule_name", "TEXT"),
+            ("attempt_id", "INTEGER"),
+            ("call_id", "INTEGER"),
         ])
     );
     assert_eq!(
@@ -77,6 +80,8 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
             ("name", "TEXT"),
             ("created_at", "TIMESTAMP"),
             ("schedule_name", "TEXT"),
+            ("attempt_id", "INTEGER"),
+            ("call_id", "INTEGER"),
         ])
     );
 }
@@ -270,7 +275,7 @@ fn a_version_4_warehouse_migrates_to_5_keeping_every_row() {
     drop(conn);
 
     let report = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
-    assert_eq!((report.from, report.to), (4, 5));
+    assert_eq!((report.from, report.to), (4, 6));
     let w = Warehouse::open_read_only(&path).unwrap();
     for (view, before) in [
         ("call_results", v4_calls),
