@@ -23,7 +23,9 @@
 //!      it, read in one response, so nothing right after the group is skipped; when the group
 //!      ends exactly on a page edge, one request with another page size makes such a page
 //!      (an *exit probe*). The probe is placed from where the downward scan saw the group
-//!      end, not from every uid ever seen at `T` (rows that left would place it past the
+//!      end — its lowest page not full of the group, even one past the group (rows left
+//!      after it was read; page 1 without a group row shows the group empty and is itself
+//!      an exit) —, not from every uid ever seen at `T` (rows that left would place it past the
 //!      group). A probe that lands past the group proves only that more rows left: every
 //!      row still at `T` was read by the downward scan, so the next probe goes lower, with
 //!      no new scan. Only a group that *grew* after time moved past it (a late commit) is
@@ -331,9 +333,13 @@ impl PageWalker {
                 Scan::Down => {
                     // Rows that left moved the group's end down onto a page still to read:
                     // a page showing it next to what follows is an exit as good as the first
-                    // (departures cannot put rows between the two) and a nearer end.
-                    if has_tie_row && !all_tie {
+                    // (departures cannot put rows between the two) and a nearer end. A page
+                    // past the group still bounds its end (it ends before the page), and
+                    // page 1 without a group row shows the group empty: an exit from `T`.
+                    if !all_tie && (has_tie_row || page == 1) {
                         tie.saw_end(at, page, self.page_size, rows, full);
+                    } else if !has_tie_row && !rows.is_empty() {
+                        tie.ends_before(page, self.page_size);
                     }
                     tie.page -= 1;
                 }
@@ -514,6 +520,13 @@ impl TieWalk {
         {
             self.exit = Some(exit);
         }
+    }
+
+    /// Page `page` of a downward scan holds no row of the group, yet rows: the group ends
+    /// before it now, and can only shrink.
+    fn ends_before(&mut self, page: u32, page_size: u32) {
+        let before = page.saturating_sub(1).saturating_mul(page_size);
+        self.end = Some(self.end.map_or(before, |end| end.min(before)));
     }
 
     /// A downward scan starting at `top`, looking first for the page where the group ends.
