@@ -3,7 +3,7 @@
 
 use callsync::simulator::SimulatorOptions;
 
-use crate::harness::TestEnv;
+use crate::harness::{TestEnv, integrity_and_calls};
 
 async fn callsync(args: &[&str]) -> std::process::Output {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
@@ -16,19 +16,6 @@ async fn callsync(args: &[&str]) -> std::process::Output {
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn integrity_and_calls(path: &std::path::Path) -> (String, i64) {
-    // Read-only, as a BI reader would: a read-write connection closing last removes the WAL.
-    let read_only = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
-    let conn = rusqlite::Connection::open_with_flags(path, read_only).expect("opens");
-    let check = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .expect("integrity_check");
-    let calls = conn
-        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
-        .expect("count");
-    (check, calls)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

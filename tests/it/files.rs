@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use callsync::simulator::SimulatorOptions;
 
-use crate::harness::TestEnv;
+use crate::harness::{TestEnv, integrity_and_calls};
 use crate::writable::{chmod, running_as_root};
 
 const NOBODY: u32 = 65534;
@@ -121,19 +121,6 @@ fn two_names(path: &Path) -> String {
         path.display(),
         path.display()
     )
-}
-
-fn integrity_and_calls(path: &Path) -> (String, i64) {
-    let conn =
-        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .expect("opens");
-    let check = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .expect("integrity_check");
-    let calls = conn
-        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
-        .expect("count");
-    (check, calls)
 }
 
 /// SQLite names a warehouse's `-wal` and `-shm` after the path it opened: two names of one

@@ -280,3 +280,17 @@ pub fn config_for(
         source: None,
     }
 }
+
+/// `PRAGMA integrity_check` and the number of calls of a warehouse (or a backup), read
+/// read-only as a BI reader would: a read-write connection closing last would remove the WAL.
+pub fn integrity_and_calls(path: &std::path::Path) -> (String, i64) {
+    let read_only = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let conn = rusqlite::Connection::open_with_flags(path, read_only).expect("opens");
+    let check = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check");
+    let calls = conn
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+        .expect("count");
+    (check, calls)
+}
