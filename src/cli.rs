@@ -20,8 +20,8 @@ use clap::{
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::Timestamp;
 use crate::config::{self, Config, ConfigError, LogConfig};
+use crate::service::Timestamp;
 use crate::simulator::{DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions};
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::telemetry::{self, TelemetryError};

@@ -39,9 +39,10 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::api::{
-    ApiClient, ApiError, CallPage, Counters, ListFilter, ListQuery, MAX_BULK, MAX_PAGE_SIZE,
-    NewCall, OutboundCall, Timestamp, new_call_problems,
+use crate::api::{ApiClient, ApiError, Counters, ListQuery};
+use crate::service::{
+    CallPage, ListFilter, MAX_BULK, MAX_PAGE_SIZE, NewCall, OutboundCall, Timestamp,
+    new_call_problems,
 };
 use crate::sync::cursor::{PageWalker, RowKey, WalkError, WalkLimits};
 use crate::warehouse::file_lock::{FileLock, LockByte, LockError, LockMode};

@@ -16,11 +16,10 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{UsageError, parse_timestamp};
-use crate::api::MAX_BULK;
-use crate::api::{
-    ApiClient, Counters, NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems,
-};
+use crate::api::{ApiClient, Counters};
 use crate::config::Config;
+use crate::service::MAX_BULK;
+use crate::service::{NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems};
 use crate::upload::{self, UploadLock, UploadOptions, UploadProgress};
 use crate::warehouse::Warehouse;
 

@@ -21,8 +21,9 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::{ApiClient, Timestamp};
+use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
+use crate::service::Timestamp;
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
     check_usable,

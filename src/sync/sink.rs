@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::error::SyncError;
 use super::lock::ScheduleLock;
-use crate::api::{OutboundCall, Timestamp};
+use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, WarehouseError};
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint

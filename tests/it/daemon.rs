@@ -10,9 +10,9 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use callsync::api::Timestamp;
 use callsync::config::Config;
 use callsync::daemon::{DaemonError, Tick, TickDriver, TickSource};
+use callsync::service::Timestamp;
 use callsync::simulator::{BadBody, DialerOptions, FaultPlan, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
 use tokio::task::JoinHandle;

@@ -87,7 +87,7 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
         assert_eq!(line["slowed_by"], serde_json::json!([]));
         for instant in ["horizon", "position"] {
             let text = line[instant].as_str().expect(instant);
-            callsync::api::Timestamp::parse(text).expect("RFC 3339");
+            callsync::service::Timestamp::parse(text).expect("RFC 3339");
         }
         assert!(line["lag_secs"].is_number(), "{line}");
         assert!(line["duration_secs"].as_f64().unwrap() > 0.0, "{line}");
