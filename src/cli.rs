@@ -907,7 +907,7 @@ fn replace_checkpoint(
     // Every error opening it names the path already; those of the change do not.
     let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)?;
     // The lock is on the warehouse file itself, which exists once it is open.
-    let _lock = crate::sync::ScheduleLock::acquire(path, schedule)?;
+    let _lock = crate::sync::lock_schedule(path, schedule)?;
     warehouse
         .replace_checkpoint(schedule, cursor)
         .with_context(|| format!("cannot change the checkpoint in {}", path.display()))

@@ -9,7 +9,6 @@
 
 pub mod cursor;
 mod error;
-mod lock;
 mod pass;
 mod sink;
 mod writer;
@@ -30,8 +29,7 @@ use crate::warehouse::{
 };
 
 pub use error::{SyncError, error_chain};
-pub use lock::ScheduleLock;
-pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink};
+pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink, lock_schedule};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.

@@ -3,7 +3,8 @@
 
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
-use callsync::sync::{Engine, PassPlan, PassResult, Quiet, ScheduleLock};
+use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
+use callsync::warehouse::ScheduleLock;
 use callsync::warehouse::Warehouse;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

@@ -590,7 +590,8 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock for the first three ticks.
     env.create_warehouse();
-    let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held =
+        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
     for _ in 0..2 {
