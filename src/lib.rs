@@ -19,7 +19,6 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod demo;
 pub mod service;
 pub mod simulator;
 pub mod sync;
