@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::warehouse::{
-    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
+    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Walker, Warehouse, WarehouseError,
     check_usable,
 };
 
@@ -42,6 +42,8 @@ pub struct Engine {
     warehouse: WarehousePlace,
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
+    /// This process, as `sync_runs` records the passes it walks.
+    walker: Walker,
 }
 
 /// The warehouse's path and the file the engine opened there: cheap to clone, so that
@@ -87,6 +89,9 @@ pub struct PassPlan {
     /// Stop once the walk is past this instant.
     pub until: Option<Timestamp>,
     pub details: DetailsMode,
+    /// Skip the schedule (`Skipped`) if a pass of this kind began at or after this instant
+    /// and finished: the daemon's tick, when several daemons share the schedules.
+    pub unless_walked_since: Option<Timestamp>,
 }
 
 impl PassPlan {
@@ -96,6 +101,7 @@ impl PassPlan {
             since: None,
             until: None,
             details: config.details,
+            unless_walked_since: None,
         }
     }
 
@@ -109,6 +115,7 @@ impl PassPlan {
             since: Some(since.unwrap_or(Timestamp::EPOCH)),
             until,
             details: config.details,
+            unless_walked_since: None,
         }
     }
 
@@ -120,6 +127,7 @@ impl PassPlan {
             since: Some(Timestamp::now().saturating_sub(window)),
             until: None,
             details: DetailsMode::Always,
+            unless_walked_since: None,
         }
     }
 
@@ -216,8 +224,9 @@ impl PassReport {
         self.stats.slowed_by(self.duration.as_millis() as u64)
     }
 
-    /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag.
-    fn log(&self, counts_only: bool) {
+    /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag;
+    /// a skipped pass at DEBUG when `quiet_skip` (the daemon's, counted on its tick line).
+    fn log(&self, counts_only: bool, quiet_skip: bool) {
         let s = &self.stats;
         let lag_secs = self.lag_secs;
         let slowed_by = self.slowed_by().join(",");
@@ -248,6 +257,9 @@ impl PassReport {
                 warn,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
             ),
+            // A daemon sharing the schedules skips every schedule another walks: its tick
+            // line counts them, each alone is a detail.
+            PassResult::Skipped(reason) if quiet_skip => pass_line!(debug, %reason, "pass skipped"),
             PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),
             PassResult::Failed(error) => pass_line!(
                 error, error = %error,
@@ -302,7 +314,13 @@ impl Engine {
                 opened: None,
             },
             counts_only,
+            walker: Walker::this_process(None),
         })
+    }
+
+    /// This process, as `sync_runs` records the passes it walks.
+    pub fn walker(&self) -> &Walker {
+        &self.walker
     }
 
     pub fn warehouse_path(&self) -> &Path {
