@@ -225,7 +225,8 @@ impl PassReport {
     }
 
     /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag;
-    /// a skipped pass at DEBUG when `quiet_skip` (the daemon's, counted on its tick line).
+    /// a skipped pass at DEBUG when `quiet_skip` (the daemon's, counted on its tick line), at
+    /// WARN otherwise.
     fn log(&self, counts_only: bool, quiet_skip: bool) {
         let s = &self.stats;
         let lag_secs = self.lag_secs;
@@ -260,7 +261,8 @@ impl PassReport {
             // A daemon sharing the schedules skips every schedule another walks: its tick
             // line counts them, each alone is a detail.
             PassResult::Skipped(reason) if quiet_skip => pass_line!(debug, %reason, "pass skipped"),
-            PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),
+            // A command's (`sync`, `backfill`): what it was asked to do was not done.
+            PassResult::Skipped(reason) => pass_line!(warn, %reason, "pass skipped"),
             PassResult::Failed(error) => pass_line!(
                 error, error = %error,
                 "pass failed; the checkpoint stays at the last committed page"

@@ -450,3 +450,83 @@ async fn a_schedule_walked_since_the_tick_is_skipped_not_walked_again() {
     engine.close().await;
     env.assert_matches_truth(&[s]);
 }
+
+/// `sync`, `backfill` and `checkpoint set`/`reset` respect a schedule's claim: while another
+/// process walks it (holds its lock), each leaves it alone and says why; the other schedule
+/// is synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_respects_a_schedule_another_process_walks() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let config = env.write_config("");
+    env.create_warehouse();
+    let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let busy = format!(
+        "schedule {} is being synced by another callsync process",
+        s[0]
+    );
+    let run = |args: Vec<String>| {
+        let config = config.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+                .arg("--config")
+                .arg(&config)
+                .args(&args)
+                .output()
+                .await
+                .expect("callsync runs")
+        }
+    };
+    let uid = s[0].to_string();
+    for args in [
+        vec![
+            "checkpoint",
+            "set",
+            "--schedule",
+            &uid,
+            "--cursor",
+            "2026-01-01T00:00:00Z",
+            "--force",
+        ],
+        vec!["checkpoint", "reset", "--schedule", &uid, "--force"],
+    ] {
+        let out = run(args.iter().map(|a| a.to_string()).collect()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&busy), "{args:?}: {err}");
+    }
+    // sync walks the other schedule and skips this one (exit 1: not everything synced).
+    let out = run(vec!["sync".into(), "--json".into()]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["outcome"], "skipped", "{}", lines[0]);
+    assert_eq!(lines[1]["outcome"], "completed", "{}", lines[1]);
+    let out = run(vec!["backfill".into(), "--schedule".into(), uid.clone()]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&busy), "{err}");
+    drop(held);
+    // Nothing of the held schedule was written; once it is free, all of it is.
+    assert_eq!(env.snapshot(s[0]).calls.len(), 0);
+    let out = run(vec!["sync".into()]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.assert_matches_truth(&s);
+}
