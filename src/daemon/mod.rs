@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::api::Timestamp;
 use crate::config::Config;
+use crate::service::Timestamp;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
 

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
 /// The `sync_runs.error` of a pass stopped by shutdown: not a failure, the next pass resumes

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use callsync::api::Timestamp;
+use callsync::service::Timestamp;
 use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
 use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
 use tokio_util::sync::CancellationToken;
@@ -465,7 +465,8 @@ async fn every_command_respects_a_schedule_another_process_walks() {
     let s = env.schedules();
     let config = env.write_config("");
     env.create_warehouse();
-    let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held =
+        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let busy = format!(
         "schedule {} is being synced by another callsync process",
         s[0]
