@@ -3,7 +3,7 @@
 //!
 //! `cargo bench --locked --bench schedules` runs the release binary's `callsync run`, with the
 //! default configuration but for its cron (`0 * * * * *`, every minute, so each tick is one
-//! clean pass over every schedule) and the log level (`info`, for its tick lines), against the
+//! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick lines), against the
 //! simulator in this process: `SCHEDULES` [10000] schedules of `CALLS` [10] calls. It reports
 //! the daemon's own tick lines (`tick done … duration_ms`): the start-up tick (the first sync),
 //! the next clean tick (an idle pass: nothing changed), and one more with `LAT_MS` [50] ms
@@ -70,11 +70,12 @@ fn write_config(dir: &Path, sim: &Simulator) -> std::path::PathBuf {
         .collect();
     let path = dir.join("callsync.toml");
     let text = format!(
-        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [{}]\ncron = \"0 * * * * *\"\n[log]\nlevel = \"info\"\n",
+        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [{}]\ncron = \"{}\"\n[log]\nlevel = \"info\"\n",
         sim.base_url(),
         sim.access_token(),
         dir.join("callsync.db").display(),
-        schedules.join(", ")
+        schedules.join(", "),
+        std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into()),
     );
     std::fs::write(&path, text).expect("the config is written");
     path
