@@ -315,7 +315,7 @@ impl Engine {
                 opened: None,
             },
             counts_only,
-            walker: Walker::this_process(None),
+            walker: Walker::this_process(config.sync.instance.as_deref()),
         })
     }
 

@@ -132,13 +132,16 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(config: &Path, log: PathBuf) -> Daemon {
+    /// `callsync run` named `instance` (`CALLSYNC_SYNC__INSTANCE`: one configuration file
+    /// for all, each machine its own name).
+    fn spawn(config: &Path, log: PathBuf, instance: &str) -> Daemon {
         let file = std::fs::File::create(&log).expect("log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
             .arg("--config")
             .arg(config)
             .arg("run")
             .env("NO_COLOR", "1")
+            .env("CALLSYNC_SYNC__INSTANCE", instance)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(file)
@@ -228,9 +231,17 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
     )
     .expect("config written");
     let mut daemons: Vec<Daemon> = (0..3)
-        .map(|i| Daemon::spawn(&config, env.dir.path().join(format!("daemon-{i}.log"))))
+        .map(|i| {
+            let log = env.dir.path().join(format!("daemon-{i}.log"));
+            Daemon::spawn(&config, log, &format!("daemon-{i}"))
+        })
         .collect();
     let pids: BTreeSet<u32> = daemons.iter().map(|d| d.pid).collect();
+    let daemons_named: Vec<(String, u32)> = daemons
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (format!("daemon-{i}"), d.pid))
+        .collect();
 
     // They divide the work: each of the three walks passes, and every schedule is synced.
     wait_for("every schedule synced, and every daemon walking", || {
@@ -363,6 +374,18 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
         );
         by_schedule.entry(run.schedule).or_default().push(run);
     }
+    let instances: BTreeSet<(&str, u32)> = runs
+        .iter()
+        .filter_map(|r| Some((r.instance.as_deref()?, r.pid?)))
+        .collect();
+    assert_eq!(
+        instances,
+        daemons_named
+            .iter()
+            .map(|(name, pid)| (name.as_str(), *pid))
+            .collect(),
+        "each pass names the daemon that walked it"
+    );
     for (schedule, mut passes) in by_schedule {
         passes.sort_by_key(|r| r.started_at);
         for pair in passes.windows(2) {
