@@ -198,6 +198,9 @@ pub struct SyncConfig {
     /// A pass that ends further than this behind the service's clock, with changes already
     /// waiting, ends `behind`.
     pub behind_after: Duration,
+    /// The name `sync_runs`, `status` and the metrics give this process's passes (several
+    /// daemons share the schedules); `None`: the host name.
+    pub instance: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

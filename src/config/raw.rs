@@ -98,6 +98,7 @@ pub(super) struct RawSync {
     #[serde(default, deserialize_with = "strict")]
     pub(super) shutdown_timeout_secs: Option<i64>,
     pub(super) behind_after: Option<String>,
+    pub(super) instance: Option<String>,
     #[serde(default)]
     pub(super) filter: RawFilter,
 }

@@ -85,6 +85,7 @@ fn defaults_fill_everything_not_given() {
     );
     assert_eq!(c.sync.cron, "0 */5 * * * *");
     assert_eq!(c.sync.details, DetailsMode::Auto);
+    assert_eq!((c.sync.concurrency, c.sync.instance.as_deref()), (16, None));
     assert_eq!(c.sync.reconcile_window, Duration::from_secs(7 * 86_400));
     assert_eq!(
         (c.log.level.as_str(), c.log.format),
@@ -147,6 +148,14 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         (
             with("sync", "concurrency = 0"),
             "config: sync.concurrency: 0 is outside 1..=64",
+        ),
+        (
+            with("sync", "instance = \" \""),
+            "config: sync.instance: must be 1 to 64 printable characters",
+        ),
+        (
+            with("sync", "instance = \"a\\u001b[31mb\""),
+            "config: sync.instance: must be 1 to 64 printable characters",
         ),
         (
             with("api", "base_url = \"calls.example.com\""),
@@ -564,7 +573,7 @@ fn environment_values_reach_string_keys_verbatim() {
 
 #[test]
 fn errors_from_the_environment_name_the_variable() {
-    let sync_keys = "`schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`";
+    let sync_keys = "`schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `instance`, `filter`";
     let cases = [
         (
             ("CALLSYNC_SYNC__BOGUS", "1"),
@@ -751,6 +760,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "reconcile_window",
         "shutdown_timeout_secs",
         "behind_after",
+        "instance",
         "level",
         "format",
         "listen",

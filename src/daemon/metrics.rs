@@ -37,7 +37,7 @@ use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
 use crate::sync::{PassReport, PassResult, WarehousePlace};
-use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS};
+use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS, Walker};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = STALE_TICKS;
@@ -279,8 +279,17 @@ pub struct Metrics {
 impl Metrics {
     /// Metrics of `schedules`, whose passes are of `kinds` (`incremental`, and `reconcile`
     /// when a reconcile cron is set): their series exist from now on.
-    pub fn new(schedules: Vec<Uuid>, kinds: &[&'static str]) -> Self {
-        let series = Series::new();
+    pub fn new(schedules: Vec<Uuid>, kinds: &[&'static str], walker: &Walker) -> Self {
+        let mut series = Series::new();
+        series.registry.register(
+            "daemon",
+            "Which daemon this is (always 1): its host, instance name and process id, as sync_runs records its passes",
+            Info::new(vec![
+                ("host", walker.host.clone()),
+                ("instance", walker.instance.clone()),
+                ("pid", walker.pid.to_string()),
+            ]),
+        );
         series.start_at_zero(&schedules, kinds);
         Metrics {
             figures: Mutex::default(),
@@ -346,6 +355,11 @@ impl Metrics {
             .throttled
             .inc_by(report.stats.throttled_ms as f64 / 1000.0);
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        // Another process held the schedule, or another daemon walked it since the tick: it
+        // is being walked, by someone else; this daemon's `/healthz` does not wait for it.
+        if matches!(report.result, PassResult::Skipped(_)) {
+            f.progressed(report.schedule);
+        }
         if report.succeeded() {
             series
                 .last_success
@@ -582,7 +596,11 @@ mod tests {
         let path = dir.path().join("w.db");
         let warehouse = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
         let health = Health {
-            metrics: Arc::new(Metrics::new(vec![Uuid::from_u128(1)], &["incremental"])),
+            metrics: Arc::new(Metrics::new(
+                vec![Uuid::from_u128(1)],
+                &["incremental"],
+                &Walker::this_process(None),
+            )),
             clock: TickClock::new("* * * * * *").unwrap(),
             warehouse: WarehousePlace::of(&warehouse),
         };

@@ -26,9 +26,11 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::service::Timestamp;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
 
@@ -92,6 +94,7 @@ pub async fn run_with(
     let metrics = Arc::new(metrics::Metrics::new(
         config.sync.schedules.clone(),
         pass_kinds(&config),
+        engine.walker(),
     ));
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
@@ -116,6 +119,7 @@ pub async fn run_with(
         cron = %config.sync.cron,
         reconcile_cron = config.sync.reconcile_cron.as_deref().unwrap_or("off"),
         concurrency = config.sync.concurrency,
+        walker = %engine.walker(),
         "callsync daemon started"
     );
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
@@ -268,8 +272,14 @@ struct Dispatcher {
     /// `sync.concurrency` passes at a time, whatever the number of schedules.
     permits: Arc<Semaphore>,
     passes: JoinSet<PassReport>,
-    /// Which schedule each task runs, to free its slot even if the task panicked.
-    tasks: HashMap<tokio::task::Id, Uuid>,
+    /// Which schedule each task runs (and the tick that started it), to free its slot even
+    /// if the task panicked.
+    tasks: HashMap<tokio::task::Id, (Uuid, Option<u64>)>,
+    /// The ticks whose passes are still running, by number: each logs one line when its
+    /// last pass ends.
+    ticks: HashMap<u64, TickTally>,
+    /// Ticks taken so far.
+    ticks_taken: u64,
     metrics: Arc<metrics::Metrics>,
     cancel: CancellationToken,
     /// `warehouse.keep_runs`; `None` keeps every pass.
@@ -335,6 +345,8 @@ impl Dispatcher {
             permits: Arc::new(Semaphore::new(config.sync.concurrency.max(1))),
             passes: JoinSet::new(),
             tasks: HashMap::new(),
+            ticks: HashMap::new(),
+            ticks_taken: 0,
             metrics,
             cancel,
             retention: config.warehouse.keep_runs.map(|keep| {
@@ -351,16 +363,24 @@ impl Dispatcher {
         if tick == Tick::Sync {
             self.metrics.sync_tick();
         }
+        self.ticks_taken += 1;
+        let number = self.ticks_taken;
+        // A schedule another daemon walked since this instant is left to the next tick.
+        let at = Timestamp::now();
+        let mut tally = TickTally::new(tick, number);
+        tracing::debug!(tick = tick_name(tick), number, "tick");
         let mut started = Vec::new();
         for i in 0..self.slots.len() {
             let (schedule, slot) = &mut self.slots[i];
             let schedule = *schedule;
             match slot.on_tick(tick) {
                 TickDecision::Start(kind) => {
-                    self.start(i, kind);
+                    self.start(i, kind, Some((number, at)));
                     started.push(schedule);
+                    tally.running += 1;
                 }
                 TickDecision::StillRunning(running) => {
+                    tally.still_running += 1;
                     tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
                 }
                 TickDecision::ReconcileQueued { backing_off: false } => {
@@ -373,9 +393,15 @@ impl Dispatcher {
                     failures,
                     ticks_left,
                 } => {
+                    tally.backing_off += 1;
                     tracing::info!(%schedule, failures, ticks_left, "tick skipped: backing off after failures");
                 }
             }
+        }
+        if tally.running == 0 {
+            tally.log();
+        } else {
+            self.ticks.insert(number, tally);
         }
         started
     }
@@ -397,7 +423,7 @@ impl Dispatcher {
             Ok((id, _)) => *id,
             Err(err) => err.id(),
         };
-        let Some(schedule) = self.tasks.remove(&id) else {
+        let Some((schedule, tick)) = self.tasks.remove(&id) else {
             return;
         };
         let result = match done {
@@ -420,6 +446,13 @@ impl Dispatcher {
             }
             Err(_) => PassResult::Interrupted,
         };
+        if let Some(number) = tick
+            && let Some(tally) = self.ticks.get_mut(&number)
+            && tally.ended(&result)
+        {
+            tally.log();
+            self.ticks.remove(&number);
+        }
         let Some(i) = self.slots.iter().position(|(s, _)| *s == schedule) else {
             return;
         };
@@ -430,11 +463,13 @@ impl Dispatcher {
             tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
         }
         if slot.on_done(&result) && !self.cancel.is_cancelled() {
-            self.start(i, RunKind::Reconcile);
+            self.start(i, RunKind::Reconcile, None);
         }
     }
 
-    fn start(&mut self, i: usize, kind: RunKind) {
+    /// Starts a pass of the `i`-th schedule; `tick`: the number and instant of the tick that
+    /// started it, if one did (a queued reconciliation starts when a pass ends).
+    fn start(&mut self, i: usize, kind: RunKind, tick: Option<(u64, Timestamp)>) {
         let (schedule, slot) = &mut self.slots[i];
         let schedule = *schedule;
         slot.running = Some(kind);
@@ -446,30 +481,121 @@ impl Dispatcher {
             }
             _ => self.incremental.clone(),
         };
+        // Passes started by a tick leave alone a schedule another daemon walked since it;
+        // a queued reconciliation, due since its tick, uses the instant it starts.
+        let mut plan = plan;
+        plan.unless_walked_since = Some(tick.map_or_else(Timestamp::now, |(_, at)| at));
         let engine = self.engine.clone();
         let permits = self.permits.clone();
         let cancel = self.cancel.clone();
         let progress = Health(self.metrics.clone());
         let retention = self.retention.clone();
-        let task = self.passes.spawn(async move {
-            // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
-            // queueing passes; shutdown does not wait for a pass that never started.
-            let _permit = tokio::select! {
-                permit = permits.acquire_owned() => permit.ok(),
-                () = cancel.cancelled() => None,
-            };
-            if cancel.is_cancelled() {
-                return not_started(schedule, plan.kind);
+        // A tick's passes log within its span (`tick{number=N}:pass{…}`), as its tick line
+        // is numbered: which tick walked what.
+        let span = match tick {
+            Some((number, _)) => tracing::info_span!("tick", number),
+            None => tracing::Span::none(),
+        };
+        let task = self.passes.spawn(
+            async move {
+                // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
+                // queueing passes; shutdown does not wait for a pass that never started.
+                let _permit = tokio::select! {
+                    permit = permits.acquire_owned() => permit.ok(),
+                    () = cancel.cancelled() => None,
+                };
+                if cancel.is_cancelled() {
+                    return not_started(schedule, plan.kind);
+                }
+                let report = engine.run_pass(schedule, &plan, &cancel, &progress).await;
+                // In the pass's task, so the daemon's loop never waits for the writer, and
+                // shutdown drains it like a pass.
+                if let Some(retention) = retention.filter(|r| !cancel.is_cancelled() && r.due()) {
+                    retention.apply(&engine).await;
+                }
+                report
             }
-            let report = engine.run_pass(schedule, &plan, &cancel, &progress).await;
-            // In the pass's task, so the daemon's loop never waits for the writer, and
-            // shutdown drains it like a pass.
-            if let Some(retention) = retention.filter(|r| !cancel.is_cancelled() && r.due()) {
-                retention.apply(&engine).await;
+            .instrument(span),
+        );
+        self.tasks
+            .insert(task.id(), (schedule, tick.map(|(number, _)| number)));
+    }
+}
+
+/// What became of one tick's schedules, logged in one line when its last pass ends: with
+/// several daemons sharing the schedules, how many this one walked and how many were
+/// another's (held by it, or walked by it since the tick).
+#[derive(Debug)]
+struct TickTally {
+    tick: Tick,
+    number: u64,
+    began: std::time::Instant,
+    /// Passes started and not ended yet.
+    running: usize,
+    walked: usize,
+    behind: usize,
+    failed: usize,
+    interrupted: usize,
+    /// Held by another process, or walked by another since the tick: not this daemon's.
+    elsewhere: usize,
+    still_running: usize,
+    backing_off: usize,
+}
+
+impl TickTally {
+    fn new(tick: Tick, number: u64) -> Self {
+        TickTally {
+            tick,
+            number,
+            began: std::time::Instant::now(),
+            running: 0,
+            walked: 0,
+            behind: 0,
+            failed: 0,
+            interrupted: 0,
+            elsewhere: 0,
+            still_running: 0,
+            backing_off: 0,
+        }
+    }
+
+    /// Counts a pass's end; `true` when it was the tick's last.
+    fn ended(&mut self, result: &PassResult) -> bool {
+        match result {
+            PassResult::Completed => self.walked += 1,
+            PassResult::Behind => {
+                self.walked += 1;
+                self.behind += 1;
             }
-            report
-        });
-        self.tasks.insert(task.id(), schedule);
+            PassResult::Failed(_) => self.failed += 1,
+            PassResult::Interrupted => self.interrupted += 1,
+            PassResult::Skipped(_) => self.elsewhere += 1,
+        }
+        self.running = self.running.saturating_sub(1);
+        self.running == 0
+    }
+
+    fn log(&self) {
+        tracing::info!(
+            tick = tick_name(self.tick),
+            number = self.number,
+            walked = self.walked,
+            behind = self.behind,
+            failed = self.failed,
+            interrupted = self.interrupted,
+            elsewhere = self.elsewhere,
+            still_running = self.still_running,
+            backing_off = self.backing_off,
+            duration_ms = self.began.elapsed().as_millis() as u64,
+            "tick done (elsewhere: held by another process, or walked by another daemon since the tick)"
+        );
+    }
+}
+
+fn tick_name(tick: Tick) -> &'static str {
+    match tick {
+        Tick::Sync => "sync",
+        Tick::Reconcile => "reconcile",
     }
 }
 

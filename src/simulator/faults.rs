@@ -102,12 +102,12 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         !is_write && path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
     let gate = super::lock(&shared.list_hold).clone();
     if let Some(gate) = gate.filter(|_| is_list) {
-        gate.pass().await;
+        gate.pass(path).await;
     }
     let write_gate = super::lock(&shared.write_hold).clone().filter(|_| is_write);
     let delay = shared.faults().delay_writes;
     if let Some(gate) = write_gate.as_ref().filter(|_| delay.is_zero()) {
-        gate.pass().await;
+        gate.pass(path).await;
     }
     let hold = shared.faults().hold_write_answers;
     if is_write && !hold.is_zero() {
@@ -131,9 +131,10 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Spawned, so that the work is done even when the client hangs up and this future is
         // dropped.
+        let path = path.to_owned();
         let work = tokio::spawn(async move {
             if let Some(gate) = write_gate {
-                gate.pass().await;
+                gate.pass(&path).await;
             }
             tokio::time::sleep(delay).await;
             next.run(request).await

@@ -27,6 +27,8 @@ pub(super) struct Gate {
     arrived: watch::Sender<usize>,
     /// Requests up to this one may go on.
     released: watch::Sender<usize>,
+    /// Each request's path, in the order they arrived: whose request is held.
+    paths: std::sync::Mutex<Vec<String>>,
 }
 
 impl RequestHold {
@@ -37,6 +39,7 @@ impl RequestHold {
             count: AtomicUsize::new(0),
             arrived: watch::Sender::new(0),
             released: watch::Sender::new(0),
+            paths: std::sync::Mutex::default(),
         });
         (RequestHold(gate.clone()), gate)
     }
@@ -47,6 +50,13 @@ impl RequestHold {
         let mut arrived = self.0.arrived.subscribe();
         // The sender lives as long as `self`: waiting cannot fail.
         let _ = arrived.wait_for(|latest| *latest >= n).await;
+    }
+
+    /// The path of the `n`-th request since the hold was set (a list request's names its
+    /// schedule), once it has arrived.
+    pub fn path(&self, n: usize) -> Option<String> {
+        let paths = self.0.paths.lock().unwrap_or_else(|p| p.into_inner());
+        paths.get(n.checked_sub(1)?).cloned()
     }
 
     /// Lets the requests up to the `n`-th go on; those after it are still held.
@@ -64,9 +74,14 @@ impl Drop for RequestHold {
 }
 
 impl Gate {
-    /// Counts one request and waits while the test holds it.
-    pub(super) async fn pass(&self) {
-        let n = self.count.fetch_add(1, Ordering::SeqCst) + 1;
+    /// Counts one request (to `path`) and waits while the test holds it.
+    pub(super) async fn pass(&self, path: &str) {
+        let n = {
+            // Numbered and recorded under one lock, so the n-th path is the n-th request's.
+            let mut paths = self.paths.lock().unwrap_or_else(|p| p.into_inner());
+            paths.push(path.to_owned());
+            self.count.fetch_add(1, Ordering::SeqCst) + 1
+        };
         self.arrived
             .send_modify(|latest| *latest = (*latest).max(n));
         if (self.from..=self.to).contains(&n) {

@@ -24,7 +24,7 @@ use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::service::Timestamp;
 use crate::warehouse::{
-    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
+    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Walker, Warehouse, WarehouseError,
     check_usable,
 };
 
@@ -41,6 +41,8 @@ pub struct Engine {
     warehouse: WarehousePlace,
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
+    /// This process, as `sync_runs` records the passes it walks.
+    walker: Walker,
 }
 
 /// The warehouse's path and the file the engine opened there: cheap to clone, so that
@@ -86,6 +88,9 @@ pub struct PassPlan {
     /// Stop once the walk is past this instant.
     pub until: Option<Timestamp>,
     pub details: DetailsMode,
+    /// Skip the schedule (`Skipped`) if a pass of this kind began at or after this instant
+    /// and finished: the daemon's tick, when several daemons share the schedules.
+    pub unless_walked_since: Option<Timestamp>,
 }
 
 impl PassPlan {
@@ -95,6 +100,7 @@ impl PassPlan {
             since: None,
             until: None,
             details: config.details,
+            unless_walked_since: None,
         }
     }
 
@@ -108,6 +114,7 @@ impl PassPlan {
             since: Some(since.unwrap_or(Timestamp::EPOCH)),
             until,
             details: config.details,
+            unless_walked_since: None,
         }
     }
 
@@ -119,6 +126,7 @@ impl PassPlan {
             since: Some(Timestamp::now().saturating_sub(window)),
             until: None,
             details: DetailsMode::Always,
+            unless_walked_since: None,
         }
     }
 
@@ -215,8 +223,10 @@ impl PassReport {
         self.stats.slowed_by(self.duration.as_millis() as u64)
     }
 
-    /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag.
-    fn log(&self, counts_only: bool) {
+    /// One line per pass per schedule: pages, calls seen and written, retries, duration, lag;
+    /// a skipped pass at DEBUG when `quiet_skip` (the daemon's, counted on its tick line), at
+    /// WARN otherwise.
+    fn log(&self, counts_only: bool, quiet_skip: bool) {
         let s = &self.stats;
         let lag_secs = self.lag_secs;
         let slowed_by = self.slowed_by().join(",");
@@ -247,7 +257,11 @@ impl PassReport {
                 warn,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
             ),
-            PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),
+            // A daemon sharing the schedules skips every schedule another walks: its tick
+            // line counts them, each alone is a detail.
+            PassResult::Skipped(reason) if quiet_skip => pass_line!(debug, %reason, "pass skipped"),
+            // A command's (`sync`, `backfill`): what it was asked to do was not done.
+            PassResult::Skipped(reason) => pass_line!(warn, %reason, "pass skipped"),
             PassResult::Failed(error) => pass_line!(
                 error, error = %error,
                 "pass failed; the checkpoint stays at the last committed page"
@@ -301,7 +315,13 @@ impl Engine {
                 opened: None,
             },
             counts_only,
+            walker: Walker::this_process(config.sync.instance.as_deref()),
         })
+    }
+
+    /// This process, as `sync_runs` records the passes it walks.
+    pub fn walker(&self) -> &Walker {
+        &self.walker
     }
 
     pub fn warehouse_path(&self) -> &Path {

@@ -32,7 +32,7 @@ use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats};
+use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
 /// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less
 /// than this after it may still be from the present.
@@ -182,7 +182,14 @@ impl Pass<'_> {
         let started = Instant::now();
         let result = match self.claim().await {
             Ok(claim) => {
-                let result = self.recorded().await;
+                let result = match self.walked_elsewhere().await {
+                    Ok(Some(walker)) => PassResult::Skipped(format!(
+                        "schedule {} was walked by {walker} since this tick",
+                        self.schedule
+                    )),
+                    Ok(None) => self.recorded().await,
+                    Err(err) => PassResult::Failed(error_chain(&err)),
+                };
                 drop(claim);
                 result
             }
@@ -200,7 +207,10 @@ impl Pass<'_> {
             lag_secs: self.lag_secs(),
             duration: started.elapsed(),
         };
-        report.log(self.engine.counts_only);
+        report.log(
+            self.engine.counts_only,
+            self.plan.unless_walked_since.is_some(),
+        );
         report
     }
 
@@ -209,13 +219,28 @@ impl Pass<'_> {
         self.engine.writer.call(move |s| s.claim(schedule)).await
     }
 
+    /// Who walked this schedule since the daemon's tick (`PassPlan::unless_walked_since`):
+    /// with several daemons sharing the schedules, the first to claim it on a tick walks it,
+    /// and the others, claiming it after that pass ended, leave it for the next tick.
+    async fn walked_elsewhere(&self) -> Result<Option<Walker>, SyncError> {
+        let Some(since) = self.plan.unless_walked_since else {
+            return Ok(None);
+        };
+        let (schedule, kind) = (self.schedule, self.plan.kind);
+        self.engine
+            .writer
+            .call(move |s| s.walked_since(schedule, kind, since))
+            .await
+    }
+
     /// The walk, between its `sync_runs` row's start and end.
     async fn recorded(&mut self) -> PassResult {
         let (schedule, kind, started_at) = (self.schedule, self.plan.kind, Timestamp::now());
+        let walker = self.engine.walker.clone();
         let run = match self
             .engine
             .writer
-            .call(move |s| s.start_run(schedule, kind, started_at))
+            .call(move |s| s.start_run(schedule, kind, started_at, &walker))
             .await
         {
             Ok(run) => run,

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use crate::warehouse::file_lock::LockError;
 use crate::warehouse::{
-    PageWrite, RunId, RunKind, RunRecord, ScheduleLock, Warehouse, WarehouseError,
+    PageWrite, RunId, RunKind, RunRecord, ScheduleLock, Walker, Warehouse, WarehouseError,
 };
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
@@ -44,12 +44,24 @@ pub trait Sink: Send + 'static {
     fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError>;
     /// Where the schedule's next incremental pass starts (before the lookback).
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError>;
-    /// Records that a pass began; `None` when the sink keeps no record (a dry run).
+    /// Who walked `schedule`'s latest pass of `kind`, if it began at or after `since` and
+    /// finished (asked while holding the claim, so an unfinished one's process died). A
+    /// daemon sharing the schedules with others skips a schedule another walked since its
+    /// tick; `None` from a sink that keeps no record.
+    fn walked_since(
+        &self,
+        schedule: Uuid,
+        kind: RunKind,
+        since: Timestamp,
+    ) -> Result<Option<Walker>, SyncError>;
+    /// Records that a pass began, walked by `walker`; `None` when the sink keeps no record
+    /// (a dry run).
     fn start_run(
         &mut self,
         schedule: Uuid,
         kind: RunKind,
         started_at: Timestamp,
+        walker: &Walker,
     ) -> Result<Option<RunId>, SyncError>;
     /// Stores a page and its checkpoint, all or nothing.
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError>;
@@ -99,14 +111,25 @@ impl Sink for WarehouseSink {
         Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
     }
 
+    fn walked_since(
+        &self,
+        schedule: Uuid,
+        kind: RunKind,
+        since: Timestamp,
+    ) -> Result<Option<Walker>, SyncError> {
+        Ok(self.0.walked_since(schedule, kind, since)?)
+    }
+
     fn start_run(
         &mut self,
         schedule: Uuid,
         kind: RunKind,
         started_at: Timestamp,
+        walker: &Walker,
     ) -> Result<Option<RunId>, SyncError> {
         Ok(Some(
-            self.in_place()?.start_run(schedule, kind, started_at)?,
+            self.in_place()?
+                .start_run(schedule, kind, started_at, walker)?,
         ))
     }
 
@@ -142,11 +165,21 @@ impl Sink for DryRunSink {
         Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
     }
 
+    fn walked_since(
+        &self,
+        _schedule: Uuid,
+        _kind: RunKind,
+        _since: Timestamp,
+    ) -> Result<Option<Walker>, SyncError> {
+        Ok(None)
+    }
+
     fn start_run(
         &mut self,
         _schedule: Uuid,
         _kind: RunKind,
         _started_at: Timestamp,
+        _walker: &Walker,
     ) -> Result<Option<RunId>, SyncError> {
         Ok(None)
     }

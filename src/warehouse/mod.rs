@@ -40,7 +40,7 @@ pub use queries::{
     Snapshot, TICKS_COUNTED, render_status,
 };
 pub use rows::e164;
-pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
+pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 pub use scratch::{CallsByExternalId, SeenExternalIds};
 

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use super::runs::{RunOutcome, RunStats, parse};
+use super::runs::{RunOutcome, RunStats, WALKER_CHARS, Walker, parse};
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
@@ -132,6 +132,11 @@ pub struct RunSummary {
     pub throttled_secs: f64,
     /// Calls stamped later than the service's own clock.
     pub future_rows: i64,
+    /// Who walked it (schema 8): the machine's host name, the daemon's `[daemon] instance`,
+    /// its process id; `None` for passes recorded before.
+    pub host: Option<String>,
+    pub instance: Option<String>,
+    pub pid: Option<i64>,
     #[serde(skip)]
     outcome: Option<PassOutcome>,
 }
@@ -285,7 +290,7 @@ impl Warehouse {
             .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
                    retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-                   throttled_secs, future_rows
+                   throttled_secs, future_rows, host, instance, pid
                  FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC",
             )
             .sql(&self.path, "reading the last passes")?;
@@ -521,9 +526,12 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                 };
                 let _ = writeln!(
                     out,
-                    "  last pass    {} started {}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
+                    "  last pass    {} started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
                     run.kind,
                     run.started_at,
+                    run.walked_by()
+                        .map(|by| format!(" by {by}"))
+                        .unwrap_or_default(),
                     run.pages,
                     run.calls_seen,
                     run.calls_written,
@@ -629,11 +637,33 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
         rate_limited: r.get(13)?,
         throttled_secs: r.get(14)?,
         future_rows: r.get(15)?,
+        host: r
+            .get::<_, Option<String>>(16)?
+            .map(|h| untrusted_text(&h, WALKER_CHARS)),
+        instance: r
+            .get::<_, Option<String>>(17)?
+            .map(|i| untrusted_text(&i, WALKER_CHARS)),
+        pid: r.get(18)?,
         outcome,
     })
 }
 
 impl RunSummary {
+    /// Who walked it, as the daemon's log names itself (`instance on host pid N`, or `host
+    /// pid N` when the instance is the host); `None` for a pass recorded before schema 8.
+    pub fn walked_by(&self) -> Option<String> {
+        let host = self.host.clone()?;
+        let walker = Walker {
+            instance: self.instance.clone().unwrap_or_else(|| host.clone()),
+            host,
+            pid: self
+                .pid
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or_default(),
+        };
+        Some(walker.to_string())
+    }
+
     pub fn outcome(&self) -> PassOutcome {
         self.outcome.unwrap_or(PassOutcome::Running)
     }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use crate::service::Timestamp;
+use crate::untrusted::untrusted_text;
 
 /// The `sync_runs.error` of a pass stopped by shutdown: not a failure, the next pass resumes
 /// from its last committed page.
@@ -40,6 +41,53 @@ impl RunKind {
         }
     }
 }
+
+/// Who walked a pass: the machine, the daemon's instance name and its process. Several
+/// daemons may share a warehouse's schedules; `sync_runs` and `status` say which walked what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Walker {
+    pub host: String,
+    /// `[daemon] instance`; the host name by default.
+    pub instance: String,
+    pub pid: u32,
+}
+
+impl Walker {
+    /// This process, named `instance` (the host name when `None`).
+    pub fn this_process(instance: Option<&str>) -> Self {
+        let host = host_name();
+        Walker {
+            instance: instance.map_or_else(|| host.clone(), str::to_owned),
+            host,
+            pid: std::process::id(),
+        }
+    }
+}
+
+impl std::fmt::Display for Walker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.instance == self.host {
+            write!(f, "{} pid {}", self.host, self.pid)
+        } else {
+            write!(f, "{} on {} pid {}", self.instance, self.host, self.pid)
+        }
+    }
+}
+
+/// The machine's host name (`gethostname`), `localhost` if it cannot be read.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match std::str::from_utf8(&buf[..end]) {
+        Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+        _ => "localhost".to_owned(),
+    }
+}
+
+/// The most characters of a stored host or instance name shown.
+pub(super) const WALKER_CHARS: usize = 255;
 
 /// The row id of a `sync_runs` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,20 +231,70 @@ impl Warehouse {
         schedule: Uuid,
         kind: RunKind,
         started_at: Timestamp,
+        walker: &Walker,
     ) -> Result<RunId, WarehouseError> {
         self.conn
             .prepare_cached(
-                "INSERT INTO sync_runs (schedule_uid, kind, started_at) VALUES (?1, ?2, ?3)",
+                "INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )
             .and_then(|mut s| {
                 s.execute(params![
                     schedule.to_string(),
                     kind.as_str(),
-                    started_at.to_sqlite()
+                    started_at.to_sqlite(),
+                    walker.host,
+                    walker.instance,
+                    walker.pid,
                 ])
             })
             .sql(&self.path, "recording the start of a pass")?;
         Ok(RunId(self.conn.last_insert_rowid()))
+    }
+
+    /// Who walked `schedule`'s latest pass of `kind`, if that pass began at or after `since`
+    /// and finished. The caller holds the schedule's claim, so a latest pass not finished
+    /// is one whose process died: not walked, whatever its start.
+    pub fn walked_since(
+        &self,
+        schedule: Uuid,
+        kind: RunKind,
+        since: Timestamp,
+    ) -> Result<Option<Walker>, WarehouseError> {
+        type Latest = (
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<u32>,
+        );
+        let latest: Option<Latest> = self
+            .conn
+            .prepare_cached(
+                "SELECT started_at, finished_at, host, instance, pid FROM sync_runs
+                 WHERE schedule_uid = ?1 AND kind = ?2 ORDER BY id DESC LIMIT 1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![schedule.to_string(), kind.as_str()], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .optional()
+            })
+            .sql(&self.path, "reading a schedule's latest pass")?;
+        let Some((started_at, Some(_finished), host, instance, pid)) = latest else {
+            return Ok(None);
+        };
+        if parse(&self.path, &started_at, "sync_runs.started_at")? < since {
+            return Ok(None);
+        }
+        // Text from a file, shown in log lines: made safe first.
+        let safe = |text: Option<String>| text.map(|t| untrusted_text(&t, WALKER_CHARS));
+        let host = safe(host).unwrap_or_else(|| "?".to_owned());
+        Ok(Some(Walker {
+            instance: safe(instance).unwrap_or_else(|| host.clone()),
+            host,
+            pid: pid.unwrap_or_default(),
+        }))
     }
 
     /// Deletes the `sync_runs` rows of passes that finished before `cutoff`, except each

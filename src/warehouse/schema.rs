@@ -81,13 +81,32 @@ pub fn open_for_writing(
     // many as a page write uses).
     conn.set_prepared_statement_cache_capacity(64);
     persist_wal(&conn).map_err(open_err)?;
-    MIGRATIONS
-        .to_latest(&mut conn)
-        .map_err(|cause| WarehouseError::Migrate {
-            path: path.to_owned(),
-            cause,
-        })?;
+    migrate_to_latest(&mut conn, path)?;
     Ok((conn, before))
+}
+
+/// Applies the pending migrations, as another process may be doing at the same instant
+/// (daemons sharing the schedules start together): rusqlite_migration reads the version
+/// before its transaction begins, so the second of two processes runs a migration the first
+/// has just committed, and fails (`table … already exists`). Its transaction is rolled back;
+/// when the version has moved meanwhile, the migrations go on from the new one.
+fn migrate_to_latest(conn: &mut Connection, path: &Path) -> Result<(), WarehouseError> {
+    let migrate_err = |cause| WarehouseError::Migrate {
+        path: path.to_owned(),
+        cause,
+    };
+    loop {
+        let before = MIGRATIONS.current_version(conn).map_err(migrate_err)?;
+        match MIGRATIONS.to_latest(conn) {
+            Ok(()) => return Ok(()),
+            Err(cause) => {
+                let now = MIGRATIONS.current_version(conn).map_err(migrate_err)?;
+                if now == before {
+                    return Err(migrate_err(cause));
+                }
+            }
+        }
+    }
 }
 
 /// A private in-memory warehouse with the current schema (a dry run without a file).
@@ -346,6 +365,6 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 6);
+        assert_eq!(latest_version(), 7);
     }
 }

@@ -15,6 +15,15 @@ fn open(dir: &tempfile::TempDir) -> Warehouse {
     Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap()
 }
 
+/// The walker the tests record their passes as.
+fn walker() -> Walker {
+    Walker {
+        host: "db-host".into(),
+        instance: "blue".into(),
+        pid: 4242,
+    }
+}
+
 fn ts(s: &str) -> Timestamp {
     Timestamp::parse(s).unwrap()
 }
@@ -826,11 +835,43 @@ fn migrate_reports_versions() {
 }
 
 #[test]
+fn writers_opening_a_new_warehouse_at_once_all_migrate_it() {
+    // Daemons sharing the schedules start together: each opens (and migrates) the file.
+    for round in 0..4 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let writers: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    Warehouse::open(&path, Duration::from_secs(30)).map(drop)
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer
+                .join()
+                .unwrap()
+                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+        }
+        let w = Warehouse::open_read_only(&path).unwrap();
+        assert!(w.status().unwrap().is_empty());
+    }
+}
+
+#[test]
 fn status_reports_runs_checkpoints_and_counts() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = open(&dir);
     let run = w
-        .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T01:00:00Z"))
+        .start_run(
+            SCHEDULE,
+            RunKind::Incremental,
+            ts("2026-01-01T01:00:00Z"),
+            &walker(),
+        )
         .unwrap();
     write(
         &mut w,
@@ -851,7 +892,12 @@ fn status_reports_runs_checkpoints_and_counts() {
     )
     .unwrap();
     let failed = w
-        .start_run(SCHEDULE, RunKind::Backfill, ts("2026-01-01T02:00:00Z"))
+        .start_run(
+            SCHEDULE,
+            RunKind::Backfill,
+            ts("2026-01-01T02:00:00Z"),
+            &walker(),
+        )
         .unwrap();
     w.finish_run(
         failed,
@@ -892,6 +938,88 @@ fn status_reports_runs_checkpoints_and_counts() {
     assert_eq!(json["lag_secs"], json!(6610.5));
     assert_eq!(json["last_result"], json!("failed"));
     assert_eq!(json["last_run"]["error"], json!("HTTP 503"));
+    // Who walked the pass: in the text and the JSON.
+    assert!(
+        text.contains(
+            "last pass    backfill started 2026-01-01T02:00:00Z by blue on db-host pid 4242:"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        (
+            &json["last_run"]["host"],
+            &json["last_run"]["instance"],
+            &json["last_run"]["pid"]
+        ),
+        (&json!("db-host"), &json!("blue"), &json!(4242))
+    );
+}
+
+#[test]
+fn walked_since_names_the_walker_of_a_finished_pass_begun_since_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = open(&dir);
+    let tick = ts("2026-01-01T01:00:00Z");
+    let walked = |w: &Warehouse, kind, since| w.walked_since(SCHEDULE, kind, since).unwrap();
+    assert_eq!(walked(&w, RunKind::Incremental, tick), None, "no pass yet");
+    // A pass begun before the tick is the previous tick's.
+    let before = w
+        .start_run(
+            SCHEDULE,
+            RunKind::Incremental,
+            ts("2026-01-01T00:59:59.999Z"),
+            &walker(),
+        )
+        .unwrap();
+    w.finish_run(
+        before,
+        &record(
+            RunOutcome::Completed,
+            RunStats::default(),
+            "2026-01-01T01:00:01Z",
+            None,
+        ),
+    )
+    .unwrap();
+    assert_eq!(walked(&w, RunKind::Incremental, tick), None);
+    // Begun at the tick or after: walked, by whom it says; whatever its outcome.
+    let other = Walker {
+        host: "other-host".into(),
+        instance: "other-host".into(),
+        pid: 7,
+    };
+    let run = w
+        .start_run(SCHEDULE, RunKind::Incremental, tick, &other)
+        .unwrap();
+    // Not finished while the caller holds the claim: its process died; walk it again.
+    assert_eq!(walked(&w, RunKind::Incremental, tick), None);
+    w.finish_run(
+        run,
+        &record(
+            RunOutcome::Failed,
+            RunStats::default(),
+            "2026-01-01T01:00:02Z",
+            Some("HTTP 503"),
+        ),
+    )
+    .unwrap();
+    assert_eq!(walked(&w, RunKind::Incremental, tick), Some(other.clone()));
+    assert_eq!(other.to_string(), "other-host pid 7");
+    // Another kind is another question; a later tick too.
+    assert_eq!(walked(&w, RunKind::Reconcile, tick), None);
+    assert_eq!(
+        walked(&w, RunKind::Incremental, ts("2026-01-01T01:00:00.001Z")),
+        None
+    );
+    // A newer pass of the kind that died decides: the schedule is walked again.
+    w.start_run(
+        SCHEDULE,
+        RunKind::Incremental,
+        ts("2026-01-01T01:00:03Z"),
+        &walker(),
+    )
+    .unwrap();
+    assert_eq!(walked(&w, RunKind::Incremental, tick), None);
 }
 
 fn record(
@@ -915,7 +1043,12 @@ fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = open(&dir);
     let run = w
-        .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T02:00:00Z"))
+        .start_run(
+            SCHEDULE,
+            RunKind::Incremental,
+            ts("2026-01-01T02:00:00Z"),
+            &walker(),
+        )
         .unwrap();
     let finished = record(
         RunOutcome::Completed,
@@ -960,8 +1093,13 @@ fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
     );
 
     // A pass that has not ended counts from its start.
-    w.start_run(SCHEDULE, RunKind::Reconcile, ts("2026-01-01T02:30:00Z"))
-        .unwrap();
+    w.start_run(
+        SCHEDULE,
+        RunKind::Reconcile,
+        ts("2026-01-01T02:30:00Z"),
+        &walker(),
+    )
+    .unwrap();
     let status = w.status_at(now).unwrap().remove(0);
     assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:30:00Z")));
 }
@@ -972,7 +1110,12 @@ fn status_says_a_schedule_falls_behind_and_why() {
     let mut w = open(&dir);
     let pass = |w: &mut Warehouse, outcome: RunOutcome, stats: RunStats| {
         let run = w
-            .start_run(SCHEDULE, RunKind::Incremental, ts("2026-01-01T01:00:00Z"))
+            .start_run(
+                SCHEDULE,
+                RunKind::Incremental,
+                ts("2026-01-01T01:00:00Z"),
+                &walker(),
+            )
             .unwrap();
         let mut rec = record(outcome, stats, "2026-01-01T01:00:10Z", None);
         rec.horizon = Some(ts("2026-01-01T00:59:59Z"));
@@ -1056,12 +1199,15 @@ fn last_result_says_how_the_latest_pass_ended() {
         ),
     ];
     for (outcome, error, expected) in cases {
-        let run = w.start_run(SCHEDULE, RunKind::Incremental, at).unwrap();
+        let run = w
+            .start_run(SCHEDULE, RunKind::Incremental, at, &walker())
+            .unwrap();
         let rec = record(outcome, RunStats::default(), "2026-01-01T01:00:00Z", error);
         w.finish_run(run, &rec).unwrap();
         assert_eq!(result(&w), expected, "{error:?}");
     }
-    w.start_run(SCHEDULE, RunKind::Incremental, at).unwrap();
+    w.start_run(SCHEDULE, RunKind::Incremental, at, &walker())
+        .unwrap();
     assert_eq!(result(&w), json!("running"));
 }
 

@@ -20,6 +20,7 @@ fn stdout(out: &std::process::Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_truth() {
+    let latest = callsync::warehouse::latest_version();
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 150,
@@ -39,7 +40,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "backed up {} to {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls\n",
+            "backed up {} to {}: {bytes} bytes, schema version {latest}, 2 schedules, 300 calls\n",
             db.display(),
             copy.display()
         )
@@ -61,7 +62,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "restored {} into {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
+            "restored {} into {}: {bytes} bytes, schema version {latest}, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
             copy.display(),
             db.display(),
             db.display(),

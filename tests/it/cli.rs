@@ -93,7 +93,7 @@ async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothin
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `filter`\n"
+        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `instance`, `filter`\n"
     );
 
     let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "foo=[")]).await;
@@ -156,8 +156,9 @@ async fn sync_status_and_migrate_through_the_binary() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 6\n",
-            env.warehouse_path().display()
+            "warehouse {}: schema version 0 -> {}\n",
+            env.warehouse_path().display(),
+            callsync::warehouse::latest_version()
         )
     );
 
@@ -236,8 +237,9 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!(
-            "warehouse {}: schema version 0 -> 6\n",
-            env.warehouse_path().display()
+            "warehouse {}: schema version 0 -> {}\n",
+            env.warehouse_path().display(),
+            callsync::warehouse::latest_version()
         )
     );
 
@@ -417,9 +419,10 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
     }
     std::fs::remove_file(&db).unwrap();
     assert!(callsync(&["--config", c, "migrate"]).await.status.success());
+    let latest = callsync::warehouse::latest_version();
     rusqlite::Connection::open(&db)
         .unwrap()
-        .pragma_update(None, "user_version", 7)
+        .pragma_update(None, "user_version", (latest + 1) as i64)
         .unwrap();
     for command in &commands {
         let args: Vec<&str> = ["--config", c].iter().chain(command).copied().collect();
@@ -427,7 +430,10 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
         check(
             &out,
             &args,
-            "has schema version 7, newer than this callsync knows (6); upgrade callsync\n",
+            &format!(
+                "has schema version {}, newer than this callsync knows ({latest}); upgrade callsync\n",
+                latest + 1
+            ),
         );
     }
 }
@@ -1057,7 +1063,12 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
             .expect("warehouse");
         for (schedule, at) in [(stale, stale_at), (fresh, ago(60))] {
             let run = w
-                .start_run(schedule, RunKind::Incremental, at)
+                .start_run(
+                    schedule,
+                    RunKind::Incremental,
+                    at,
+                    &callsync::warehouse::Walker::this_process(None),
+                )
                 .expect("started");
             let record = RunRecord {
                 outcome: RunOutcome::Completed,
@@ -1150,7 +1161,11 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("warehouse {}: schema version 0 -> 6\n", warehouse.display())
+        format!(
+            "warehouse {}: schema version 0 -> {}\n",
+            warehouse.display(),
+            callsync::warehouse::latest_version()
+        )
     );
 
     let other = dir.path().join("other.db");
@@ -1170,7 +1185,11 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        format!("warehouse {}: schema version 0 -> 6\n", other.display())
+        format!(
+            "warehouse {}: schema version 0 -> {}\n",
+            other.display(),
+            callsync::warehouse::latest_version()
+        )
     );
 }
 

@@ -431,6 +431,15 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         )),
         1.0
     );
+    // Which daemon this is, once (an info series), as sync_runs names its passes.
+    let walker = callsync::warehouse::Walker::this_process(None);
+    assert_eq!(
+        value(&format!(
+            "callsync_daemon_info{{host=\"{}\",instance=\"{}\",pid=\"{}\"}}",
+            walker.host, walker.instance, walker.pid
+        )),
+        1.0
+    );
     assert!(
         value(&format!(
             "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",

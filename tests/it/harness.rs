@@ -271,6 +271,7 @@ pub fn config_for(
             reconcile_window: Duration::from_secs(7 * 86_400),
             shutdown_timeout: Duration::from_secs(10),
             behind_after: Duration::from_secs(120),
+            instance: None,
         },
         log: LogConfig {
             level: "info".into(),

@@ -27,6 +27,8 @@ mod hostile;
 mod check;
 // The simulator, probed over HTTP rule by rule.
 mod simulator;
+// Daemons sharing the schedules: 3 processes, one killed mid-pass; walked since the tick.
+mod sharing;
 // callsync run: ticks sent by hand, overlap, backoff, reconciliations, SIGTERM, the crons.
 mod daemon;
 // The systemd units: verify is silent, exposure is low.

@@ -192,7 +192,7 @@ fn a_configured_name_wins_in_the_views_and_erases_nothing_the_write_commands_rec
 fn finished_run(w: &mut Warehouse, schedule: Uuid, day: u32, outcome: RunOutcome) {
     let at = format!("2026-01-{day:02}T00:00:00Z");
     let run = w
-        .start_run(schedule, RunKind::Incremental, ts(&at))
+        .start_run(schedule, RunKind::Incremental, ts(&at), &super::walker())
         .unwrap();
     let error = (outcome == RunOutcome::Failed).then_some("HTTP 500");
     w.finish_run(run, &record(outcome, RunStats::default(), &at, error))
@@ -213,8 +213,13 @@ fn old_passes_are_forgotten_but_each_schedules_latest_and_latest_success() {
     finished_run(&mut w, OTHER, 3, RunOutcome::Failed);
     finished_run(&mut w, OTHER, 4, RunOutcome::Failed);
     // A pass whose process died (never finished) is not forgotten, however old.
-    w.start_run(OTHER, RunKind::Backfill, ts("2026-01-01T12:00:00Z"))
-        .unwrap();
+    w.start_run(
+        OTHER,
+        RunKind::Backfill,
+        ts("2026-01-01T12:00:00Z"),
+        &super::walker(),
+    )
+    .unwrap();
     let status_before = w.status_at(ts("2026-01-31T00:00:00Z")).unwrap();
 
     let forgotten = w.forget_runs_before(ts("2026-01-10T00:00:00Z")).unwrap();
@@ -275,7 +280,7 @@ fn a_version_4_warehouse_migrates_to_5_keeping_every_row() {
     drop(conn);
 
     let report = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
-    assert_eq!((report.from, report.to), (4, 6));
+    assert_eq!((report.from, report.to), (4, schema::latest_version()));
     let w = Warehouse::open_read_only(&path).unwrap();
     for (view, before) in [
         ("call_results", v4_calls),

@@ -1,0 +1,556 @@
+//! Daemons that share the schedules (issue 20): several `callsync run` with one configuration
+//! divide the schedules through their claims; a schedule held by another is skipped, not
+//! failed; one killed with SIGKILL mid-pass has its schedules taken over within one tick;
+//! no schedule is ever walked by two processes at once; every schedule ends equal to the truth.
+//!
+//! The destination is a parameter ([`Destination`]): the SQLite warehouse here. PostgreSQL
+//! (issue 20 part A, branch `i20`) plugs in by implementing it over its test harness
+//! (`tests/it/pg.rs`: a database per test, its `url` in `[warehouse]`) and adding one
+//! `#[tokio::test]` that calls [`three_daemons_share_the_schedules_and_survive_a_kill`] with it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use callsync::service::Timestamp;
+use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
+use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::harness::{PATIENCE, TestEnv, wait_for};
+
+/// One `sync_runs` row, as the partition test reads it from any destination.
+#[derive(Debug, Clone)]
+struct Run {
+    schedule: Uuid,
+    started_at: Timestamp,
+    finished_at: Option<Timestamp>,
+    outcome: Option<String>,
+    pid: Option<u32>,
+    host: Option<String>,
+    instance: Option<String>,
+}
+
+/// Where the daemons write, as the partition test needs it.
+trait Destination {
+    /// The `[warehouse]` table of the daemons' configuration.
+    fn warehouse_toml(&self) -> String;
+    /// Every `sync_runs` row (none before the destination exists).
+    fn runs(&self) -> Vec<Run>;
+    /// Every schedule's rows equal the simulator's truth.
+    fn assert_matches_truth(&self, env: &TestEnv);
+}
+
+/// The SQLite warehouse of the test's environment.
+struct Sqlite(PathBuf);
+
+impl Destination for Sqlite {
+    fn warehouse_toml(&self) -> String {
+        format!("[warehouse]\npath = \"{}\"\n", self.0.display())
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        if !self.0.exists() {
+            return Vec::new();
+        }
+        let read_only = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let Ok(conn) = rusqlite::Connection::open_with_flags(&self.0, read_only) else {
+            return Vec::new();
+        };
+        // Before the first daemon has migrated it, there is no such table: no runs yet.
+        let Ok(mut stmt) = conn.prepare(
+            "SELECT schedule_uid, started_at, finished_at, outcome, pid, host, instance
+             FROM sync_runs ORDER BY id",
+        ) else {
+            return Vec::new();
+        };
+        let ts = |t: String| Timestamp::parse_sqlite(&t).expect("a stored timestamp");
+        stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            ))
+        })
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .expect("sync_runs reads")
+        .into_iter()
+        .map(
+            |(schedule, started, finished, outcome, pid, host, instance)| Run {
+                schedule: schedule.parse().expect("a schedule uid"),
+                started_at: ts(started),
+                finished_at: finished.map(ts),
+                outcome,
+                pid,
+                host,
+                instance,
+            },
+        )
+        .collect()
+    }
+
+    fn assert_matches_truth(&self, env: &TestEnv) {
+        env.assert_matches_truth(&env.schedules());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_share_the_schedules_on_sqlite() {
+    let env = partition_env().await;
+    let destination = Sqlite(env.warehouse_path());
+    three_daemons_share_the_schedules_and_survive_a_kill(&env, &destination).await;
+}
+
+/// 30 schedules of 40 calls, worked by the simulator's dialer while the daemons run.
+async fn partition_env() -> TestEnv {
+    TestEnv::start(SimulatorOptions {
+        precision: Precision::Seconds,
+        schedules: 30,
+        calls_per_schedule: 40,
+        seed: 20,
+        dialer: Some(DialerOptions {
+            tick: Duration::from_millis(20),
+            calls_per_tick: 3,
+            ..DialerOptions::default()
+        }),
+        ..SimulatorOptions::default()
+    })
+    .await
+}
+
+/// A `callsync run` child, its stderr (text log lines) in a file.
+struct Daemon {
+    child: tokio::process::Child,
+    pid: u32,
+    log: PathBuf,
+}
+
+impl Daemon {
+    /// `callsync run` named `instance` (`CALLSYNC_SYNC__INSTANCE`: one configuration file
+    /// for all, each machine its own name).
+    fn spawn(config: &Path, log: PathBuf, instance: &str) -> Daemon {
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+            .arg("--config")
+            .arg(config)
+            .arg("run")
+            .env("NO_COLOR", "1")
+            .env("CALLSYNC_SYNC__INSTANCE", instance)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("callsync run starts");
+        let pid = child.id().expect("a pid");
+        Daemon { child, pid, log }
+    }
+
+    fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The number in a line's `tick{number=N}` span, or after `number=` in a tick line.
+fn tick_number(line: &str) -> Option<u64> {
+    let rest = line.split("tick{number=").nth(1)?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The highest tick a daemon's log says began (`DEBUG … tick tick="sync" number=N`).
+fn last_tick_begun(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l.contains("callsync::daemon: tick tick="))
+        .filter_map(|l| {
+            l.split("number=")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The ticks in which `lines` (from index `from` on) show a pass of `schedule` that walked
+/// (ended completed, behind or failed — not skipped).
+fn walked_in_ticks(lines: &[String], from: usize, schedule: Uuid) -> Vec<u64> {
+    let span = format!(":pass{{schedule={schedule} ");
+    lines
+        .iter()
+        .skip(from)
+        .filter(|l| l.contains(&span) && !l.contains("pass skipped"))
+        .filter(|l| {
+            l.contains("pass completed")
+                || l.contains("pass ended behind")
+                || l.contains("pass failed")
+        })
+        .filter_map(|l| tick_number(l))
+        .collect()
+}
+
+/// The partition test, on any destination: 3 daemons, 30 schedules with a dialer, one killed
+/// with SIGKILL inside a pass (its list request held by the simulator, so the kill lands there
+/// by construction).
+async fn three_daemons_share_the_schedules_and_survive_a_kill(
+    env: &TestEnv,
+    destination: &dyn Destination,
+) {
+    let schedules = env.schedules();
+    let list: Vec<String> = schedules.iter().map(|s| format!("\"{s}\"")).collect();
+    let config = env.dir.path().join("shared.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"{base}\"\naccess_token = \"{token}\"\n\n\
+             [api.retry]\ninitial_interval_ms = 5\nmax_interval_secs = 1\n\n\
+             {warehouse}\n\
+             [sync]\nschedules = [{list}]\ncron = \"* * * * * *\"\npage_size = 10\n\
+             concurrency = 4\nshutdown_timeout_secs = 30\n\n\
+             [log]\nlevel = \"info,callsync::daemon=debug\"\n",
+            base = env.sim.base_url(),
+            token = env.sim.access_token(),
+            warehouse = destination.warehouse_toml(),
+            list = list.join(", "),
+        ),
+    )
+    .expect("config written");
+    let mut daemons: Vec<Daemon> = (0..3)
+        .map(|i| {
+            let log = env.dir.path().join(format!("daemon-{i}.log"));
+            Daemon::spawn(&config, log, &format!("daemon-{i}"))
+        })
+        .collect();
+    let pids: BTreeSet<u32> = daemons.iter().map(|d| d.pid).collect();
+    let daemons_named: Vec<(String, u32)> = daemons
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (format!("daemon-{i}"), d.pid))
+        .collect();
+
+    // They divide the work: each of the three walks passes, and every schedule is synced.
+    wait_for("every schedule synced, and every daemon walking", || {
+        let runs = destination.runs();
+        let synced: BTreeSet<Uuid> = runs
+            .iter()
+            .filter(|r| r.outcome.as_deref() == Some("completed"))
+            .map(|r| r.schedule)
+            .collect();
+        let walkers: BTreeSet<u32> = runs.iter().filter_map(|r| r.pid).collect();
+        synced.len() == schedules.len() && walkers == pids
+    })
+    .await;
+
+    // The kill, by construction: the third list request from now on, and every one after it,
+    // waits in the simulator; its sender is inside a pass of the schedule it names (its
+    // `sync_runs` row is open) and cannot end it. That process is killed with SIGKILL.
+    const K: usize = 3;
+    let hold = env.sim.hold_list_requests(K);
+    tokio::select! {
+        () = hold.arrived(K) => {}
+        () = tokio::time::sleep(PATIENCE) => panic!("no list request {K} within {PATIENCE:?}"),
+    }
+    let held_path = hold.path(K).expect("the held request's path");
+    let held_schedule: Uuid = held_path
+        .trim_start_matches("/api/v1/schedules/")
+        .trim_end_matches("/outbound_calls")
+        .parse()
+        .expect("a list request names its schedule");
+    let open: Vec<Run> = destination
+        .runs()
+        .into_iter()
+        .filter(|r| r.schedule == held_schedule && r.finished_at.is_none())
+        .collect();
+    assert_eq!(open.len(), 1, "one open pass of {held_schedule}: {open:?}");
+    let victim_pid = open[0].pid.expect("the pass names its process");
+    let victim = daemons
+        .iter()
+        .position(|d| d.pid == victim_pid)
+        .expect("the walker is one of the three");
+    let mut dead = daemons.remove(victim);
+    dead.child.kill().await.expect("SIGKILL");
+    let killed_at = Timestamp::now();
+    // What each survivor's log held when the victim died: the ticks begun by then.
+    let before_kill: Vec<(usize, u64)> = daemons
+        .iter()
+        .map(|d| {
+            let lines = d.log_lines();
+            (lines.len(), last_tick_begun(&lines))
+        })
+        .collect();
+    drop(hold);
+
+    // The victim's schedules: those of its passes left open by the kill.
+    let orphans: BTreeSet<Uuid> = destination
+        .runs()
+        .iter()
+        .filter(|r| r.pid == Some(victim_pid) && r.finished_at.is_none())
+        .map(|r| r.schedule)
+        .collect();
+    assert!(orphans.contains(&held_schedule), "{orphans:?}");
+    // Each is walked again by a survivor, in the first tick that survivor began after the
+    // kill at the latest (that tick's claims found the lock gone with the process).
+    wait_for("every orphan walked by a survivor", || {
+        let runs = destination.runs();
+        orphans.iter().all(|s| {
+            runs.iter().any(|r| {
+                r.schedule == *s
+                    && r.pid != Some(victim_pid)
+                    && r.started_at >= killed_at
+                    && r.finished_at.is_some()
+            })
+        })
+    })
+    .await;
+    for schedule in &orphans {
+        let takeovers: Vec<(usize, u64)> = daemons
+            .iter()
+            .zip(&before_kill)
+            .enumerate()
+            .filter_map(|(i, (d, (seen, _)))| {
+                let ticks = walked_in_ticks(&d.log_lines(), *seen, *schedule);
+                ticks.into_iter().min().map(|t| (i, t))
+            })
+            .collect();
+        assert!(
+            takeovers
+                .iter()
+                .any(|(i, tick)| *tick <= before_kill[*i].1 + 1),
+            "schedule {schedule}, orphaned by the kill, was taken over in ticks {takeovers:?}; the survivors had begun ticks {before_kill:?} when it died"
+        );
+    }
+
+    // The dialer stops; once every schedule has a pass begun since that completed, the
+    // survivors stop and the destination must equal the truth.
+    env.sim.set_dialer_running(false);
+    let quiet_since = Timestamp::now();
+    wait_for(
+        "a complete pass of every schedule since the dialer stopped",
+        || {
+            let runs = destination.runs();
+            schedules.iter().all(|s| {
+                runs.iter().any(|r| {
+                    r.schedule == *s
+                        && r.started_at >= quiet_since
+                        && r.outcome.as_deref() == Some("completed")
+                })
+            })
+        },
+    )
+    .await;
+    for daemon in &mut daemons {
+        nix_term(daemon.pid);
+        let status = tokio::time::timeout(PATIENCE, daemon.child.wait())
+            .await
+            .expect("the daemon stops within the patience")
+            .expect("wait");
+        assert_eq!(status.code(), Some(0), "{}", daemon.log_lines().join("\n"));
+    }
+    destination.assert_matches_truth(env);
+
+    // No schedule was ever walked by two processes at once: per schedule, each pass ended
+    // (or its process died) before the next began; the victim's open passes end at the kill.
+    let runs = destination.runs();
+    let mut by_schedule: BTreeMap<Uuid, Vec<&Run>> = BTreeMap::new();
+    for run in &runs {
+        assert!(
+            run.host.is_some() && run.instance.is_some(),
+            "every pass names its walker: {run:?}"
+        );
+        by_schedule.entry(run.schedule).or_default().push(run);
+    }
+    let instances: BTreeSet<(&str, u32)> = runs
+        .iter()
+        .filter_map(|r| Some((r.instance.as_deref()?, r.pid?)))
+        .collect();
+    assert_eq!(
+        instances,
+        daemons_named
+            .iter()
+            .map(|(name, pid)| (name.as_str(), *pid))
+            .collect(),
+        "each pass names the daemon that walked it"
+    );
+    for (schedule, mut passes) in by_schedule {
+        passes.sort_by_key(|r| r.started_at);
+        for pair in passes.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let a_end = match a.finished_at {
+                Some(end) => end,
+                None => {
+                    assert_eq!(
+                        a.pid,
+                        Some(victim_pid),
+                        "only the killed one leaves a pass open: {a:?}"
+                    );
+                    killed_at
+                }
+            };
+            assert!(
+                a_end <= b.started_at,
+                "schedule {schedule} walked by two processes at once: {a:?} and {b:?}"
+            );
+        }
+    }
+    // The survivors' tick lines count what was another's.
+    for daemon in &daemons {
+        let lines = daemon.log_lines();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("tick done") && !l.contains("elsewhere=0")),
+            "daemon {} never counted a schedule held elsewhere:\n{}",
+            daemon.pid,
+            lines.join("\n")
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains("ERROR")),
+            "a held schedule is no error:\n{}",
+            lines.join("\n")
+        );
+    }
+    drop(dead);
+}
+
+/// SIGTERM: the daemons' clean stop.
+fn nix_term(pid: u32) {
+    let pid = i32::try_from(pid).expect("a pid");
+    // SAFETY: sending a signal to a child of ours, by its pid.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0, "SIGTERM to {pid}");
+}
+
+/// A daemon's pass on a tick leaves alone a schedule another process walked since that tick
+/// (`PassPlan::unless_walked_since`), and walks it on a later tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_walked_since_the_tick_is_skipped_not_walked_again() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 30,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules()[0];
+    let tick = Timestamp::now();
+    // Another daemon (here: another engine) walks it after the tick.
+    env.pass_ok(&[s]).await;
+    let engine = Engine::start(&env.config).expect("engine");
+    let mut plan = PassPlan::incremental(&env.config.sync);
+    plan.unless_walked_since = Some(tick);
+    let report = engine
+        .run_pass(s, &plan, &CancellationToken::new(), &Quiet)
+        .await;
+    let PassResult::Skipped(reason) = &report.result else {
+        panic!("walked again: {:?}", report.result);
+    };
+    let walker = engine.walker().to_string();
+    assert!(
+        reason.contains(&format!("was walked by {walker} since this tick")),
+        "{reason}"
+    );
+    assert_eq!(report.stats.requests, 0, "nothing asked of the service");
+    // The next tick walks it.
+    plan.unless_walked_since = Some(Timestamp::now());
+    let report = engine
+        .run_pass(s, &plan, &CancellationToken::new(), &Quiet)
+        .await;
+    assert_eq!(report.result, PassResult::Completed);
+    engine.close().await;
+    env.assert_matches_truth(&[s]);
+}
+
+/// `sync`, `backfill` and `checkpoint set`/`reset` respect a schedule's claim: while another
+/// process walks it (holds its lock), each leaves it alone and says why; the other schedule
+/// is synced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_respects_a_schedule_another_process_walks() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let config = env.write_config("");
+    env.create_warehouse();
+    let held =
+        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let busy = format!(
+        "schedule {} is being synced by another callsync process",
+        s[0]
+    );
+    let run = |args: Vec<String>| {
+        let config = config.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+                .arg("--config")
+                .arg(&config)
+                .args(&args)
+                .output()
+                .await
+                .expect("callsync runs")
+        }
+    };
+    let uid = s[0].to_string();
+    for args in [
+        vec![
+            "checkpoint",
+            "set",
+            "--schedule",
+            &uid,
+            "--cursor",
+            "2026-01-01T00:00:00Z",
+            "--force",
+        ],
+        vec!["checkpoint", "reset", "--schedule", &uid, "--force"],
+    ] {
+        let out = run(args.iter().map(|a| a.to_string()).collect()).await;
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&busy), "{args:?}: {err}");
+    }
+    // sync walks the other schedule and skips this one (exit 1: not everything synced).
+    let out = run(vec!["sync".into(), "--json".into()]).await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["outcome"], "skipped", "{}", lines[0]);
+    assert_eq!(lines[1]["outcome"], "completed", "{}", lines[1]);
+    let out = run(vec!["backfill".into(), "--schedule".into(), uid.clone()]).await;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&busy), "{err}");
+    drop(held);
+    // Nothing of the held schedule was written; once it is free, all of it is.
+    assert_eq!(env.snapshot(s[0]).calls.len(), 0);
+    let out = run(vec!["sync".into()]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.assert_matches_truth(&s);
+}
