@@ -91,6 +91,7 @@ pub async fn run_with(
     .await?;
     let metrics = Arc::new(metrics::Metrics::new(
         config.sync.schedules.clone(),
+        config.sync.schedule_names.clone(),
         pass_kinds(&config),
     ));
     engine.observe_requests(metrics.clone());
@@ -346,36 +347,55 @@ impl Dispatcher {
         }
     }
 
-    /// Acts on a tick for every schedule; returns those whose pass it started.
+    /// Acts on a tick for every schedule; returns those whose pass it started. What it did
+    /// for each schedule is logged at DEBUG; the tick's counts at INFO when it sat any
+    /// schedule out (never WARN: the daemon chose so, nobody needs to act).
     fn on_tick(&mut self, tick: Tick) -> Vec<Uuid> {
         if tick == Tick::Sync {
             self.metrics.sync_tick();
         }
         let mut started = Vec::new();
+        let mut counts = TickCounts::default();
         for i in 0..self.slots.len() {
             let (schedule, slot) = &mut self.slots[i];
             let schedule = *schedule;
+            let schedule_name = self.metrics.name(schedule).map(str::to_owned);
+            let schedule_name = schedule_name.as_deref();
             match slot.on_tick(tick) {
                 TickDecision::Start(kind) => {
                     self.start(i, kind);
                     started.push(schedule);
                 }
                 TickDecision::StillRunning(running) => {
-                    tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
+                    counts.busy += 1;
+                    tracing::debug!(%schedule, schedule_name, running = running.as_str(), "tick skipped: the previous pass is still running");
                 }
                 TickDecision::ReconcileQueued { backing_off: false } => {
-                    tracing::info!(%schedule, "reconciliation queued: it starts when the running pass ends");
+                    counts.queued += 1;
+                    tracing::debug!(%schedule, schedule_name, "reconciliation queued: it starts when the running pass ends");
                 }
                 TickDecision::ReconcileQueued { backing_off: true } => {
-                    tracing::info!(%schedule, "reconciliation queued: the schedule is backing off after failures");
+                    counts.queued += 1;
+                    tracing::debug!(%schedule, schedule_name, "reconciliation queued: the schedule is backing off after failures");
                 }
                 TickDecision::BackingOff {
                     failures,
                     ticks_left,
                 } => {
-                    tracing::info!(%schedule, failures, ticks_left, "tick skipped: backing off after failures");
+                    counts.backing_off += 1;
+                    tracing::debug!(%schedule, schedule_name, failures, ticks_left, "tick skipped: backing off after failures");
                 }
             }
+        }
+        if counts != TickCounts::default() {
+            tracing::info!(
+                tick = tick.as_str(),
+                started = started.len(),
+                still_running = counts.busy,
+                backing_off = counts.backing_off,
+                reconcile_queued = counts.queued,
+                "tick: some schedules sat out (their previous pass still runs, or they back off after failures)"
+            );
         }
         started
     }
@@ -403,23 +423,18 @@ impl Dispatcher {
         let result = match done {
             Ok((_, report)) => {
                 self.metrics.record(&report);
-                notify::status(&format!(
-                    "last pass: {} {} {}, {} calls written",
-                    report.schedule,
-                    report.kind.as_str(),
-                    report.result,
-                    report.stats.calls_written
-                ));
+                notify::status(&status_line(&report, &self.metrics));
                 report.result
             }
             // A bug (a panic) or the shutdown timeout's abort: either way the slot must not
             // stay taken forever, and a panic counts as a failure.
             Err(err) if err.is_panic() => {
-                tracing::error!(%schedule, error = %err, "a pass panicked; this is a bug in callsync, please report it");
+                tracing::error!(%schedule, schedule_name = self.metrics.name(schedule), error = %err, "a pass panicked; this is a bug in callsync, please report it");
                 PassResult::Failed("the pass panicked".to_owned())
             }
             Err(_) => PassResult::Interrupted,
         };
+        self.metrics.pass_gone(schedule);
         let Some(i) = self.slots.iter().position(|(s, _)| *s == schedule) else {
             return;
         };
@@ -427,7 +442,7 @@ impl Dispatcher {
         let recovered =
             slot.failures > 0 && matches!(result, PassResult::Completed | PassResult::Behind);
         if recovered {
-            tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
+            tracing::info!(%schedule, schedule_name = self.metrics.name(schedule), "schedule recovered; back to the normal cadence");
         }
         if slot.on_done(&result) && !self.cancel.is_cancelled() {
             self.start(i, RunKind::Reconcile);
@@ -451,6 +466,7 @@ impl Dispatcher {
         let cancel = self.cancel.clone();
         let progress = Health(self.metrics.clone());
         let retention = self.retention.clone();
+        self.metrics.pass_started(schedule, kind.as_str());
         let task = self.passes.spawn(async move {
             // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
             // queueing passes; shutdown does not wait for a pass that never started.
@@ -461,6 +477,7 @@ impl Dispatcher {
             if cancel.is_cancelled() {
                 return not_started(schedule, plan.kind);
             }
+            progress.0.pass_running(schedule);
             let report = engine.run_pass(schedule, &plan, &cancel, &progress).await;
             // In the pass's task, so the daemon's loop never waits for the writer, and
             // shutdown drains it like a pass.
@@ -471,6 +488,31 @@ impl Dispatcher {
         });
         self.tasks.insert(task.id(), schedule);
     }
+}
+
+/// What one tick sat out, for its log line.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TickCounts {
+    busy: usize,
+    backing_off: usize,
+    queued: usize,
+}
+
+/// systemd's `STATUS=` after a pass: the schedule by name, what the pass did, and how many
+/// other passes are under way.
+fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
+    let busy = metrics.busy().len();
+    let under_way = match busy {
+        0 => String::new(),
+        n => format!("; {n} passes under way"),
+    };
+    format!(
+        "last pass: {} {} {}, {} calls written{under_way}",
+        metrics.display(report.schedule),
+        report.kind.as_str(),
+        report.result,
+        report.stats.calls_written
+    )
 }
 
 /// The report of a pass that shutdown stopped before it began: nothing read, nothing written.

@@ -33,6 +33,15 @@ pub enum Tick {
     Reconcile,
 }
 
+impl Tick {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tick::Sync => "sync",
+            Tick::Reconcile => "reconcile",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SchedulerError {
     #[error("cannot schedule {what} with cron {cron:?}")]
