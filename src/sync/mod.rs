@@ -244,8 +244,9 @@ impl PassReport {
                 warn, %slowed_by,
                 "pass ended behind the service's clock with changes waiting; the next pass goes on from here"
             ),
+            // Shutdown's doing, and the next pass resumes: nothing for a person to do.
             PassResult::Interrupted => pass_line!(
-                warn,
+                info,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
             ),
             PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),

@@ -160,7 +160,16 @@ impl Engine {
     ) -> PassReport {
         // `instrument`, not `span.enter()`: a guard held across `.await` would leak the span
         // into whatever task the thread runs next, and log lines would name the wrong schedule.
-        let span = tracing::info_span!("pass", schedule = %schedule, kind = plan.kind.as_str());
+        // At ERROR, so that its fields are on every line of the pass whatever the level (an
+        // INFO span is off under `-q`, and an error line would lose its schedule); the
+        // configuration's name beside the uid; `run` (`sync_runs.id`) once the row exists.
+        let span = tracing::error_span!(
+            "pass",
+            schedule = %schedule,
+            schedule_name = self.settings.schedule_names.get(&schedule).map(String::as_str),
+            kind = plan.kind.as_str(),
+            run = tracing::field::Empty,
+        );
         let pass = Pass {
             engine: self,
             schedule,
@@ -220,6 +229,9 @@ impl Pass<'_> {
             Ok(run) => run,
             Err(err) => return PassResult::Failed(error_chain(&err)),
         };
+        if let Some(run) = run {
+            tracing::Span::current().record("run", run.get());
+        }
         let end = self.walk().await;
         let (result, error) = self.result(end);
         match run {
