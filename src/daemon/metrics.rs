@@ -746,6 +746,8 @@ mod tests {
             horizon: None,
             lag_secs: Some(1.5),
             duration: Duration::from_millis(42),
+            run: None,
+            error_kind: None,
         }
     }
 

@@ -527,6 +527,8 @@ fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         horizon: None,
         lag_secs: None,
         duration: Duration::ZERO,
+        run: None,
+        error_kind: None,
     }
 }
 

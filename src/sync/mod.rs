@@ -203,6 +203,11 @@ pub struct PassReport {
     /// position is ahead of it. Never clamped.
     pub lag_secs: Option<f64>,
     pub duration: Duration,
+    /// `sync_runs.id` of the pass's row; `None` when it has none (a dry run, a pass that
+    /// never started).
+    pub run: Option<i64>,
+    /// What kind of failure a failed pass had ([`SyncError::kind`]); `None` otherwise.
+    pub error_kind: Option<&'static str>,
 }
 
 impl PassReport {
@@ -251,7 +256,7 @@ impl PassReport {
             ),
             PassResult::Skipped(reason) => pass_line!(info, %reason, "pass skipped"),
             PassResult::Failed(error) => pass_line!(
-                error, error = %error,
+                error, error = %error, error_kind = self.error_kind,
                 "pass failed; the checkpoint stays at the last committed page"
             ),
         }

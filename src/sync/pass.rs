@@ -146,6 +146,10 @@ struct Pass<'e> {
     clock: ServiceClock,
     /// Where the walk got to, capped by the service's clock.
     position: Option<Timestamp>,
+    /// Its `sync_runs` row, once started.
+    run: Option<RunId>,
+    /// The kind of the failure that ended it, if one did.
+    error_kind: Option<&'static str>,
 }
 
 impl Engine {
@@ -180,6 +184,8 @@ impl Engine {
             tally: Tally::default(),
             clock: ServiceClock::default(),
             position: None,
+            run: None,
+            error_kind: None,
         };
         pass.run().instrument(span).await
     }
@@ -195,7 +201,7 @@ impl Pass<'_> {
                 result
             }
             Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
-            Err(err) => PassResult::Failed(error_chain(&err)),
+            Err(err) => self.failed(&err),
         };
         let report = PassReport {
             schedule: self.schedule,
@@ -207,6 +213,8 @@ impl Pass<'_> {
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
             duration: started.elapsed(),
+            run: self.run.map(RunId::get),
+            error_kind: self.error_kind,
         };
         report.log(self.engine.counts_only);
         report
@@ -227,24 +235,31 @@ impl Pass<'_> {
             .await
         {
             Ok(run) => run,
-            Err(err) => return PassResult::Failed(error_chain(&err)),
+            Err(err) => return self.failed(&err),
         };
         if let Some(run) = run {
             tracing::Span::current().record("run", run.get());
+            self.run = Some(run);
         }
         let end = self.walk().await;
         let (result, error) = self.result(end);
         match run {
             Some(run) => match self.finish(run, &result, error).await {
                 Ok(()) => result,
-                Err(err) => PassResult::Failed(error_chain(&err)),
+                Err(err) => self.failed(&err),
             },
             None => result,
         }
     }
 
+    /// A failed result, its kind kept for the report.
+    fn failed(&mut self, err: &SyncError) -> PassResult {
+        self.error_kind = Some(err.kind());
+        PassResult::Failed(error_chain(err))
+    }
+
     /// The typed result of a walk, and the text `sync_runs.error` keeps of it.
-    fn result(&self, end: WalkEnd) -> (PassResult, Option<String>) {
+    fn result(&mut self, end: WalkEnd) -> (PassResult, Option<String>) {
         match end {
             WalkEnd::Finished => (PassResult::Completed, None),
             WalkEnd::AtHorizon => {
@@ -258,6 +273,7 @@ impl Pass<'_> {
             WalkEnd::Interrupted => (PassResult::Interrupted, Some(INTERRUPTED.to_owned())),
             WalkEnd::Failed(err) => {
                 let text = error_chain(&err);
+                self.error_kind = Some(err.kind());
                 (PassResult::Failed(text.clone()), Some(text))
             }
         }

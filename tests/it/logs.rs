@@ -187,7 +187,7 @@ async fn under_the_journal_json_lines_carry_their_priority_too() {
 }
 
 /// `-q` logs errors only: the failed pass's line still names its schedule, by uid and by the
-/// configuration's name, and its `sync_runs` row.
+/// configuration's name, its `sync_runs` row and the kind of its error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_q_an_error_line_keeps_its_schedule_name_and_run() {
     let env = TestEnv::start(SimulatorOptions {
@@ -218,6 +218,7 @@ async fn with_q_an_error_line_keeps_its_schedule_name_and_run() {
         )),
         "{stderr}"
     );
+    assert!(failed[0].contains("error_kind=\"not_found\""), "{stderr}");
     assert!(
         stderr.lines().all(|l| l.contains("ERROR")),
         "-q shows errors only: {stderr}"
