@@ -15,8 +15,9 @@ use uuid::Uuid;
 
 use super::secret::is_placeholder;
 use super::{
-    ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
+    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode,
+    LogConfig, LogFormat, MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource,
+    SyncConfig, WarehouseConfig,
 };
 use crate::api::ListFilter;
 use strict::strict;
@@ -352,6 +353,17 @@ struct RawConfig {
     log: RawLog,
     #[serde(default)]
     metrics: RawMetrics,
+    #[serde(default)]
+    backup: RawBackup,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+struct RawBackup {
+    cron: Option<String>,
+    dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "strict")]
+    keep: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -553,8 +565,34 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
                 })
                 .transpose()?,
         },
+        backup: backup(raw.backup)?,
         source: None,
     })
+}
+
+/// `[backup]`: off unless `cron` is set, which then needs `dir`; `keep` 7 by default.
+fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
+    let keep = bounded("backup.keep", raw.keep, 7, 1..=10_000)?;
+    match (raw.cron, raw.dir) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ConfigError::invalid(
+            "backup.cron",
+            "is required with backup.dir (when to back up, e.g. \"0 15 2 * * *\" for 02:15 UTC daily)",
+        )),
+        (Some(_), None) => Err(ConfigError::invalid(
+            "backup.dir",
+            "is required with backup.cron (the directory the backups go into)",
+        )),
+        (Some(_), Some(dir)) if dir.as_os_str().is_empty() => Err(ConfigError::invalid(
+            "backup.dir",
+            "is empty; name the directory the backups go into",
+        )),
+        (Some(expr), Some(dir)) => Ok(Some(BackupConfig {
+            cron: cron("backup.cron", expr)?,
+            dir,
+            keep,
+        })),
+    }
 }
 
 /// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a

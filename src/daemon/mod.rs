@@ -13,6 +13,7 @@
 //! returns an error (`/healthz`, which checks it on every request, answers 503 until then). The configuration is read once; restart to change
 //! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
+mod backup;
 mod listener;
 mod metrics;
 mod notify;
@@ -86,6 +87,7 @@ pub async fn run_with(
         source,
         &config.sync.cron,
         config.sync.reconcile_cron.as_deref(),
+        config.backup.as_ref().map(|b| b.cron.as_str()),
         clock.clone(),
     )
     .await?;
@@ -120,6 +122,7 @@ pub async fn run_with(
         "callsync daemon started"
     );
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
+    let mut backups = Backups::new(config.backup.clone());
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -129,6 +132,10 @@ pub async fn run_with(
             () = &mut shutdown => break None,
             // Before any pass starts: the warehouse is still the file opened, and writable.
             Some((tick, started)) = ticks.next() => match engine.check_warehouse() {
+                Ok(()) if tick == Tick::Backup => {
+                    backups.on_tick(engine.warehouse_path());
+                    started.reply(Vec::new());
+                }
                 Ok(()) => started.reply(dispatcher.on_tick(tick)),
                 Err(err) => break Some(err),
             },
@@ -169,6 +176,7 @@ pub async fn run_with(
         );
         dispatcher.passes.abort_all();
     }
+    backups.finish(config.sync.shutdown_timeout).await;
     drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
@@ -179,6 +187,61 @@ pub async fn run_with(
     match lost {
         Some(err) => Err(DaemonError::WarehouseUnusable(err)),
         None => Ok(()),
+    }
+}
+
+/// `[backup]`: a backup on each of its ticks, one at a time, off the daemon's loop (SQLite's
+/// online backup reads in one transaction while passes go on writing).
+struct Backups {
+    config: Option<crate::config::BackupConfig>,
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Backups {
+    fn new(config: Option<crate::config::BackupConfig>) -> Self {
+        Backups {
+            config,
+            running: None,
+        }
+    }
+
+    /// Starts a backup of `warehouse`, unless the previous one still runs.
+    fn on_tick(&mut self, warehouse: &std::path::Path) {
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        if self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            tracing::info!("backup tick skipped: the previous backup is still being made");
+            return;
+        }
+        let warehouse = warehouse.to_owned();
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            let at = crate::api::Timestamp::now();
+            match backup::take(&warehouse, &config.dir, config.keep, at) {
+                Ok(taken) => tracing::info!(
+                    path = %taken.path.display(),
+                    bytes = taken.bytes,
+                    calls = taken.contents.calls,
+                    removed = taken.removed.len(),
+                    keep = config.keep,
+                    "scheduled backup made and checked (integrity_check ok)"
+                ),
+                // A person must look: backups are not being made.
+                Err(err) => {
+                    tracing::error!(error = %crate::error_chain(&err), "scheduled backup failed")
+                }
+            }
+        }));
+    }
+
+    /// Waits for a backup being made, `timeout` at most (it cannot be cancelled: a copy
+    /// left half-made is removed by the next one's start).
+    async fn finish(&mut self, timeout: Duration) {
+        if let Some(running) = self.running.take()
+            && tokio::time::timeout(timeout, running).await.is_err()
+        {
+            tracing::warn!("shutdown timeout reached while a scheduled backup was being made");
+        }
     }
 }
 
@@ -210,6 +273,8 @@ enum TickDecision {
         failures: u32,
         ticks_left: u32,
     },
+    /// A tick that starts no pass (a backup's).
+    NoPass,
 }
 
 impl Slot {
@@ -235,6 +300,7 @@ impl Slot {
             }
             (Tick::Sync, None) => TickDecision::Start(RunKind::Incremental),
             (Tick::Reconcile, None) => TickDecision::Start(RunKind::Reconcile),
+            (Tick::Backup, _) => TickDecision::NoPass,
         }
     }
 
@@ -385,6 +451,7 @@ impl Dispatcher {
                     counts.backing_off += 1;
                     tracing::debug!(%schedule, schedule_name, failures, ticks_left, "tick skipped: backing off after failures");
                 }
+                TickDecision::NoPass => {}
             }
         }
         if counts != TickCounts::default() {

@@ -29,7 +29,7 @@ pub use file_lock::FileIdentity;
 use file_lock::{FileLock, LockByte, LockError, LockMode};
 
 pub use access::{check_writable, unwritable_for_owner};
-pub use backup::{BackupReport, Contents, RestoreReport, restore};
+pub use backup::{BackupReport, Contents, RestoreReport, restore, verify_backup};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
 pub use queries::{

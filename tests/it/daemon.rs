@@ -891,3 +891,59 @@ async fn the_daemon_forgets_passes_older_than_keep_runs() {
     );
     assert_eq!(finished_passes(&env, schedule), 1, "the new pass stays");
 }
+
+/// `[backup]`: a backup tick makes a consistent copy while the daemon runs, checks it, and
+/// then removes the oldest of its backups beyond `keep`, leaving other files alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 50,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let dir = env.warehouse_path().parent().unwrap().join("backups");
+    std::fs::create_dir(&dir).unwrap();
+    // Two older backups (their content does not matter: only the new one is checked) and a
+    // file of the operator's.
+    for name in [
+        "callsync-20200101T000000Z.db",
+        "callsync-20200102T000000Z.db",
+        "README",
+    ] {
+        std::fs::write(dir.join(name), "old").unwrap();
+    }
+    env.config.backup = Some(callsync::config::BackupConfig {
+        cron: "0 15 2 * * *".into(),
+        dir: dir.clone(),
+        keep: 2,
+    });
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    assert_eq!(daemon.send(Tick::Backup).await, Vec::<Uuid>::new());
+    let names = || {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    // Checked first, then the oldest removed: its going is the event.
+    wait_for("the oldest backup removed", || {
+        !names().contains(&"callsync-20200101T000000Z.db".to_owned())
+    })
+    .await;
+    daemon.stop().await;
+    let names = names();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], "README");
+    assert_eq!(names[1], "callsync-20200102T000000Z.db");
+    let new = &names[2];
+    assert!(
+        new.starts_with("callsync-20") && new.ends_with("Z.db"),
+        "{new}"
+    );
+    let contents = callsync::warehouse::verify_backup(&dir.join(new)).expect("a good backup");
+    assert_eq!(contents.calls, 100);
+}
