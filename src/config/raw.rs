@@ -19,7 +19,7 @@ use super::{
     LogConfig, LogFormat, MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource,
     SyncConfig, WarehouseConfig,
 };
-use crate::api::ListFilter;
+use crate::service::ListFilter;
 use strict::strict;
 
 /// The process environment a configuration is read with; injectable so tests never touch
