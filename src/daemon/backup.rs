@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 use crate::warehouse::{Contents, Warehouse, WarehouseError, verify_backup};
 
 const PREFIX: &str = "callsync-";

@@ -216,7 +216,7 @@ impl Backups {
         }
         let warehouse = warehouse.to_owned();
         self.running = Some(tokio::task::spawn_blocking(move || {
-            let at = crate::api::Timestamp::now();
+            let at = crate::service::Timestamp::now();
             match backup::take(&warehouse, &config.dir, config.keep, at) {
                 Ok(taken) => tracing::info!(
                     path = %taken.path.display(),
