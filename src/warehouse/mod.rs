@@ -36,8 +36,8 @@ pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
 pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
-    FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, STALE_TICKS, ScheduleStatus,
-    Snapshot, TICKS_COUNTED, render_status,
+    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassOutcome, Row, RunSummary, STALE_TICKS,
+    ScheduleStatus, Snapshot, TICKS_COUNTED, render_status,
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
