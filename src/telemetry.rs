@@ -224,7 +224,7 @@ impl Write for AboveProgress {
 /// systemd connects stderr to the journal and says so in `$JOURNAL_STREAM` (`DEVICE:INODE`);
 /// a stderr redirected elsewhere by the service (a pipe, a file) keeps the variable but is
 /// another file, hence the comparison (see sd_journal_stream_fd(3), systemd.exec(5)).
-fn stderr_is_the_journal() -> bool {
+pub fn stderr_is_the_journal() -> bool {
     let Ok(stream) = std::env::var("JOURNAL_STREAM") else {
         return false;
     };
