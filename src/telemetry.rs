@@ -5,7 +5,8 @@
 //! `NO_COLOR`. A progress bar shown with [`show_above`] stays below the log lines. When stderr
 //! is the journal (`$JOURNAL_STREAM` names its device and inode, as systemd sets it), text
 //! lines start with a syslog priority (`<3>` error … `<7>` debug) that journald takes as the
-//! line's level, and carry no timestamp: journald adds its own. Nothing here decides what is
+//! line's level, and carry no timestamp: journald adds its own; JSON lines start with the
+//! priority too (journald strips it, leaving the object). Nothing here decides what is
 //! logged; modules use `tracing` spans and events.
 
 use std::io::{IsTerminal, Write};
@@ -41,6 +42,18 @@ pub fn init(log: &LogConfig) -> Result<(), TelemetryError> {
         .log_internal_errors(false);
     // Ignoring the error is deliberate: it only says a subscriber is already installed.
     let _ = match log.format {
+        // journald strips the `<N>` prefix as for text, so the stored message is the JSON
+        // object alone, with the event's level as the entry's priority.
+        LogFormat::Json if stderr_is_the_journal() => builder
+            .json()
+            .event_format(JournalPriority(
+                tracing_subscriber::fmt::format()
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(false),
+            ))
+            .finish()
+            .try_init(),
         LogFormat::Json => builder
             .json()
             .with_current_span(true)
@@ -121,7 +134,7 @@ impl Write for AboveProgress {
 /// systemd connects stderr to the journal and says so in `$JOURNAL_STREAM` (`DEVICE:INODE`);
 /// a stderr redirected elsewhere by the service (a pipe, a file) keeps the variable but is
 /// another file, hence the comparison (see sd_journal_stream_fd(3), systemd.exec(5)).
-fn stderr_is_the_journal() -> bool {
+pub fn stderr_is_the_journal() -> bool {
     let Ok(stream) = std::env::var("JOURNAL_STREAM") else {
         return false;
     };

@@ -176,6 +176,36 @@ impl ApiError {
         }
     }
 
+    /// What kind of failure this is, for scripts and alerts (`error_kind` on pass lines):
+    /// `config` (callsync's own settings), `network` (no answer: connection, TLS,
+    /// timeout), `auth` (401, 403: a credential refused), `not_found` (404: a schedule or
+    /// call the service does not know), `rate_limited` (429, or a `Retry-After` beyond the
+    /// retry budget), `service` (5xx, 408), `protocol` (an answer callsync cannot use, or a
+    /// request the service refused as malformed). Retries exhausted are the last failure's.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::Config(_) | ApiError::ClientSetup { .. } => "config",
+            ApiError::Transport { .. } | ApiError::Timeout { .. } | ApiError::Tls { .. } => {
+                "network"
+            }
+            ApiError::Status { status, .. } => match *status {
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "auth",
+                StatusCode::NOT_FOUND => "not_found",
+                StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+                StatusCode::REQUEST_TIMEOUT => "service",
+                s if s.is_server_error() => "service",
+                _ => "protocol",
+            },
+            ApiError::Decode { .. }
+            | ApiError::Protocol { .. }
+            | ApiError::TooLarge { .. }
+            | ApiError::Encode { .. } => "protocol",
+            ApiError::PausedBeyondBudget { .. } => "rate_limited",
+            ApiError::RetryAfterBeyondBudget { .. } => "rate_limited",
+            ApiError::RetriesExhausted { last, .. } => last.kind(),
+        }
+    }
+
     /// Worth another attempt: connection problems, timeouts, truncated or garbled bodies,
     /// 408, 429 and 5xx. Other 4xx, TLS failures and well-formed-but-wrong bodies are
     /// permanent.

@@ -198,7 +198,8 @@ impl Limiter {
         let mut state = self.lock();
         if let Some(asked) = retry_after {
             if asked > MAX_RETRY_AFTER {
-                tracing::warn!(
+                // The request's own retry budget decides whether this fails the pass.
+                tracing::info!(
                     retry_after_secs = asked.as_secs(),
                     paused_secs = MAX_RETRY_AFTER.as_secs(),
                     "the service asked callsync to wait longer than it ever pauses; pausing every schedule for the longest it does"

@@ -184,7 +184,11 @@ pub(super) enum Command {
         json: bool,
     },
     /// Apply pending warehouse migrations, then exit
-    Migrate,
+    Migrate {
+        /// Print the result as one JSON object (warehouse, from, to)
+        #[arg(long)]
+        json: bool,
+    },
     /// Write a consistent copy of the warehouse to PATH (safe while the daemon runs)
     Backup {
         /// Where to write the copy (one self-contained SQLite file)
@@ -192,11 +196,17 @@ pub(super) enum Command {
         /// Overwrite PATH if it exists
         #[arg(long)]
         force: bool,
+        /// Print the result as one JSON object (warehouse, path, bytes, schema_version, schedules, calls)
+        #[arg(long)]
+        json: bool,
     },
     /// Replace the warehouse with the backup at PATH (stop the daemon first)
     Restore {
         /// The backup to restore (made by `callsync backup`)
         path: PathBuf,
+        /// Print the result as one JSON object (backup, warehouse, bytes, schema_version, schedules, calls, removed)
+        #[arg(long)]
+        json: bool,
     },
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),

@@ -6,6 +6,7 @@
 //! call), and whether `run` could open the warehouse (one name, writable by this user, a
 //! callsync warehouse it can migrate). Nothing is created or migrated.
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,12 +50,29 @@ impl Verdict {
         }
     }
 
+    /// An `ok` line on stdout; a `FAILED` line on stderr, where a person and systemd look for
+    /// problems, prefixed with the error priority (`<3>`) when stderr is the journal, so that
+    /// `journalctl -u callsync -p err` shows it. `--json` puts every verdict on stdout.
     fn print(&self, json: bool) -> Result<()> {
         if json {
             return print_out(format_args!("{}\n", serde_json::to_string(self)?));
         }
-        let mark = if self.ok { "ok" } else { "FAILED" };
-        print_out(format_args!("{mark:<4} {}: {}\n", self.check, self.detail))
+        if self.ok {
+            return print_out(format_args!("ok   {}: {}\n", self.check, self.detail));
+        }
+        let priority = if crate::telemetry::stderr_is_the_journal() {
+            "<3>"
+        } else {
+            ""
+        };
+        // A closed stderr must not turn a verdict into a panic; the exit code still says it.
+        let _ = writeln!(
+            std::io::stderr(),
+            "{priority}FAILED {}: {}",
+            self.check,
+            self.detail
+        );
+        Ok(())
     }
 }
 
@@ -98,11 +116,29 @@ pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
     }
 
     report(warehouse_verdict(&config.warehouse.path))?;
+    if let Some(listen) = config.metrics.listen {
+        report(metrics_verdict(listen))?;
+    }
     Ok(if all_ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Whether `run` could serve `/metrics` on `listen`: bound and let go at once.
+fn metrics_verdict(listen: std::net::SocketAddr) -> Verdict {
+    const CHECK: &str = "metrics";
+    match std::net::TcpListener::bind(listen) {
+        Ok(_) => Verdict::ok(CHECK, format!("{listen} can be listened on")),
+        Err(err) => Verdict::failed(
+            CHECK,
+            format!(
+                "cannot listen on {listen} (metrics.listen): {err}; another process holds it (the daemon itself, if it runs: `ss -ltnp | grep {}`), or the address is not this machine's",
+                listen.port()
+            ),
+        ),
+    }
 }
 
 fn describe_source(config: &Config) -> String {

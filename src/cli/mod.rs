@@ -136,10 +136,10 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Check { json } => check::run(&config, json).await,
-        Command::Migrate => migrate(&config),
+        Command::Migrate { json } => migrate(&config, json),
         Command::Service(command) => campaign::run(&config, command).await,
-        Command::Backup { path, force } => backup(&config, &path, force),
-        Command::Restore { path } => restore(&config, &path),
+        Command::Backup { path, force, json } => backup(&config, &path, force, json),
+        Command::Restore { path, json } => restore(&config, &path, json),
         Command::Simulate(_)
         | Command::Demo { .. }
         | Command::Completions { .. }

@@ -40,6 +40,11 @@ struct PassLine {
     /// How far behind the service's clock the pass ended, in seconds (signed).
     lag_secs: Option<f64>,
     slowed_by: Vec<&'static str>,
+    /// What kind of failure (`auth`, `rate_limited`, `service`, `network`, `not_found`,
+    /// `protocol`, `warehouse`, `config`, `busy`); null for a pass that did not fail.
+    error_kind: Option<&'static str>,
+    /// The pass's `sync_runs.id`; null in a dry run or for a pass that never started.
+    run_id: Option<i64>,
 }
 
 impl PassLine {
@@ -73,6 +78,11 @@ impl PassLine {
             position: report.position.map(|t| t.to_rfc3339()),
             lag_secs: report.lag_secs,
             slowed_by: report.slowed_by(),
+            error_kind: match report.result {
+                PassResult::Skipped(_) => Some("busy"),
+                _ => report.error_kind,
+            },
+            run_id: report.run,
         }
     }
 }

@@ -21,6 +21,18 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
         .status_at(now)
         .with_context(|| format!("cannot read the status from {}", path.display()))?;
     add_never_synced(&mut rows, &config.sync.schedules);
+    // The configuration's names win, as in the warehouse's views: also for a schedule never
+    // synced, and for a name changed since the last pass.
+    for row in &mut rows {
+        if let Some(name) = row
+            .schedule_uid
+            .parse()
+            .ok()
+            .and_then(|uid| config.sync.schedule_names.get(&uid))
+        {
+            row.schedule_name = Some(name.clone());
+        }
+    }
     let since = configured_since(config, &warehouse)?;
     count_ticks_since_last_pass(config, &mut rows, now, since)?;
     warn_if_read_only(path);
@@ -59,28 +71,32 @@ pub(super) fn needing_attention(
         |uid: &str| configured.is_empty() || configured.iter().any(|c| c.to_string() == uid);
     let mut problems = Vec::new();
     for row in rows.iter().filter(|row| watched(&row.schedule_uid)) {
+        let schedule = match &row.schedule_name {
+            Some(name) => format!("{} \"{name}\"", row.schedule_uid),
+            None => row.schedule_uid.clone(),
+        };
         if row.last_result == Some(crate::warehouse::PassOutcome::Failed) {
-            problems.push(format!(
-                "schedule {}: its last pass failed",
-                row.schedule_uid
-            ));
+            problems.push(format!("schedule {schedule}: its last pass failed"));
         }
         if row.falling_behind {
             problems.push(format!(
-                "schedule {}: falling behind ({} passes in a row ended behind)",
-                row.schedule_uid, row.behind_passes
+                "schedule {schedule}: falling behind ({} passes in a row ended behind)",
+                row.behind_passes
             ));
         }
         if row.no_recent_pass && row.never_synced {
             problems.push(format!(
-                "schedule {}: never synced, though configured {} ticks of sync.cron ago",
-                row.schedule_uid,
+                "schedule {schedule}: never synced, though configured {} ticks of sync.cron ago",
+                row.ticks_since_last_pass.unwrap_or_default()
+            ));
+        } else if row.no_recent_pass && row.busy_since.is_some() {
+            problems.push(format!(
+                "schedule {schedule}: its running pass has not moved the checkpoint for {} ticks of sync.cron",
                 row.ticks_since_last_pass.unwrap_or_default()
             ));
         } else if row.no_recent_pass {
             problems.push(format!(
-                "schedule {}: no pass recorded for {} ticks of sync.cron",
-                row.schedule_uid,
+                "schedule {schedule}: no pass recorded for {} ticks of sync.cron",
                 row.ticks_since_last_pass.unwrap_or_default()
             ));
         }
@@ -188,6 +204,9 @@ mod tests {
                 outcomes: 0,
                 variables: 0,
                 notifications: 0,
+                schedule_name: None,
+                busy_since: None,
+                checkpoint_moved_at: None,
             }
         };
         use crate::warehouse::PassOutcome::*;
@@ -222,6 +241,20 @@ mod tests {
             needing_attention(&[stopped], &[]),
             [format!(
                 "schedule {a}: no pass recorded for 5 ticks of sync.cron"
+            )]
+        );
+        // A running pass (a long reconciliation) is busy, not missing: bad only once late,
+        // and named.
+        let mut busy = row(&c.to_string(), Some(Running), 0);
+        busy.schedule_name = Some("Renewals".into());
+        busy.busy_since = Some("2026-11-25T03:30:00Z".into());
+        busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS - 1);
+        assert!(needing_attention(&[busy.clone()], &[c]).is_empty());
+        busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS);
+        assert_eq!(
+            needing_attention(&[busy], &[c]),
+            [format!(
+                "schedule {c} \"Renewals\": its running pass has not moved the checkpoint for 30 ticks of sync.cron"
             )]
         );
         let mut never = crate::warehouse::ScheduleStatus::never_synced(b);

@@ -9,10 +9,34 @@ use super::output::print_out;
 use crate::config::Config;
 use crate::warehouse::Warehouse;
 
-pub(super) fn migrate(config: &Config) -> Result<ExitCode> {
+/// One JSON object on a line of stdout, for `--json` (paths as `display` writes them, so a
+/// name that is not UTF-8 cannot fail the line).
+fn print_json(value: &serde_json::Value) -> Result<()> {
+    // Not `println!`: the work is done, and a closed stdout must not turn that into a panic.
+    let _ = writeln!(std::io::stdout(), "{value}");
+    Ok(())
+}
+
+fn contents_json(contents: &crate::warehouse::Contents) -> serde_json::Value {
+    serde_json::json!({
+        "schema_version": contents.schema_version,
+        "schedules": contents.schedules,
+        "calls": contents.calls,
+    })
+}
+
+pub(super) fn migrate(config: &Config, json: bool) -> Result<ExitCode> {
     let path = &config.warehouse.path;
     // Every error it returns names the path already.
     let report = Warehouse::migrate(path, config.warehouse.busy_timeout)?;
+    if json {
+        print_json(&serde_json::json!({
+            "warehouse": path.display().to_string(),
+            "from": report.from,
+            "to": report.to,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     print_out(format_args!(
         "warehouse {}: schema version {} -> {}\n",
         path.display(),
@@ -22,13 +46,26 @@ pub(super) fn migrate(config: &Config) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn backup(config: &Config, dest: &std::path::Path, force: bool) -> Result<ExitCode> {
+pub(super) fn backup(
+    config: &Config,
+    dest: &std::path::Path,
+    force: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let path = &config.warehouse.path;
     // Every error opening it names the path already.
     let warehouse = Warehouse::open_read_only(path)?;
     let report = warehouse
         .backup_to(dest, force)
         .with_context(|| format!("cannot back up the warehouse {}", path.display()))?;
+    if json {
+        let mut line = contents_json(&report.contents);
+        line["warehouse"] = serde_json::json!(path.display().to_string());
+        line["path"] = serde_json::json!(report.path.display().to_string());
+        line["bytes"] = serde_json::json!(report.bytes);
+        print_json(&line)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     // Not `println!`: the copy is made, and a closed stdout must not turn that into a panic.
     let _ = writeln!(
         std::io::stdout(),
@@ -41,9 +78,23 @@ pub(super) fn backup(config: &Config, dest: &std::path::Path, force: bool) -> Re
     Ok(ExitCode::SUCCESS)
 }
 
-pub(super) fn restore(config: &Config, backup: &std::path::Path) -> Result<ExitCode> {
+pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> Result<ExitCode> {
     let path = &config.warehouse.path;
     let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
+    if json {
+        let mut line = contents_json(&report.contents);
+        line["backup"] = serde_json::json!(backup.display().to_string());
+        line["warehouse"] = serde_json::json!(path.display().to_string());
+        line["bytes"] = serde_json::json!(report.bytes);
+        let removed: Vec<String> = report
+            .removed
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        line["removed"] = serde_json::json!(removed);
+        print_json(&line)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let removed: Vec<String> = report
         .removed
         .iter()

@@ -40,6 +40,8 @@ pub struct Config {
     pub sync: SyncConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    /// `[backup]`; `None` = the daemon makes no backups.
+    pub backup: Option<BackupConfig>,
     /// The file the configuration was read from, if any.
     pub source: Option<PathBuf>,
 }
@@ -230,6 +232,17 @@ impl Default for LogConfig {
 pub struct MetricsConfig {
     /// Prometheus metrics and `/healthz`; `None` = off.
     pub listen: Option<SocketAddr>,
+}
+
+/// `[backup]`: backups the daemon makes on a cron, checked, the newest `keep` kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupConfig {
+    /// 6-field cron (seconds first), evaluated in UTC.
+    pub cron: String,
+    /// Where the backups go (`callsync-YYYYMMDDTHHMMSSZ.db`).
+    pub dir: PathBuf,
+    /// How many of them to keep, at least 1.
+    pub keep: usize,
 }
 
 /// A configuration problem: one line naming the key (or file) and what is wrong.

@@ -20,6 +20,17 @@ pub(super) struct RawConfig {
     pub(super) log: RawLog,
     #[serde(default)]
     pub(super) metrics: RawMetrics,
+    #[serde(default)]
+    pub(super) backup: RawBackup,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table")]
+pub(super) struct RawBackup {
+    pub(super) cron: Option<String>,
+    pub(super) dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "strict")]
+    pub(super) keep: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -215,7 +215,7 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             "[api]\nbase_url = \"https://x.example\"\naccess_token = \"t\"\n[sink]\n".to_owned(),
-            "config: <file>: unknown key sink; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`",
+            "config: <file>: unknown key sink; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`, `backup`",
         ),
         (
             format!(
@@ -589,7 +589,7 @@ fn errors_from_the_environment_name_the_variable() {
         ),
         (
             ("CALLSYNC_BOGUS", "1"),
-            "config: CALLSYNC_BOGUS: unknown key bogus; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`".to_owned(),
+            "config: CALLSYNC_BOGUS: unknown key bogus; expected one of `api`, `warehouse`, `sync`, `log`, `metrics`, `backup`".to_owned(),
         ),
         (
             ("CALLSYNC_SYNC__PAGE_SIZE", "500"),
@@ -764,6 +764,8 @@ fn the_example_file_loads_and_documents_every_key() {
         "level",
         "format",
         "listen",
+        "dir",
+        "keep",
     ];
     for key in keys.iter().chain(ListFilter::NAMES.iter()) {
         assert!(
@@ -959,4 +961,46 @@ fn callsync_config_names_the_file_and_is_no_key() {
         .to_string(),
         format!("config: cannot read {}: no such file", missing.display())
     );
+}
+
+#[test]
+fn backup_needs_cron_and_dir_together_and_keeps_7_by_default() {
+    let with = |backup: &str| {
+        load_text(
+            &format!("{}\n[backup]\n{backup}", minimal()),
+            &Env::default(),
+        )
+    };
+    assert_eq!(load_text(&minimal(), &Env::default()).unwrap().backup, None);
+    let c = with("cron = \"0 15 2 * * *\"\ndir = \"/var/backups/callsync\"\n").unwrap();
+    assert_eq!(
+        c.backup,
+        Some(BackupConfig {
+            cron: "0 15 2 * * *".into(),
+            dir: "/var/backups/callsync".into(),
+            keep: 7,
+        })
+    );
+    for (backup, message) in [
+        (
+            "dir = \"/b\"\n",
+            "config: backup.cron: is required with backup.dir (when to back up, e.g. \"0 15 2 * * *\" for 02:15 UTC daily)",
+        ),
+        (
+            "cron = \"0 15 2 * * *\"\n",
+            "config: backup.dir: is required with backup.cron (the directory the backups go into)",
+        ),
+        (
+            "cron = \"0 15 2 * * *\"\ndir = \"/b\"\nkeep = 0\n",
+            "config: backup.keep: 0 is outside 1..=10000",
+        ),
+        (
+            "cron = \"0 0 0 30 2 *\"\ndir = \"/b\"\n",
+            "does not fire within a year",
+        ),
+        ("crn = \"x\"\n", "crn"),
+    ] {
+        let err = with(backup).unwrap_err().to_string();
+        assert!(err.contains(message), "{backup}: {err}");
+    }
 }

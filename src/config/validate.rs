@@ -10,13 +10,13 @@ use uuid::Uuid;
 
 use super::env::Env;
 use super::raw::{
-    RawApi, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, StringList,
+    RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, StringList,
 };
 use super::secret::{credential, secret};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
-    ApiConfig, AuthConfig, Config, ConfigError, DetailsMode, LogConfig, LogFormat, MetricsConfig,
-    OAuthConfig, RetryConfig, SecretSource, SyncConfig, WarehouseConfig,
+    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DetailsMode, LogConfig, LogFormat,
+    MetricsConfig, OAuthConfig, RetryConfig, SecretSource, SyncConfig, WarehouseConfig,
 };
 use crate::service::ListFilter;
 
@@ -49,8 +49,34 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
                 })
                 .transpose()?,
         },
+        backup: backup(raw.backup)?,
         source: None,
     })
+}
+
+/// `[backup]`: off unless `cron` is set, which then needs `dir`; `keep` 7 by default.
+fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
+    let keep = bounded("backup.keep", raw.keep, 7, 1..=10_000)?;
+    match (raw.cron, raw.dir) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ConfigError::invalid(
+            "backup.cron",
+            "is required with backup.dir (when to back up, e.g. \"0 15 2 * * *\" for 02:15 UTC daily)",
+        )),
+        (Some(_), None) => Err(ConfigError::invalid(
+            "backup.dir",
+            "is required with backup.cron (the directory the backups go into)",
+        )),
+        (Some(_), Some(dir)) if dir.as_os_str().is_empty() => Err(ConfigError::invalid(
+            "backup.dir",
+            "is empty; name the directory the backups go into",
+        )),
+        (Some(expr), Some(dir)) => Ok(Some(BackupConfig {
+            cron: cron("backup.cron", expr)?,
+            dir,
+            keep,
+        })),
+    }
 }
 
 /// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a

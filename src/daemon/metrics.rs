@@ -1,13 +1,21 @@
 //! Prometheus metrics and `/healthz` for the daemon (`[metrics] listen`).
 //!
 //! Figures come from the pass reports the daemon already receives: passes by kind and result,
-//! pages, calls written, requests by status, retries, and per schedule the last success,
-//! the lag (how far the cursor is behind the service's clock) and how many passes in a row
-//! ended behind. `/healthz` fails (503) when a schedule has neither completed a pass nor
-//! committed a page for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not
-//! seconds, so a cron with long quiet hours is not flagged overnight —, when a schedule is
-//! falling behind (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the
-//! scheduler itself has stopped firing, or when the warehouse was deleted, replaced or made read-only.
+//! pages, calls written, requests by status, retries, and per schedule only what an alert
+//! needs — the last success, the last pass's duration, the lag (how far the cursor is behind
+//! the service's clock), how many passes in a row ended behind or failed — plus one
+//! `callsync_schedule_info{schedule, name}` series that queries join for the name
+//! ([`SERIES_PER_SCHEDULE`]: the count stays flat as schedules grow to ten thousand).
+//!
+//! `/healthz` fails (503) when a schedule has neither completed a pass nor committed a page
+//! for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not seconds, so a cron with
+//! long quiet hours is not flagged overnight —, when a schedule is falling behind
+//! (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the scheduler itself has
+//! stopped firing, or when the warehouse was deleted, replaced or made read-only. Ticks a
+//! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
+//! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
+//! schedule is "busy since …", and turns bad only when its running pass is itself late, having
+//! committed no page for `STALE_INTERVALS` sync ticks (ticks it waited for a slot not counted).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -52,22 +60,34 @@ const STATUSES_FROM_START: [u16; 2] = [200, 429];
 /// Kinds of failed requests (`callsync_request_errors_total{kind}`).
 const ERROR_KINDS: [&str; 3] = ["transport", "client_error", "server_error"];
 
+/// The series each configured schedule adds, once it has run a pass: `schedule_info`,
+/// `last_success_timestamp_seconds`, `behind_passes`, `failed_passes` (from start-up),
+/// `last_pass_duration_seconds` and `lag_seconds` (from its first pass). Counted by a test.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "the figure a test and README state")
+)]
+pub const SERIES_PER_SCHEDULE: usize = 6;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PassLabels {
-    schedule: String,
     kind: &'static str,
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DurationLabels {
-    schedule: String,
-    kind: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ScheduleLabel {
     schedule: String,
+}
+
+/// `callsync_schedule_info`: the name a person reads, joined in queries
+/// (`* on (instance, job, schedule) group_left (name) callsync_schedule_info`) rather than
+/// carried by every series. An unnamed schedule's `name` is empty, which Prometheus treats as
+/// no label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ScheduleInfoLabels {
+    schedule: String,
+    name: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,9 +104,15 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 type FloatCounter = Counter<f64, AtomicU64>;
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// Upper bounds of the pass-duration buckets: 1 ms to 10 min, 1-2.5-5 steps below a minute.
+/// Passes seen in the field took 3 to 558 ms; a longer one lands in `+Inf` and still counts.
+const PASS_DURATION_BUCKETS: [f64; 18] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0,
+];
+
 fn pass_duration_histogram() -> Histogram {
-    // 0.5 s to about 9 hours: a quiet incremental pass to a long reconciliation.
-    Histogram::new(exponential_buckets(0.5, 2.0, 16))
+    Histogram::new(PASS_DURATION_BUCKETS)
 }
 
 fn request_duration_histogram() -> Histogram {
@@ -97,8 +123,9 @@ fn request_duration_histogram() -> Histogram {
 /// The series `/metrics` shows, registered once with the client library.
 struct Series {
     registry: Registry,
+    schedule_info: Family<ScheduleInfoLabels, Gauge>,
     passes: Family<PassLabels, Counter>,
-    pass_duration: HistogramFamily<DurationLabels>,
+    pass_duration: HistogramFamily<KindLabel>,
     pages: Counter,
     calls_written: Counter,
     retries: Counter,
@@ -107,8 +134,10 @@ struct Series {
     request_errors: Family<KindLabel, Counter>,
     request_duration: Histogram,
     last_success: Family<ScheduleLabel, FloatGauge>,
+    last_duration: Family<ScheduleLabel, FloatGauge>,
     lag: Family<ScheduleLabel, FloatGauge>,
     behind: Family<ScheduleLabel, Gauge>,
+    failed: Family<ScheduleLabel, Gauge>,
     warehouse_size: Gauge,
     wal_size: Gauge,
 }
@@ -118,6 +147,7 @@ impl Series {
         let mut registry = Registry::with_prefix("callsync");
         let series = Series {
             registry: Registry::default(),
+            schedule_info: Family::default(),
             passes: Family::default(),
             pass_duration: Family::new_with_constructor(pass_duration_histogram),
             pages: Counter::default(),
@@ -128,8 +158,10 @@ impl Series {
             request_errors: Family::default(),
             request_duration: request_duration_histogram(),
             last_success: Family::default(),
+            last_duration: Family::default(),
             lag: Family::default(),
             behind: Family::default(),
+            failed: Family::default(),
             warehouse_size: Gauge::default(),
             wal_size: Gauge::default(),
         };
@@ -139,13 +171,14 @@ impl Series {
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         registry.register(
-            "passes",
-            "Passes by schedule, kind and result",
-            series.passes.clone(),
+            "schedule_info",
+            "Each configured schedule's name (always 1): join on schedule for it",
+            series.schedule_info.clone(),
         );
+        registry.register("passes", "Passes by kind and result", series.passes.clone());
         registry.register_with_unit(
             "pass_duration",
-            "How long passes took, by schedule and kind",
+            "How long passes took, by kind",
             Unit::Seconds,
             series.pass_duration.clone(),
         );
@@ -185,6 +218,12 @@ impl Series {
             series.last_success.clone(),
         );
         registry.register_with_unit(
+            "last_pass_duration",
+            "How long the schedule's latest pass took (skipped passes not counted)",
+            Unit::Seconds,
+            series.last_duration.clone(),
+        );
+        registry.register_with_unit(
             "lag",
             "How far the schedule's cursor is behind the service's clock (negative: ahead of it)",
             Unit::Seconds,
@@ -194,6 +233,11 @@ impl Series {
             "behind_passes",
             "Passes in a row that ended behind the service's clock with changes waiting",
             series.behind.clone(),
+        );
+        registry.register(
+            "failed_passes",
+            "Passes in a row that failed (0 after a pass that read everything)",
+            series.failed.clone(),
         );
         registry.register_with_unit(
             "warehouse_size",
@@ -213,26 +257,25 @@ impl Series {
     /// Every series an alert or the dashboard selects on, at 0, before anything happened:
     /// `time() - callsync_last_success_timestamp_seconds` fires for a schedule that never
     /// synced, and a rate over a counter needs the counter.
-    fn start_at_zero(&self, schedules: &[Uuid], kinds: &[&'static str]) {
+    fn start_at_zero(&self, schedules: &[Uuid], names: &Names, kinds: &[&'static str]) {
         for schedule in schedules {
-            let schedule = schedule.to_string();
+            self.schedule_info
+                .get_or_create(&ScheduleInfoLabels {
+                    schedule: schedule.to_string(),
+                    name: names.get(schedule).cloned().unwrap_or_default(),
+                })
+                .set(1);
             let label = ScheduleLabel {
-                schedule: schedule.clone(),
+                schedule: schedule.to_string(),
             };
             let _ = self.last_success.get_or_create(&label);
             let _ = self.behind.get_or_create(&label);
-            for kind in kinds {
-                let _ = self.pass_duration.get_or_create(&DurationLabels {
-                    schedule: schedule.clone(),
-                    kind,
-                });
-                for result in RESULTS {
-                    let _ = self.passes.get_or_create(&PassLabels {
-                        schedule: schedule.clone(),
-                        kind,
-                        result,
-                    });
-                }
+            let _ = self.failed.get_or_create(&label);
+        }
+        for kind in kinds {
+            let _ = self.pass_duration.get_or_create(&KindLabel { kind });
+            for result in RESULTS {
+                let _ = self.passes.get_or_create(&PassLabels { kind, result });
             }
         }
         for status in STATUSES_FROM_START {
@@ -268,18 +311,40 @@ struct Freshness {
     progressed: bool,
     /// Ticks in a row that found no progress.
     idle_ticks: u32,
+    /// The pass the daemon has started for the schedule, until it ends.
+    busy: Option<Busy>,
 }
+
+/// A pass the daemon started and that has not ended yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Busy {
+    pub kind: &'static str,
+    /// When the daemon started it (its task, which may first wait for a slot).
+    pub since: Timestamp,
+    /// It holds one of the `sync.concurrency` slots and reads; `false` while it waits.
+    pub running: bool,
+}
+
+/// The configuration's names of schedules (`[[sync.schedule]] name`).
+pub type Names = BTreeMap<Uuid, String>;
 
 pub struct Metrics {
     figures: Mutex<Figures>,
     series: Series,
     schedules: Vec<Uuid>,
+    names: Names,
 }
 
 impl Metrics {
-    /// Metrics of `schedules`, whose passes are of `kinds` (`incremental`, and `reconcile`
-    /// when a reconcile cron is set): their series exist from now on.
-    pub fn new(schedules: Vec<Uuid>, kinds: &[&'static str], walker: &Walker) -> Self {
+    /// Metrics of `schedules`, named by `names` where the configuration names them, whose
+    /// passes are of `kinds` (`incremental`, and `reconcile` when a reconcile cron is set),
+    /// walked by `walker`: their series exist from now on.
+    pub fn new(
+        schedules: Vec<Uuid>,
+        names: Names,
+        kinds: &[&'static str],
+        walker: &Walker,
+    ) -> Self {
         let mut series = Series::new();
         series.registry.register(
             "daemon",
@@ -290,25 +355,73 @@ impl Metrics {
                 ("pid", walker.pid.to_string()),
             ]),
         );
-        series.start_at_zero(&schedules, kinds);
+        series.start_at_zero(&schedules, &names, kinds);
         Metrics {
             figures: Mutex::default(),
             series,
             schedules,
+            names,
         }
     }
 
-    /// A sync tick fired: every schedule without progress since the previous one ages.
+    /// `schedule` as a person reads it: `name (uid)`, or the uid of an unnamed schedule.
+    pub fn display(&self, schedule: Uuid) -> String {
+        display(schedule, self.names.get(&schedule).map(String::as_str))
+    }
+
+    /// The configuration's name of `schedule`, if it gives one.
+    pub fn name(&self, schedule: Uuid) -> Option<&str> {
+        self.names.get(&schedule).map(String::as_str)
+    }
+
+    /// A sync tick fired: every schedule without progress since the previous one ages,
+    /// except one whose pass waits for a slot (the daemon's own choice, not the schedule's
+    /// fault: the passes holding the slots are watched themselves).
     pub fn sync_tick(&self) {
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         for schedule in &self.schedules {
             let fresh = f.freshness.entry(*schedule).or_default();
             if std::mem::take(&mut fresh.progressed) {
                 fresh.idle_ticks = 0;
-            } else {
+            } else if fresh.busy.is_none_or(|busy| busy.running) {
                 fresh.idle_ticks += 1;
             }
         }
+    }
+
+    /// The daemon started a pass of `schedule` (it may wait for a slot first).
+    pub fn pass_started(&self, schedule: Uuid, kind: &'static str) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.freshness.entry(schedule).or_default().busy = Some(Busy {
+            kind,
+            since: Timestamp::now(),
+            running: false,
+        });
+    }
+
+    /// The pass of `schedule` got its slot and starts reading: from here the ticks without
+    /// a committed page count again (starting is no progress: a failing schedule's passes
+    /// start too).
+    pub fn pass_running(&self, schedule: Uuid) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(busy) = &mut f.freshness.entry(schedule).or_default().busy {
+            busy.running = true;
+        }
+    }
+
+    /// The pass of `schedule` has ended, whether or not it reported (a panicked task).
+    pub fn pass_gone(&self, schedule: Uuid) {
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.freshness.entry(schedule).or_default().busy = None;
+    }
+
+    /// The passes running or waiting for a slot, in the configured order.
+    pub fn busy(&self) -> Vec<(Uuid, Busy)> {
+        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        self.schedules
+            .iter()
+            .filter_map(|s| Some((*s, f.freshness.get(s)?.busy?)))
+            .collect()
     }
 
     /// A page of `schedule` was committed.
@@ -330,23 +443,30 @@ impl Metrics {
             PassResult::Failed(_) => "failed",
         };
         let schedule = report.schedule.to_string();
+        let label = ScheduleLabel {
+            schedule: schedule.clone(),
+        };
         let kind = report.kind.as_str();
         series
             .passes
-            .get_or_create(&PassLabels {
-                schedule: schedule.clone(),
-                kind,
-                result,
-            })
+            .get_or_create(&PassLabels { kind, result })
             .inc();
         if !matches!(report.result, PassResult::Skipped(_)) {
+            let secs = report.duration.as_secs_f64();
             series
                 .pass_duration
-                .get_or_create(&DurationLabels {
-                    schedule: schedule.clone(),
-                    kind,
-                })
-                .observe(report.duration.as_secs_f64());
+                .get_or_create(&KindLabel { kind })
+                .observe(secs);
+            series.last_duration.get_or_create(&label).set(secs);
+        }
+        match report.result {
+            PassResult::Failed(_) => {
+                series.failed.get_or_create(&label).inc();
+            }
+            PassResult::Completed | PassResult::Behind => {
+                series.failed.get_or_create(&label).set(0);
+            }
+            PassResult::Interrupted | PassResult::Skipped(_) => {}
         }
         series.pages.inc_by(report.stats.pages);
         series.calls_written.inc_by(report.stats.calls_written);
@@ -355,6 +475,7 @@ impl Metrics {
             .throttled
             .inc_by(report.stats.throttled_ms as f64 / 1000.0);
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.freshness.entry(report.schedule).or_default().busy = None;
         // Another process held the schedule, or another daemon walked it since the tick: it
         // is being walked, by someone else; this daemon's `/healthz` does not wait for it.
         if matches!(report.result, PassResult::Skipped(_)) {
@@ -363,7 +484,7 @@ impl Metrics {
         if report.succeeded() {
             series
                 .last_success
-                .get_or_create(&ScheduleLabel { schedule })
+                .get_or_create(&label)
                 .set(seconds(Timestamp::now()));
             f.progressed(report.schedule);
             let behind = f.behind.entry(report.schedule).or_default();
@@ -464,6 +585,14 @@ impl RequestObserver for Metrics {
     }
 }
 
+/// `name (uid)`, or the uid alone.
+pub fn display(schedule: Uuid, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("{name} ({schedule})"),
+        None => schedule.to_string(),
+    }
+}
+
 fn seconds(t: Timestamp) -> f64 {
     t.unix_nanos() as f64 / 1e9
 }
@@ -558,17 +687,34 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
             format!("the scheduler has not fired since {due}: no passes are starting\n"),
         );
     }
+    let metrics = &health.metrics;
     let mut problems = String::new();
-    let stale = health.metrics.stale();
+    let busy: BTreeMap<Uuid, Busy> = metrics.busy().into_iter().collect();
+    let (late, stale): (Vec<Uuid>, Vec<Uuid>) = metrics
+        .stale()
+        .into_iter()
+        .partition(|s| busy.contains_key(s));
     if !stale.is_empty() {
-        let list: Vec<String> = stale.iter().map(Uuid::to_string).collect();
+        let list: Vec<String> = stale.iter().map(|s| metrics.display(*s)).collect();
         let _ = writeln!(
             problems,
             "no progress for {STALE_INTERVALS} sync ticks: {}",
             list.join(", ")
         );
     }
-    for (schedule, why) in health.metrics.falling_behind() {
+    for schedule in late {
+        let Some(busy) = busy.get(&schedule) else {
+            continue;
+        };
+        let _ = writeln!(
+            problems,
+            "late: {}: its {} pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks",
+            metrics.display(schedule),
+            busy.kind,
+            busy.since.truncated(1_000_000_000).to_rfc3339()
+        );
+    }
+    for (schedule, why) in metrics.falling_behind() {
         let why = if why.is_empty() {
             String::new()
         } else {
@@ -576,19 +722,203 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
         };
         let _ = writeln!(
             problems,
-            "falling behind: {schedule}: {FALLING_BEHIND_PASSES} or more passes in a row ended behind the service's clock{why}"
+            "falling behind: {}: {FALLING_BEHIND_PASSES} or more passes in a row ended behind the service's clock{why}",
+            metrics.display(schedule)
         );
     }
-    if problems.is_empty() {
-        return (StatusCode::OK, "ok\n".into());
+    let status = if problems.is_empty() {
+        problems.push_str("ok\n");
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    // What the daemon chose to do is said, never counted against it.
+    for (schedule, busy) in &busy {
+        let doing = if busy.running {
+            "pass running"
+        } else {
+            "pass waiting for a slot (sync.concurrency)"
+        };
+        let _ = writeln!(
+            problems,
+            "busy since {}: {}: {} {doing}",
+            busy.since.truncated(1_000_000_000).to_rfc3339(),
+            metrics.display(*schedule),
+            busy.kind
+        );
     }
-    (StatusCode::SERVICE_UNAVAILABLE, problems)
+    (status, problems)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::warehouse::Warehouse;
+
+    fn report(schedule: Uuid, result: PassResult) -> PassReport {
+        PassReport {
+            schedule,
+            kind: crate::warehouse::RunKind::Incremental,
+            stats: Default::default(),
+            statuses: Default::default(),
+            result,
+            position: None,
+            horizon: None,
+            lag_secs: Some(1.5),
+            duration: Duration::from_millis(42),
+            run: None,
+            error_kind: None,
+        }
+    }
+
+    /// The sample lines of an exposition, and those naming a schedule.
+    fn count_series(metrics: &Metrics) -> (usize, usize) {
+        let text = metrics.render(Path::new("/nonexistent/w.db"));
+        let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        let per_schedule = samples.iter().filter(|l| l.contains("schedule=\"")).count();
+        (samples.len(), per_schedule)
+    }
+
+    #[test]
+    fn series_per_schedule_stay_six_from_one_to_a_thousand_schedules() {
+        let series_of = |n: u128| {
+            let schedules: Vec<Uuid> = (1..=n).map(Uuid::from_u128).collect();
+            let names = schedules
+                .iter()
+                .map(|s| (*s, format!("Week {s}")))
+                .collect();
+            let metrics = Metrics::new(
+                schedules.clone(),
+                names,
+                &["incremental", "reconcile"],
+                &Walker::this_process(None),
+            );
+            let at_start_up = count_series(&metrics);
+            for (i, s) in schedules.iter().enumerate() {
+                let result = match i % 3 {
+                    0 => PassResult::Completed,
+                    1 => PassResult::Behind,
+                    _ => PassResult::Failed("HTTP 500".into()),
+                };
+                metrics.record(&report(*s, result));
+            }
+            (at_start_up, count_series(&metrics))
+        };
+        let ((_, one_at_start), (one_total, one)) = series_of(1);
+        assert_eq!((one_at_start, one), (4, SERIES_PER_SCHEDULE));
+        let ((_, thousand_at_start), (thousand_total, thousand)) = series_of(1000);
+        assert_eq!(thousand_at_start, 4000);
+        assert_eq!(thousand, 1000 * SERIES_PER_SCHEDULE);
+        // Nothing else grows with the schedules: passes and durations are labelled by kind.
+        assert_eq!(thousand_total - thousand, one_total - one);
+        // README, "Metrics", states these figures.
+        assert_eq!((one_total - one, thousand_total), (80, 6080));
+    }
+
+    #[test]
+    fn the_pass_duration_buckets_go_from_1_ms_to_10_min_by_kind_only() {
+        let metrics = Metrics::new(
+            vec![Uuid::from_u128(1)],
+            Names::new(),
+            &["incremental"],
+            &Walker::this_process(None),
+        );
+        metrics.record(&report(Uuid::from_u128(1), PassResult::Completed));
+        let text = metrics.render(Path::new("/nonexistent/w.db"));
+        let buckets: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("callsync_pass_duration_seconds_bucket"))
+            .collect();
+        assert_eq!(buckets.len(), PASS_DURATION_BUCKETS.len() + 1, "{text}");
+        assert_eq!(
+            buckets[0],
+            "callsync_pass_duration_seconds_bucket{le=\"0.001\",kind=\"incremental\"} 0"
+        );
+        assert!(buckets.contains(
+            &"callsync_pass_duration_seconds_bucket{le=\"0.05\",kind=\"incremental\"} 1"
+        ));
+        assert_eq!(
+            buckets[PASS_DURATION_BUCKETS.len() - 1],
+            "callsync_pass_duration_seconds_bucket{le=\"600.0\",kind=\"incremental\"} 1"
+        );
+        assert!(text.contains(&format!(
+            "callsync_schedule_info{{schedule=\"{}\",name=\"\"}} 1",
+            Uuid::from_u128(1)
+        )));
+        assert!(text.contains(&format!(
+            "callsync_last_pass_duration_seconds{{schedule=\"{}\"}} 0.042",
+            Uuid::from_u128(1)
+        )));
+    }
+
+    fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
+        Health {
+            metrics: Arc::new(metrics),
+            clock: TickClock::new("* * * * * *").unwrap(),
+            warehouse: WarehousePlace::of(warehouse),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_busy_schedule_is_said_busy_and_bad_only_when_its_running_pass_is_late() {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
+        let (long, waiting) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let names = Names::from([(long, "Renewals".to_owned())]);
+        let metrics = Metrics::new(
+            vec![long, waiting],
+            names,
+            &["incremental", "reconcile"],
+            &Walker::this_process(None),
+        );
+        metrics.pass_started(long, "reconcile");
+        metrics.pass_running(long);
+        // Waits for the slot `long` holds, for as many ticks as it takes.
+        metrics.pass_started(waiting, "incremental");
+        let health = health_of(metrics, &warehouse);
+        let since = |s: Uuid| {
+            let busy: BTreeMap<Uuid, Busy> = health.metrics.busy().into_iter().collect();
+            busy[&s].since.truncated(1_000_000_000).to_rfc3339()
+        };
+        let busy_lines = format!(
+            "busy since {}: Renewals ({long}): reconcile pass running\n\
+             busy since {}: {waiting}: incremental pass waiting for a slot (sync.concurrency)\n",
+            since(long),
+            since(waiting)
+        );
+        // The reconciliation commits a page every tick: healthy, however many ticks it takes.
+        for _ in 0..10 {
+            health.metrics.progressed(long);
+            health.metrics.sync_tick();
+        }
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, format!("ok\n{busy_lines}"))
+        );
+        // Its pages stop: late once STALE_INTERVALS ticks have passed without one.
+        for _ in 0..STALE_INTERVALS - 1 {
+            health.metrics.sync_tick();
+        }
+        assert_eq!(healthz(State(health.clone())).await.0, StatusCode::OK);
+        health.metrics.sync_tick();
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "late: Renewals ({long}): its reconcile pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks\n{busy_lines}",
+                    since(long)
+                )
+            )
+        );
+        // It ends: both schedules are free, the waiting one has not aged meanwhile.
+        health.metrics.record(&report(long, PassResult::Completed));
+        health.metrics.pass_gone(waiting);
+        assert_eq!(
+            healthz(State(health)).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+    }
 
     #[tokio::test]
     async fn healthz_checks_the_warehouse_itself_on_every_request() {
@@ -598,6 +928,7 @@ mod tests {
         let health = Health {
             metrics: Arc::new(Metrics::new(
                 vec![Uuid::from_u128(1)],
+                Names::new(),
                 &["incremental"],
                 &Walker::this_process(None),
             )),

@@ -13,6 +13,7 @@
 //! returns an error (`/healthz`, which checks it on every request, answers 503 until then). The configuration is read once; restart to change
 //! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
 
+mod backup;
 mod listener;
 mod metrics;
 mod notify;
@@ -88,11 +89,13 @@ pub async fn run_with(
         source,
         &config.sync.cron,
         config.sync.reconcile_cron.as_deref(),
+        config.backup.as_ref().map(|b| b.cron.as_str()),
         clock.clone(),
     )
     .await?;
     let metrics = Arc::new(metrics::Metrics::new(
         config.sync.schedules.clone(),
+        config.sync.schedule_names.clone(),
         pass_kinds(&config),
         engine.walker(),
     ));
@@ -123,6 +126,7 @@ pub async fn run_with(
         "callsync daemon started"
     );
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
+    let mut backups = Backups::new(config.backup.clone());
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -132,6 +136,10 @@ pub async fn run_with(
             () = &mut shutdown => break None,
             // Before any pass starts: the warehouse is still the file opened, and writable.
             Some((tick, started)) = ticks.next() => match engine.check_warehouse() {
+                Ok(()) if tick == Tick::Backup => {
+                    backups.on_tick(engine.warehouse_path());
+                    started.reply(Vec::new());
+                }
                 Ok(()) => started.reply(dispatcher.on_tick(tick)),
                 Err(err) => break Some(err),
             },
@@ -172,6 +180,7 @@ pub async fn run_with(
         );
         dispatcher.passes.abort_all();
     }
+    backups.finish(config.sync.shutdown_timeout).await;
     drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
         engine.close().await;
@@ -182,6 +191,61 @@ pub async fn run_with(
     match lost {
         Some(err) => Err(DaemonError::WarehouseUnusable(err)),
         None => Ok(()),
+    }
+}
+
+/// `[backup]`: a backup on each of its ticks, one at a time, off the daemon's loop (SQLite's
+/// online backup reads in one transaction while passes go on writing).
+struct Backups {
+    config: Option<crate::config::BackupConfig>,
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Backups {
+    fn new(config: Option<crate::config::BackupConfig>) -> Self {
+        Backups {
+            config,
+            running: None,
+        }
+    }
+
+    /// Starts a backup of `warehouse`, unless the previous one still runs.
+    fn on_tick(&mut self, warehouse: &std::path::Path) {
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        if self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            tracing::info!("backup tick skipped: the previous backup is still being made");
+            return;
+        }
+        let warehouse = warehouse.to_owned();
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            let at = crate::service::Timestamp::now();
+            match backup::take(&warehouse, &config.dir, config.keep, at) {
+                Ok(taken) => tracing::info!(
+                    path = %taken.path.display(),
+                    bytes = taken.bytes,
+                    calls = taken.contents.calls,
+                    removed = taken.removed.len(),
+                    keep = config.keep,
+                    "scheduled backup made and checked (integrity_check ok)"
+                ),
+                // A person must look: backups are not being made.
+                Err(err) => {
+                    tracing::error!(error = %crate::error_chain(&err), "scheduled backup failed")
+                }
+            }
+        }));
+    }
+
+    /// Waits for a backup being made, `timeout` at most (it cannot be cancelled: a copy
+    /// left half-made is removed by the next one's start).
+    async fn finish(&mut self, timeout: Duration) {
+        if let Some(running) = self.running.take()
+            && tokio::time::timeout(timeout, running).await.is_err()
+        {
+            tracing::warn!("shutdown timeout reached while a scheduled backup was being made");
+        }
     }
 }
 
@@ -213,6 +277,8 @@ enum TickDecision {
         failures: u32,
         ticks_left: u32,
     },
+    /// A tick that starts no pass (a backup's).
+    NoPass,
 }
 
 impl Slot {
@@ -238,6 +304,7 @@ impl Slot {
             }
             (Tick::Sync, None) => TickDecision::Start(RunKind::Incremental),
             (Tick::Reconcile, None) => TickDecision::Start(RunKind::Reconcile),
+            (Tick::Backup, _) => TickDecision::NoPass,
         }
     }
 
@@ -358,7 +425,9 @@ impl Dispatcher {
         }
     }
 
-    /// Acts on a tick for every schedule; returns those whose pass it started.
+    /// Acts on a tick for every schedule; returns those whose pass it started. What it did
+    /// for each schedule is logged at DEBUG; the tick's counts in one INFO line when its last
+    /// pass ends (`TickTally`; never WARN: the daemon chose so, nobody needs to act).
     fn on_tick(&mut self, tick: Tick) -> Vec<Uuid> {
         if tick == Tick::Sync {
             self.metrics.sync_tick();
@@ -368,11 +437,13 @@ impl Dispatcher {
         // A schedule another daemon walked since this instant is left to the next tick.
         let at = Timestamp::now();
         let mut tally = TickTally::new(tick, number);
-        tracing::debug!(tick = tick_name(tick), number, "tick");
+        tracing::debug!(tick = tick.as_str(), number, "tick");
         let mut started = Vec::new();
         for i in 0..self.slots.len() {
             let (schedule, slot) = &mut self.slots[i];
             let schedule = *schedule;
+            let schedule_name = self.metrics.name(schedule).map(str::to_owned);
+            let schedule_name = schedule_name.as_deref();
             match slot.on_tick(tick) {
                 TickDecision::Start(kind) => {
                     self.start(i, kind, Some((number, at)));
@@ -381,21 +452,24 @@ impl Dispatcher {
                 }
                 TickDecision::StillRunning(running) => {
                     tally.still_running += 1;
-                    tracing::warn!(%schedule, running = running.as_str(), "tick skipped: the previous pass is still running");
+                    tracing::debug!(%schedule, schedule_name, running = running.as_str(), "tick skipped: the previous pass is still running");
                 }
                 TickDecision::ReconcileQueued { backing_off: false } => {
-                    tracing::info!(%schedule, "reconciliation queued: it starts when the running pass ends");
+                    tally.reconcile_queued += 1;
+                    tracing::debug!(%schedule, schedule_name, "reconciliation queued: it starts when the running pass ends");
                 }
                 TickDecision::ReconcileQueued { backing_off: true } => {
-                    tracing::info!(%schedule, "reconciliation queued: the schedule is backing off after failures");
+                    tally.reconcile_queued += 1;
+                    tracing::debug!(%schedule, schedule_name, "reconciliation queued: the schedule is backing off after failures");
                 }
                 TickDecision::BackingOff {
                     failures,
                     ticks_left,
                 } => {
                     tally.backing_off += 1;
-                    tracing::info!(%schedule, failures, ticks_left, "tick skipped: backing off after failures");
+                    tracing::debug!(%schedule, schedule_name, failures, ticks_left, "tick skipped: backing off after failures");
                 }
+                TickDecision::NoPass => {}
             }
         }
         if tally.running == 0 {
@@ -429,23 +503,18 @@ impl Dispatcher {
         let result = match done {
             Ok((_, report)) => {
                 self.metrics.record(&report);
-                notify::status(&format!(
-                    "last pass: {} {} {}, {} calls written",
-                    report.schedule,
-                    report.kind.as_str(),
-                    report.result,
-                    report.stats.calls_written
-                ));
+                notify::status(&status_line(&report, &self.metrics));
                 report.result
             }
             // A bug (a panic) or the shutdown timeout's abort: either way the slot must not
             // stay taken forever, and a panic counts as a failure.
             Err(err) if err.is_panic() => {
-                tracing::error!(%schedule, error = %err, "a pass panicked; this is a bug in callsync, please report it");
+                tracing::error!(%schedule, schedule_name = self.metrics.name(schedule), error = %err, "a pass panicked; this is a bug in callsync, please report it");
                 PassResult::Failed("the pass panicked".to_owned())
             }
             Err(_) => PassResult::Interrupted,
         };
+        self.metrics.pass_gone(schedule);
         if let Some(number) = tick
             && let Some(tally) = self.ticks.get_mut(&number)
             && tally.ended(&result)
@@ -460,7 +529,7 @@ impl Dispatcher {
         let recovered =
             slot.failures > 0 && matches!(result, PassResult::Completed | PassResult::Behind);
         if recovered {
-            tracing::info!(%schedule, "schedule recovered; back to the normal cadence");
+            tracing::info!(%schedule, schedule_name = self.metrics.name(schedule), "schedule recovered; back to the normal cadence");
         }
         if slot.on_done(&result) && !self.cancel.is_cancelled() {
             self.start(i, RunKind::Reconcile, None);
@@ -496,6 +565,7 @@ impl Dispatcher {
             Some((number, _)) => tracing::info_span!("tick", number),
             None => tracing::Span::none(),
         };
+        self.metrics.pass_started(schedule, kind.as_str());
         let task = self.passes.spawn(
             async move {
                 // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
@@ -507,6 +577,7 @@ impl Dispatcher {
                 if cancel.is_cancelled() {
                     return not_started(schedule, plan.kind);
                 }
+                progress.0.pass_running(schedule);
                 let report = engine.run_pass(schedule, &plan, &cancel, &progress).await;
                 // In the pass's task, so the daemon's loop never waits for the writer, and
                 // shutdown drains it like a pass.
@@ -540,6 +611,7 @@ struct TickTally {
     elsewhere: usize,
     still_running: usize,
     backing_off: usize,
+    reconcile_queued: usize,
 }
 
 impl TickTally {
@@ -556,6 +628,7 @@ impl TickTally {
             elsewhere: 0,
             still_running: 0,
             backing_off: 0,
+            reconcile_queued: 0,
         }
     }
 
@@ -577,7 +650,7 @@ impl TickTally {
 
     fn log(&self) {
         tracing::info!(
-            tick = tick_name(self.tick),
+            tick = self.tick.as_str(),
             number = self.number,
             walked = self.walked,
             behind = self.behind,
@@ -586,17 +659,28 @@ impl TickTally {
             elsewhere = self.elsewhere,
             still_running = self.still_running,
             backing_off = self.backing_off,
+            reconcile_queued = self.reconcile_queued,
             duration_ms = self.began.elapsed().as_millis() as u64,
             "tick done (elsewhere: held by another process, or walked by another daemon since the tick)"
         );
     }
 }
 
-fn tick_name(tick: Tick) -> &'static str {
-    match tick {
-        Tick::Sync => "sync",
-        Tick::Reconcile => "reconcile",
-    }
+/// systemd's `STATUS=` after a pass: the schedule by name, what the pass did, and how many
+/// other passes are under way.
+fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
+    let busy = metrics.busy().len();
+    let under_way = match busy {
+        0 => String::new(),
+        n => format!("; {n} passes under way"),
+    };
+    format!(
+        "last pass: {} {} {}, {} calls written{under_way}",
+        metrics.display(report.schedule),
+        report.kind.as_str(),
+        report.result,
+        report.stats.calls_written
+    )
 }
 
 /// The report of a pass that shutdown stopped before it began: nothing read, nothing written.
@@ -611,6 +695,8 @@ fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         horizon: None,
         lag_secs: None,
         duration: Duration::ZERO,
+        run: None,
+        error_kind: None,
     }
 }
 

@@ -31,6 +31,27 @@ pub const STALL_GRACE: Duration = Duration::from_secs(30);
 pub enum Tick {
     Sync,
     Reconcile,
+    /// `[backup] cron`: a scheduled backup of the warehouse, no pass.
+    Backup,
+}
+
+impl Tick {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tick::Sync => "sync",
+            Tick::Reconcile => "reconcile",
+            Tick::Backup => "backup",
+        }
+    }
+
+    /// The configuration key of its cron.
+    fn key(self) -> &'static str {
+        match self {
+            Tick::Sync => "sync.cron",
+            Tick::Reconcile => "sync.reconcile_cron",
+            Tick::Backup => "backup.cron",
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +148,7 @@ pub fn firings_between(
 pub async fn start(
     sync_cron: &str,
     reconcile_cron: Option<&str>,
+    backup_cron: Option<&str>,
     ticks: mpsc::Sender<Tick>,
     clock: TickClock,
 ) -> Result<JobScheduler, SchedulerError> {
@@ -134,6 +156,7 @@ pub async fn start(
     let jobs = [
         (Some(sync_cron), Tick::Sync),
         (reconcile_cron, Tick::Reconcile),
+        (backup_cron, Tick::Backup),
     ];
     for (cron, tick) in jobs {
         let Some(cron) = cron else { continue };
@@ -151,11 +174,7 @@ pub async fn start(
             })
         })
         .map_err(|source| SchedulerError::Job {
-            what: if tick == Tick::Sync {
-                "sync.cron"
-            } else {
-                "sync.reconcile_cron"
-            },
+            what: tick.key(),
             cron: cron.to_owned(),
             source,
         })?;
@@ -316,12 +335,20 @@ impl Ticks {
         source: TickSource,
         sync_cron: &str,
         reconcile_cron: Option<&str>,
+        backup_cron: Option<&str>,
         clock: TickClock,
     ) -> Result<Ticks, SchedulerError> {
         let source = match source {
             TickSource::Cron => {
                 let (tick_tx, ticks) = mpsc::channel(4);
-                let scheduler = start(sync_cron, reconcile_cron, tick_tx, clock.clone()).await?;
+                let scheduler = start(
+                    sync_cron,
+                    reconcile_cron,
+                    backup_cron,
+                    tick_tx,
+                    clock.clone(),
+                )
+                .await?;
                 Source::Cron {
                     startup: true,
                     scheduler,
@@ -397,7 +424,7 @@ mod tests {
         let a = Uuid::from_u128(1);
         let (source, mut driver) = TickSource::manual();
         let clock = TickClock::new("* * * * * *").unwrap();
-        let mut ticks = Ticks::start(source, "* * * * * *", None, clock)
+        let mut ticks = Ticks::start(source, "* * * * * *", None, None, clock)
             .await
             .unwrap();
         let daemon = tokio::spawn(async move {

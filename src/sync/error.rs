@@ -40,4 +40,21 @@ pub enum SyncError {
     WriterGone,
 }
 
+impl SyncError {
+    /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
+    /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
+    /// walk's rules), `busy` (another process holds the schedule).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SyncError::Api(err) => err.kind(),
+            SyncError::Walk { .. } => "protocol",
+            SyncError::Busy { .. } => "busy",
+            SyncError::Warehouse(_)
+            | SyncError::Lock { .. }
+            | SyncError::WriterStart(_)
+            | SyncError::WriterGone => "warehouse",
+        }
+    }
+}
+
 pub use crate::error_chain;

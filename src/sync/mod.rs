@@ -210,6 +210,11 @@ pub struct PassReport {
     /// position is ahead of it. Never clamped.
     pub lag_secs: Option<f64>,
     pub duration: Duration,
+    /// `sync_runs.id` of the pass's row; `None` when it has none (a dry run, a pass that
+    /// never started).
+    pub run: Option<i64>,
+    /// What kind of failure a failed pass had ([`SyncError::kind`]); `None` otherwise.
+    pub error_kind: Option<&'static str>,
 }
 
 impl PassReport {
@@ -253,8 +258,9 @@ impl PassReport {
                 warn, %slowed_by,
                 "pass ended behind the service's clock with changes waiting; the next pass goes on from here"
             ),
+            // Shutdown's doing, and the next pass resumes: nothing for a person to do.
             PassResult::Interrupted => pass_line!(
-                warn,
+                info,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
             ),
             // A daemon sharing the schedules skips every schedule another walks: its tick
@@ -263,7 +269,7 @@ impl PassReport {
             // A command's (`sync`, `backfill`): what it was asked to do was not done.
             PassResult::Skipped(reason) => pass_line!(warn, %reason, "pass skipped"),
             PassResult::Failed(error) => pass_line!(
-                error, error = %error,
+                error, error = %error, error_kind = self.error_kind,
                 "pass failed; the checkpoint stays at the last committed page"
             ),
         }

@@ -147,6 +147,10 @@ struct Pass<'e> {
     clock: ServiceClock,
     /// Where the walk got to, capped by the service's clock.
     position: Option<Timestamp>,
+    /// Its `sync_runs` row, once started.
+    run: Option<RunId>,
+    /// The kind of the failure that ended it, if one did.
+    error_kind: Option<&'static str>,
 }
 
 impl Engine {
@@ -161,7 +165,16 @@ impl Engine {
     ) -> PassReport {
         // `instrument`, not `span.enter()`: a guard held across `.await` would leak the span
         // into whatever task the thread runs next, and log lines would name the wrong schedule.
-        let span = tracing::info_span!("pass", schedule = %schedule, kind = plan.kind.as_str());
+        // At ERROR, so that its fields are on every line of the pass whatever the level (an
+        // INFO span is off under `-q`, and an error line would lose its schedule); the
+        // configuration's name beside the uid; `run` (`sync_runs.id`) once the row exists.
+        let span = tracing::error_span!(
+            "pass",
+            schedule = %schedule,
+            schedule_name = self.settings.schedule_names.get(&schedule).map(String::as_str),
+            kind = plan.kind.as_str(),
+            run = tracing::field::Empty,
+        );
         let pass = Pass {
             engine: self,
             schedule,
@@ -172,6 +185,8 @@ impl Engine {
             tally: Tally::default(),
             clock: ServiceClock::default(),
             position: None,
+            run: None,
+            error_kind: None,
         };
         pass.run().instrument(span).await
     }
@@ -194,7 +209,7 @@ impl Pass<'_> {
                 result
             }
             Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
-            Err(err) => PassResult::Failed(error_chain(&err)),
+            Err(err) => self.failed(&err),
         };
         let report = PassReport {
             schedule: self.schedule,
@@ -206,6 +221,8 @@ impl Pass<'_> {
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
             duration: started.elapsed(),
+            run: self.run.map(RunId::get),
+            error_kind: self.error_kind,
         };
         report.log(
             self.engine.counts_only,
@@ -244,21 +261,31 @@ impl Pass<'_> {
             .await
         {
             Ok(run) => run,
-            Err(err) => return PassResult::Failed(error_chain(&err)),
+            Err(err) => return self.failed(&err),
         };
+        if let Some(run) = run {
+            tracing::Span::current().record("run", run.get());
+            self.run = Some(run);
+        }
         let end = self.walk().await;
         let (result, error) = self.result(end);
         match run {
             Some(run) => match self.finish(run, &result, error).await {
                 Ok(()) => result,
-                Err(err) => PassResult::Failed(error_chain(&err)),
+                Err(err) => self.failed(&err),
             },
             None => result,
         }
     }
 
+    /// A failed result, its kind kept for the report.
+    fn failed(&mut self, err: &SyncError) -> PassResult {
+        self.error_kind = Some(err.kind());
+        PassResult::Failed(error_chain(err))
+    }
+
     /// The typed result of a walk, and the text `sync_runs.error` keeps of it.
-    fn result(&self, end: WalkEnd) -> (PassResult, Option<String>) {
+    fn result(&mut self, end: WalkEnd) -> (PassResult, Option<String>) {
         match end {
             WalkEnd::Finished => (PassResult::Completed, None),
             WalkEnd::AtHorizon => {
@@ -272,6 +299,7 @@ impl Pass<'_> {
             WalkEnd::Interrupted => (PassResult::Interrupted, Some(INTERRUPTED.to_owned())),
             WalkEnd::Failed(err) => {
                 let text = error_chain(&err);
+                self.error_kind = Some(err.kind());
                 (PassResult::Failed(text.clone()), Some(text))
             }
         }

@@ -137,6 +137,14 @@ pub fn restore(
     })
 }
 
+/// Checks the backup at `path` as `restore` would (`PRAGMA integrity_check`, a callsync
+/// warehouse this version can use) and says what it holds; the daemon's scheduled backups
+/// check each new copy so before older ones are removed.
+pub fn verify_backup(path: &Path) -> Result<Contents, WarehouseError> {
+    let conn = open_backup(path)?;
+    contents(&conn, path)
+}
+
 /// Opens a backup read-only and checks that it is an intact callsync warehouse this version
 /// can use.
 fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {

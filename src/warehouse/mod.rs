@@ -31,13 +31,13 @@ pub use file_lock::FileIdentity;
 use file_lock::{FileLock, LockByte, LockError, LockMode};
 
 pub use access::{check_writable, unwritable_for_owner};
-pub use backup::{BackupReport, Contents, RestoreReport, restore};
+pub use backup::{BackupReport, Contents, RestoreReport, restore, verify_backup};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
 pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
-    FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, STALE_TICKS, ScheduleStatus,
-    Snapshot, TICKS_COUNTED, render_status,
+    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassOutcome, Row, RunSummary, STALE_TICKS,
+    ScheduleStatus, Snapshot, TICKS_COUNTED, render_status,
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker};

@@ -13,6 +13,9 @@ use super::runs::{RunOutcome, RunStats, WALKER_CHARS, Walker, parse};
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
+/// The most characters of a schedule's name `status` shows.
+const NAME_CHARS: usize = 200;
+
 /// The most characters of a pass's stored error `status` shows.
 const STORED_ERROR_CHARS: usize = 4000;
 
@@ -58,7 +61,22 @@ pub struct ScheduleStatus {
     pub outcomes: i64,
     pub variables: i64,
     pub notifications: i64,
+    /// The schedule's name: the configuration's (`[[sync.schedule]] name`), else the one the
+    /// service answered to `callsync schedule create/enable/disable`; `None` when neither.
+    pub schedule_name: Option<String>,
+    /// While its latest pass runs (RFC 3339): when it started. Ticks the daemon sits the
+    /// schedule out for meanwhile are its own choice, not a missing pass: see
+    /// [`LATE_PASS_TICKS`].
+    pub busy_since: Option<String>,
+    /// When its checkpoint last moved (a page committed), for a running pass's bound.
+    #[serde(skip)]
+    pub checkpoint_moved_at: Option<Timestamp>,
 }
+
+/// A running pass is late — and `status` exits 3 — once this many ticks of `sync.cron` have
+/// fired since it started and since its checkpoint last moved: a long reconciliation or first
+/// sync is busy, not missing, until then.
+pub const LATE_PASS_TICKS: u64 = 30;
 
 /// Passes in a row ended behind before a schedule is said to be falling behind.
 pub const FALLING_BEHIND_PASSES: i64 = 2;
@@ -92,20 +110,34 @@ impl ScheduleStatus {
             outcomes: 0,
             variables: 0,
             notifications: 0,
+            schedule_name: None,
+            busy_since: None,
+            checkpoint_moved_at: None,
         }
     }
 
-    /// When the latest recorded pass ended, or began if it has not ended.
+    /// When the latest recorded pass ended; while it runs, the later of its start and its
+    /// checkpoint's last move.
     pub fn last_recorded_at(&self) -> Option<Timestamp> {
         let run = self.last_run.as_ref()?;
-        let at = run.finished_at.as_deref().unwrap_or(&run.started_at);
-        Timestamp::parse(at).ok()
+        let at = Timestamp::parse(run.finished_at.as_deref().unwrap_or(&run.started_at)).ok()?;
+        match (&self.busy_since, self.checkpoint_moved_at) {
+            (Some(_), Some(moved)) => Some(at.max(moved)),
+            _ => Some(at),
+        }
     }
 
-    /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`].
+    /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`]: from
+    /// [`STALE_TICKS`] on a schedule has no recent pass; while a pass runs, from
+    /// [`LATE_PASS_TICKS`] on.
     pub fn set_ticks_since_last_pass(&mut self, ticks: u64) {
         self.ticks_since_last_pass = Some(ticks);
-        self.no_recent_pass = ticks >= u64::from(STALE_TICKS);
+        let bound = if self.busy_since.is_some() {
+            LATE_PASS_TICKS
+        } else {
+            u64::from(STALE_TICKS)
+        };
+        self.no_recent_pass = ticks >= bound;
     }
 }
 
@@ -278,14 +310,22 @@ impl Warehouse {
         now: Timestamp,
     ) -> Result<ScheduleStatus, WarehouseError> {
         let conn = &self.conn;
-        let cursor: Option<String> = conn
+        let (cursor, moved_at): (Option<String>, Option<String>) = conn
             .query_row(
-                "SELECT cursor FROM sync_checkpoints WHERE schedule_uid = ?1",
+                "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = ?1",
+                [schedule],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .or_else(none_if_empty)
+            .sql(&self.path, "reading a checkpoint")?;
+        let schedule_name: Option<String> = conn
+            .query_row(
+                "SELECT display_name FROM schedules WHERE uid = ?1",
                 [schedule],
                 |r| r.get(0),
             )
             .or_else(none_if_empty)
-            .sql(&self.path, "reading a checkpoint")?;
+            .sql(&self.path, "reading a schedule's name")?;
         let mut runs = conn
             .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
@@ -346,8 +386,15 @@ impl Warehouse {
                 },
             )
             .transpose()?;
+        let busy_since = last_run
+            .as_ref()
+            .filter(|run| run.outcome() == PassOutcome::Running)
+            .map(|run| run.started_at.clone());
         Ok(ScheduleStatus {
             schedule_uid: schedule.to_owned(),
+            schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
+            busy_since,
+            checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
             cursor: cursor.map(Timestamp::to_rfc3339),
             lag_secs: cursor.map(|c| now.secs_since(c)),
             last_result: last_run.as_ref().map(RunSummary::outcome),
@@ -501,7 +548,20 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             .and_then(|c| Timestamp::parse(c).ok())
             .map(|c| format!("{:.0}s", now.secs_since(c)))
             .unwrap_or_else(|| "-".into());
-        let _ = writeln!(out, "schedule {}", s.schedule_uid);
+        match &s.schedule_name {
+            Some(name) => {
+                let _ = writeln!(out, "schedule {}  \"{name}\"", s.schedule_uid);
+            }
+            None => {
+                let _ = writeln!(out, "schedule {}", s.schedule_uid);
+            }
+        }
+        if let Some(since) = &s.busy_since {
+            let _ = writeln!(
+                out,
+                "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
+            );
+        }
         let _ = writeln!(
             out,
             "  cursor       {}  (lag {lag})",
@@ -564,6 +624,13 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                 let _ = writeln!(
                     out,
                     "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
+                );
+            } else if let Some(since) = &s.busy_since {
+                let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+                let _ = writeln!(
+                    out,
+                    "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
+                    last.as_deref().unwrap_or("?")
                 );
             } else {
                 let last = s.last_recorded_at().map(Timestamp::to_rfc3339);

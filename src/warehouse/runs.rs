@@ -93,6 +93,13 @@ pub(super) const WALKER_CHARS: usize = 255;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunId(i64);
 
+impl RunId {
+    /// `sync_runs.id`: what a log line or a script names the row by.
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
     pub pages: u64,

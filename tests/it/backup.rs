@@ -75,3 +75,47 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(integrity_and_calls(&db), ("ok".to_owned(), 340));
     env.assert_matches_truth(&schedules);
 }
+
+/// `--json` on `migrate`, `backup` and `restore`: one object on stdout, what the text says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_backup_and_restore_print_one_json_object() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let db = env.warehouse_path();
+    let json = |out: &std::process::Output| -> serde_json::Value {
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(stdout(out).lines().count(), 1, "{}", stdout(out));
+        serde_json::from_str(&stdout(out)).expect("one JSON object")
+    };
+    let migrated = json(&callsync(&["--config", c, "migrate", "--json"]).await);
+    let latest = callsync::warehouse::latest_version();
+    assert_eq!(
+        migrated,
+        serde_json::json!({"warehouse": db.display().to_string(), "from": 0, "to": latest})
+    );
+    env.pass_ok(&env.schedules()).await;
+
+    let copy = env.dir.path().join("backup.db");
+    let backed_up =
+        json(&callsync(&["--config", c, "backup", copy.to_str().unwrap(), "--json"]).await);
+    let bytes = std::fs::metadata(&copy).unwrap().len();
+    assert_eq!(
+        backed_up,
+        serde_json::json!({
+            "schema_version": latest, "schedules": 1, "calls": 20,
+            "warehouse": db.display().to_string(), "path": copy.display().to_string(), "bytes": bytes,
+        })
+    );
+    let restored =
+        json(&callsync(&["--config", c, "restore", copy.to_str().unwrap(), "--json"]).await);
+    assert_eq!(restored["backup"], copy.display().to_string());
+    assert_eq!(restored["warehouse"], db.display().to_string());
+    assert_eq!(restored["calls"], 20);
+    assert!(restored["removed"].is_array(), "{restored}");
+}

@@ -101,17 +101,21 @@ async fn a_refused_token_fails_the_credentials_and_still_reports_the_rest() {
     let out = callsync(&["--config", &c, "check"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let printed = stdout(&out);
+    // What passed on stdout, what failed on stderr.
     assert_eq!(
         printed,
-        format!(
-            "ok   config: {c}\n\
-             FAILED credentials: the service refused the token (HTTP 401); check api.access_token (or its file or systemd credential): is it expired or revoked?\n\
-             FAILED schedule {s1}: not checked: the credentials check failed\n\
-             FAILED schedule {s2}: not checked: the credentials check failed\n{}",
-            to_be_created(&env.warehouse_path())
-        )
+        format!("ok   config: {c}\n{}", to_be_created(&env.warehouse_path()))
     );
-    assert!(!printed.contains(&token) && !stderr(&out).contains("not-the-token"));
+    let failed = stderr(&out);
+    assert!(
+        failed.contains(&format!(
+            "FAILED credentials: the service refused the token (HTTP 401); check api.access_token (or its file or systemd credential): is it expired or revoked?\n\
+             FAILED schedule {s1}: not checked: the credentials check failed\n\
+             FAILED schedule {s2}: not checked: the credentials check failed\n"
+        )),
+        "{failed}"
+    );
+    assert!(!printed.contains(&token) && !failed.contains("not-the-token"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,11 +140,17 @@ async fn an_unknown_schedule_fails_naming_it_and_the_others_are_checked() {
         format!(
             "ok   config: {c}\n\
              ok   credentials: the service accepted the access token\n\
-             FAILED schedule {unknown}: the service has no schedule {unknown} (HTTP 404); remove it from sync.schedules or correct it, and check api.base_url (it must not include /api/v1)\n\
              ok   schedule {s1}: exists on the service\n\
              ok   schedule {s2}: exists on the service\n{}",
             to_be_created(&env.warehouse_path())
         )
+    );
+    assert!(
+        stderr(&out).contains(&format!(
+            "FAILED schedule {unknown}: the service has no schedule {unknown} (HTTP 404); remove it from sync.schedules or correct it, and check api.base_url (it must not include /api/v1)\n"
+        )),
+        "{}",
+        stderr(&out)
     );
 }
 
@@ -160,11 +170,12 @@ async fn a_warehouse_directory_this_user_cannot_write_fails_naming_it() {
     let printed = stdout(&out);
     let db = env.warehouse_path();
     assert!(
-        printed.ends_with(&format!(
+        stderr(&out).ends_with(&format!(
             "FAILED warehouse: {}\n",
             not_writable(&db, "the directory", env.dir.path())
         )),
-        "{printed}"
+        "{}",
+        stderr(&out)
     );
     // The service's checks passed, and were still reported.
     assert_eq!(printed.matches("\nok   schedule ").count(), 2, "{printed}");
@@ -252,10 +263,11 @@ async fn oauth_fetches_a_token_and_a_refused_client_secret_says_so() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let printed = stdout(&out);
     assert!(
-        printed.contains(
-            "\nFAILED credentials: the token endpoint (api.oauth.token_url) refused the client credentials (HTTP 401); check api.oauth.client_id and the client secret\n"
+        stderr(&out).contains(
+            "FAILED credentials: the token endpoint (api.oauth.token_url) refused the client credentials (HTTP 401); check api.oauth.client_id and the client secret\n"
         ),
-        "{printed}"
+        "{}",
+        stderr(&out)
     );
     assert!(!printed.contains("not-the-secret") && !stderr(&out).contains("not-the-secret"));
     assert!(printed.contains("\nok   warehouse: "), "{printed}");
@@ -310,9 +322,9 @@ async fn check_refuses_the_warehouses_run_refuses_with_runs_message() {
         let out = callsync(&["--config", c, "check"]).await;
         assert_eq!(out.status.code(), Some(1), "{case}: {}", stderr(&out));
         assert!(
-            stdout(&out).ends_with(&format!("FAILED warehouse: {refusal}\n")),
+            stderr(&out).ends_with(&format!("FAILED warehouse: {refusal}\n")),
             "{case}: {}",
-            stdout(&out)
+            stderr(&out)
         );
         assert_eq!(std::fs::read(&db).unwrap(), bytes_before, "{case}");
         assert_eq!(files_beside(&db), files_before, "{case}");
@@ -329,4 +341,52 @@ fn files_beside(db: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// `metrics.listen` is bound and let go: a port another process holds fails the check, on
+/// stderr; under the journal with the error priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_binds_the_metrics_address_and_failed_lines_carry_a_priority_under_the_journal() {
+    use std::os::unix::fs::MetadataExt as _;
+    let env = two_schedules().await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let free_addr = free.local_addr().unwrap();
+    drop(free);
+    let config = env.write_config(&format!("\n[metrics]\nlisten = \"{free_addr}\"\n"));
+    let out = callsync(&["--config", config.to_str().unwrap(), "check"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(&format!("ok   metrics: {free_addr} can be listened on\n")),
+        "{}",
+        stdout(&out)
+    );
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_addr = taken.local_addr().unwrap();
+    let config = env.write_config(&format!("\n[metrics]\nlisten = \"{taken_addr}\"\n"));
+    // stderr into a file that JOURNAL_STREAM names, as systemd sets it.
+    let log_path = env.dir.path().join("check.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let meta = log.metadata().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(["--config", config.to_str().unwrap(), "check"])
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .env_remove("RUST_LOG")
+        .stderr(log)
+        .output()
+        .expect("callsync runs");
+    drop(taken);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!stdout(&out).contains("FAILED"), "{}", stdout(&out));
+    let journal = std::fs::read_to_string(&log_path).unwrap();
+    let line = journal
+        .lines()
+        .find(|l| l.contains("FAILED metrics"))
+        .unwrap_or_else(|| panic!("{journal}"));
+    assert!(
+        line.starts_with(&format!(
+            "<3>FAILED metrics: cannot listen on {taken_addr} (metrics.listen): "
+        )),
+        "{line}"
+    );
 }

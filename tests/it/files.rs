@@ -166,10 +166,11 @@ async fn a_warehouse_with_two_names_is_refused_through_either_name() {
         }
         let out = callsync(PLAIN, &["--config", config, "check"]).await;
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-        let printed = String::from_utf8_lossy(&out.stdout);
+        // A failed check is on stderr.
+        let failed = stderr(&out);
         assert!(
-            printed.ends_with(&format!("FAILED warehouse: {}\n", two_names(path))),
-            "{printed}"
+            failed.ends_with(&format!("FAILED warehouse: {}\n", two_names(path))),
+            "{failed}"
         );
     }
     // The probe: a backfill through each name at once.

@@ -278,6 +278,7 @@ pub fn config_for(
             format: LogFormat::Text,
         },
         metrics: MetricsConfig::default(),
+        backup: None,
         source: None,
     }
 }

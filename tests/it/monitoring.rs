@@ -13,8 +13,12 @@ use crate::harness::TestEnv;
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Series that exist from a schedule's first pass on: the lag needs the service's clock.
-const KNOWN_AFTER_A_PASS: [&str; 1] = ["callsync_lag_seconds"];
+/// Series that exist from a schedule's first pass on: the lag needs the service's clock, a
+/// duration a pass.
+const KNOWN_AFTER_A_PASS: [&str; 2] = [
+    "callsync_lag_seconds",
+    "callsync_last_pass_duration_seconds",
+];
 
 fn contrib(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -82,14 +86,208 @@ fn dashboard_expressions(dashboard: &serde_json::Value) -> Vec<String> {
         .as_array()
         .expect("templating")
     {
-        exprs.push(
-            variable["query"]["query"]
-                .as_str()
-                .expect("query")
-                .to_owned(),
-        );
+        // A datasource variable's query is the plugin's name, not PromQL.
+        if variable["type"] == "query" {
+            exprs.push(
+                variable["query"]["query"]
+                    .as_str()
+                    .expect("query")
+                    .to_owned(),
+            );
+        }
     }
     exprs
+}
+
+fn dashboard() -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(contrib("grafana/callsync-dashboard.json")).unwrap(),
+    )
+    .expect("the dashboard is JSON")
+}
+
+/// The unit a panel showing `metric` must have, when the name says it: seconds (a timestamp
+/// shown as an age too), bytes, or a count of passes; `None` for rates and infos.
+fn unit_of(metric: &str) -> Option<&'static str> {
+    if metric.ends_with("_bytes") {
+        Some("bytes")
+    } else if metric.ends_with("_passes") {
+        Some("none")
+    } else if metric.ends_with("_seconds_total") || !metric.contains("_seconds") {
+        None
+    } else {
+        Some("s")
+    }
+}
+
+fn panel<'d>(dashboard: &'d serde_json::Value, title: &str) -> &'d serde_json::Value {
+    dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .find(|p| p["title"] == title)
+        .unwrap_or_else(|| panic!("no panel {title:?}"))
+}
+
+#[test]
+fn the_dashboard_has_a_datasource_and_a_schedule_variable_true_units_and_names() {
+    let dashboard = dashboard();
+    let text = std::fs::read_to_string(contrib("grafana/callsync-dashboard.json")).unwrap();
+    // File provisioning does not fill `__inputs`: a data source variable instead.
+    assert!(
+        !text.contains("DS_PROMETHEUS"),
+        "an import-only ${{DS_…}} input is left"
+    );
+    assert!(dashboard.get("__inputs").is_none());
+    let variables: Vec<(&str, &str)> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        variables,
+        [
+            ("datasource", "datasource"),
+            ("instance", "query"),
+            ("schedule", "query")
+        ]
+    );
+    let mut datasources = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        datasources.push(&panel["datasource"]);
+        let title = panel["title"].as_str().unwrap();
+        let exprs: Vec<&str> = panel["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .inspect(|t| datasources.push(&t["datasource"]))
+            .map(|t| t["expr"].as_str().unwrap())
+            .collect();
+        let units: BTreeSet<&str> = exprs
+            .iter()
+            .flat_map(|e| metric_names(e))
+            .filter_map(|m| unit_of(&m))
+            .collect();
+        let unit = panel["fieldConfig"]["defaults"]["unit"].as_str().unwrap();
+        assert!(
+            units.is_empty() || units == BTreeSet::from([unit]),
+            "panel {title:?} has unit {unit:?} but shows {units:?}"
+        );
+        // A per-schedule series is chosen by the variable and shown by name.
+        for (expr, target) in exprs.iter().zip(panel["targets"].as_array().unwrap()) {
+            if expr.contains("schedule") {
+                assert!(expr.contains("schedule=~\"$schedule\""), "{title}: {expr}");
+                assert!(
+                    expr.contains("group_left (name) callsync_schedule_info"),
+                    "{title}: {expr}"
+                );
+                let legend = target["legendFormat"].as_str().unwrap();
+                assert!(legend.contains("{{name}}"), "{title}: {legend}");
+            }
+        }
+    }
+    for datasource in datasources {
+        assert_eq!(datasource["uid"], "${datasource}");
+    }
+    assert_eq!(
+        panel(&dashboard, "Lag per schedule")["fieldConfig"]["defaults"]["unit"],
+        "s"
+    );
+    assert_eq!(
+        panel(&dashboard, "Behind and failed passes in a row")["fieldConfig"]["defaults"]["unit"],
+        "none"
+    );
+}
+
+/// Evaluates `expr` over `series` (promtool's input notation) at 960 s with `promtool test
+/// rules`, expecting `samples` (labels, value); `false` when promtool is not installed.
+fn promtool_evaluates(expr: &str, series: &[(&str, &str)], samples: &[(&str, f64)]) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yml");
+    let rule = serde_json::json!({"groups": [{"name": "t", "rules": [{"record": "evaluated", "expr": expr}]}]});
+    std::fs::write(&rules, rule.to_string()).unwrap();
+    let input: Vec<serde_json::Value> = series
+        .iter()
+        .map(|(s, v)| serde_json::json!({"series": s, "values": v}))
+        .collect();
+    let expected: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|(labels, value)| serde_json::json!({"labels": format!("evaluated{labels}"), "value": value}))
+        .collect();
+    let test = serde_json::json!({
+        "rule_files": [rules],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": input,
+            "promql_expr_test": [{"expr": "evaluated", "eval_time": "960s", "exp_samples": expected}],
+        }],
+    });
+    let tests = dir.path().join("test.yml");
+    std::fs::write(&tests, test.to_string()).unwrap();
+    let Ok(output) = std::process::Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&tests)
+        .output()
+    else {
+        return false;
+    };
+    assert!(
+        output.status.success(),
+        "promtool test rules failed for {expr}:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    true
+}
+
+#[test]
+fn last_success_age_says_never_for_a_schedule_that_never_synced_not_56_years() {
+    let dashboard = dashboard();
+    let panel = panel(&dashboard, "Last success age");
+    let defaults = &panel["fieldConfig"]["defaults"];
+    assert_eq!(defaults["unit"], "s");
+    // -1, the query's value for "no success since start-up", reads "never".
+    assert_eq!(defaults["mappings"][0]["options"]["-1"]["text"], "never");
+    let expr = panel["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$instance", ".*")
+        .replace("$schedule", ".*");
+    // At 960 s: one schedule synced at 400 s, one never (its gauge at 0 since start-up).
+    let info = |s: &str, name: &str| {
+        format!(
+            "callsync_schedule_info{{instance=\"d:1\",job=\"callsync\",schedule=\"{s}\",name=\"{name}\"}}"
+        )
+    };
+    let success = |s: &str| {
+        format!(
+            "callsync_last_success_timestamp_seconds{{instance=\"d:1\",job=\"callsync\",schedule=\"{s}\"}}"
+        )
+    };
+    let series = [
+        (info("a", "Renewals").as_str(), "1x20"),
+        (info("b", "").as_str(), "1x20"),
+        (success("a").as_str(), "400x20"),
+        (success("b").as_str(), "0x20"),
+    ]
+    .map(|(s, v)| (s.to_owned(), v));
+    let series: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    let evaluated = promtool_evaluates(
+        &expr,
+        &series,
+        &[
+            (
+                "{instance=\"d:1\",job=\"callsync\",schedule=\"a\",name=\"Renewals\"}",
+                560.0,
+            ),
+            ("{instance=\"d:1\",job=\"callsync\",schedule=\"b\"}", -1.0),
+        ],
+    );
+    if !evaluated {
+        eprintln!("promtool not installed: the never-synced query was checked by its mapping only");
+    }
 }
 
 /// The names of the samples in an exposition (histograms' `_bucket`, `_sum`, `_count`).
@@ -105,10 +303,7 @@ fn exported(exposition: &str) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let rules = std::fs::read_to_string(contrib("prometheus/callsync-alerts.yml")).unwrap();
-    let dashboard: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(contrib("grafana/callsync-dashboard.json")).unwrap(),
-    )
-    .expect("the dashboard is JSON");
+    let dashboard = dashboard();
     let rule_exprs = rule_expressions(&rules);
     assert_eq!(rule_exprs.len(), rules.matches("- alert:").count());
     let alerted: BTreeSet<String> = rule_exprs.iter().flat_map(|e| metric_names(e)).collect();
@@ -179,14 +374,17 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
         missing.is_empty(),
         "shown on the dashboard but not exported: {missing:?}\n{exposition}"
     );
-    // Per configured schedule and kind, from start-up.
+    assert!(
+        exposition.contains("callsync_passes_total{kind=\"reconcile\",result=\"failed\"} 0"),
+        "{exposition}"
+    );
+    // Per configured schedule, from start-up.
     for schedule in env.schedules() {
         for line in [
             format!("callsync_last_success_timestamp_seconds{{schedule=\"{schedule}\"}} 0"),
             format!("callsync_behind_passes{{schedule=\"{schedule}\"}} 0"),
-            format!(
-                "callsync_passes_total{{schedule=\"{schedule}\",kind=\"reconcile\",result=\"failed\"}} 0"
-            ),
+            format!("callsync_failed_passes{{schedule=\"{schedule}\"}} 0"),
+            format!("callsync_schedule_info{{schedule=\"{schedule}\",name=\"\"}} 1"),
         ] {
             assert!(exposition.contains(&line), "{line} missing:\n{exposition}");
         }

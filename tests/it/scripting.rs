@@ -20,7 +20,7 @@ fn json_lines(out: &std::process::Output) -> Vec<Value> {
 }
 
 /// The field names README documents for a pass line, in their order.
-const PASS_FIELDS: [&str; 20] = [
+const PASS_FIELDS: [&str; 22] = [
     "schedule_uid",
     "kind",
     "outcome",
@@ -41,7 +41,25 @@ const PASS_FIELDS: [&str; 20] = [
     "position",
     "lag_secs",
     "slowed_by",
+    "error_kind",
+    "run_id",
 ];
+
+/// The latest `sync_runs.id` of each schedule, in order.
+fn runs_of(env: &TestEnv, schedules: &[uuid::Uuid]) -> Vec<i64> {
+    let db = rusqlite::Connection::open(env.warehouse_path()).expect("the warehouse");
+    schedules
+        .iter()
+        .map(|s| {
+            db.query_row(
+                "SELECT max(id) FROM sync_runs WHERE schedule_uid = ?1",
+                [s.to_string()],
+                |r| r.get(0),
+            )
+            .expect("a pass")
+        })
+        .collect()
+}
 
 fn assert_fields(line: &Value) {
     let keys: Vec<&str> = line
@@ -91,7 +109,14 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
         }
         assert!(line["lag_secs"].is_number(), "{line}");
         assert!(line["duration_secs"].as_f64().unwrap() > 0.0, "{line}");
+        assert_eq!(line["error_kind"], Value::Null);
     }
+    // Each line names its `sync_runs` row.
+    let ids: Vec<i64> = lines
+        .iter()
+        .map(|l| l["run_id"].as_i64().expect("run_id"))
+        .collect();
+    assert_eq!(ids, runs_of(&env, &env.schedules()));
     env.assert_matches_truth(&env.schedules());
 
     // A dry run: nothing written, what would be is `would_write`.
@@ -104,6 +129,7 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
         assert_eq!(line["dry_run"], true);
         assert_eq!(line["calls_written"], Value::Null);
         assert_eq!(line["would_write"], 0, "nothing changed: {line}");
+        assert_eq!(line["run_id"], Value::Null, "a dry run records no pass");
     }
 
     // A failed pass and a skipped one are lines too, with their error; the exit code says so;
@@ -133,8 +159,13 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
     assert_eq!(lines[0]["outcome"], "failed");
     let error = lines[0]["error"].as_str().expect("an error");
     assert!(error.contains("404"), "{error}");
+    assert_eq!(lines[0]["error_kind"], "not_found");
+    assert!(lines[0]["run_id"].is_i64(), "{}", lines[0]);
     assert_eq!(lines[1]["outcome"], "completed");
+    assert_eq!(lines[1]["error_kind"], Value::Null);
     assert_eq!(lines[2]["outcome"], "skipped");
+    assert_eq!(lines[2]["error_kind"], "busy");
+    assert_eq!(lines[2]["run_id"], Value::Null);
     assert_eq!(lines[2]["calls_seen"], 0);
     let why = lines[2]["error"].as_str().expect("why");
     assert!(

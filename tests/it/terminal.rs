@@ -200,7 +200,8 @@ async fn log_lines_pass_above_the_progress_bar_which_ends_as_one_line() {
     let shown = tokio::task::spawn_blocking(move || {
         run_on_terminal(
             &["--config", &c, "backfill", "--schedule", &s, "--json"],
-            &[],
+            // Retries are logged at INFO (the configuration says `warn`).
+            &[("CALLSYNC_LOG__LEVEL", "info")],
             |_, _| {},
         )
     })

@@ -1,0 +1,234 @@
+//! Scheduled backups (`[backup]`): on its cron the daemon copies the warehouse into a
+//! directory as `callsync-YYYYMMDDTHHMMSSZ.db` — SQLite's online backup, as `callsync backup`
+//! makes it, so passes go on writing —, checks the new copy as `callsync restore` would
+//! (`PRAGMA integrity_check`, a callsync warehouse), and only then removes the oldest of its
+//! own backups beyond `keep`. A copy that fails its check is removed and every older backup
+//! kept. Files in the directory that are not named so are never touched.
+
+use std::path::{Path, PathBuf};
+
+use crate::service::Timestamp;
+use crate::warehouse::{Contents, Warehouse, WarehouseError, verify_backup};
+
+const PREFIX: &str = "callsync-";
+const SUFFIX: &str = ".db";
+
+/// A scheduled backup that was made and checked.
+#[derive(Debug)]
+pub struct Taken {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub contents: Contents,
+    /// The oldest backups removed to keep `keep`.
+    pub removed: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The cause names the warehouse or the file already.
+    #[error("scheduled backup into {dir}: {cause}")]
+    Copy {
+        dir: PathBuf,
+        cause: Box<WarehouseError>,
+    },
+    #[error(
+        "scheduled backup {path} failed its check, so it was removed and every older backup kept: {cause}"
+    )]
+    Verify {
+        path: PathBuf,
+        cause: Box<WarehouseError>,
+    },
+    #[error("scheduled backups in {dir}: cannot {step}: {cause}; check [backup] dir")]
+    Dir {
+        dir: PathBuf,
+        step: &'static str,
+        cause: std::io::Error,
+    },
+}
+
+/// The file name of a backup taken at `at`: sorts as time does.
+fn file_name(at: Timestamp) -> String {
+    let t = at.as_offset_date_time();
+    format!(
+        "{PREFIX}{:04}{:02}{:02}T{:02}{:02}{:02}Z{SUFFIX}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// Whether `name` is one of the names [`file_name`] gives.
+fn is_ours(name: &str) -> bool {
+    name.strip_prefix(PREFIX)
+        .and_then(|rest| rest.strip_suffix(SUFFIX))
+        .is_some_and(|stamp| {
+            let b = stamp.as_bytes();
+            b.len() == 16
+                && b[8] == b'T'
+                && b[15] == b'Z'
+                && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit)
+        })
+}
+
+/// Backs the warehouse at `warehouse` up into `dir` as of `at`, checks the copy, then keeps
+/// the newest `keep` (at least 1) of the backups there.
+pub fn take(
+    warehouse: &Path,
+    dir: &Path,
+    keep: usize,
+    at: Timestamp,
+) -> Result<Taken, BackupError> {
+    std::fs::create_dir_all(dir).map_err(|cause| BackupError::Dir {
+        dir: dir.to_owned(),
+        step: "create the directory",
+        cause,
+    })?;
+    let dest = dir.join(file_name(at));
+    let copied = Warehouse::open_read_only(warehouse).and_then(|w| w.backup_to(&dest, false));
+    let report = copied.map_err(|cause| BackupError::Copy {
+        dir: dir.to_owned(),
+        cause: Box::new(cause),
+    })?;
+    finish(dir, &dest, report.bytes, keep, verify_backup)
+}
+
+/// Checks the new backup with `verify`; only if it passes, removes the oldest beyond `keep`.
+fn finish(
+    dir: &Path,
+    new: &Path,
+    bytes: u64,
+    keep: usize,
+    verify: impl FnOnce(&Path) -> Result<Contents, WarehouseError>,
+) -> Result<Taken, BackupError> {
+    let contents = match verify(new) {
+        Ok(contents) => contents,
+        Err(cause) => {
+            let _ = std::fs::remove_file(new);
+            return Err(BackupError::Verify {
+                path: new.to_owned(),
+                cause: Box::new(cause),
+            });
+        }
+    };
+    let dir_error = |step, cause| BackupError::Dir {
+        dir: dir.to_owned(),
+        step,
+        cause,
+    };
+    let mut ours: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| dir_error("list the directory", e))?
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_str().is_some_and(is_ours))
+        .map(|entry| entry.path())
+        .collect();
+    ours.sort();
+    let excess = ours.len().saturating_sub(keep.max(1));
+    let mut removed = Vec::new();
+    for old in ours.into_iter().take(excess) {
+        // Never the one just made, whatever the clock did meanwhile.
+        if old == new {
+            continue;
+        }
+        std::fs::remove_file(&old).map_err(|e| dir_error("remove an old backup", e))?;
+        removed.push(old);
+    }
+    Ok(Taken {
+        path: new.to_owned(),
+        bytes,
+        contents,
+        removed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(secs: i128) -> Timestamp {
+        Timestamp::from_unix_nanos(secs * 1_000_000_000).unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn backup_names_sort_as_time_and_only_ours_are_ours() {
+        assert_eq!(file_name(at(1_764_106_200)), "callsync-20251125T213000Z.db");
+        assert!(is_ours("callsync-20251125T213000Z.db"));
+        for other in [
+            "callsync.db",
+            "callsync-manual.db",
+            "callsync-20251125T213000Z.db-journal",
+            "callsync-2025112XT213000Z.db",
+            "notes.txt",
+        ] {
+            assert!(!is_ours(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn each_backup_is_checked_then_the_oldest_beyond_keep_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = dir.path().join("callsync.db");
+        drop(Warehouse::open(&warehouse, Duration::from_secs(5)).unwrap());
+        let backups = dir.path().join("backups");
+        std::fs::create_dir(&backups).unwrap();
+        std::fs::write(backups.join("notes.txt"), "mine").unwrap();
+        std::fs::write(backups.join("callsync-manual.db"), "mine too").unwrap();
+        let base = 1_764_106_200;
+        for i in 0..4 {
+            let taken = take(&warehouse, &backups, 2, at(base + i * 3600)).unwrap();
+            assert_eq!(taken.contents.calls, 0);
+            assert_eq!(taken.removed.len(), usize::from(i >= 2));
+        }
+        assert_eq!(
+            names(&backups),
+            [
+                "callsync-20251125T233000Z.db",
+                "callsync-20251126T003000Z.db",
+                "callsync-manual.db",
+                "notes.txt"
+            ]
+        );
+        // What is kept is a warehouse `restore` takes.
+        verify_backup(&backups.join("callsync-20251126T003000Z.db")).unwrap();
+    }
+
+    #[test]
+    fn a_backup_that_fails_its_check_is_removed_and_the_older_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "callsync-20251125T213000Z.db",
+            "callsync-20251125T223000Z.db",
+        ] {
+            std::fs::write(dir.path().join(name), "old").unwrap();
+        }
+        let new = dir.path().join("callsync-20251125T233000Z.db");
+        std::fs::write(&new, "damaged").unwrap();
+        let failed = finish(dir.path(), &new, 7, 1, |path| {
+            Err(WarehouseError::BadBackup {
+                path: path.to_owned(),
+                problem: "integrity_check says *** in database main ***".into(),
+            })
+        })
+        .unwrap_err();
+        assert!(matches!(failed, BackupError::Verify { .. }), "{failed}");
+        assert_eq!(
+            names(dir.path()),
+            [
+                "callsync-20251125T213000Z.db",
+                "callsync-20251125T223000Z.db"
+            ]
+        );
+    }
+}
