@@ -18,6 +18,7 @@ mod resources;
 mod rows;
 mod runs;
 mod schema;
+mod timezone;
 mod upsert;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,7 @@ pub use queries::{
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
+pub use timezone::parse_zone;
 
 pub struct Warehouse {
     conn: Connection,

@@ -39,9 +39,10 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "backed up {} to {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls\n",
+            "backed up {} to {}: {bytes} bytes, schema version {}, 2 schedules, 300 calls\n",
             db.display(),
-            copy.display()
+            copy.display(),
+            callsync::warehouse::latest_version()
         )
     );
 
@@ -61,9 +62,10 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
     assert_eq!(
         stdout(&out),
         format!(
-            "restored {} into {}: {bytes} bytes, schema version 6, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
+            "restored {} into {}: {bytes} bytes, schema version {}, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
             copy.display(),
             db.display(),
+            callsync::warehouse::latest_version(),
             db.display(),
             db.display()
         )
