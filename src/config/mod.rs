@@ -17,7 +17,7 @@ use std::time::Duration;
 use url::Url;
 use uuid::Uuid;
 
-use crate::api::ListFilter;
+use crate::service::ListFilter;
 
 pub use raw::{Env, load_from};
 pub use secret::{Secret, SecretSource};

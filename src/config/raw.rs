@@ -18,7 +18,7 @@ use super::{
     ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
     MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
 };
-use crate::api::ListFilter;
+use crate::service::ListFilter;
 use strict::strict;
 
 /// The process environment a configuration is read with; injectable so tests never touch

@@ -16,7 +16,7 @@ use rusqlite::params;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 
 /// The years whose offsets are kept: the service's calls and their attempts fall in them.
 const FIRST_YEAR: i32 = 1970;

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use callsync::api::{OutboundCall, Schedule, Timestamp};
+use callsync::service::{OutboundCall, Schedule, Timestamp};
 use callsync::simulator::{Precision, SimulatorOptions};
 use callsync::warehouse::Warehouse;
 use rusqlite::types::Value as Sql;
