@@ -7,7 +7,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
@@ -310,7 +310,9 @@ impl ApiClient {
         counters.record_status(status.as_u16());
         let headers = response.headers().clone();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            inner.limiter.rate_limited(&grant, retry_after(&headers));
+            inner
+                .limiter
+                .rate_limited(&grant, retry_after(&headers, SystemTime::now()));
         } else {
             inner.limiter.succeeded(&grant);
         }
@@ -622,21 +624,27 @@ fn status_error(
             .then(|| excerpt(body, &secrets))
             .filter(|e| !e.is_empty()),
         body: parsed.map(Box::new),
-        retry_after: retry_after(headers),
+        retry_after: retry_after(headers, SystemTime::now()),
         hint: hint_for(status, name),
     }
 }
 
-/// `Retry-After` in seconds (the form the service uses); an HTTP date is ignored.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+/// `Retry-After` (RFC 9110, 10.2.3): seconds (the form the service uses), or an HTTP date.
+/// A date's wait runs from the answer's `Date`, the service's own clock, so a clock of this
+/// machine's that is off does not stretch or cut it; without a `Date`, from `now`. A date
+/// already past asks no wait; anything else is no `Retry-After`.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    let answered = headers
+        .get(DATE)
+        .and_then(|d| d.to_str().ok())
+        .and_then(|d| httpdate::parse_http_date(d.trim()).ok())
+        .unwrap_or(now);
+    Some(at.duration_since(answered).unwrap_or(Duration::ZERO))
 }
 
 /// The `Date` header (RFC 9110's IMF-fixdate, whole seconds); `None` when absent or unparseable.
@@ -684,16 +692,46 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_reads_seconds_only() {
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:27:00 GMT").unwrap();
         let mut h = HeaderMap::new();
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h, now), None);
         h.insert(RETRY_AFTER, "7".parse().unwrap());
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(7)));
+        // An HTTP date, without a Date header: counted from this machine's clock.
         h.insert(
             RETRY_AFTER,
             "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
         );
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(60)));
+        // With the answer's Date: counted from the service's clock, whatever this machine's
+        // says (here it runs 10 minutes behind the service's).
+        h.insert(DATE, "Wed, 21 Oct 2015 07:27:30 GMT".parse().unwrap());
+        let behind = now - Duration::from_secs(600);
+        assert_eq!(retry_after(&h, behind), Some(Duration::from_secs(30)));
+        // The obsolete forms RFC 9110 asks a recipient to accept (RFC 850, asctime).
+        for date in [
+            "Wednesday, 21-Oct-15 07:28:00 GMT",
+            "Wed Oct 21 07:28:00 2015",
+        ] {
+            h.insert(RETRY_AFTER, date.parse().unwrap());
+            assert_eq!(
+                retry_after(&h, now),
+                Some(Duration::from_secs(30)),
+                "{date}"
+            );
+        }
+        // A date already past: retry now.
+        h.insert(
+            RETRY_AFTER,
+            "Wed, 21 Oct 2015 07:00:00 GMT".parse().unwrap(),
+        );
+        assert_eq!(retry_after(&h, now), Some(Duration::ZERO));
+        // Neither form: no Retry-After.
+        for bad in ["soon", "-5", "1.5", "Wed, 21 Oct 2015"] {
+            h.insert(RETRY_AFTER, bad.parse().unwrap());
+            assert_eq!(retry_after(&h, now), None, "{bad}");
+        }
     }
 
     #[test]
