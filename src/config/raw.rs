@@ -409,6 +409,7 @@ struct RawWarehouse {
     #[serde(default, deserialize_with = "strict")]
     busy_timeout_secs: Option<i64>,
     keep_runs: Option<String>,
+    timezone: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -536,6 +537,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
                 1..=3600,
             )?,
             keep_runs: keep_runs(raw.warehouse.keep_runs.as_deref().unwrap_or("90d"))?,
+            timezone: timezone(raw.warehouse.timezone.as_deref().unwrap_or("UTC"))?,
         },
         sync: sync(raw.sync)?,
         log: log(raw.log)?,
@@ -720,6 +722,18 @@ fn keep_runs(text: &str) -> Result<Option<Duration>, ConfigError> {
             )
         }),
     }
+}
+
+/// `warehouse.timezone`: an IANA name, spelled as the database does (`Europe/Berlin`).
+fn timezone(text: &str) -> Result<chrono_tz::Tz, ConfigError> {
+    text.trim().parse().map_err(|_| {
+        ConfigError::invalid(
+            "warehouse.timezone",
+            format!(
+                "{text:?} is not an IANA time zone name (such as \"Europe/Berlin\" or \"UTC\"; `timedatectl list-timezones` lists them, spelled with their capitals)"
+            ),
+        )
+    })
 }
 
 /// The schedules to sync, in order: `sync.schedules`, then `[[sync.schedule]]`; and the

@@ -44,7 +44,6 @@ pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 pub use scratch::{CallsByExternalId, SeenExternalIds};
-pub use timezone::parse_zone;
 
 pub struct Warehouse {
     conn: Connection,
