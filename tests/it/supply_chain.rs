@@ -96,7 +96,6 @@ fn every_exception_in_deny_toml_says_why() {
         "backoff",
         "tokio-cron-scheduler",
         "openssl-sys",
-        "webpki-root-certs",
     ] {
         assert!(
             exceptions.iter().any(|e| e == name),
