@@ -2,7 +2,7 @@
 //! refresh on a 401) and the retry policy, and its answer turned into a value or an
 //! [`ApiError`] naming the request.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
@@ -181,7 +181,9 @@ impl ApiClient {
         counters.record_status(status.as_u16());
         let headers = response.headers().clone();
         if status == StatusCode::TOO_MANY_REQUESTS {
-            inner.limiter.rate_limited(&grant, retry_after(&headers));
+            inner
+                .limiter
+                .rate_limited(&grant, retry_after(&headers, SystemTime::now()));
         } else {
             inner.limiter.succeeded(&grant);
         }
@@ -273,21 +275,27 @@ pub(super) fn status_error(
             .then(|| excerpt(body, &secrets))
             .filter(|e| !e.is_empty()),
         body: parsed.map(Box::new),
-        retry_after: retry_after(headers),
+        retry_after: retry_after(headers, SystemTime::now()),
         hint: hint_for(status, name),
     }
 }
 
-/// `Retry-After` in seconds (the form the service uses); an HTTP date is ignored.
-pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .map(Duration::from_secs)
+/// `Retry-After` (RFC 9110, 10.2.3): seconds (the form the service uses), or an HTTP date.
+/// A date's wait runs from the answer's `Date`, the service's own clock, so a clock of this
+/// machine's that is off does not stretch or cut it; without a `Date`, from `now`. A date
+/// already past asks no wait; anything else is no `Retry-After`.
+pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    let answered = headers
+        .get(DATE)
+        .and_then(|d| d.to_str().ok())
+        .and_then(|d| httpdate::parse_http_date(d.trim()).ok())
+        .unwrap_or(now);
+    Some(at.duration_since(answered).unwrap_or(Duration::ZERO))
 }
 
 /// The `Date` header (RFC 9110's IMF-fixdate, whole seconds); `None` when absent or unparseable.

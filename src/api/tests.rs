@@ -31,16 +31,46 @@ fn date_reads_the_http_date() {
 }
 
 #[test]
-fn retry_after_reads_seconds_only() {
+fn retry_after_reads_seconds_and_http_dates() {
+    let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:27:00 GMT").unwrap();
     let mut h = HeaderMap::new();
-    assert_eq!(retry_after(&h), None);
+    assert_eq!(retry_after(&h, now), None);
     h.insert(RETRY_AFTER, "7".parse().unwrap());
-    assert_eq!(retry_after(&h), Some(Duration::from_secs(7)));
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(7)));
+    // An HTTP date, without a Date header: counted from this machine's clock.
     h.insert(
         RETRY_AFTER,
         "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
     );
-    assert_eq!(retry_after(&h), None);
+    assert_eq!(retry_after(&h, now), Some(Duration::from_secs(60)));
+    // With the answer's Date: counted from the service's clock, whatever this machine's
+    // says (here it runs 10 minutes behind the service's).
+    h.insert(DATE, "Wed, 21 Oct 2015 07:27:30 GMT".parse().unwrap());
+    let behind = now - Duration::from_secs(600);
+    assert_eq!(retry_after(&h, behind), Some(Duration::from_secs(30)));
+    // The obsolete forms RFC 9110 asks a recipient to accept (RFC 850, asctime).
+    for date in [
+        "Wednesday, 21-Oct-15 07:28:00 GMT",
+        "Wed Oct 21 07:28:00 2015",
+    ] {
+        h.insert(RETRY_AFTER, date.parse().unwrap());
+        assert_eq!(
+            retry_after(&h, now),
+            Some(Duration::from_secs(30)),
+            "{date}"
+        );
+    }
+    // A date already past: retry now.
+    h.insert(
+        RETRY_AFTER,
+        "Wed, 21 Oct 2015 07:00:00 GMT".parse().unwrap(),
+    );
+    assert_eq!(retry_after(&h, now), Some(Duration::ZERO));
+    // Neither form: no Retry-After.
+    for bad in ["soon", "-5", "1.5", "Wed, 21 Oct 2015"] {
+        h.insert(RETRY_AFTER, bad.parse().unwrap());
+        assert_eq!(retry_after(&h, now), None, "{bad}");
+    }
 }
 
 #[test]

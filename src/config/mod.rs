@@ -163,6 +163,8 @@ pub struct WarehouseConfig {
     /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
     /// latest pass, nor its latest successful one); `None` keeps them all.
     pub keep_runs: Option<Duration>,
+    /// The zone of the days in views and canned queries (`timezone_offsets`); UTC by default.
+    pub timezone: chrono_tz::Tz,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

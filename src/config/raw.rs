@@ -88,6 +88,7 @@ pub(super) struct RawWarehouse {
     #[serde(default, deserialize_with = "strict")]
     pub(super) busy_timeout_secs: Option<i64>,
     pub(super) keep_runs: Option<String>,
+    pub(super) timezone: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -748,6 +748,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "path",
         "busy_timeout_secs",
         "keep_runs",
+        "timezone",
         "schedules",
         "uid",
         "name",
@@ -867,6 +868,32 @@ fn a_named_schedule_listed_twice_or_without_a_name_is_refused_naming_it() {
         "{message}"
     );
     assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+#[test]
+fn timezone_takes_an_iana_name_and_defaults_to_utc() {
+    let e = env(&[]);
+    assert_eq!(
+        load_text(&minimal(), &e).unwrap().warehouse.timezone,
+        chrono_tz::UTC
+    );
+    let zone = |value: &str| {
+        load_text(&with("warehouse", &format!("timezone = \"{value}\"")), &e)
+            .map(|c| c.warehouse.timezone)
+    };
+    assert_eq!(zone("Europe/Berlin").unwrap(), chrono_tz::Europe::Berlin);
+    assert_eq!(
+        zone("America/New_York").unwrap(),
+        chrono_tz::America::New_York
+    );
+    for bad in ["Europe/Berlinn", "CET+1", "", "europe/berlin"] {
+        assert_eq!(
+            zone(bad).unwrap_err().to_string(),
+            format!(
+                "config: warehouse.timezone: {bad:?} is not an IANA time zone name (such as \"Europe/Berlin\" or \"UTC\"; `timedatectl list-timezones` lists them, spelled with their capitals)"
+            )
+        );
+    }
 }
 
 #[test]

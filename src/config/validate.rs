@@ -32,6 +32,7 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
                 1..=3600,
             )?,
             keep_runs: keep_runs(raw.warehouse.keep_runs.as_deref().unwrap_or("90d"))?,
+            timezone: timezone(raw.warehouse.timezone.as_deref().unwrap_or("UTC"))?,
         },
         sync: sync(raw.sync)?,
         log: log(raw.log)?,
@@ -228,6 +229,18 @@ pub(super) fn oauth_config(
         client_id,
         client_secret,
         scope: raw.scope.filter(|s| !s.trim().is_empty()),
+    })
+}
+
+/// `warehouse.timezone`: an IANA name, spelled as the database does (`Europe/Berlin`).
+fn timezone(text: &str) -> Result<chrono_tz::Tz, ConfigError> {
+    text.trim().parse().map_err(|_| {
+        ConfigError::invalid(
+            "warehouse.timezone",
+            format!(
+                "{text:?} is not an IANA time zone name (such as \"Europe/Berlin\" or \"UTC\"; `timedatectl list-timezones` lists them, spelled with their capitals)"
+            ),
+        )
     })
 }
 

@@ -2,10 +2,12 @@
 //!
 //! Every timestamp the service sends is parsed once into [`Timestamp`], a UTC instant with
 //! nanosecond precision. Comparisons are on instants, never on text (`…37Z` sorts after
-//! `…37.500Z` as text). Output forms: RFC 3339 `…T…Z` for the wire, and SQLite's
-//! `YYYY-MM-DD HH:MM:SS[.fraction]` for the warehouse. Both print the fraction in groups of
-//! three digits (none, milli, micro, nano) with trailing zero groups dropped, so the service's
-//! precision is kept and, in the SQLite form, text order is time order.
+//! `…37.500Z` as text). Output forms: RFC 3339 `…T…Z` for the wire and for people, whose
+//! fraction comes in groups of three digits (none, milli, micro, nano) with trailing zero
+//! groups dropped, so the service's precision is kept; and the warehouse's form, RFC 3339 in
+//! UTC with exactly six fraction digits (`2026-01-31T09:30:00.250000Z`): fixed width, so text
+//! order is time order, and a `Z`, so every BI tool reads a UTC instant (README, "The
+//! warehouse": pandas, Grafana and SQLite's date functions were tried).
 
 use std::fmt;
 use std::str::FromStr;
@@ -53,9 +55,15 @@ impl Timestamp {
         Timestamp::try_from(parsed).map_err(|e| error(e.reason))
     }
 
-    /// Parses the warehouse's own text form (`YYYY-MM-DD HH:MM:SS[.fraction]`, UTC).
+    /// Parses the warehouse's text form ([`Self::to_sqlite`]), and the form of schema 6 and
+    /// older (`YYYY-MM-DD HH:MM:SS[.fraction]`, UTC, no zone), which migration 7 rewrites.
     pub fn parse_sqlite(text: &str) -> Result<Self, TimestampError> {
-        Self::parse(&format!("{}Z", text.trim().replacen(' ', "T", 1)))
+        let text = text.trim();
+        if text.ends_with(['Z', 'z']) {
+            Self::parse(text)
+        } else {
+            Self::parse(&format!("{}Z", text.replacen(' ', "T", 1)))
+        }
     }
 
     pub fn from_unix_nanos(nanos: i128) -> Option<Self> {
@@ -77,9 +85,20 @@ impl Timestamp {
         format!("{}T{}Z", self.date_part(), self.time_part())
     }
 
-    /// SQLite's own form, e.g. `2026-01-31 09:30:00.250`: text order is time order.
+    /// The warehouse's form: RFC 3339 in UTC with exactly six fraction digits, e.g.
+    /// `2026-01-31T09:30:00.250000Z`. Fixed width, so text order is time order; a finer
+    /// fraction is truncated to the microsecond (the instant at or before this one), which is
+    /// what SQLite (milliseconds), pandas and Grafana (nanoseconds) read alike.
     pub fn to_sqlite(self) -> String {
-        format!("{} {}", self.date_part(), self.time_part())
+        let t = self.0.time();
+        format!(
+            "{}T{:02}:{:02}:{:02}.{:06}Z",
+            self.date_part(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.microsecond()
+        )
     }
 
     /// Truncates to whole multiples of `unit_nanos` (used to model a service's precision);
@@ -226,7 +245,7 @@ mod tests {
         // The edges themselves are fine, and print back in four digits.
         assert_eq!(
             ts("9999-12-31T22:59:59-01:00").to_sqlite(),
-            "9999-12-31 23:59:59"
+            "9999-12-31T23:59:59.000000Z"
         );
         assert_eq!(
             ts("0000-01-01T01:00:00+01:00").to_rfc3339(),
@@ -268,11 +287,29 @@ mod tests {
         texts.sort();
         let sorted: Vec<String> = values.iter().map(|t| t.to_sqlite()).collect();
         assert_eq!(texts, sorted);
-        assert_eq!(sorted[0], "2026-01-31 09:30:36.999");
-        assert_eq!(sorted[2], "2026-01-31 09:30:37.000001");
+        assert_eq!(sorted[0], "2026-01-31T09:30:36.999000Z");
+        assert_eq!(sorted[1], "2026-01-31T09:30:37.000000Z");
+        assert_eq!(sorted[2], "2026-01-31T09:30:37.000001Z");
+        // Read back as the same instant; the form of schema 6 and older too.
+        for t in values {
+            assert_eq!(Timestamp::parse_sqlite(&t.to_sqlite()).unwrap(), t);
+        }
         assert_eq!(
             Timestamp::parse_sqlite("2026-01-31 09:30:37.250").unwrap(),
             ts("2026-01-31T09:30:37.25Z")
+        );
+    }
+
+    #[test]
+    fn sqlite_form_truncates_below_the_microsecond() {
+        // The instant at or before: a checkpoint read back never skips a change.
+        assert_eq!(
+            ts("2026-01-31T09:30:37.123456789Z").to_sqlite(),
+            "2026-01-31T09:30:37.123456Z"
+        );
+        assert_eq!(
+            ts("1969-12-31T23:59:59.999999999Z").to_sqlite(),
+            "1969-12-31T23:59:59.999999Z"
         );
     }
 

@@ -289,6 +289,8 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        // The analyst's days: the offsets of `warehouse.timezone` (rewritten only on a change).
+        warehouse.set_timezone(config.warehouse.timezone)?;
         let place = WarehousePlace::of(&warehouse);
         let mut engine =
             Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;

@@ -20,6 +20,7 @@ mod rows;
 mod runs;
 mod schema;
 mod scratch;
+mod timezone;
 mod upsert;
 
 use std::path::{Path, PathBuf};

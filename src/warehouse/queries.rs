@@ -368,8 +368,10 @@ impl Warehouse {
             conn.query_row(sql, [schedule], |r| r.get(0))
                 .sql(&self.path, "counting rows")
         };
+        // Instants are shown in the warehouse's own form (RFC 3339, six fraction digits), so
+        // a value copied from `status` compares as text with the columns it came from.
         let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
-            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_rfc3339()))
+            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_sqlite()))
                 .transpose()
         };
         let cursor = cursor
@@ -379,7 +381,7 @@ impl Warehouse {
             .map(
                 |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
                     run.started_at =
-                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_rfc3339();
+                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_sqlite();
                     run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
                     run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
                     Ok(run)
@@ -395,7 +397,7 @@ impl Warehouse {
             schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
             busy_since,
             checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
-            cursor: cursor.map(Timestamp::to_rfc3339),
+            cursor: cursor.map(Timestamp::to_sqlite),
             lag_secs: cursor.map(|c| now.secs_since(c)),
             last_result: last_run.as_ref().map(RunSummary::outcome),
             slowed_by: last_run
@@ -626,14 +628,14 @@ pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                     "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
                 );
             } else if let Some(since) = &s.busy_since {
-                let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
                 let _ = writeln!(
                     out,
                     "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
                     last.as_deref().unwrap_or("?")
                 );
             } else {
-                let last = s.last_recorded_at().map(Timestamp::to_rfc3339);
+                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
                 let _ = writeln!(
                     out,
                     "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",

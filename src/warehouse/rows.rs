@@ -1,6 +1,8 @@
 //! Model → row: the one place that decides how a field of the service becomes a column.
 //!
-//! Timestamps become SQLite's UTC text (`Timestamp::to_sqlite`); JSON of unknown shape
+//! Timestamps become the warehouse's UTC text (`Timestamp::to_sqlite`: RFC 3339, six fraction
+//! digits, `Z`); a phonetic name the service sends empty becomes NULL, as every absent value
+//! is; JSON of unknown shape
 //! (`delay`, `priority`, `error_details`, unknown fields) becomes JSON text; custom parameter
 //! and variable values are stored as text when they are strings and as JSON text otherwise;
 //! `phone_e164` is `+` and the digits of the service's phone number.
@@ -81,9 +83,9 @@ pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall, content_hash: u64
         full_name: info.full_name.as_deref(),
         first_name: info.first_name.as_deref(),
         last_name: info.last_name.as_deref(),
-        phonetic_full_name: info.phonetic_full_name.as_deref(),
-        phonetic_first_name: info.phonetic_first_name.as_deref(),
-        phonetic_last_name: info.phonetic_last_name.as_deref(),
+        phonetic_full_name: given(info.phonetic_full_name.as_deref()),
+        phonetic_first_name: given(info.phonetic_first_name.as_deref()),
+        phonetic_last_name: given(info.phonetic_last_name.as_deref()),
         email: info.email.as_deref(),
         event_date_time: ts(info.event_date_time),
         extra,
@@ -279,6 +281,11 @@ pub fn e164(phone: &str) -> Option<String> {
     (!digits.is_empty()).then(|| format!("+{digits}"))
 }
 
+/// `None` for an empty text: the service sends `""` for a phonetic name it has not got.
+fn given(text: Option<&str>) -> Option<&str> {
+    text.filter(|t| !t.is_empty())
+}
+
 fn ts(t: Option<Timestamp>) -> Option<String> {
     t.map(Timestamp::to_sqlite)
 }
@@ -345,8 +352,11 @@ mod tests {
         let spec = spec_call();
         let row = call(&schedule, &spec, spec.content_hash());
         assert_eq!(row.schedule_uid, schedule);
-        assert_eq!(row.cooldown_until.as_deref(), Some("2026-01-31 09:00:00"));
-        assert_eq!(row.updated_at, "2026-01-31 09:05:00.250");
+        assert_eq!(
+            row.cooldown_until.as_deref(),
+            Some("2026-01-31T09:00:00.000000Z")
+        );
+        assert_eq!(row.updated_at, "2026-01-31T09:05:00.250000Z");
         assert_eq!(row.delay, None);
         assert_eq!(row.priority.as_deref(), Some("3"));
         assert_eq!(row.retry_intervals.as_deref(), Some("[60,120]"));

@@ -169,7 +169,7 @@ fn the_checkpoint_moves_with_the_page_and_never_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = open(&dir);
     assert_eq!(w.checkpoint(SCHEDULE).unwrap(), None);
-    write(&mut w, &[], Some("2026-01-01T00:10:00Z"));
+    write(&mut w, &[], Some("2026-01-01T00:10:00.000000Z"));
     write(&mut w, &[], Some("2026-01-01T00:09:59.999999Z"));
     let c = w.checkpoint(SCHEDULE).unwrap().unwrap();
     assert_eq!(c.cursor, ts("2026-01-01T00:10:00Z"));
@@ -337,7 +337,7 @@ fn a_backup_restored_replaces_the_warehouse_whole() {
     write(
         &mut w,
         &[call(call_json(1, "2026-01-01T00:10:00Z", 1))],
-        Some("2026-01-01T00:10:00Z"),
+        Some("2026-01-01T00:10:00.000000Z"),
     );
     let report = w.backup_to(&copy, false).unwrap();
     assert_eq!(
@@ -401,7 +401,7 @@ fn a_reader_without_wal_files_creates_none_and_a_backup_it_makes_notices_a_write
     write(
         &mut w,
         &[call(call_json(1, "2026-01-01T00:10:00Z", 1))],
-        Some("2026-01-01T00:10:00Z"),
+        Some("2026-01-01T00:10:00.000000Z"),
     );
     drop(w);
     for suffix in ["-wal", "-shm"] {
@@ -876,7 +876,7 @@ fn status_reports_runs_checkpoints_and_counts() {
     write(
         &mut w,
         &[call(call_json(1, "2026-01-01T00:10:00Z", 2))],
-        Some("2026-01-01T00:10:00Z"),
+        Some("2026-01-01T00:10:00.000000Z"),
     );
     let stats = RunStats {
         pages: 1,
@@ -912,10 +912,13 @@ fn status_reports_runs_checkpoints_and_counts() {
     let status = w.status_at(ts("2026-01-01T02:00:10.5Z")).unwrap();
     assert_eq!(status.len(), 1);
     let s = &status[0];
-    assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00Z"));
+    assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00.000000Z"));
     assert_eq!(s.lag_secs, Some(6610.5));
     assert_eq!(s.last_result, Some(PassOutcome::Failed));
-    assert_eq!(s.last_success_at.as_deref(), Some("2026-01-01T01:00:05Z"));
+    assert_eq!(
+        s.last_success_at.as_deref(),
+        Some("2026-01-01T01:00:05.000000Z")
+    );
     let last = s.last_run.as_ref().unwrap();
     assert_eq!(
         (last.kind.as_str(), last.error.as_deref()),
@@ -1076,7 +1079,7 @@ fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
     assert!(status.no_recent_pass);
     let text = render_status(std::slice::from_ref(&status), now);
     assert!(
-        text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
+        text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01.000000Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
         "{text}"
     );
     let json = serde_json::to_value(&status).unwrap();
@@ -1141,11 +1144,17 @@ fn status_says_a_schedule_falls_behind_and_why() {
     assert_eq!((two.behind_passes, two.falling_behind), (2, true));
     assert_eq!(two.slowed_by, ["rate limit", "detail fetches"]);
     // A behind pass still read everything up to its horizon.
-    assert_eq!(two.last_success_at.as_deref(), Some("2026-01-01T01:00:10Z"));
+    assert_eq!(
+        two.last_success_at.as_deref(),
+        Some("2026-01-01T01:00:10.000000Z")
+    );
     let json = serde_json::to_value(two).unwrap();
     assert_eq!(json["falling_behind"], json!(true));
     assert_eq!(json["last_run"]["lag_secs"], json!(-3.5));
-    assert_eq!(json["last_run"]["horizon"], json!("2026-01-01T00:59:59Z"));
+    assert_eq!(
+        json["last_run"]["horizon"],
+        json!("2026-01-01T00:59:59.000000Z")
+    );
     assert_eq!(json["last_run"]["throttled_secs"], json!(6.0));
     let text = render_status(std::slice::from_ref(two), ts("2026-01-01T02:00:00Z"));
     assert!(
@@ -1330,7 +1339,7 @@ fn version_2_passes_get_their_outcome_from_what_they_recorded() {
     assert_eq!(status.last_result, Some(PassOutcome::Running));
     assert_eq!(
         status.last_success_at.as_deref(),
-        Some("2026-01-01T00:00:01Z")
+        Some("2026-01-01T00:00:01.000000Z")
     );
 }
 
@@ -1375,7 +1384,8 @@ fn version_1_warehouses_migrate_to_2_keeping_their_rows() {
             "c1".into(),
             Some("AY-da".into()),
             None,
-            "2026-02-01 10:00:00".into()
+            // Rewritten by schema 7 in RFC 3339 with six fraction digits.
+            "2026-02-01T10:00:00.000000Z".into()
         )
     );
 }
@@ -1551,4 +1561,5 @@ proptest! {
 }
 
 mod analyst;
+mod instants;
 mod layout;

@@ -1,12 +1,14 @@
 //! The analyst's kit: the canned queries of the shipped Datasette metadata
 //! (`contrib/datasette/metadata.json`), run on a warehouse synced from the simulator, give the
 //! numbers computed here, in Rust, from the simulator's truth; and the metadata describes
-//! every table, view and column of the warehouse, so the two cannot drift apart.
+//! every table, view and column of the warehouse, so the two cannot drift apart. Days are the
+//! warehouse's time zone's (Europe/Berlin here), and each query is asked again for a range of
+//! days.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use callsync::service::{OutboundCall, Schedule};
+use callsync::service::{OutboundCall, Schedule, Timestamp};
 use callsync::simulator::{Precision, SimulatorOptions};
 use callsync::warehouse::Warehouse;
 use rusqlite::types::Value as Sql;
@@ -19,6 +21,45 @@ const METADATA: &str = include_str!("../../contrib/datasette/metadata.json");
 
 /// The custom parameter the test asks `calls_per_custom_parameter_value` about.
 const PARAMETER: &str = "plan";
+/// The second and third parameters `calls_with_custom_parameters` shows: one every call
+/// has, one none has.
+const PARAMETER_2: &str = "region";
+const PARAMETER_3: &str = "no-such-parameter";
+
+/// The warehouse's time zone in this test: days are Berlin's, not UTC's.
+const ZONE: chrono_tz::Tz = chrono_tz::Europe::Berlin;
+
+/// The day of `t` in [`ZONE`], `YYYY-MM-DD`.
+fn day(t: Timestamp) -> String {
+    use chrono::TimeZone;
+    let utc = chrono::DateTime::from_timestamp_nanos(
+        i64::try_from(t.unix_nanos()).expect("an instant of this century"),
+    );
+    ZONE.from_utc_datetime(&utc.naive_utc())
+        .format("%Y-%m-%d")
+        .to_string()
+}
+
+/// The days a query is asked about (`from`, `to`: both included), or all.
+#[derive(Debug, Clone, Default)]
+struct Days {
+    from: Option<String>,
+    to: Option<String>,
+}
+
+impl Days {
+    /// Whether a row of `day` is counted: a row without a day only when no range is given
+    /// (SQL compares NULL with nothing).
+    fn hold(&self, day: Option<&str>) -> bool {
+        match day {
+            None => self.from.is_none() && self.to.is_none(),
+            Some(d) => {
+                self.from.as_deref().is_none_or(|f| d >= f)
+                    && self.to.as_deref().is_none_or(|t| d <= t)
+            }
+        }
+    }
+}
 
 /// The metadata of the database Datasette names `callsync` (after `callsync.db`).
 fn database() -> Json {
@@ -67,6 +108,8 @@ type Row = Vec<(&'static str, Cell)>;
 struct Truth {
     calls: Vec<(Uuid, OutboundCall)>,
     names: BTreeMap<Uuid, Option<String>>,
+    /// The calls' uids in the order the warehouse stored them (`calls.id`).
+    stored: Vec<Uuid>,
 }
 
 impl Truth {
@@ -100,22 +143,25 @@ fn count(n: usize) -> Cell {
     Cell::Int(n as i64)
 }
 
-fn answer_rate_per_schedule_per_day(truth: &Truth) -> Vec<Row> {
+fn answer_rate_per_schedule_per_day(truth: &Truth, days: &Days) -> Vec<Row> {
     // (schedule, day) → (attempts, answered, calls)
-    let mut days: BTreeMap<(String, String), (usize, usize, BTreeSet<Uuid>)> = BTreeMap::new();
+    let mut rows: BTreeMap<(String, String), (usize, usize, BTreeSet<Uuid>)> = BTreeMap::new();
     for (schedule, call) in truth.real_calls() {
         for attempt in call.outbound_call_attempts.iter().flatten() {
             let Some(started) = attempt.started_at else {
                 continue;
             };
-            let day = started.to_rfc3339()[..10].to_owned();
-            let entry = days.entry((schedule_key(schedule), day)).or_default();
+            let day = day(started);
+            if !days.hold(Some(&day)) {
+                continue;
+            }
+            let entry = rows.entry((schedule_key(schedule), day)).or_default();
             entry.0 += 1;
             entry.1 += usize::from(attempt.answered_at.is_some());
             entry.2.insert(call.uid);
         }
     }
-    days.into_iter()
+    rows.into_iter()
         .map(|((schedule, day), (attempts, answered, calls))| {
             let uid = Uuid::parse_str(&schedule).expect("uid");
             vec![
@@ -131,12 +177,15 @@ fn answer_rate_per_schedule_per_day(truth: &Truth) -> Vec<Row> {
         .collect()
 }
 
-fn outcomes_by_attempt_number(truth: &Truth) -> Vec<Row> {
+fn outcomes_by_attempt_number(truth: &Truth, days: &Days) -> Vec<Row> {
     let mut attempts: BTreeMap<(String, usize), usize> = BTreeMap::new();
     let mut outcomes: BTreeMap<(String, usize, String), usize> = BTreeMap::new();
     for (schedule, call) in truth.real_calls() {
         for (index, attempt) in call.outbound_call_attempts.iter().flatten().enumerate() {
             let number = index + 1;
+            if !days.hold(attempt.started_at.map(day).as_deref()) {
+                continue;
+            }
             *attempts
                 .entry((schedule_key(schedule), number))
                 .or_default() += 1;
@@ -169,16 +218,15 @@ fn outcomes_by_attempt_number(truth: &Truth) -> Vec<Row> {
         .collect()
 }
 
-fn calls_per_custom_parameter_value(truth: &Truth) -> Vec<Row> {
+fn calls_per_custom_parameter_value(truth: &Truth, days: &Days) -> Vec<Row> {
     // value → (calls, dialled, answered)
     let mut values: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
     for (_, call) in truth.real_calls() {
-        let Some(value) = call.outbound_call_info.custom_parameters.get(PARAMETER) else {
+        if !days.hold(Some(&day(call.created_at))) {
             continue;
-        };
-        let value = match value {
-            Json::String(s) => s.clone(),
-            other => other.to_string(),
+        }
+        let Some(value) = parameter(call, PARAMETER) else {
+            continue;
         };
         let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
         let entry = values.entry(value).or_default();
@@ -201,9 +249,23 @@ fn calls_per_custom_parameter_value(truth: &Truth) -> Vec<Row> {
         .collect()
 }
 
-fn time_to_first_answer(truth: &Truth) -> Vec<Row> {
+/// The value of `call`'s parameter `name`, as the warehouse stores it.
+fn parameter(call: &OutboundCall, name: &str) -> Option<String> {
+    call.outbound_call_info
+        .custom_parameters
+        .get(name)
+        .map(|value| match value {
+            Json::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+}
+
+fn time_to_first_answer(truth: &Truth, days: &Days) -> Vec<Row> {
     let mut waits: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (schedule, call) in truth.real_calls() {
+        if !days.hold(Some(&day(call.created_at))) {
+            continue;
+        }
         let first = call
             .outbound_call_attempts
             .iter()
@@ -246,11 +308,45 @@ fn time_to_first_answer(truth: &Truth) -> Vec<Row> {
         .collect()
 }
 
-/// Computes a canned query's answer from the truth.
-type Answer = fn(&Truth) -> Vec<Row>;
+/// One row per call, in the order the warehouse first stored them (its ids: the order of
+/// the first pass's pages, `created_at` then uid within each schedule, schedules in the
+/// order they were synced).
+fn calls_with_custom_parameters(truth: &Truth, days: &Days) -> Vec<Row> {
+    truth
+        .stored
+        .iter()
+        .filter_map(|uid| truth.calls.iter().find(|(_, c)| c.uid == *uid))
+        .filter(|(_, c)| c.is_test_call != Some(true))
+        .filter(|(_, c)| days.hold(Some(&day(c.created_at))))
+        .map(|(schedule, call)| {
+            let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
+            vec![
+                ("call_uid", Cell::Text(Some(call.uid.to_string()))),
+                ("schedule_uid", Cell::Text(Some(schedule_key(*schedule)))),
+                ("schedule_name", truth.name(*schedule)),
+                ("external_id", Cell::Text(call.external_id.clone())),
+                ("status", Cell::Text(Some(call.status.clone()))),
+                ("attempt_count", count(attempts.len())),
+                (
+                    "answered",
+                    count(usize::from(
+                        attempts.iter().any(|a| a.answered_at.is_some()),
+                    )),
+                ),
+                ("created_day", Cell::Text(Some(day(call.created_at)))),
+                ("parameter_1", Cell::Text(parameter(call, PARAMETER))),
+                ("parameter_2", Cell::Text(parameter(call, PARAMETER_2))),
+                ("parameter_3", Cell::Text(parameter(call, PARAMETER_3))),
+            ]
+        })
+        .collect()
+}
+
+/// Computes a canned query's answer from the truth, for the days asked.
+type Answer = fn(&Truth, &Days) -> Vec<Row>;
 
 /// Every canned query, and the function that computes its answer from the truth.
-const EXPECTED: [(&str, Answer); 4] = [
+const EXPECTED: [(&str, Answer); 5] = [
     (
         "answer_rate_per_schedule_per_day",
         answer_rate_per_schedule_per_day,
@@ -261,6 +357,7 @@ const EXPECTED: [(&str, Answer); 4] = [
         calls_per_custom_parameter_value,
     ),
     ("time_to_first_answer", time_to_first_answer),
+    ("calls_with_custom_parameters", calls_with_custom_parameters),
 ];
 
 /// A schedule as `callsync schedule create` records the service's answer.
@@ -289,6 +386,8 @@ async fn synced() -> (TestEnv, Truth) {
     .await;
     let s = env.schedules();
     env.config.sync.schedule_names = BTreeMap::from([(s[0], "Renewals".to_owned())]);
+    // The engine records the zone's offsets when it starts, before its first pass.
+    env.config.warehouse.timezone = ZONE;
     env.create_warehouse();
     {
         let mut w = Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
@@ -310,7 +409,18 @@ async fn synced() -> (TestEnv, Truth) {
         (s[1], Some("Schedule 2".to_owned())),
         (s[2], None),
     ]);
-    let truth = Truth { calls, names };
+    let stored = {
+        let conn = rusqlite::Connection::open(env.warehouse_path()).expect("opens");
+        strings(&conn, "SELECT uid FROM calls ORDER BY id", [])
+            .iter()
+            .map(|u| Uuid::parse_str(u).expect("a uid"))
+            .collect()
+    };
+    let truth = Truth {
+        calls,
+        names,
+        stored,
+    };
     assert_data_set_tells(&truth);
     (env, truth)
 }
@@ -343,22 +453,61 @@ fn assert_data_set_tells(truth: &Truth) {
         .map(|o| o.name)
         .collect();
     assert!(outcomes.len() >= 4, "outcomes {outcomes:?}");
-    assert!(answer_rate_per_schedule_per_day(truth).len() >= 3 * 5);
-    assert!(calls_per_custom_parameter_value(truth).len() >= 3);
+    let all = Days::default();
+    assert!(answer_rate_per_schedule_per_day(truth, &all).len() >= 3 * 5);
+    assert!(calls_per_custom_parameter_value(truth, &all).len() >= 3);
+    // Berlin's days are not UTC's: some attempts start on another day there.
+    let moved = truth
+        .calls
+        .iter()
+        .flat_map(|(_, c)| attempts(c))
+        .filter_map(|a| a.started_at)
+        .filter(|t| day(*t) != t.to_rfc3339()[..10])
+        .count();
+    assert!(
+        moved >= 10,
+        "{moved} attempts on another day in Berlin than in UTC"
+    );
 }
 
-/// `sql`'s columns and rows, `:parameter` bound to [`PARAMETER`].
-fn run(conn: &rusqlite::Connection, name: &str, sql: &str) -> (Vec<String>, Vec<Vec<Sql>>) {
+/// A range of days inside those the data set spans, leaving days out at both ends.
+fn some_days(truth: &Truth) -> Days {
+    let days: BTreeSet<String> = truth
+        .calls
+        .iter()
+        .flat_map(|(_, c)| c.outbound_call_attempts.iter().flatten())
+        .filter_map(|a| a.started_at)
+        .map(day)
+        .collect();
+    let days: Vec<String> = days.into_iter().collect();
+    assert!(days.len() >= 5, "{days:?}");
+    Days {
+        from: Some(days[1].clone()),
+        to: Some(days[days.len() - 2].clone()),
+    }
+}
+
+/// `sql`'s columns and rows, its parameters bound as Datasette binds a form's fields: the
+/// custom parameters' names, and `days` (an empty field for no limit).
+fn run(
+    conn: &rusqlite::Connection,
+    name: &str,
+    sql: &str,
+    days: &Days,
+) -> (Vec<String>, Vec<Vec<Sql>>) {
     let mut stmt = conn
         .prepare(sql)
         .unwrap_or_else(|e| panic!("canned query {name} does not prepare: {e}"));
     for i in 1..=stmt.parameter_count() {
-        let parameter = stmt.parameter_name(i).unwrap_or("?");
-        assert_eq!(
-            parameter, ":parameter",
-            "canned query {name}: give its parameter a value in this test"
-        );
-        stmt.raw_bind_parameter(i, PARAMETER).expect("bound");
+        let value = match stmt.parameter_name(i).unwrap_or("?") {
+            ":parameter" => PARAMETER,
+            ":parameter_2" => PARAMETER_2,
+            ":parameter_3" => PARAMETER_3,
+            ":from" => days.from.as_deref().unwrap_or(""),
+            ":to" => days.to.as_deref().unwrap_or(""),
+            other => panic!("canned query {name}: give {other} a value in this test"),
+        };
+        stmt.raw_bind_parameter(i, value).expect("bound");
     }
     let columns: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
     let n = columns.len();
@@ -396,24 +545,49 @@ async fn every_canned_query_answers_what_the_simulators_truth_says() {
         shipped, checked,
         "every canned query needs its answer computed in this test"
     );
-    for (name, sql) in &queries {
+    let ranges = [Days::default(), some_days(&truth)];
+    for ((name, sql), days) in queries
+        .iter()
+        .flat_map(|q| ranges.iter().map(move |d| (q, d)))
+    {
         let expected = EXPECTED
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, f)| f(&truth))
+            .map(|(_, f)| f(&truth, days))
             .expect("checked above");
-        let (columns, rows) = run(&conn, name, sql);
+        if days.from.is_some() {
+            // The range leaves rows out, and keeps some.
+            let all = EXPECTED
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, f)| f(&truth, &Days::default()));
+            let all = all.map_or(0, |rows| rows.len());
+            let kept = expected.len();
+            // Per-schedule figures keep their rows; their numbers change (checked below).
+            if !matches!(
+                name.as_str(),
+                "time_to_first_answer"
+                    | "outcomes_by_attempt_number"
+                    | "calls_per_custom_parameter_value"
+            ) {
+                assert!(
+                    kept > 0 && kept < all,
+                    "{name}: {kept} of {all} rows in {days:?}"
+                );
+            }
+        }
+        let (columns, rows) = run(&conn, name, sql, days);
         let want_columns: Vec<&str> = expected
             .first()
             .map(|row| row.iter().map(|(c, _)| *c).collect())
             .unwrap_or_default();
         assert_eq!(columns, want_columns, "{name}: columns");
-        assert_eq!(rows.len(), expected.len(), "{name}: rows");
+        assert_eq!(rows.len(), expected.len(), "{name} {days:?}: rows");
         for (i, (have, want)) in rows.iter().zip(&expected).enumerate() {
             for (value, (column, cell)) in have.iter().zip(want) {
                 assert!(
                     matches(value, cell),
-                    "{name}, row {i}, {column}: the warehouse says {value:?}, the truth {cell:?}\nrow: {have:?}"
+                    "{name} {days:?}, row {i}, {column}: the warehouse says {value:?}, the truth {cell:?}\nrow: {have:?}"
                 );
             }
         }

@@ -280,6 +280,16 @@ fn expected_tables(schedule: Uuid, calls: &[OutboundCall]) -> Vec<Table> {
         ] {
             row.insert(column, text(&info[field]));
         }
+        // An empty phonetic name is absent: NULL, as every absent value.
+        for column in [
+            "phonetic_full_name",
+            "phonetic_first_name",
+            "phonetic_last_name",
+        ] {
+            if row.get(column) == Some(&Sql::Text(String::new())) {
+                row.insert(column, Sql::Null);
+            }
+        }
         row.insert("phone_e164", e164(&info["phone_number"]));
         row.insert("event_date_time", timestamp(&info["event_date_time"]));
         let mut extra = unknown(&c, CALL_FIELDS);
@@ -527,9 +537,9 @@ fn flag(value: &Json) -> Sql {
     }
 }
 
-/// An RFC 3339 instant as SQLite's UTC text: `2026-01-31T09:30:00.250Z` → `2026-01-31
-/// 09:30:00.250`. The service's (and the simulator's) form is already UTC with a `Z` and
-/// its fraction in groups of three digits, which the warehouse keeps as they are.
+/// An RFC 3339 instant as the warehouse's UTC text, six fraction digits and a `Z`:
+/// `2026-01-31T09:30:00.25Z` → `2026-01-31T09:30:00.250000Z`. The service's (and the
+/// simulator's) form is already UTC with a `Z` and at most six fraction digits.
 fn timestamp(value: &Json) -> Sql {
     match value {
         Json::Null => Sql::Null,
@@ -538,7 +548,12 @@ fn timestamp(value: &Json) -> Sql {
             let utc = text
                 .strip_suffix('Z')
                 .unwrap_or_else(|| panic!("{text}: the test's mapping expects UTC with a Z"));
-            Sql::Text(utc.replacen('T', " ", 1))
+            let (seconds, fraction) = utc.split_once('.').unwrap_or((utc, ""));
+            assert!(
+                fraction.len() <= 6,
+                "{text}: the test's mapping expects at most microseconds"
+            );
+            Sql::Text(format!("{seconds}.{fraction:0<6}Z"))
         }
     }
 }

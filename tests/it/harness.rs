@@ -257,6 +257,7 @@ pub fn config_for(
             path: warehouse,
             busy_timeout: Duration::from_secs(10),
             keep_runs: Some(Duration::from_secs(90 * 86_400)),
+            timezone: chrono_tz::UTC,
         },
         sync: SyncConfig {
             schedules,

@@ -33,6 +33,8 @@ mod sharing;
 mod daemon;
 // The systemd units: verify is silent, exposure is low.
 mod systemd;
+// Supply chain: the crates the user asked for stay in one module each; deny.toml says why.
+mod supply_chain;
 // Log lines: each pass line carries its own schedule's span, never another's.
 mod logs;
 // Every pass ends at the service's clock; the checkpoint never passes it.

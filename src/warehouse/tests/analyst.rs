@@ -237,9 +237,9 @@ fn old_passes_are_forgotten_but_each_schedules_latest_and_latest_success() {
     assert_eq!(
         left,
         [
-            run(SCHEDULE, "2026-01-20 00:00:00", Some("completed")),
-            run(OTHER, "2026-01-02 00:00:00", Some("behind")),
-            run(OTHER, "2026-01-01 12:00:00", None),
+            run(SCHEDULE, "2026-01-20T00:00:00.000000Z", Some("completed")),
+            run(OTHER, "2026-01-02T00:00:00.000000Z", Some("behind")),
+            run(OTHER, "2026-01-01T12:00:00.000000Z", None),
         ]
     );
     assert_eq!(forgotten, 8);
@@ -286,7 +286,24 @@ fn a_version_4_warehouse_migrates_to_5_keeping_every_row() {
         ("call_results", v4_calls),
         ("attempt_results", v4_attempts),
         ("outcome_results", v4_outcomes),
-        ("schedules", v4_schedules.clone()),
+        // Schema 7 declares its time columns TIMESTAMP (they held the same text as the others).
+        (
+            "schedules",
+            v4_schedules
+                .iter()
+                .map(|(name, declared)| {
+                    let time = name.ends_with("_at");
+                    (
+                        name.clone(),
+                        if time {
+                            "TIMESTAMP".into()
+                        } else {
+                            declared.clone()
+                        },
+                    )
+                })
+                .collect(),
+        ),
     ] {
         let after = columns(&w.conn, view);
         assert_eq!(
@@ -301,7 +318,20 @@ fn a_version_4_warehouse_migrates_to_5_keeping_every_row() {
         [Sql::Null, text("Week 1")],
         "no configured name yet; the service's name shows"
     );
+    // Every value kept; schema 7 rewrote the times in RFC 3339 (six fraction digits, `Z`).
+    let in_rfc3339 = |value: &Sql| match value {
+        Sql::Text(t) if t.starts_with("2026-") => {
+            let utc = Timestamp::parse_sqlite(t).expect("a time");
+            Sql::Text(utc.to_sqlite())
+        }
+        other => other.clone(),
+    };
+    let schedule_before: Vec<Vec<Sql>> = schedule_before
+        .iter()
+        .map(|row| row.iter().map(in_rfc3339).collect())
+        .collect();
     assert_eq!(schedule_after, schedule_before);
+    assert_eq!(schedule_after[0][3], text("2026-03-02T08:00:00.000000Z"));
     assert_eq!(
         rows(
             &w.conn,
