@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use super::models::ErrorBody;
 use crate::config::ConfigError;
+use crate::service::models::ErrorBody;
 use crate::untrusted::untrusted_text;
 
 /// The most characters of a third-party cause (reqwest's, serde_json's, rustls's) an error
 /// shows: they may quote what the service sent. A response's own text is capped field by
-/// field where it is read (`auth::safe`).
+/// field where it is read (`redact::safe`).
 const CAUSE_CHARS: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
@@ -315,7 +315,7 @@ mod tests {
         ApiError::Decode {
             request: "GET /x".into(),
             content_type: "application/json".into(),
-            cause: serde_json::from_str::<super::super::models::CallPage>(text).unwrap_err(),
+            cause: serde_json::from_str::<crate::service::CallPage>(text).unwrap_err(),
         }
     }
 

@@ -15,8 +15,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{UsageError, print_out};
-use crate::api::{ApiClient, ApiError, Counters, ListFilter, ListQuery};
+use crate::api::{ApiClient, ApiError, Counters, ListQuery};
 use crate::config::{AuthConfig, Config};
+use crate::service::ListFilter;
 
 /// The longest the check retries one request: long enough to ride out a network or service
 /// that is briefly away, short enough to print its verdict well within systemd's start

@@ -9,7 +9,6 @@
 
 pub mod cursor;
 mod error;
-mod lock;
 mod pass;
 mod sink;
 mod writer;
@@ -21,16 +20,16 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::{ApiClient, Timestamp};
+use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
+use crate::service::Timestamp;
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
     check_usable,
 };
 
 pub use error::{SyncError, error_chain};
-pub use lock::ScheduleLock;
-pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink};
+pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink, lock_schedule};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.

@@ -14,9 +14,13 @@
 use uuid::Uuid;
 
 use super::error::SyncError;
-use super::lock::ScheduleLock;
-use crate::api::{OutboundCall, Timestamp};
-use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, WarehouseError};
+use crate::service::{OutboundCall, Timestamp};
+use std::path::Path;
+
+use crate::warehouse::file_lock::LockError;
+use crate::warehouse::{
+    PageWrite, RunId, RunKind, RunRecord, ScheduleLock, Warehouse, WarehouseError,
+};
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
 /// that goes with them.
@@ -70,13 +74,25 @@ impl WarehouseSink {
     }
 }
 
+/// Takes `schedule`'s lock ([`ScheduleLock`]) on the existing warehouse file at `warehouse`,
+/// without waiting.
+pub fn lock_schedule(warehouse: &Path, schedule: Uuid) -> Result<ScheduleLock, SyncError> {
+    ScheduleLock::acquire(warehouse, schedule).map_err(|err| match err {
+        LockError::Busy => SyncError::Busy {
+            schedule,
+            path: warehouse.to_owned(),
+        },
+        LockError::Io(source) => SyncError::Lock {
+            path: warehouse.to_owned(),
+            source,
+        },
+    })
+}
+
 impl Sink for WarehouseSink {
     fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
         self.0.check_in_place()?;
-        Ok(Claim(Box::new(ScheduleLock::acquire(
-            self.0.path(),
-            schedule,
-        )?)))
+        Ok(Claim(Box::new(lock_schedule(self.0.path(), schedule)?)))
     }
 
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {

@@ -13,11 +13,13 @@ mod error;
 pub mod file_lock;
 mod layout_v6;
 mod ledger;
+mod locks;
 mod queries;
 mod resources;
 mod rows;
 mod runs;
 mod schema;
+mod scratch;
 mod upsert;
 
 use std::path::{Path, PathBuf};
@@ -32,6 +34,7 @@ pub use access::{check_writable, unwritable_for_owner};
 pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
+pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
     FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, STALE_TICKS, ScheduleStatus,
     Snapshot, TICKS_COUNTED, render_status,
@@ -39,6 +42,7 @@ pub use queries::{
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
+pub use scratch::{CallsByExternalId, SeenExternalIds};
 
 pub struct Warehouse {
     conn: Connection,

@@ -1,9 +1,10 @@
 //! `backfill`: re-reads a range; never moves a checkpoint backwards, never touches another
 //! schedule's, moves its own forward only over a range it has fully read.
 
-use callsync::api::Timestamp;
+use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
-use callsync::sync::{Engine, PassPlan, PassResult, Quiet, ScheduleLock};
+use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
+use callsync::warehouse::ScheduleLock;
 use callsync::warehouse::Warehouse;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use callsync::api::Timestamp;
+use callsync::service::Timestamp;
 use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;

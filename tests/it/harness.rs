@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use callsync::api::OutboundCall;
 use callsync::config::{
     ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
     RetryConfig, Secret, SyncConfig, WarehouseConfig,
 };
+use callsync::service::OutboundCall;
 use callsync::simulator::{Simulator, SimulatorOptions};
 use callsync::sync::{Engine, PassPlan, PassReport};
 use callsync::warehouse::{Snapshot, Warehouse};
