@@ -125,7 +125,8 @@ fn write_all(path: &Path, schedule: Uuid, calls: &[OutboundCall]) -> (Duration, 
 
 /// `cargo bench --bench writer -- indexes`: the schema 6 reference's bare INSERTs with each of
 /// its optional indexes dropped, and with each index schema 5 had and schema 6 left out added
-/// back: what each costs the writes, in one run.
+/// back: what each costs the writes and what it saves the queries it serves ([`SERVED`]),
+/// both measured on every variant in one run.
 fn index_costs(truth: &[OutboundCall]) {
     use common::reference::{Layout, insert_rate_altered};
     let variants = [
@@ -152,23 +153,173 @@ fn index_costs(truth: &[OutboundCall]) {
         ),
     ];
     let dir = tempfile::tempdir().expect("a temp dir");
+    let params = ServedParams::of(truth);
     println!(
-        "\n## index costs: {} calls, bare INSERTs into schema 6\n",
+        "\n## index costs: {} calls, bare INSERTs into schema 6, then the queries the indexes serve (ms)\n",
         truth.len()
     );
-    println!("| variant | calls/s | × as shipped | bytes/call |");
-    println!("|---|---:|---:|---:|");
+    let names: Vec<&str> = SERVED.iter().map(|q| q.name).collect();
+    println!(
+        "| variant | calls/s | × as shipped | bytes/call | {} |",
+        names.join(" | ")
+    );
+    println!("|---|---:|---:|---:|{}", "---:|".repeat(SERVED.len()));
     let mut shipped = None;
     for (i, (name, alter)) in variants.iter().enumerate() {
         let path = dir.path().join(format!("v{i}.db"));
         let rate = insert_rate_altered(&path, truth, Layout::Ordered6, alter);
         let base = *shipped.get_or_insert(rate);
         let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let times: Vec<String> = query_times(&path, &params)
+            .iter()
+            .map(|ms| format!("{ms:.1}"))
+            .collect();
         println!(
-            "| {name} | {rate:.0} | {:.2} | {} |",
+            "| {name} | {rate:.0} | {:.2} | {} | {} |",
             rate / base,
-            bytes / truth.len().max(1) as u64
+            bytes / truth.len().max(1) as u64,
+            times.join(" | ")
         );
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// A query an optional index serves (or would serve), run once per value of its parameter.
+struct Served {
+    name: &'static str,
+    sql: &'static str,
+    param: fn(&ServedParams) -> Vec<String>,
+}
+
+/// The queries of the index table: each index of schema 6 is there for one of them, each
+/// schema 5 index left out would serve one.
+const SERVED: [Served; 7] = [
+    Served {
+        name: "100 calls by external_id",
+        sql: "SELECT count(*) FROM calls WHERE external_id = ?1",
+        param: |p| p.external_ids.clone(),
+    },
+    Served {
+        name: "status counts",
+        sql: "SELECT (SELECT count(*) FROM calls WHERE schedule_uid = ?1)
+                + (SELECT count(*) FROM call_attempts WHERE call_id IN
+                    (SELECT id FROM calls WHERE schedule_uid = ?1))
+                + (SELECT count(*) FROM attempt_outcomes WHERE call_id IN
+                    (SELECT id FROM calls WHERE schedule_uid = ?1))
+                + (SELECT count(*) FROM attempt_variables WHERE call_id IN
+                    (SELECT id FROM calls WHERE schedule_uid = ?1))",
+        param: |p| vec![p.schedule.clone()],
+    },
+    Served {
+        name: "call_results of the schedule's last 10 %",
+        sql: "SELECT count(*), sum(answered) FROM call_results
+              WHERE schedule_uid = (SELECT schedule_uid FROM calls LIMIT 1) AND updated_at >= ?1",
+        param: |p| vec![p.recent.clone()],
+    },
+    Served {
+        name: "calls_per_custom_parameter_value",
+        sql: "SELECT p.value, count(*), sum(r.answered) FROM call_custom_parameters AS p
+              JOIN call_results AS r USING (call_id)
+              WHERE p.name = ?1 AND coalesce(r.is_test_call, 0) = 0
+              GROUP BY p.value ORDER BY 2 DESC, p.value",
+        param: |p| vec![p.parameter.clone()],
+    },
+    Served {
+        name: "attempts of a status",
+        sql: "SELECT count(*) FROM call_attempts WHERE status = ?1",
+        param: |p| vec![p.attempt_status.clone()],
+    },
+    Served {
+        name: "outcomes of a name",
+        sql: "SELECT count(*) FROM attempt_outcomes WHERE name = ?1",
+        param: |p| vec![p.outcome.clone()],
+    },
+    Served {
+        name: "100 outcomes by uid",
+        sql: "SELECT count(*) FROM attempt_outcomes WHERE uid = ?1",
+        param: |p| p.outcome_uids.clone(),
+    },
+];
+
+/// Values the served queries look up, taken from the data written.
+#[derive(Clone)]
+struct ServedParams {
+    schedule: String,
+    external_ids: Vec<String>,
+    recent: String,
+    parameter: String,
+    attempt_status: String,
+    outcome: String,
+    outcome_uids: Vec<String>,
+}
+
+impl ServedParams {
+    fn of(truth: &[OutboundCall]) -> ServedParams {
+        let step = (truth.len() / 100).max(1);
+        let sample = || truth.iter().step_by(step).take(100);
+        let attempts = || {
+            truth
+                .iter()
+                .flat_map(|c| c.outbound_call_attempts.as_deref().unwrap_or_default())
+        };
+        let mut updated: Vec<Timestamp> = truth.iter().map(|c| c.updated_at).collect();
+        updated.sort();
+        ServedParams {
+            schedule: String::new(),
+            external_ids: sample().filter_map(|c| c.external_id.clone()).collect(),
+            recent: updated
+                .get(updated.len() * 9 / 10)
+                .map_or_else(String::new, |t| t.to_sqlite()),
+            parameter: truth
+                .iter()
+                .flat_map(|c| c.outbound_call_info.custom_parameters.keys())
+                .next()
+                .cloned()
+                .unwrap_or_default(),
+            attempt_status: attempts()
+                .next()
+                .map_or_else(String::new, |a| a.status.clone()),
+            outcome: attempts()
+                .flat_map(|a| a.call_outcomes.as_deref().unwrap_or_default())
+                .next()
+                .map_or_else(String::new, |o| o.name.clone()),
+            outcome_uids: sample()
+                .flat_map(|c| c.outbound_call_attempts.as_deref().unwrap_or_default())
+                .flat_map(|a| a.call_outcomes.as_deref().unwrap_or_default())
+                .step_by(4)
+                .take(100)
+                .map(|o| o.uid.to_string())
+                .collect(),
+        }
+    }
+}
+
+/// Milliseconds each of [`SERVED`] takes on the warehouse at `path`, run a second time (its
+/// pages cached: the query's own cost, not the disk's).
+fn query_times(path: &Path, params: &ServedParams) -> Vec<f64> {
+    let conn = rusqlite::Connection::open(path).expect("the reference opens");
+    let schedule: String = conn
+        .query_row("SELECT schedule_uid FROM calls LIMIT 1", [], |r| r.get(0))
+        .expect("a call");
+    let params = ServedParams {
+        schedule,
+        ..params.clone()
+    };
+    SERVED
+        .iter()
+        .map(|q| {
+            let values = (q.param)(&params);
+            let mut stmt = conn.prepare(q.sql).expect("a served query prepares");
+            let mut run = || {
+                for value in &values {
+                    stmt.query_row([value], |_| Ok(()))
+                        .expect("a served query runs");
+                }
+            };
+            run(); // warms the cache
+            let started = Instant::now();
+            run();
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect()
 }

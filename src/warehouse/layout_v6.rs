@@ -2,12 +2,13 @@
 //!
 //! `migrations/0006-insertion-ordered/up.sql` renames the version 5 tables `*_v5` and
 //! creates the new ones; [`copy_rows`] (the migration's hook, in the same transaction) copies
-//! the rows a range of calls at a time, in insertion order, showing how far it got, then runs
-//! `after-copy.sql` (drops the `*_v5` tables, creates the indexes and views). All in the one
+//! each table with one statement, in the order of its new key, showing how far it got, then
+//! runs `after-copy.sql` (drops the `*_v5` tables, creates the indexes and views). All in the one
 //! transaction of the migration: a kill at any instant leaves the version 5 file, and the
 //! next run starts again.
 
 use std::io::IsTerminal;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rusqlite::Transaction;
@@ -19,22 +20,32 @@ pub(super) const UP: &str = include_str!("../../migrations/0006-insertion-ordere
 /// The SQL run after the copy.
 const AFTER_COPY: &str = include_str!("../../migrations/0006-insertion-ordered/after-copy.sql");
 
-/// Version 5 rowids of calls copied per statement: small enough to report progress often,
-/// large enough that a statement's planning is nothing beside its rows.
-const CALLS_PER_CHUNK: i64 = 20_000;
-
-/// How often a log line says how far the copy got when stderr is not a terminal.
+/// How often a log line says how far the migration got when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// One table's copy: its version 5 name, and the statement copying the rows of the calls
-/// whose version 5 rowid is in `[?1, ?2)`, in the order of the new table's key.
+/// The migration's page cache, in KiB (SQLite's negative `cache_size` form). Each copy reads
+/// its version 5 table once, in the order it is stored, and writes the new one in the order
+/// of its key; what is read at random are the two uid indexes every child row is looked up
+/// in (`calls_v5.uid`, about 60 MB at a million calls, and `call_attempts_v5.uid`, about
+/// 120 MB), which then stay cached. SQLite's sorter uses as much again before it spills to
+/// temporary files. The writer's cache is given back afterwards.
+const MIGRATION_CACHE_KIB: i64 = -256 * 1024;
+
+/// One table's copy: its version 5 name, and the statement copying every row.
+///
+/// Each statement scans its version 5 table once, in storage order (`CROSS JOIN` keeps it the
+/// outer loop: SQLite would otherwise drive it from `calls_v5` and probe the child's
+/// `call_uid` index call by call, a random page read per probe once the index outgrows the
+/// cache), finds the ids of the row's call and attempt in the uid indexes, and inserts in the
+/// order of the new table's key (sorted by SQLite's sorter where the scan order is not
+/// already that order), so the new B-trees are appended to, never split at random.
 struct TableCopy {
     old: &'static str,
     copy: &'static str,
 }
 
 /// Every table, parents first. A call keeps its version 5 rowid as its id, an attempt too:
-/// both are the order in which they were inserted, and children find them without a lookup.
+/// both are the order in which they were inserted.
 const TABLES: [TableCopy; 6] = [
     TableCopy {
         old: "calls_v5",
@@ -56,14 +67,15 @@ const TABLES: [TableCopy; 6] = [
                  last_attempt_answered_at, last_attempt_ended_at, last_attempt_duration,
                  outcome_names, answered, transferred, notification_count, content_hash,
                  synced_at
-               FROM calls_v5 WHERE rowid >= ?1 AND rowid < ?2 ORDER BY rowid",
+               FROM calls_v5 ORDER BY rowid",
     },
     TableCopy {
         old: "call_custom_parameters_v5",
         copy: "INSERT INTO call_custom_parameters (call_id, call_uid, name, value)
                SELECT c.rowid, p.call_uid, p.name, p.value
-               FROM calls_v5 AS c JOIN call_custom_parameters_v5 AS p ON p.call_uid = c.uid
-               WHERE c.rowid >= ?1 AND c.rowid < ?2 ORDER BY c.rowid, p.name",
+               FROM call_custom_parameters_v5 AS p CROSS JOIN calls_v5 AS c
+                 ON c.uid = p.call_uid
+               ORDER BY c.rowid, p.name",
     },
     TableCopy {
         old: "call_attempts_v5",
@@ -75,8 +87,8 @@ const TABLES: [TableCopy; 6] = [
                  a.started_at, a.answered_at, a.ended_at, a.duration, a.created_at,
                  a.updated_at, a.error_details, a.transfer_started_at, a.transfer_answered_at,
                  a.transfer_destination, a.extra
-               FROM calls_v5 AS c JOIN call_attempts_v5 AS a ON a.call_uid = c.uid
-               WHERE c.rowid >= ?1 AND c.rowid < ?2 ORDER BY a.rowid",
+               FROM call_attempts_v5 AS a CROSS JOIN calls_v5 AS c ON c.uid = a.call_uid
+               ORDER BY a.rowid",
     },
     TableCopy {
         old: "attempt_outcomes_v5",
@@ -84,9 +96,10 @@ const TABLES: [TableCopy; 6] = [
                  name, created_at, extra)
                SELECT c.rowid, a.rowid, o.uid, o.attempt_uid, o.call_uid, o.name,
                  o.created_at, o.extra
-               FROM calls_v5 AS c JOIN attempt_outcomes_v5 AS o ON o.call_uid = c.uid
-               JOIN call_attempts_v5 AS a ON a.uid = o.attempt_uid
-               WHERE c.rowid >= ?1 AND c.rowid < ?2 ORDER BY c.rowid, a.rowid, o.uid",
+               FROM attempt_outcomes_v5 AS o
+                 CROSS JOIN call_attempts_v5 AS a ON a.uid = o.attempt_uid
+                 CROSS JOIN calls_v5 AS c ON c.uid = o.call_uid
+               ORDER BY c.rowid, a.rowid, o.uid",
     },
     TableCopy {
         old: "attempt_variables_v5",
@@ -94,9 +107,10 @@ const TABLES: [TableCopy; 6] = [
                  name, value, status, created_at, extra)
                SELECT c.rowid, a.rowid, v.uid, v.attempt_uid, v.call_uid, v.name, v.value,
                  v.status, v.created_at, v.extra
-               FROM calls_v5 AS c JOIN attempt_variables_v5 AS v ON v.call_uid = c.uid
-               JOIN call_attempts_v5 AS a ON a.uid = v.attempt_uid
-               WHERE c.rowid >= ?1 AND c.rowid < ?2 ORDER BY c.rowid, a.rowid, v.uid",
+               FROM attempt_variables_v5 AS v
+                 CROSS JOIN call_attempts_v5 AS a ON a.uid = v.attempt_uid
+                 CROSS JOIN calls_v5 AS c ON c.uid = v.call_uid
+               ORDER BY c.rowid, a.rowid, v.uid",
     },
     TableCopy {
         old: "call_notifications_v5",
@@ -104,77 +118,83 @@ const TABLES: [TableCopy; 6] = [
                  delivered_at, extra)
                SELECT c.rowid, n.uid, n.call_uid, n.status, n.message_count, n.delivered_at,
                  n.extra
-               FROM calls_v5 AS c JOIN call_notifications_v5 AS n ON n.call_uid = c.uid
-               WHERE c.rowid >= ?1 AND c.rowid < ?2 ORDER BY c.rowid, n.uid",
+               FROM call_notifications_v5 AS n CROSS JOIN calls_v5 AS c ON c.uid = n.call_uid
+               ORDER BY c.rowid, n.uid",
     },
 ];
 
 /// The migration's hook: copies every row, checks that none was left behind, and finishes
-/// the schema.
+/// the schema (`after-copy.sql`), showing how far it got throughout.
 pub(super) fn copy_rows(tx: &Transaction<'_>) -> HookResult {
-    // The copy probes the version 5 indexes call by call: with the writer's 16 MiB cache
-    // most probes of a large warehouse would be a read. The cache is given back below.
     let cache: i64 = tx.pragma_query_value(None, "cache_size", |r| r.get(0))?;
-    tx.pragma_update(None, "cache_size", -256 * 1024)?;
-    let result = copy_all(tx);
+    tx.pragma_update(None, "cache_size", MIGRATION_CACHE_KIB)?;
+    let result = copy_and_finish(tx);
     tx.pragma_update(None, "cache_size", cache)?;
-    result?;
-    tx.execute_batch(AFTER_COPY)?;
-    Ok(())
+    result
 }
 
-fn copy_all(tx: &Transaction<'_>) -> HookResult {
-    let (calls, last_rowid): (i64, i64) = tx.query_row(
-        "SELECT count(*), coalesce(max(rowid), 0) FROM calls_v5",
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
-    let mut progress = Progress::start(u64::try_from(calls).unwrap_or(0));
-    let mut copied = [0u64; TABLES.len()];
-    let mut statements = TABLES
-        .iter()
-        .map(|t| tx.prepare(t.copy))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut from = 1;
-    while from <= last_rowid {
-        let to = from.saturating_add(CALLS_PER_CHUNK);
-        for (stmt, n) in statements.iter_mut().zip(&mut copied) {
-            *n += stmt.execute([from, to])? as u64;
-        }
-        from = to;
-        progress.copied(copied[0]);
+fn copy_and_finish(tx: &Transaction<'_>) -> HookResult {
+    let mut rows = [0u64; TABLES.len()];
+    for (n, table) in rows.iter_mut().zip(&TABLES) {
+        let count: i64 = tx.query_row(&format!("SELECT count(*) FROM {}", table.old), [], |r| {
+            r.get(0)
+        })?;
+        *n = u64::try_from(count).unwrap_or(0);
     }
-    progress.finish();
-    for (table, n) in TABLES.iter().zip(copied) {
-        let before: i64 =
-            tx.query_row(&format!("SELECT count(*) FROM {}", table.old), [], |r| {
-                r.get(0)
-            })?;
-        if u64::try_from(before).ok() != Some(n) {
+    let progress = &Progress::start(rows[0], rows.iter().sum());
+    std::thread::scope(|scope| {
+        // Log lines every 10 s come from a thread of their own: a statement copying a table
+        // runs for minutes at a million calls.
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        scope.spawn(move || progress.log_until(&stopped));
+        let result = copy_tables(tx, &rows, progress).and_then(|()| {
+            progress.phase("dropping the version 5 tables and creating the indexes");
+            tx.execute_batch(AFTER_COPY)?;
+            Ok(())
+        });
+        drop(stop);
+        progress.finish();
+        result
+    })
+}
+
+/// Copies every table; `rows` are the rows of each version 5 table, all of which must arrive.
+fn copy_tables(tx: &Transaction<'_>, rows: &[u64], progress: &Progress) -> HookResult {
+    for (table, &before) in TABLES.iter().zip(rows) {
+        let name = table.old.trim_end_matches("_v5");
+        progress.phase(name);
+        let copied = tx.execute(table.copy, [])? as u64;
+        if copied != before {
             return Err(HookError::Hook(format!(
-                "{} of the {before} rows of {} copied (rows without their call or attempt?); \
-                 the warehouse is left at schema 5: restore a backup or report this",
-                n,
-                table.old.trim_end_matches("_v5")
+                "{copied} of the {before} rows of {name} copied (rows without their call or \
+                 attempt?); the warehouse is left at schema 5: restore a backup or report this"
             )));
         }
+        progress.copied(name, copied);
     }
     Ok(())
 }
 
-/// How far the copy got: a bar on a terminal, a log line every 10 s otherwise.
+/// How far the migration got: a bar on a terminal, a log line every 10 s otherwise.
 struct Progress {
-    total: u64,
     started: Instant,
-    logged: Instant,
+    total: u64,
     bar: Option<indicatif::ProgressBar>,
+    state: Mutex<State>,
+}
+
+/// What the migration is doing, and the rows of the tables copied so far.
+struct State {
+    phase: &'static str,
+    copied: u64,
 }
 
 impl Progress {
-    fn start(total: u64) -> Progress {
+    fn start(calls: u64, total: u64) -> Progress {
         tracing::info!(
-            calls = total,
-            "migrating the warehouse to schema 6 (insertion-ordered): copying every call, in one transaction"
+            calls,
+            rows = total,
+            "migrating the warehouse to schema 6 (insertion-ordered): copying every row, in one transaction"
         );
         let bar = (total > 0 && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
@@ -182,50 +202,90 @@ impl Progress {
                 indicatif::ProgressDrawTarget::stderr(),
             );
             let style = indicatif::ProgressStyle::with_template(
-                "migrating to schema 6 [{elapsed_precise}] {bar:40} {pos}/{len} calls ({per_sec}, {eta} left)",
+                "migrating to schema 6 [{elapsed_precise}] {bar:40} {pos}/{len} rows: {msg}",
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
             bar.set_style(style);
+            // The clock moves while one statement copies a table.
+            bar.enable_steady_tick(Duration::from_secs(1));
             bar
         });
-        let now = Instant::now();
         Progress {
+            started: Instant::now(),
             total,
-            started: now,
-            logged: now,
             bar,
+            state: Mutex::new(State {
+                phase: "starting",
+                copied: 0,
+            }),
         }
     }
 
-    fn copied(&mut self, calls: u64) {
-        // One event per chunk, for whoever needs to act at a given point of the copy (the
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means a panicking logger: the state is still whole.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The migration moves on to `phase` (a table being copied, or what follows).
+    fn phase(&self, phase: &'static str) {
+        tracing::debug!(doing = phase, "migration: next step");
+        self.state().phase = phase;
+        if let Some(bar) = &self.bar {
+            bar.set_message(phase);
+        }
+    }
+
+    /// A table's `rows` are copied.
+    fn copied(&self, table: &'static str, rows: u64) {
+        let copied = {
+            let mut state = self.state();
+            state.copied += rows;
+            state.copied
+        };
+        // One event per table, for whoever needs to act at a given point of the copy (the
         // crash test kills the process there).
         tracing::debug!(
-            calls,
+            table,
+            rows,
+            copied,
             total = self.total,
-            "migration: a range of calls copied"
+            "migration: a table copied"
         );
         if let Some(bar) = &self.bar {
-            bar.set_position(calls);
-        } else if self.logged.elapsed() >= LOG_EVERY {
-            self.logged = Instant::now();
+            bar.set_position(copied);
+        }
+    }
+
+    /// Without a terminal, logs where the migration is every 10 s until `stop` is dropped.
+    fn log_until(&self, stop: &std::sync::mpsc::Receiver<()>) {
+        if self.bar.is_some() {
+            return;
+        }
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(LOG_EVERY) {
+            let (phase, copied) = {
+                let state = self.state();
+                (state.phase, state.copied)
+            };
             tracing::info!(
-                calls,
-                total = self.total,
+                doing = phase,
+                rows_copied = copied,
+                rows = self.total,
                 elapsed_secs = self.started.elapsed().as_secs(),
-                "migrating the warehouse to schema 6: calls copied"
+                "migrating the warehouse to schema 6"
             );
         }
     }
 
-    fn finish(self) {
-        if let Some(bar) = self.bar {
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
         tracing::info!(
-            calls = self.total,
+            rows = self.total,
             elapsed_secs = self.started.elapsed().as_secs_f64(),
-            "migration to schema 6: rows copied; dropping the version 5 tables and indexing"
+            "migration to schema 6: rows copied and indexed; committing"
         );
     }
 }

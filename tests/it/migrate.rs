@@ -12,8 +12,8 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// Calls in the version 5 warehouse: the migration copies 20,000 a statement, so the copy
-/// logs 3 ranges.
+/// Calls in the version 5 warehouse (with 7 child rows each): enough for each table's copy to
+/// take a while.
 const CALLS: i64 = 60_000;
 
 /// A version 5 warehouse as callsync 5 wrote it (its migrations, then rows): each call with a
@@ -198,14 +198,14 @@ async fn a_migration_killed_at_any_point_leaves_schema_5_and_the_next_run_migrat
     let latest = callsync::warehouse::latest_version() as i64;
     assert_eq!(expected.0, latest);
 
-    // Killed at the start of the copy, after each range of calls, in a seeded order.
+    // Killed at the start of the copy, after each of the 6 tables is copied, and once the
+    // old tables are being dropped, in a seeded order.
     let config = config(dir.path(), &warehouse);
     let mut points: Vec<(&str, usize)> = vec![
         ("migrating the warehouse to schema 6", 1),
-        ("a range of calls copied", 1),
-        ("a range of calls copied", 2),
-        ("a range of calls copied", 3),
+        ("dropping the version 5 tables", 1),
     ];
+    points.extend((1..=6).map(|n| ("a table copied", n)));
     points.shuffle(&mut rand::rngs::StdRng::seed_from_u64(19));
     let mut left_at_5 = 0;
     for (event, n) in points {
