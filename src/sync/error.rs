@@ -1,7 +1,7 @@
 //! `SyncError`: why a pass of one schedule stopped.
 //!
 //! A variant whose cause is a `source()` does not repeat it in its message (ARCHITECTURE.md,
-//! "Errors"); [`error_chain`] prints them together.
+//! "Errors"); [`crate::error_chain`] prints them together.
 
 use std::path::PathBuf;
 
@@ -39,5 +39,3 @@ pub enum SyncError {
     #[error("the warehouse writer stopped unexpectedly (see the error logged before this one)")]
     WriterGone,
 }
-
-pub use crate::error_chain;
