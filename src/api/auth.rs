@@ -331,7 +331,7 @@ mod token_tests {
     use super::*;
     use crate::api::fake::{CALL_UID, CLIENT_SECRET, FakeService, Reply, call_json};
     use crate::api::{ApiClient, Counters};
-    use crate::sync::error_chain;
+    use crate::error_chain;
 
     const REJECTED: &str = r#"{"title":"Unauthorized","detail":"the access token is not valid"}"#;
 

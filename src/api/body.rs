@@ -4,7 +4,14 @@
 use serde::de::DeserializeSeed;
 
 use super::error::ApiError;
-use super::exchange::Answer;
+use crate::service::Timestamp;
+
+/// A successful response whose body has not been read yet.
+pub(super) struct Answer {
+    pub(super) content_type: String,
+    pub(super) date: Option<Timestamp>,
+    pub(super) response: reqwest::Response,
+}
 
 /// The body, read whole as it arrives (for error bodies and tokens, which are small).
 pub(super) async fn read_capped(

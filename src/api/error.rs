@@ -268,6 +268,12 @@ impl ApiError {
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(StatusCode::NOT_FOUND)
     }
+
+    /// The service refused the request as it was (HTTP 400): sending it again changes
+    /// nothing, what it carried must.
+    pub fn is_bad_request(&self) -> bool {
+        self.status() == Some(StatusCode::BAD_REQUEST)
+    }
 }
 
 /// The TLS error somewhere in a transport error's causes. `io::Error::source` skips the

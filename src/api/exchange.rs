@@ -9,7 +9,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::{DeserializeOwned, DeserializeSeed};
 use url::Url;
 
-use super::body::{decode, read_capped};
+use super::body::{Answer, decode, read_capped};
 use super::client::{ApiClient, describe_query};
 use super::error::{ApiError, hint_for};
 use super::redact::{excerpt, safe_error_body};
@@ -232,13 +232,6 @@ fn fresh_token_rejected(mut err: ApiError) -> ApiError {
         *hint = "; a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule";
     }
     err
-}
-
-/// A successful response whose body has not been read yet.
-pub(super) struct Answer {
-    pub(super) content_type: String,
-    pub(super) date: Option<Timestamp>,
-    pub(super) response: reqwest::Response,
 }
 
 /// The error for a non-2xx response; `token` (the one sent) is removed from what the body

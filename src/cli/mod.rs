@@ -53,11 +53,7 @@ pub fn main() -> ExitCode {
             // rule, and a guard for those that still embed their source's message.
             let dyn_err: &(dyn std::error::Error + 'static) = err.as_ref();
             // Not `eprintln!`: it panics when stderr is a closed pipe.
-            let _ = writeln!(
-                std::io::stderr(),
-                "error: {}",
-                crate::sync::error_chain(dyn_err)
-            );
+            let _ = writeln!(std::io::stderr(), "error: {}", crate::error_chain(dyn_err));
             if is_configuration_error(&err) {
                 ExitCode::from(2)
             } else {

@@ -385,7 +385,7 @@ impl Retention {
                 "forgot passes older than warehouse.keep_runs in sync_runs"
             ),
             Err(err) => tracing::warn!(
-                error = %crate::sync::error_chain(&err),
+                error = %crate::error_chain(&err),
                 "cannot forget old passes in sync_runs; trying again in an hour"
             ),
         }

@@ -8,6 +8,7 @@
 //! [`Simulator::truth`], and may set its clock ([`ManualClock`]) as well as its seed, so that
 //! a failing run replays. It reuses `service`'s models; product code never imports it.
 
+mod auth;
 mod clock;
 mod dialer;
 mod faults;
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -265,71 +266,6 @@ impl Shared {
 
     fn log_request(&self, record: RequestRecord) {
         lock(&self.requests).push(record);
-    }
-
-    fn issue_token(&self) -> (String, Duration) {
-        let token = format!("sim-{}", Uuid::new_v4().simple());
-        let expiry = self.clock.now().saturating_add(self.token_lifetime);
-        lock(&self.tokens).insert(token.clone(), expiry);
-        (token, self.token_lifetime)
-    }
-
-    /// `Ok` when the header carries the static token or an unexpired issued one.
-    fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), AuthProblem> {
-        let value = header
-            .map(|h| h.to_str().map_err(|_| AuthProblem::NotBearer))
-            .transpose()?
-            .ok_or(AuthProblem::Missing)?;
-        let token = credentials(value, "Bearer").ok_or(AuthProblem::NotBearer)?;
-        if token == self.static_token {
-            return Ok(());
-        }
-        match lock(&self.tokens).get(token) {
-            Some(expiry) if self.clock.now() < *expiry => Ok(()),
-            Some(_) => Err(AuthProblem::Expired),
-            None => Err(AuthProblem::Unknown),
-        }
-    }
-}
-
-/// The credentials of an `Authorization` header value of `scheme`: the scheme name is
-/// case-insensitive and followed by one or more spaces (RFC 7235, section 2.1).
-fn credentials<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
-    let (name, rest) = value.split_once(' ')?;
-    let credentials = rest.trim();
-    (name.eq_ignore_ascii_case(scheme) && !credentials.is_empty()).then_some(credentials)
-}
-
-/// Why a request to `/api/v1` is not authorized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AuthProblem {
-    Missing,
-    NotBearer,
-    Expired,
-    Unknown,
-}
-
-impl AuthProblem {
-    pub(crate) fn detail(self) -> &'static str {
-        match self {
-            AuthProblem::Missing => "missing Authorization header",
-            AuthProblem::NotBearer => "the Authorization header must be `Bearer <token>`",
-            AuthProblem::Expired => "the access token has expired",
-            AuthProblem::Unknown => "the access token is not valid",
-        }
-    }
-
-    /// The `WWW-Authenticate` challenge (RFC 6750, section 3): without bearer credentials no
-    /// error code; with a token we do not accept, `invalid_token` and the reason.
-    pub(crate) fn challenge(self) -> String {
-        const REALM: &str = "Bearer realm=\"callsync-simulator\"";
-        match self {
-            AuthProblem::Missing | AuthProblem::NotBearer => REALM.to_owned(),
-            AuthProblem::Expired | AuthProblem::Unknown => format!(
-                "{REALM}, error=\"invalid_token\", error_description=\"{}\"",
-                self.detail()
-            ),
-        }
     }
 }
 

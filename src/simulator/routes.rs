@@ -10,15 +10,15 @@
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::routing::{get, patch, post};
 use axum::{Json, Router};
-use serde_json::{Value, json};
-use url::form_urlencoded;
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::Shared;
+use super::auth::token;
 use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
 use super::reply::{
@@ -61,73 +61,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
             super::faults::middleware,
         ))
         .with_state(shared)
-}
-
-async fn token(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: String) -> Response {
-    let form: std::collections::HashMap<String, String> = form_urlencoded::parse(body.as_bytes())
-        .into_owned()
-        .collect();
-    if form.get("grant_type").map(String::as_str) != Some("client_credentials") {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "unsupported_grant_type"})),
-        )
-            .into_response();
-    }
-    let (id, secret) = basic_auth(&headers).unwrap_or_else(|| {
-        (
-            form.get("client_id").cloned().unwrap_or_default(),
-            form.get("client_secret").cloned().unwrap_or_default(),
-        )
-    });
-    if id != shared.client_id || secret != shared.client_secret {
-        // RFC 6749, section 5.2: a 401 names the scheme the client may authenticate with.
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(
-                header::WWW_AUTHENTICATE,
-                "Basic realm=\"callsync-simulator\"",
-            )],
-            Json(json!({"error": "invalid_client"})),
-        )
-            .into_response();
-    }
-    let (token, lifetime) = shared.issue_token();
-    Json(json!({
-        "access_token": token,
-        "token_type": "Bearer",
-        "expires_in": lifetime.as_secs().max(1),
-    }))
-    .into_response()
-}
-
-fn basic_auth(headers: &HeaderMap) -> Option<(String, String)> {
-    use base64_lite::decode;
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let encoded = super::credentials(value, "Basic")?;
-    let decoded = String::from_utf8(decode(encoded)?).ok()?;
-    let (id, secret) = decoded.split_once(':')?;
-    Some((id.to_owned(), secret.to_owned()))
-}
-
-/// Just enough base64 for HTTP Basic credentials.
-mod base64_lite {
-    pub fn decode(text: &str) -> Option<Vec<u8>> {
-        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = Vec::new();
-        let mut buffer = 0u32;
-        let mut bits = 0;
-        for c in text.bytes().filter(|c| *c != b'=') {
-            let v = ALPHABET.iter().position(|a| *a == c)? as u32;
-            buffer = (buffer << 6) | v;
-            bits += 6;
-            if bits >= 8 {
-                bits -= 8;
-                out.push((buffer >> bits) as u8);
-            }
-        }
-        Some(out)
-    }
 }
 
 async fn call_flow(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -> Reply {

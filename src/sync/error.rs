@@ -1,7 +1,7 @@
 //! `SyncError`: why a pass of one schedule stopped.
 //!
 //! A variant whose cause is a `source()` does not repeat it in its message (ARCHITECTURE.md,
-//! "Errors"); [`error_chain`] prints them together.
+//! "Errors"); [`crate::error_chain`] prints them together.
 
 use std::path::PathBuf;
 
@@ -56,5 +56,3 @@ impl SyncError {
         }
     }
 }
-
-pub use crate::error_chain;

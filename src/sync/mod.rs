@@ -28,7 +28,7 @@ use crate::warehouse::{
     check_usable,
 };
 
-pub use error::{SyncError, error_chain};
+pub use error::SyncError;
 pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink, lock_schedule};
 pub use writer::Writer;
 

@@ -25,12 +25,13 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
-use super::error::{SyncError, error_chain};
+use super::error::SyncError;
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
+use crate::error_chain;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 

@@ -287,7 +287,7 @@ impl Sender<'_> {
             });
         }
         let (problems, about_rows) = refused_rows(&err, chunk, &self.columns);
-        if err.status() == Some(reqwest::StatusCode::BAD_REQUEST) && about_rows {
+        if err.is_bad_request() && about_rows {
             tracing::warn!(
                 first_line = chunk.first_line(),
                 last_line = chunk.last_line(),
