@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use crate::api::{ApiClient, Timestamp};
 use crate::config::{Config, DetailsMode, SyncConfig};
+use crate::warehouse::postgres::{PgTarget, PgWarehouse};
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
     check_usable,
@@ -30,7 +31,7 @@ use crate::warehouse::{
 
 pub use error::{SyncError, error_chain};
 pub use lock::ScheduleLock;
-pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink};
+pub use sink::{Claim, DryRunSink, PageBatch, PostgresSink, Sink, WarehouseSink};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.
@@ -274,6 +275,25 @@ impl Engine {
         let mut engine =
             Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;
         engine.warehouse = place;
+        Ok(engine)
+    }
+
+    /// [`Engine::start`] into the PostgreSQL warehouse `target` (connected and migrated).
+    pub fn start_postgres(config: &Config, target: &PgTarget) -> Result<Engine, SyncError> {
+        let client = ApiClient::new(&config.api)?;
+        let mut warehouse = PgWarehouse::open(target)?;
+        let sync = &config.sync;
+        warehouse.name_schedules(
+            sync.schedules
+                .iter()
+                .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
+        )?;
+        let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
+        // Not a file: nothing to check between ticks; errors and logs name the database.
+        engine.warehouse = WarehousePlace {
+            path: target.display().into(),
+            opened: None,
+        };
         Ok(engine)
     }
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::error::SyncError;
 use super::lock::ScheduleLock;
 use crate::api::{OutboundCall, Timestamp};
+use crate::warehouse::postgres::PgWarehouse;
 use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, WarehouseError};
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
@@ -151,5 +152,53 @@ impl Sink for DryRunSink {
 
     fn forget_runs_before(&mut self, _cutoff: Timestamp) -> Result<u64, SyncError> {
         Ok(0)
+    }
+}
+
+/// The PostgreSQL warehouse: pages written in one transaction each, passes recorded in
+/// `sync_runs`, one process per schedule through a session-level advisory lock (which the
+/// server releases when the process's connection goes, kill -9 included).
+pub struct PostgresSink(pub PgWarehouse);
+
+impl Sink for PostgresSink {
+    fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+        match self.0.claim(schedule)? {
+            Some(claim) => Ok(Claim(Box::new(claim))),
+            None => Err(SyncError::Busy {
+                schedule,
+                path: self.0.target().display().into(),
+            }),
+        }
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
+    }
+
+    fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(Some(self.0.start_run(schedule, kind, started_at)?))
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        Ok(self.0.write_hashed_page(
+            page.schedule,
+            &page.calls,
+            &page.content_hashes,
+            page.checkpoint,
+            page.synced_at,
+        )?)
+    }
+
+    fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
+        Ok(self.0.finish_run(run, record)?)
+    }
+
+    fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(self.0.forget_runs_before(cutoff)?)
     }
 }

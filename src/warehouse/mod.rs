@@ -13,6 +13,7 @@ mod error;
 pub mod file_lock;
 mod layout_v6;
 mod ledger;
+pub mod postgres;
 mod queries;
 mod resources;
 mod rows;

@@ -43,7 +43,7 @@ impl RunKind {
 
 /// The row id of a `sync_runs` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunId(i64);
+pub struct RunId(pub(super) i64);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RunStats {
