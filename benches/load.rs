@@ -341,7 +341,7 @@ async fn incremental() {
         sim.touch_calls(&uids);
         let (took, _) = run_build(&binary, &config, &["sync"]);
         let pass = last_passes(&warehouse);
-        let page = callsync::api::MAX_PAGE_SIZE as usize;
+        let page = callsync::service::MAX_PAGE_SIZE as usize;
         println!(
             "| {build} | {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
             uids.len(),

@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use callsync::api::{OutboundCall, Timestamp};
+use callsync::service::{OutboundCall, Timestamp};
 use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
 use callsync::warehouse::{PageWrite, Warehouse};
 use uuid::Uuid;

@@ -3,7 +3,8 @@
 //!
 //! Layout (dependencies point down only):
 //! - `config`: the validated, typed configuration;
-//! - `api`: the service's models, timestamps, HTTP client, auth and retries;
+//! - `service`: what the service's interface says — models, timestamps, filters, limits;
+//! - `api`: the service over HTTP — client, auth, rate limit and retries;
 //! - `warehouse`: the SQLite file — schema, page upserts, checkpoints, runs, status;
 //! - `sync`: the engine — page walker, pass loop, single writer, per-schedule lock;
 //! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
@@ -18,7 +19,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod demo;
+pub mod service;
 pub mod simulator;
 pub mod sync;
 pub mod telemetry;

@@ -57,7 +57,7 @@ const MODULES: [&str; 11] = [
     "cli",
     "config",
     "daemon",
-    "demo",
+    "service",
     "simulator",
     "sync",
     "telemetry",

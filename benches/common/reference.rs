@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use callsync::api::{OutboundCall, Timestamp};
+use callsync::service::{OutboundCall, Timestamp};
 use rusqlite::{Connection, params};
 
 /// Calls per transaction, as callsync's pages.

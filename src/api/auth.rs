@@ -18,9 +18,9 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::error::{ApiError, hint_for};
-use super::models::{ErrorBody, TokenResponse};
 use super::retry::{Counters, RetryPolicy};
 use crate::config::{AuthConfig, OAuthConfig, Secret};
+use crate::service::models::{ErrorBody, TokenResponse};
 use crate::untrusted::untrusted_text;
 
 /// Refresh this long before expiry at most (a quarter of the lifetime for short-lived tokens).

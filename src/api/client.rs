@@ -17,16 +17,14 @@ use uuid::Uuid;
 
 use super::auth::{TokenSource, excerpt, safe_error_body};
 use super::error::{ApiError, hint_for};
-use super::filter::ListFilter;
 use super::limiter::Limiter;
-use super::models::{BoundedPage, CallPage, ErrorBody, OutboundCall, SingleObject};
 use super::observe::RequestObserver;
 use super::retry::{Counters, RetryPolicy};
-use super::timestamp::Timestamp;
 use crate::config::ApiConfig;
-
-/// The service's maximum page size.
-pub const MAX_PAGE_SIZE: u32 = 100;
+use crate::service::MAX_PAGE_SIZE;
+use crate::service::filter::ListFilter;
+use crate::service::models::{BoundedPage, CallPage, ErrorBody, OutboundCall, SingleObject};
+use crate::service::timestamp::Timestamp;
 
 /// One list request: the paging parameters and the configured filters.
 #[derive(Debug, Clone, Copy)]

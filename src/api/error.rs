@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use super::models::ErrorBody;
 use crate::config::ConfigError;
+use crate::service::models::ErrorBody;
 use crate::untrusted::untrusted_text;
 
 /// The most characters of a third-party cause (reqwest's, serde_json's, rustls's) an error
@@ -315,7 +315,7 @@ mod tests {
         ApiError::Decode {
             request: "GET /x".into(),
             content_type: "application/json".into(),
-            cause: serde_json::from_str::<super::super::models::CallPage>(text).unwrap_err(),
+            cause: serde_json::from_str::<crate::service::CallPage>(text).unwrap_err(),
         }
     }
 

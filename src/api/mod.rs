@@ -1,24 +1,18 @@
-//! The service's API: models, timestamps, filters, and the HTTP client with auth and retries.
+//! The service's API over HTTP: the client with auth, rate limiting and retries.
 //!
-//! Only this module knows the service's JSON and HTTP; it knows nothing of SQLite or of how
-//! pages are walked. The simulator reuses the models so the two sides cannot drift apart.
+//! Only this module speaks HTTP; the service's nouns (models, timestamps, filters, limits)
+//! are in `service`, shared with the simulator so the two sides cannot drift apart. It knows
+//! nothing of SQLite or of how pages are walked.
 
 mod auth;
 mod client;
 mod error;
-pub mod filter;
 mod limiter;
-pub mod models;
 mod observe;
 mod retry;
-pub mod timestamp;
 mod write;
 
-pub use client::{ApiClient, ListQuery, Listed, MAX_PAGE_SIZE};
+pub use client::{ApiClient, ListQuery, Listed};
 pub use error::ApiError;
-pub use filter::ListFilter;
-pub use models::*;
 pub use observe::RequestObserver;
 pub use retry::Counters;
-pub use timestamp::{Timestamp, TimestampError};
-pub use write::{FieldProblem, MAX_BULK, PHONE_DIGITS, new_call_problems};

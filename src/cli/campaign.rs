@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -15,13 +13,13 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::progress::{NoProgress, UploadLog};
 use super::{UsageError, parse_timestamp};
-use crate::api::MAX_BULK;
-use crate::api::{
-    ApiClient, Counters, NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems,
-};
+use crate::api::{ApiClient, Counters};
 use crate::config::Config;
-use crate::upload::{self, UploadLock, UploadOptions, UploadProgress};
+use crate::service::MAX_BULK;
+use crate::service::{NewCall, NewCampaign, NewSchedule, Timestamp, new_call_problems};
+use crate::upload::{self, UploadOptions, UploadProgress};
 use crate::warehouse::Warehouse;
 
 #[derive(Debug, Subcommand)]
@@ -289,7 +287,7 @@ async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         })?;
     // Held until the upload ends: a second upload into this schedule now could send a
     // contact this one is sending.
-    let _lock = UploadLock::acquire(&config.warehouse.path, options.schedule)?;
+    let _lock = upload::lock(&config.warehouse.path, options.schedule)?;
     let bar = super::ProgressBar::for_terminal();
     let log = bar
         .is_none()
@@ -387,91 +385,6 @@ fn parse_rename(text: &str) -> Result<(String, String), String> {
             Ok((column.trim().to_owned(), field.trim().to_owned()))
         }
         _ => Err(format!("{text:?} is not COLUMN=FIELD")),
-    }
-}
-
-impl UploadProgress for super::ProgressBar {
-    fn chunk_done(&self, rows_done: u64, rows: u64) {
-        self.0.set_length(rows);
-        self.0.set_position(rows_done);
-    }
-
-    fn waiting(&self, what: Option<&str>) {
-        self.0.set_message(what.unwrap_or_default().to_owned());
-    }
-}
-
-struct NoProgress;
-
-impl UploadProgress for NoProgress {
-    fn chunk_done(&self, _: u64, _: u64) {}
-    fn waiting(&self, _: Option<&str>) {}
-}
-
-/// Without a terminal (systemd, cron, a pipe): a line every `every` with the rows done and
-/// what the upload waits for, whether a chunk finished meanwhile or not, so that a slow
-/// service shows as slow, not as a hang.
-struct UploadLog {
-    state: Arc<LogState>,
-    ticker: tokio::task::JoinHandle<()>,
-}
-
-#[derive(Default)]
-struct LogState {
-    rows_done: AtomicU64,
-    /// What the upload waits for, and since when: each line says for how long, so that a
-    /// long wait reads as progress, not as one line repeated.
-    waiting: Mutex<Option<(String, tokio::time::Instant)>>,
-}
-
-impl UploadLog {
-    fn start(
-        every: Duration,
-        rows: u64,
-        emit: impl Fn(u64, u64, Option<&str>) + Send + 'static,
-    ) -> Self {
-        let state = Arc::new(LogState::default());
-        let shared = Arc::clone(&state);
-        let ticker = tokio::spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            loop {
-                ticks.tick().await;
-                let waiting = shared.waiting.lock().ok().and_then(|w| {
-                    w.as_ref().map(|(what, since)| {
-                        format!("{what} (for {} s now)", since.elapsed().as_secs())
-                    })
-                });
-                emit(
-                    shared.rows_done.load(Ordering::Relaxed),
-                    rows,
-                    waiting.as_deref(),
-                );
-            }
-        });
-        UploadLog { state, ticker }
-    }
-}
-
-impl Drop for UploadLog {
-    fn drop(&mut self) {
-        self.ticker.abort();
-    }
-}
-
-impl UploadProgress for UploadLog {
-    fn chunk_done(&self, rows_done: u64, _rows: u64) {
-        self.state.rows_done.store(rows_done, Ordering::Relaxed);
-    }
-
-    fn waiting(&self, what: Option<&str>) {
-        if let Ok(mut waiting) = self.state.waiting.lock() {
-            *waiting = match (what, waiting.take()) {
-                // The same wait, told again (a count going up): it started when it started.
-                (Some(what), Some((_, since))) => Some((what.to_owned(), since)),
-                (Some(what), None) => Some((what.to_owned(), tokio::time::Instant::now())),
-                (None, _) => None,
-            };
-        }
     }
 }
 
@@ -594,46 +507,4 @@ fn print_resource(resource: &impl Serialize, json: bool, line: &str) -> Result<E
 /// A line on stdout, through the one writer that survives a reader that has gone.
 fn print_line(line: &str) -> Result<()> {
     super::print_out(format_args!("{line}\n"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn without_a_terminal_progress_is_logged_every_period_even_while_a_chunk_is_slow() {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let seen = Arc::clone(&lines);
-        let log = UploadLog::start(Duration::from_secs(10), 3_000, move |done, rows, what| {
-            seen.lock()
-                .unwrap()
-                .push(format!("{done}/{rows} {}", what.unwrap_or("-")));
-        });
-        log.chunk_done(1_000, 3_000);
-        // The second chunk takes 25 s: no chunk ends, yet two lines are written.
-        tokio::time::sleep(Duration::from_secs(15)).await;
-        log.waiting(Some("looking for lines 1002–2001"));
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(
-            *lines.lock().unwrap(),
-            [
-                "1000/3000 -",
-                "1000/3000 looking for lines 1002–2001 (for 5 s now)"
-            ]
-        );
-        // A long wait: each line says how long, none repeats the one before.
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        assert_eq!(
-            lines.lock().unwrap()[2],
-            "1000/3000 looking for lines 1002–2001 (for 15 s now)"
-        );
-        log.waiting(None);
-        drop(log);
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        assert_eq!(
-            lines.lock().unwrap().len(),
-            3,
-            "nothing after the upload ends"
-        );
-    }
 }

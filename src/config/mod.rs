@@ -17,7 +17,7 @@ use std::time::Duration;
 use url::Url;
 use uuid::Uuid;
 
-use crate::api::ListFilter;
+use crate::service::ListFilter;
 
 pub use raw::{Env, load_from};
 pub use secret::{Secret, SecretSource};
@@ -145,12 +145,23 @@ impl Default for RetryConfig {
 
 #[derive(Debug, Clone)]
 pub struct WarehouseConfig {
+    /// The SQLite file; unused when [`WarehouseConfig::postgres`] is set.
     pub path: PathBuf,
+    /// `warehouse.url`: the warehouse is a PostgreSQL database, not the file at `path`.
+    pub postgres: Option<PostgresConfig>,
     /// How long a write waits for a lock held by another process.
     pub busy_timeout: Duration,
     /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
     /// latest pass, nor its latest successful one); `None` keeps them all.
     pub keep_runs: Option<Duration>,
+}
+
+/// A PostgreSQL warehouse as configured: its libpq URI (which never holds the password) and
+/// where the password is, if anywhere (read when a command connects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    pub url: String,
+    pub password: Option<SecretSource>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

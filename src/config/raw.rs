@@ -16,9 +16,10 @@ use uuid::Uuid;
 use super::secret::is_placeholder;
 use super::{
     ApiConfig, AuthConfig, Config, ConfigError, DEFAULT_PATHS, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, RetryConfig, Secret, SecretSource, SyncConfig, WarehouseConfig,
+    MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, Secret, SecretSource, SyncConfig,
+    WarehouseConfig,
 };
-use crate::api::ListFilter;
+use crate::service::ListFilter;
 use strict::strict;
 
 /// The process environment a configuration is read with; injectable so tests never touch
@@ -406,6 +407,9 @@ struct RawOAuth {
 #[serde(deny_unknown_fields, expecting = "a table")]
 struct RawWarehouse {
     path: Option<PathBuf>,
+    /// A PostgreSQL URI: the warehouse on a server instead of a file.
+    url: Option<String>,
+    password_file: Option<PathBuf>,
     #[serde(default, deserialize_with = "strict")]
     busy_timeout_secs: Option<i64>,
     keep_runs: Option<String>,
@@ -528,6 +532,7 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
+            postgres: postgres(&raw.warehouse, env)?,
             path: warehouse_path(raw.warehouse.path)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
@@ -555,6 +560,44 @@ fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
         },
         source: None,
     })
+}
+
+/// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else
+/// the systemd credential `warehouse_password`, else none (libpq's password file, or a server
+/// that asks for none). `url` and `path` together are refused, naming both.
+fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, ConfigError> {
+    let Some(url) = &raw.url else {
+        if raw.password_file.is_some() {
+            return Err(ConfigError::invalid(
+                "warehouse.password_file",
+                "is the password of a PostgreSQL warehouse: set warehouse.url too, or remove it",
+            ));
+        }
+        return Ok(None);
+    };
+    if raw.path.is_some() {
+        return Err(ConfigError::invalid(
+            "warehouse",
+            "set either warehouse.path (an SQLite file) or warehouse.url (PostgreSQL), not both",
+        ));
+    }
+    if url.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            "warehouse.url",
+            "is empty; write postgresql://USER@HOST/DBNAME, or remove it to use an SQLite file",
+        ));
+    }
+    let password = match &raw.password_file {
+        Some(path) => Some(SecretSource::File {
+            key: "warehouse.password_file".into(),
+            path: path.clone(),
+        }),
+        None => credential(env, "warehouse_password", "warehouse.password_file"),
+    };
+    Ok(Some(PostgresConfig {
+        url: url.trim().to_owned(),
+        password,
+    }))
 }
 
 /// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a

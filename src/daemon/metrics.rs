@@ -34,7 +34,8 @@ use uuid::Uuid;
 
 use super::listener;
 use super::scheduler::{STALL_GRACE, TickClock};
-use crate::api::{RequestObserver, Timestamp};
+use crate::api::RequestObserver;
+use crate::service::Timestamp;
 use crate::sync::{PassReport, PassResult, WarehousePlace};
 use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS};
 

@@ -21,7 +21,7 @@ use uuid::Uuid;
 
 use crate::sync::PassReport;
 
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 
 /// How late a firing may be before the scheduler counts as stalled.
 pub const STALL_GRACE: Duration = Duration::from_secs(30);

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::HeaderValue;
 
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 
 /// Where the simulator reads the time.
 #[derive(Debug, Clone, Default)]

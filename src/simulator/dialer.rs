@@ -32,7 +32,7 @@ use uuid::Uuid;
 use super::life::{self, AttemptPlan, Pace};
 use super::state::State;
 use super::{DialerOptions, Shared, seed};
-use crate::api::{NewCall, Timestamp};
+use crate::service::{NewCall, Timestamp};
 
 /// The shortest tick: a zero tick would never let time pass.
 const MIN_TICK: Duration = Duration::from_millis(1);

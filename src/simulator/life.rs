@@ -11,7 +11,7 @@ use rand::seq::IndexedRandom;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::api::{
+use crate::service::{
     Attempt, AttemptVariable, CustomParameters, NewCall, Notification, OutboundCall,
     OutboundCallInfo, Outcome, Timestamp,
 };
@@ -347,7 +347,7 @@ mod tests {
     #[test]
     fn the_check_before_sending_refuses_exactly_what_the_service_refuses() {
         let checked = |phone: &str| {
-            crate::api::new_call_problems(&NewCall {
+            crate::service::new_call_problems(&NewCall {
                 phone_number: phone.to_owned(),
                 ..NewCall::default()
             })

@@ -6,7 +6,7 @@
 //! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
 //! and child changes that do not bump `updated_at`. Tests read its ground truth with
 //! [`Simulator::truth`], and may set its clock ([`ManualClock`]) as well as its seed, so that
-//! a failing run replays. It reuses `api::models`; product code never imports it.
+//! a failing run replays. It reuses `service`'s models; product code never imports it.
 
 mod clock;
 mod dialer;
@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 use uuid::Uuid;
 
-use crate::api::{OutboundCall, Timestamp};
+use crate::service::{OutboundCall, Timestamp};
 
 pub use clock::{ManualClock, SimClock};
 pub use faults::{FaultPlan, RequestRecord};

@@ -8,7 +8,7 @@
 use url::form_urlencoded;
 
 use super::state::CallState;
-use crate::api::{ErrorBody, ListFilter, Timestamp};
+use crate::service::{ErrorBody, ListFilter, Timestamp};
 
 #[derive(Debug, Clone)]
 pub struct ListParams {

@@ -25,7 +25,7 @@ use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
 use super::state::Refusal;
 use super::validate::{self, Problem};
-use crate::api::{
+use crate::service::{
     BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
     SchedulePatch, Timestamp,
 };
@@ -301,7 +301,7 @@ async fn create_campaign(State(shared): State<Arc<Shared>>, JsonBody(body): Json
             ),
         ));
     }
-    let new: crate::api::NewCampaign = json_body(&body)?;
+    let new: crate::service::NewCampaign = json_body(&body)?;
     let mut state = shared.state();
     let now = state.now();
     let mut campaign = super::seed::campaign(&mut *shared.rng(), now);
@@ -495,7 +495,7 @@ fn select_page(
     schedule: Uuid,
     params: &ListParams,
     summary: bool,
-) -> (Vec<crate::api::OutboundCall>, u64) {
+) -> (Vec<crate::service::OutboundCall>, u64) {
     let size = params.page_size as usize;
     let skip = (params.page as usize - 1).saturating_mul(size);
     let (total, page) = match params.updated_after {

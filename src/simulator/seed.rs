@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::CallShape;
 use super::life::{self, AttemptPlan, Pace};
 use super::state::{CallState, State};
-use crate::api::{
+use crate::service::{
     Attempt, AttemptVariable, CallFlow, Campaign, NewCall, Notification, OutboundCall, Outcome,
     Schedule, Timestamp,
 };

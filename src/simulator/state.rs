@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::clock::SimClock;
 use super::life;
-use crate::api::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
+use crate::service::{CallFlow, Campaign, NewCall, OutboundCall, Schedule, Timestamp};
 
 /// The precision of the service's timestamps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use super::life;
-use crate::api::{NewCall, Timestamp};
+use crate::service::{NewCall, Timestamp};
 
 /// Entries per bulk request (spec, Limits).
 pub const BULK_ENTRIES: std::ops::RangeInclusive<usize> = 1..=1000;

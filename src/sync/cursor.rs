@@ -39,7 +39,7 @@ use std::collections::HashSet;
 
 use uuid::Uuid;
 
-use crate::api::{MAX_PAGE_SIZE, Timestamp};
+use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
 /// The key of one listed row: all the walker needs to know about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

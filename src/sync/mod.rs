@@ -9,7 +9,6 @@
 
 pub mod cursor;
 mod error;
-mod lock;
 mod pass;
 mod sink;
 mod writer;
@@ -21,8 +20,9 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::api::{ApiClient, Timestamp};
+use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
+use crate::service::Timestamp;
 use crate::warehouse::postgres::{PgTarget, PgWarehouse};
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Warehouse, WarehouseError,
@@ -30,8 +30,10 @@ use crate::warehouse::{
 };
 
 pub use error::{SyncError, error_chain};
-pub use lock::ScheduleLock;
-pub use sink::{Claim, DryRunSink, PageBatch, PostgresSink, Sink, WarehouseSink};
+pub use sink::{
+    Claim, DryRunSink, PageBatch, PostgresDryRunSink, PostgresSink, Sink, WarehouseSink,
+    lock_schedule,
+};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.
@@ -261,6 +263,9 @@ impl PassReport {
 impl Engine {
     /// Builds the API client, then opens (and migrates) the warehouse and starts its writer.
     pub fn start(config: &Config) -> Result<Engine, SyncError> {
+        if let Some(postgres) = &config.warehouse.postgres {
+            return Self::start_postgres(config, &PgTarget::configured(postgres)?);
+        }
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
         let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
@@ -300,6 +305,19 @@ impl Engine {
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
         let client = ApiClient::new(&config.api)?;
+        if let Some(postgres) = &config.warehouse.postgres {
+            let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
+                Ok(warehouse) => Some(warehouse),
+                Err(WarehouseError::Missing { .. }) => None,
+                Err(err) => return Err(err.into()),
+            };
+            return Self::with_sink(
+                config,
+                client,
+                Box::new(PostgresDryRunSink(warehouse)),
+                true,
+            );
+        }
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
         Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true)
     }

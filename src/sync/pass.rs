@@ -29,8 +29,9 @@ use super::error::{SyncError, error_chain};
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
-use crate::api::{ApiClient, Counters, ListQuery, Listed, OutboundCall, Timestamp};
+use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
+use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats};
 
 /// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less

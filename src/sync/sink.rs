@@ -14,10 +14,14 @@
 use uuid::Uuid;
 
 use super::error::SyncError;
-use super::lock::ScheduleLock;
-use crate::api::{OutboundCall, Timestamp};
+use crate::service::{OutboundCall, Timestamp};
+use std::path::Path;
+
+use crate::warehouse::file_lock::LockError;
 use crate::warehouse::postgres::PgWarehouse;
-use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Warehouse, WarehouseError};
+use crate::warehouse::{
+    PageWrite, RunId, RunKind, RunRecord, ScheduleLock, Warehouse, WarehouseError,
+};
 
 /// One page for a sink: the calls of `schedule` and, when the pass may move it, the checkpoint
 /// that goes with them.
@@ -71,13 +75,25 @@ impl WarehouseSink {
     }
 }
 
+/// Takes `schedule`'s lock ([`ScheduleLock`]) on the existing warehouse file at `warehouse`,
+/// without waiting.
+pub fn lock_schedule(warehouse: &Path, schedule: Uuid) -> Result<ScheduleLock, SyncError> {
+    ScheduleLock::acquire(warehouse, schedule).map_err(|err| match err {
+        LockError::Busy => SyncError::Busy {
+            schedule,
+            path: warehouse.to_owned(),
+        },
+        LockError::Io(source) => SyncError::Lock {
+            path: warehouse.to_owned(),
+            source,
+        },
+    })
+}
+
 impl Sink for WarehouseSink {
     fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
         self.0.check_in_place()?;
-        Ok(Claim(Box::new(ScheduleLock::acquire(
-            self.0.path(),
-            schedule,
-        )?)))
+        Ok(Claim(Box::new(lock_schedule(self.0.path(), schedule)?)))
     }
 
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
@@ -200,5 +216,52 @@ impl Sink for PostgresSink {
 
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
         Ok(self.0.forget_runs_before(cutoff)?)
+    }
+}
+
+/// A dry run against the PostgreSQL warehouse: reads it (never migrates it) and counts what a
+/// page would change; `None` when the database holds no warehouse yet (every call is new).
+pub struct PostgresDryRunSink(pub Option<PgWarehouse>);
+
+impl Sink for PostgresDryRunSink {
+    fn claim(&self, _schedule: Uuid) -> Result<Claim, SyncError> {
+        Ok(Claim(Box::new(())))
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        match &self.0 {
+            Some(warehouse) => Ok(warehouse.checkpoint(schedule)?.map(|c| c.cursor)),
+            None => Ok(None),
+        }
+    }
+
+    fn start_run(
+        &mut self,
+        _schedule: Uuid,
+        _kind: RunKind,
+        _started_at: Timestamp,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(None)
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        let changed = match &mut self.0 {
+            Some(warehouse) => {
+                warehouse.count_changes(page.schedule, &page.calls, &page.content_hashes)?
+            }
+            None => page.calls.len() as u64,
+        };
+        Ok(PageWrite {
+            calls_written: changed,
+            calls_unchanged: page.calls.len() as u64 - changed,
+        })
+    }
+
+    fn finish_run(&mut self, _run: RunId, _record: &RunRecord) -> Result<(), SyncError> {
+        Ok(())
+    }
+
+    fn forget_runs_before(&mut self, _cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(0)
     }
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 
 /// Which upload a chunk belongs to, and where it is in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]

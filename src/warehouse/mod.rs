@@ -13,12 +13,14 @@ mod error;
 pub mod file_lock;
 mod layout_v6;
 mod ledger;
+mod locks;
 pub mod postgres;
 mod queries;
 mod resources;
 mod rows;
 mod runs;
 mod schema;
+mod scratch;
 mod upsert;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ pub use access::{check_writable, unwritable_for_owner};
 pub use backup::{BackupReport, Contents, RestoreReport, restore};
 pub use error::WarehouseError;
 pub use ledger::{ChunkKey, ChunkState};
+pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
     FALLING_BEHIND_PASSES, Overview, PassOutcome, Row, RunSummary, STALE_TICKS, ScheduleStatus,
     Snapshot, TICKS_COUNTED, render_status,
@@ -40,6 +43,7 @@ pub use queries::{
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
+pub use scratch::{CallsByExternalId, SeenExternalIds};
 
 pub struct Warehouse {
     conn: Connection,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use super::runs::{RunOutcome, RunStats, parse};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
 /// The most characters of a pass's stored error `status` shows.

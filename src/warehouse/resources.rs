@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use crate::api::{Campaign, Schedule, Timestamp};
+use crate::service::{Campaign, Schedule, Timestamp};
 
 impl Warehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {

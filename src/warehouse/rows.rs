@@ -7,7 +7,9 @@
 
 use serde_json::Value;
 
-use crate::api::{Attempt, AttemptVariable, Extra, Notification, OutboundCall, Outcome, Timestamp};
+use crate::service::{
+    Attempt, AttemptVariable, Extra, Notification, OutboundCall, Outcome, Timestamp,
+};
 
 /// The service's columns of `calls` (the derived summary columns are computed in SQL).
 /// Text the call holds is borrowed, not copied: a row lives as long as its page's write.

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 
 /// The `sync_runs.error` of a pass stopped by shutdown: not a failure, the next pass resumes
 /// from its last committed page.

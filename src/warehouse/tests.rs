@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::*;
-use crate::api::{OutboundCall, Timestamp};
+use crate::service::{OutboundCall, Timestamp};
 
 const SCHEDULE: Uuid = Uuid::from_u128(0x5c4e_d01e);
 

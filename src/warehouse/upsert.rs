@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::error::{SqlContext, WarehouseError};
 use super::rows::{self, CallRow, Summary};
 use super::{PageWrite, Warehouse};
-use crate::api::{Attempt, OutboundCall, Timestamp};
+use crate::service::{Attempt, OutboundCall, Timestamp};
 
 impl Warehouse {
     /// Writes `calls` of `schedule` and, when given, moves its checkpoint forward to
@@ -499,7 +499,7 @@ fn write_outcomes(
     tx: &Transaction<'_>,
     path: &Path,
     of: &AttemptOf<'_>,
-    outcomes: &[crate::api::Outcome],
+    outcomes: &[crate::service::Outcome],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
     let call_id = of.parent.call_id;
@@ -540,7 +540,7 @@ fn write_variables(
     tx: &Transaction<'_>,
     path: &Path,
     of: &AttemptOf<'_>,
-    variables: &[crate::api::AttemptVariable],
+    variables: &[crate::service::AttemptVariable],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
     let call_id = of.parent.call_id;
@@ -583,7 +583,7 @@ fn write_notifications(
     tx: &Transaction<'_>,
     path: &Path,
     parent: &Parent<'_>,
-    notifications: &[crate::api::Notification],
+    notifications: &[crate::service::Notification],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
     if mirror {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use callsync::api::{OutboundCall, Schedule};
+use callsync::service::{OutboundCall, Schedule};
 use callsync::simulator::{Precision, SimulatorOptions};
 use callsync::warehouse::Warehouse;
 use rusqlite::types::Value as Sql;

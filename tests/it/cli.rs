@@ -1032,7 +1032,7 @@ fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
 /// looking healthy: `status` counts the `sync.cron` ticks since then and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
-    use callsync::api::Timestamp;
+    use callsync::service::Timestamp;
     use callsync::warehouse::{RunKind, RunOutcome, RunRecord, Warehouse};
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,

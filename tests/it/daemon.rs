@@ -10,9 +10,9 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use callsync::api::Timestamp;
 use callsync::config::Config;
 use callsync::daemon::{DaemonError, Tick, TickDriver, TickSource};
+use callsync::service::Timestamp;
 use callsync::simulator::{BadBody, DialerOptions, FaultPlan, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
 use tokio::task::JoinHandle;
@@ -590,7 +590,8 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock for the first three ticks.
     env.create_warehouse();
-    let held = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held =
+        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
     for _ in 0..2 {

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use callsync::api::OutboundCall;
+use callsync::service::OutboundCall;
 use rusqlite::types::Value as Sql;
 use serde_json::{Map, Value as Json};
 use time::OffsetDateTime;

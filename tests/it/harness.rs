@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use callsync::api::OutboundCall;
 use callsync::config::{
     ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
     RetryConfig, Secret, SyncConfig, WarehouseConfig,
 };
+use callsync::service::OutboundCall;
 use callsync::simulator::{Simulator, SimulatorOptions};
 use callsync::sync::{Engine, PassPlan, PassReport};
 use callsync::warehouse::{Snapshot, Warehouse};
@@ -243,12 +243,15 @@ impl TestEnv {
         let text = format!(
             "[api]\nbase_url = \"{base}\"\naccess_token = \"{token}\"\n\n\
              [api.retry]\ninitial_interval_ms = 5\nmax_interval_secs = 1\n\n\
-             [warehouse]\npath = \"{db}\"\n\n\
+             [warehouse]\n{warehouse}\n\n\
              [sync]\nschedules = [{schedules}]\n{sync_extra}\n\
              [log]\nlevel = \"warn\"\n",
             base = self.sim.base_url(),
             token = self.sim.access_token(),
-            db = self.warehouse_path().display(),
+            warehouse = match &self.pg {
+                None => format!("path = \"{}\"", self.warehouse_path().display()),
+                Some(db) => format!("url = \"{}\"", db.url),
+            },
             schedules = schedules.join(", "),
         );
         let path = self.dir.path().join("callsync.toml");
@@ -298,6 +301,7 @@ pub fn config_for(
         },
         warehouse: WarehouseConfig {
             path: warehouse,
+            postgres: None,
             busy_timeout: Duration::from_secs(10),
             keep_runs: Some(Duration::from_secs(90 * 86_400)),
         },

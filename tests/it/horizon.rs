@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use callsync::api::Timestamp;
+use callsync::service::Timestamp;
 use callsync::simulator::{ManualClock, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
 use callsync::warehouse::Warehouse;

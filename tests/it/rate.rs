@@ -1,6 +1,6 @@
 //! The request rate adapts to a service that rate-limits, and schedules share it.
 
-use callsync::api::Timestamp;
+use callsync::service::Timestamp;
 use callsync::simulator::{FaultPlan, ManualClock, SimulatorOptions};
 use callsync::sync::PassResult;
 

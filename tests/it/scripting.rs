@@ -87,7 +87,7 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
         assert_eq!(line["slowed_by"], serde_json::json!([]));
         for instant in ["horizon", "position"] {
             let text = line[instant].as_str().expect(instant);
-            callsync::api::Timestamp::parse(text).expect("RFC 3339");
+            callsync::service::Timestamp::parse(text).expect("RFC 3339");
         }
         assert!(line["lag_secs"].is_number(), "{line}");
         assert!(line["duration_secs"].as_f64().unwrap() > 0.0, "{line}");
@@ -109,8 +109,9 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
     // A failed pass and a skipped one are lines too, with their error; the exit code says so;
     // the logs stay on stderr.
     let unknown = "0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11";
-    let lock = callsync::sync::ScheduleLock::acquire(&env.warehouse_path(), env.schedules()[1])
-        .expect("the lock");
+    let lock =
+        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), env.schedules()[1])
+            .expect("the lock");
     let out = callsync(&[
         "--config",
         c,

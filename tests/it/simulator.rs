@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use callsync::api::{CallPage, OutboundCall, Timestamp};
+use callsync::service::{CallPage, OutboundCall, Timestamp};
 use callsync::simulator::{
     DialerOptions, FaultPlan, ManualClock, Precision, Simulator, SimulatorOptions,
 };

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use callsync::api::Timestamp;
 use callsync::config::DetailsMode;
+use callsync::service::Timestamp;
 use callsync::simulator::{
     BadBody, DialerOptions, FaultPlan, ManualClock, Precision, SimulatorOptions,
 };

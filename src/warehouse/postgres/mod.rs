@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio_postgres::{Client, Statement};
 
 pub use claim::PgClaim;
+pub use schema::latest_version;
 pub use target::{PgTarget, SslMode, TargetError};
 
 use super::MigrationReport;
@@ -209,7 +210,7 @@ impl<T> PgContext<T> for Result<T, tokio_postgres::Error> {
 
 /// A timestamp for PostgreSQL: `timestamptz` holds microseconds, so finer instants are
 /// truncated towards the past (a checkpoint stored so reads again, never skips).
-fn micros(t: crate::api::Timestamp) -> time::OffsetDateTime {
+fn micros(t: crate::service::Timestamp) -> time::OffsetDateTime {
     t.truncated(1_000).as_offset_date_time()
 }
 
@@ -217,8 +218,8 @@ fn instant(
     target: &PgTarget,
     value: time::OffsetDateTime,
     what: &'static str,
-) -> Result<crate::api::Timestamp, WarehouseError> {
-    crate::api::Timestamp::try_from(value).map_err(|_| WarehouseError::BadTimestamp {
+) -> Result<crate::service::Timestamp, WarehouseError> {
+    crate::service::Timestamp::try_from(value).map_err(|_| WarehouseError::BadTimestamp {
         path: target.display().into(),
         what,
         value: value.to_string(),
@@ -240,8 +241,8 @@ mod tests {
             ),
             ("2026-01-31T09:30:00Z", "2026-01-31T09:30:00Z"),
         ] {
-            let t = crate::api::Timestamp::parse(text).unwrap();
-            let got = crate::api::Timestamp::try_from(super::micros(t)).unwrap();
+            let t = crate::service::Timestamp::parse(text).unwrap();
+            let got = crate::service::Timestamp::try_from(super::micros(t)).unwrap();
             assert_eq!(got.to_rfc3339(), want);
             assert!(got <= t);
         }

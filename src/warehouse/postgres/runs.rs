@@ -6,7 +6,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::{PgContext, PgWarehouse, instant, micros, wait};
-use crate::api::Timestamp;
+use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::queries::{FALLING_BEHIND_PASSES, PassOutcome, RunSummary, ScheduleStatus};
 use crate::warehouse::runs::{Checkpoint, RunId, RunKind, RunOutcome, RunRecord};

@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 use tokio_postgres::config::{Host, SslMode as WireSslMode};
 
-use crate::config::Secret;
+use crate::config::{ConfigError, PostgresConfig, Secret, SecretSource};
 
 /// libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +136,18 @@ impl PgTarget {
             root_cert,
             display,
         })
+    }
+
+    /// The configured warehouse, its password read now: a bad URI or an unreadable password
+    /// file is a configuration error naming its key.
+    pub fn configured(config: &PostgresConfig) -> Result<PgTarget, ConfigError> {
+        let password = config
+            .password
+            .as_ref()
+            .map(SecretSource::read)
+            .transpose()?;
+        PgTarget::parse(&config.url, password.as_ref())
+            .map_err(|e| ConfigError::invalid("warehouse.url", e.0))
     }
 
     /// `postgresql://user@host:port/dbname`: what logs, errors, status and metrics show.

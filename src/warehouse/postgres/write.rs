@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use super::runs::ADVANCE_CHECKPOINT;
 use super::{PgContext, PgWarehouse, micros, wait};
-use crate::api::{OutboundCall, Timestamp};
+use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::PageWrite;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::{self, AttemptRow, CallRow};

@@ -4,7 +4,7 @@
 use rusqlite::types::Value as Sql;
 
 use super::*;
-use crate::api::Schedule;
+use crate::service::Schedule;
 
 const OTHER: Uuid = Uuid::from_u128(0x07e4);
 

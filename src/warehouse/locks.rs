@@ -1,6 +1,7 @@
-//! `ScheduleLock`: one process at a time syncs a given schedule.
+//! The two locks a command takes on the warehouse file: [`ScheduleLock`] (one process at a
+//! time syncs a given schedule) and [`UploadLock`] (one upload into a schedule at a time).
 //!
-//! An exclusive lock on one byte of the warehouse file itself, chosen by the schedule's uid
+//! `ScheduleLock`: an exclusive lock on one byte of the warehouse file itself, chosen by the schedule's uid
 //! (`warehouse::file_lock`), held for the whole pass. Every path to the warehouse (a symlink;
 //! a hard link too, though a warehouse with two names is refused before it is opened, as
 //! SQLite would keep a WAL per name) reaches the same file and so the same lock; no lock file is ever created, so a
@@ -11,10 +12,10 @@
 
 use std::path::Path;
 
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::error::SyncError;
-use crate::warehouse::file_lock::{FileLock, LockByte, LockError, LockMode};
+use super::file_lock::{FileLock, LockByte, LockError, LockMode};
 
 #[derive(Debug)]
 pub struct ScheduleLock {
@@ -23,18 +24,39 @@ pub struct ScheduleLock {
 
 impl ScheduleLock {
     /// Takes `schedule`'s lock on the existing warehouse file at `warehouse`, without waiting.
-    pub fn acquire(warehouse: &Path, schedule: Uuid) -> Result<ScheduleLock, SyncError> {
-        match FileLock::try_lock(warehouse, LockByte::Schedule(schedule), LockMode::Exclusive) {
-            Ok(lock) => Ok(ScheduleLock { _lock: lock }),
-            Err(LockError::Busy) => Err(SyncError::Busy {
-                schedule,
-                path: warehouse.to_owned(),
-            }),
-            Err(LockError::Io(source)) => Err(SyncError::Lock {
-                path: warehouse.to_owned(),
-                source,
-            }),
-        }
+    /// [`LockError::Busy`] when another process holds it.
+    pub fn acquire(warehouse: &Path, schedule: Uuid) -> Result<ScheduleLock, LockError> {
+        let lock =
+            FileLock::try_lock(warehouse, LockByte::Schedule(schedule), LockMode::Exclusive)?;
+        Ok(ScheduleLock { _lock: lock })
+    }
+}
+
+/// One upload into a schedule at a time, whatever the file: an exclusive lock on a byte of
+/// the warehouse file chosen by the schedule, held from before the upload looks for the
+/// external_ids already in the schedule until it ends (see `warehouse::file_lock`: no lock
+/// file, released when the process dies). Two files sent into one schedule at once would
+/// each look before the other sent, and could both send one contact.
+///
+/// A second upload fails at once rather than waiting: the first may take hours (a big file,
+/// a settle window), a cron job or a terminal is better told than left hanging, and the
+/// second run, started again later, looks at the schedule as the first left it. The sync's
+/// lock of the schedule ([`ScheduleLock`]) is another byte: a pass and an upload go on together.
+#[derive(Debug)]
+pub struct UploadLock {
+    _lock: FileLock,
+}
+
+impl UploadLock {
+    /// Takes the lock of uploading into `schedule`, without waiting.
+    /// [`LockError::Busy`] when another process holds it.
+    pub fn acquire(warehouse: &Path, schedule: Uuid) -> Result<UploadLock, LockError> {
+        let digest = Sha256::digest(schedule.as_bytes());
+        let mut first = [0; 8];
+        first.copy_from_slice(&digest[..8]);
+        let byte = LockByte::Upload(u64::from_le_bytes(first));
+        let lock = FileLock::try_lock(warehouse, byte, LockMode::Exclusive)?;
+        Ok(UploadLock { _lock: lock })
     }
 }
 
@@ -55,11 +77,7 @@ mod tests {
         let schedule = Uuid::from_u128(7);
         let first = ScheduleLock::acquire(&db, schedule).unwrap();
         let err = ScheduleLock::acquire(&db, schedule).unwrap_err();
-        assert!(matches!(err, SyncError::Busy { .. }), "{err}");
-        assert!(
-            err.to_string().contains("another callsync process"),
-            "{err}"
-        );
+        assert!(matches!(err, LockError::Busy), "{err}");
         // Another schedule is independent.
         ScheduleLock::acquire(&db, Uuid::from_u128(8)).unwrap();
         drop(first);
@@ -81,7 +99,7 @@ mod tests {
         {
             let held = ScheduleLock::acquire(held_through, schedule).unwrap();
             let err = ScheduleLock::acquire(tried_through, schedule).unwrap_err();
-            assert!(matches!(err, SyncError::Busy { .. }), "{err}");
+            assert!(matches!(err, LockError::Busy), "{err}");
             drop(held);
         }
     }

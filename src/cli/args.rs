@@ -1,0 +1,339 @@
+//! The command line's definitions (clap): the commands, their arguments and the global
+//! options; running them is in the other files of `cli/`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{ArgAction, ArgMatches, Args, CommandFactory, Parser, Subcommand};
+use uuid::Uuid;
+
+use super::simulate::SimulateArgs;
+use super::{UsageError, campaign, parse_timestamp};
+use crate::config::LogConfig;
+use crate::service::Timestamp;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "callsync",
+    version,
+    about = "Sync call results from the Outbound Call Campaign Service into a SQLite warehouse",
+    long_about = None,
+    after_long_help = AFTER_HELP,
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub(super) verbosity: Verbosity,
+
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+/// The end of `callsync --help` and of callsync(1): what a script needs besides the options.
+pub(super) const AFTER_HELP: &str = "\
+Exit codes: 0 success; 1 a runtime failure (a pass failed, the warehouse or the service could not \
+be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed or \
+that is falling behind; 130 a second SIGINT or SIGTERM.
+
+Environment: CALLSYNC_<SECTION>__<KEY> sets any configuration key (CALLSYNC_SYNC__PAGE_SIZE=50); \
+RUST_LOG, when set, is the log filter, over -q/-v and log.level; NO_COLOR (any value but an \
+empty one) turns colours off.";
+
+/// `-q` and `-v`: the log level for this run, over `log.level`; `RUST_LOG` still wins.
+#[derive(Debug, Args)]
+pub(super) struct Verbosity {
+    /// Log errors only, whatever log.level says (RUST_LOG, when set, still wins)
+    #[arg(
+        short,
+        long,
+        global = true,
+        conflicts_with = "verbose",
+        display_order = 900
+    )]
+    pub(super) quiet: bool,
+    /// Log more: -v debug, -vv trace, whatever log.level says (RUST_LOG, when set, still wins)
+    #[arg(short, long, global = true, action = ArgAction::Count, display_order = 900)]
+    pub(super) verbose: u8,
+}
+
+impl Verbosity {
+    /// The level that replaces `log.level`, if any.
+    pub(super) fn level(&self) -> Option<&'static str> {
+        match (self.quiet, self.verbose) {
+            (true, _) => Some("error"),
+            (false, 0) => None,
+            (false, 1) => Some("debug"),
+            (false, _) => Some("trace"),
+        }
+    }
+
+    /// `log` with the level the command line asks for.
+    pub(super) fn apply(&self, log: &LogConfig) -> LogConfig {
+        LogConfig {
+            level: self
+                .level()
+                .map_or_else(|| log.level.clone(), str::to_owned),
+            ..log.clone()
+        }
+    }
+}
+
+/// The commands that read no configuration file: `--config` is not offered to them, and
+/// refused before them (`callsync --config x simulate`) rather than ignored.
+pub(super) const READS_NO_CONFIG: [&str; 4] = ["demo", "simulate", "completions", "man"];
+
+/// The id of `--config` given before the subcommand, and after it.
+pub(super) const CONFIG_BEFORE: &str = "config_before";
+
+pub(super) const CONFIG: &str = "config";
+
+/// The command line as clap knows it: the derived definition, with `--config` before the
+/// subcommand and after every subcommand that reads a configuration (`callsync --config
+/// PATH sync`, `callsync sync --config PATH`, `callsync checkpoint show --config PATH`).
+/// Completions and the man page are generated from it.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command().arg(config_arg(CONFIG_BEFORE).help(
+        "Configuration file, for the commands that read one [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]",
+    ));
+    let readers: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .filter(|name| !READS_NO_CONFIG.contains(&name.as_str()))
+        .collect();
+    for name in readers {
+        command = command.mut_subcommand(name, |sub| sub.arg(config_arg(CONFIG).global(true)));
+    }
+    command
+}
+
+pub(super) fn config_arg(id: &'static str) -> clap::Arg {
+    clap::Arg::new(id)
+        .long("config")
+        .value_name("PATH")
+        .value_parser(clap::value_parser!(PathBuf))
+        .help("Configuration file [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]")
+}
+
+/// The `--config` given, before or after the subcommand (not both); refused before a command
+/// that reads no configuration.
+pub(super) fn config_path(matches: &ArgMatches) -> Result<Option<PathBuf>, UsageError> {
+    let before = matches.get_one::<PathBuf>(CONFIG_BEFORE).cloned();
+    let mut after = None;
+    let mut level = matches;
+    while let Some((_, sub)) = level.subcommand() {
+        if let Ok(Some(path)) = sub.try_get_one::<PathBuf>(CONFIG) {
+            after = Some(path.clone());
+        }
+        level = sub;
+    }
+    let command = matches.subcommand_name().unwrap_or_default();
+    match (before, after) {
+        (Some(_), Some(_)) => Err(UsageError(
+            "--config is given twice, before and after the command: give it once".into(),
+        )),
+        (Some(_), None) if READS_NO_CONFIG.contains(&command) => Err(UsageError(format!(
+            "callsync {command} reads no configuration file: leave out --config"
+        ))),
+        (before, after) => Ok(before.or(after)),
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Try it: a simulator, the daemon against it for a few seconds, then what an analyst sees
+    Demo {
+        /// Where to write the demo's config and warehouse: a new or empty directory, or an
+        /// earlier demo's
+        #[arg(long, default_value = "demo")]
+        dir: PathBuf,
+        /// Use DIR even when it holds other files (its callsync.toml is overwritten, its
+        /// callsync.db deleted)
+        #[arg(long)]
+        force: bool,
+    },
+    /// Run as a daemon: a pass of every schedule now, then on sync.cron, until SIGTERM
+    Run,
+    /// Run one incremental pass of every configured schedule (or those given), then exit
+    Sync {
+        /// Sync only this schedule (repeatable); default: every schedule in sync.schedules
+        #[arg(long = "schedule", value_name = "UID")]
+        schedules: Vec<Uuid>,
+        /// Fetch and report what would be written; write nothing
+        #[arg(long)]
+        dry_run: bool,
+        /// Print one JSON object per pass on stdout (JSON Lines; see README, "Scripts")
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect or move a schedule's checkpoint (where its next pass starts)
+    #[command(subcommand)]
+    Checkpoint(CheckpointCommand),
+    /// Re-read one schedule from a point in time and upsert what it finds
+    Backfill(BackfillArgs),
+    /// Show each schedule's checkpoint, last pass, lag and row counts; exit code 3 when a
+    /// schedule's last pass failed or it is falling behind
+    Status {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the configuration, the credentials, every schedule and the warehouse, one line
+    /// each; exit code 1 when any fails (for systemd's ExecStartPre=)
+    Check {
+        /// Print one JSON object per check (JSON Lines: check, ok, detail)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply pending warehouse migrations, then exit
+    Migrate,
+    /// Write a consistent copy of the warehouse to PATH (safe while the daemon runs)
+    Backup {
+        /// Where to write the copy (one self-contained SQLite file)
+        path: PathBuf,
+        /// Overwrite PATH if it exists
+        #[arg(long)]
+        force: bool,
+    },
+    /// Replace the warehouse with the backup at PATH (stop the daemon first)
+    Restore {
+        /// The backup to restore (made by `callsync backup`)
+        path: PathBuf,
+    },
+    /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
+    Simulate(SimulateArgs),
+    #[command(flatten)]
+    Service(campaign::ServiceCommand),
+    /// Print a shell completion script (install it as README's "Shell completions" says)
+    Completions {
+        /// The shell the script is for
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page callsync(1) in roff, or write a page per command into a directory
+    Man {
+        /// Write callsync.1 and callsync-COMMAND.1 for every command into DIR (created if
+        /// needed), printing each path, instead of printing callsync.1
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+impl Command {
+    /// Only these need credentials: `status`, `checkpoint` and `migrate` read or change the
+    /// warehouse alone, so a BI-group user without the daemon's secret can run them.
+    pub(super) fn talks_to_the_service(&self) -> bool {
+        match self {
+            Command::Run | Command::Sync { .. } | Command::Backfill(_) | Command::Check { .. } => {
+                true
+            }
+            Command::Service(command) => command.talks_to_the_service(),
+            _ => false,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum CheckpointCommand {
+    /// Print the checkpoint of every schedule, or of one
+    Show {
+        /// Only this schedule; default: every schedule in the warehouse
+        #[arg(long, value_name = "UID")]
+        schedule: Option<Uuid>,
+        /// Show a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
+    },
+    /// Move a schedule's cursor (backwards too), printing what was there before
+    Set {
+        /// The schedule whose checkpoint moves
+        #[arg(long, value_name = "UID")]
+        schedule: Uuid,
+        /// The new cursor (RFC 3339, any offset)
+        #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+        cursor: Timestamp,
+        /// Set a cursor in the future or before the year 1, or of a schedule that is in
+        /// neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete a schedule's checkpoint: its next pass reads everything again
+    Reset {
+        /// The schedule whose checkpoint is deleted
+        #[arg(long, value_name = "UID")]
+        schedule: Uuid,
+        /// Reset a schedule that is in neither sync.schedules nor the warehouse
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(super) struct BackfillArgs {
+    /// The schedule to re-read
+    #[arg(long, value_name = "UID")]
+    pub(super) schedule: Uuid,
+    /// Re-read calls updated at or after this instant (RFC 3339, any offset) [default: the beginning]
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    pub(super) since: Option<Timestamp>,
+    /// Stop after calls updated at this instant (RFC 3339, any offset) [default: now]
+    #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
+    pub(super) until: Option<Timestamp>,
+    /// Print the pass as one JSON object on stdout (see README, "Scripts"); a progress bar,
+    /// on a terminal, stays on stderr
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::FromArgMatches;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent_and_config_is_offered_where_it_is_read() {
+        let command = command();
+        command.clone().debug_assert();
+        for sub in command.get_subcommands() {
+            let offers = sub.get_arguments().any(|a| a.get_long() == Some("config"));
+            let reads = !READS_NO_CONFIG.contains(&sub.get_name());
+            assert_eq!(offers, reads, "{}", sub.get_name());
+        }
+    }
+
+    #[test]
+    fn quiet_and_verbose_replace_the_configured_level() {
+        let parse = |args: &[&str]| {
+            let matches = command().try_get_matches_from(args).map_err(|e| e.kind())?;
+            let cli = Cli::from_arg_matches(&matches).map_err(|e| e.kind())?;
+            Ok::<_, clap::error::ErrorKind>(cli.verbosity.level())
+        };
+        assert_eq!(parse(&["callsync", "status"]), Ok(None));
+        assert_eq!(parse(&["callsync", "-q", "status"]), Ok(Some("error")));
+        assert_eq!(parse(&["callsync", "status", "--quiet"]), Ok(Some("error")));
+        assert_eq!(parse(&["callsync", "-v", "sync"]), Ok(Some("debug")));
+        assert_eq!(parse(&["callsync", "sync", "-vv"]), Ok(Some("trace")));
+        assert_eq!(parse(&["callsync", "-v", "sync", "-vv"]), Ok(Some("trace")));
+        assert_eq!(
+            parse(&["callsync", "-q", "-v", "sync"]),
+            Err(clap::error::ErrorKind::ArgumentConflict)
+        );
+        let configured = LogConfig {
+            level: "warn,callsync::sync=debug".into(),
+            format: crate::config::LogFormat::Json,
+        };
+        let quiet = Verbosity {
+            quiet: true,
+            verbose: 0,
+        };
+        assert_eq!(quiet.apply(&configured).level, "error");
+        assert!(matches!(
+            quiet.apply(&configured).format,
+            crate::config::LogFormat::Json
+        ));
+        let neither = Verbosity {
+            quiet: false,
+            verbose: 0,
+        };
+        assert_eq!(neither.apply(&configured).level, configured.level);
+    }
+}

@@ -1,0 +1,237 @@
+//! `callsync status`: every configured schedule's state, and exit code 3 when one needs
+//! attention.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use uuid::Uuid;
+
+use super::destination::Opened;
+use super::output::print_out;
+use crate::config::Config;
+use crate::service::Timestamp;
+
+pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
+    // Every error opening it names the file or the database already.
+    let warehouse = Opened::read_only(config)?;
+    let now = Timestamp::now();
+    let mut rows = warehouse
+        .status_at(now)
+        .with_context(|| format!("cannot read the status from {}", warehouse.name()))?;
+    add_never_synced(&mut rows, &config.sync.schedules);
+    let since = configured_since(config, &warehouse)?;
+    count_ticks_since_last_pass(config, &mut rows, now, since)?;
+    if let Opened::Sqlite(_) = warehouse {
+        warn_if_read_only(&config.warehouse.path);
+    }
+    if json {
+        let json = serde_json::to_string_pretty(&rows)?;
+        print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
+    } else {
+        print_out(crate::warehouse::render_status(&rows, now))?;
+    }
+    let problems = needing_attention(&rows, &config.sync.schedules);
+    if problems.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // On stderr, so that `--json` stays parseable; a cron job mails it.
+    let _ = writeln!(
+        std::io::stderr(),
+        "attention: {} (exit code {EXIT_ATTENTION})",
+        problems.join("; ")
+    );
+    Ok(ExitCode::from(EXIT_ATTENTION))
+}
+
+/// `status`'s exit code when a schedule needs someone: its last pass failed, it is falling
+/// behind, or no pass was recorded for several ticks of `sync.cron`. Not 1, which says `status` itself could not run.
+pub(super) const EXIT_ATTENTION: u8 = 3;
+
+/// What is wrong with the schedules `status` watches: those in `sync.schedules`, or every
+/// schedule in the warehouse when the list is empty. A schedule removed from the
+/// configuration (after a 404, say) keeps its last failure in the warehouse, and must not
+/// fail every check afterwards.
+pub(super) fn needing_attention(
+    rows: &[crate::warehouse::ScheduleStatus],
+    configured: &[Uuid],
+) -> Vec<String> {
+    let watched =
+        |uid: &str| configured.is_empty() || configured.iter().any(|c| c.to_string() == uid);
+    let mut problems = Vec::new();
+    for row in rows.iter().filter(|row| watched(&row.schedule_uid)) {
+        if row.last_result == Some(crate::warehouse::PassOutcome::Failed) {
+            problems.push(format!(
+                "schedule {}: its last pass failed",
+                row.schedule_uid
+            ));
+        }
+        if row.falling_behind {
+            problems.push(format!(
+                "schedule {}: falling behind ({} passes in a row ended behind)",
+                row.schedule_uid, row.behind_passes
+            ));
+        }
+        if row.no_recent_pass && row.never_synced {
+            problems.push(format!(
+                "schedule {}: never synced, though configured {} ticks of sync.cron ago",
+                row.schedule_uid,
+                row.ticks_since_last_pass.unwrap_or_default()
+            ));
+        } else if row.no_recent_pass {
+            problems.push(format!(
+                "schedule {}: no pass recorded for {} ticks of sync.cron",
+                row.schedule_uid,
+                row.ticks_since_last_pass.unwrap_or_default()
+            ));
+        }
+    }
+    problems
+}
+
+/// A row for every configured schedule the warehouse knows nothing of, in uid order with
+/// the rest: `status` shows what it watches, not only what has synced.
+pub(super) fn add_never_synced(
+    rows: &mut Vec<crate::warehouse::ScheduleStatus>,
+    configured: &[Uuid],
+) {
+    for uid in configured {
+        if !rows.iter().any(|row| row.schedule_uid == uid.to_string()) {
+            rows.push(crate::warehouse::ScheduleStatus::never_synced(*uid));
+        }
+    }
+    rows.sort_by(|a, b| a.schedule_uid.cmp(&b.schedule_uid));
+}
+
+/// Since when the daemon should have synced every configured schedule: the configuration
+/// file's last change (a schedule added to it is due from then, and the daemon reads the file
+/// only when it starts), or, for a configuration of `CALLSYNC_*` variables alone, the oldest
+/// pass the warehouse remembers (the daemon ran then); `None` when neither is known.
+pub(super) fn configured_since(config: &Config, warehouse: &Opened) -> Result<Option<Timestamp>> {
+    let Some(file) = &config.source else {
+        return Ok(warehouse.first_pass_at()?);
+    };
+    let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
+    Ok(modified
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|since| Timestamp::from_unix_nanos(i128::try_from(since.as_nanos()).ok()?)))
+}
+
+/// How many `sync.cron` ticks each configured schedule has gone without a recorded pass (a
+/// schedule never synced: since `configured_since`): a daemon that has stopped, or cannot
+/// record its failures, otherwise looks healthy here.
+pub(super) fn count_ticks_since_last_pass(
+    config: &Config,
+    rows: &mut [crate::warehouse::ScheduleStatus],
+    now: Timestamp,
+    configured_since: Option<Timestamp>,
+) -> Result<()> {
+    for row in rows {
+        let configured = row
+            .schedule_uid
+            .parse()
+            .is_ok_and(|uid| config.sync.schedules.contains(&uid));
+        let since = if row.never_synced {
+            configured_since
+        } else {
+            row.last_recorded_at()
+        };
+        let Some(last) = since.filter(|_| configured) else {
+            continue;
+        };
+        let ticks = crate::daemon::firings_between(
+            &config.sync.cron,
+            last,
+            now,
+            crate::warehouse::TICKS_COUNTED,
+        )?;
+        row.set_ticks_since_last_pass(ticks);
+    }
+    Ok(())
+}
+
+/// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
+/// passes either, so the last pass shown may be older than failures it could not record.
+/// On stderr, so that `--json` stays parseable.
+pub(super) fn warn_if_read_only(path: &std::path::Path) {
+    if let Some(why) = crate::warehouse::unwritable_for_owner(path) {
+        eprintln!(
+            "warning: {why}: callsync cannot record its passes there, so passes since then may have failed unrecorded and those below be out of date; make it writable again and see the daemon's log (journalctl -u callsync)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_watches_the_configured_schedules_for_failures_and_falling_behind() {
+        let row = |uid: &str, last: Option<crate::warehouse::PassOutcome>, behind: i64| {
+            crate::warehouse::ScheduleStatus {
+                schedule_uid: uid.to_owned(),
+                cursor: None,
+                lag_secs: None,
+                last_run: None,
+                last_result: last,
+                last_success_at: None,
+                behind_passes: behind,
+                falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
+                slowed_by: Vec::new(),
+                ticks_since_last_pass: None,
+                no_recent_pass: false,
+                never_synced: false,
+                calls: 0,
+                attempts: 0,
+                outcomes: 0,
+                variables: 0,
+                notifications: 0,
+            }
+        };
+        use crate::warehouse::PassOutcome::*;
+        let [a, b, c, d] = [1u128, 2, 3, 4].map(Uuid::from_u128);
+        let rows = [
+            row(&a.to_string(), Some(Completed), 0),
+            row(&b.to_string(), Some(Failed), 0),
+            row(&c.to_string(), Some(Behind), 2),
+            row(&d.to_string(), Some(Behind), 1),
+        ];
+        assert_eq!(
+            needing_attention(&rows, &[]),
+            [
+                format!("schedule {b}: its last pass failed"),
+                format!("schedule {c}: falling behind (2 passes in a row ended behind)"),
+            ]
+        );
+        assert_eq!(
+            needing_attention(&rows, &[a, c, d]),
+            [format!(
+                "schedule {c}: falling behind (2 passes in a row ended behind)"
+            )]
+        );
+        assert!(needing_attention(&rows, &[a, d]).is_empty());
+        for fine in [Interrupted, Running] {
+            assert!(needing_attention(&[row(&a.to_string(), Some(fine), 0)], &[]).is_empty());
+        }
+        let mut stopped = row(&a.to_string(), Some(Completed), 0);
+        stopped.ticks_since_last_pass = Some(5);
+        stopped.no_recent_pass = true;
+        assert_eq!(
+            needing_attention(&[stopped], &[]),
+            [format!(
+                "schedule {a}: no pass recorded for 5 ticks of sync.cron"
+            )]
+        );
+        let mut never = crate::warehouse::ScheduleStatus::never_synced(b);
+        assert!(needing_attention(&[never.clone()], &[b]).is_empty());
+        never.set_ticks_since_last_pass(2);
+        assert!(needing_attention(&[never.clone()], &[b]).is_empty());
+        never.set_ticks_since_last_pass(3);
+        assert_eq!(
+            needing_attention(&[never], &[b]),
+            [format!(
+                "schedule {b}: never synced, though configured 3 ticks of sync.cron ago"
+            )]
+        );
+    }
+}

@@ -1,0 +1,592 @@
+//! The second pass: the checked file sent chunk by chunk, each recorded in the ledger before
+//! and after its request, a chunk whose answer was lost looked up until it settles.
+
+use futures::StreamExt;
+use uuid::Uuid;
+
+use super::*;
+use crate::api::{ApiClient, ApiError, Counters, ListQuery};
+use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
+use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
+
+/// Sends a checked file, chunk by chunk, skipping what an earlier run created. First the
+/// external_ids the schedule has are found ([`Sender::calls_in_schedule`]): a row whose
+/// external_id the schedule already has is never sent — with any such row outside the chunks the ledger knows, nothing
+/// is sent ([`UploadError::AlreadyInSchedule`]) unless `skip_existing`, which sends the
+/// others. A chunk the service refuses for its rows (a 400 pointing at them) is counted and
+/// reported in the summary, and the next chunks are sent; any other failure stops the upload.
+pub async fn send(
+    client: &ApiClient,
+    warehouse: &mut Warehouse,
+    options: &UploadOptions,
+    checked: &Checked,
+    progress: &dyn UploadProgress,
+) -> Result<UploadSummary, UploadError> {
+    let sender = Sender {
+        client,
+        options,
+        columns: Rows::open(options)?.columns,
+        counters: Counters::for_lane(options.schedule),
+        progress,
+    };
+    let known = sender.calls_in_schedule(warehouse, checked).await?;
+    if !options.skip_existing && known.calls > 0 {
+        refuse_rows_already_there(warehouse, options, checked, &known)?;
+    }
+    let mut rows = Rows::open(options)?;
+    let mut as_checked = checked.chunk_digests.iter();
+    let mut summary = UploadSummary::default();
+    let mut next_line = 2;
+    while let Some(chunk) = rows.next_chunk()? {
+        if as_checked.next() != Some(&chunk.digest) {
+            return Err(UploadError::FileChanged {
+                path: options.path.clone(),
+                first_line: chunk.first_line(),
+            });
+        }
+        let key = ChunkKey {
+            schedule: options.schedule,
+            fingerprint: checked.fingerprint.clone(),
+            first_line: chunk.first_line(),
+        };
+        let n = chunk.calls.len() as u64;
+        let sent = sender.send_chunk(warehouse, &key, &chunk, &known).await;
+        match sent {
+            Ok(outcome) => summary.add(outcome),
+            Err(UploadError::ScheduleNotFound { schedule, .. }) => {
+                return Err(UploadError::ScheduleNotFound {
+                    schedule,
+                    sent_before: summary.chunks_created + summary.chunks_found > 0,
+                });
+            }
+            Err(err) => return Err(err),
+        }
+        summary.rows += n;
+        next_line = chunk.last_line() + 1;
+        progress.chunk_done(summary.rows, checked.rows);
+    }
+    if as_checked.next().is_some() {
+        // Shorter than it was: the rows left out were never sent.
+        return Err(UploadError::FileChanged {
+            path: options.path.clone(),
+            first_line: next_line,
+        });
+    }
+    Ok(summary)
+}
+
+/// What became of one chunk of the file.
+#[derive(Debug, Default)]
+pub(super) struct ChunkOutcome {
+    /// Rows this run created (in one chunk sent).
+    pub(super) created: u64,
+    /// Rows found created already (by an earlier run, or another file with the same rows).
+    pub(super) found: u64,
+    /// Rows passed over because their external_id is in the schedule (`--skip-existing`).
+    pub(super) skipped: u64,
+    /// Rows of a chunk the service refused, and its reasons.
+    pub(super) refused: u64,
+    pub(super) problems: Vec<RowProblem>,
+}
+
+impl UploadSummary {
+    pub(super) fn add(&mut self, outcome: ChunkOutcome) {
+        self.calls_created += outcome.created;
+        self.chunks_created += u64::from(outcome.created > 0);
+        self.rows_found += outcome.found;
+        self.chunks_found += u64::from(outcome.found > 0);
+        self.rows_skipped += outcome.skipped;
+        self.rows_refused += outcome.refused;
+        self.chunks_refused += u64::from(outcome.refused > 0);
+        let room = MAX_LISTED_PROBLEMS.saturating_sub(self.refusals.len());
+        self.refusals
+            .extend(outcome.problems.into_iter().take(room));
+    }
+}
+
+/// What a lookup by external_id found of a chunk.
+pub(super) enum Found {
+    Nothing,
+    /// Every row, with its call's uid, in row order.
+    All(Vec<Uuid>),
+    /// The first rows but not all (a service still creating them, or rows made elsewhere).
+    Partly(String),
+}
+
+/// Lookups of one chunk in flight at once; the client's limiter paces them.
+pub(super) const LOOKUP_CONCURRENCY: usize = 8;
+
+/// What sending a chunk needs, for the whole upload.
+pub(super) struct Sender<'a> {
+    pub(super) client: &'a ApiClient,
+    pub(super) options: &'a UploadOptions,
+    pub(super) columns: Columns,
+    pub(super) counters: Counters,
+    pub(super) progress: &'a dyn UploadProgress,
+}
+
+impl Sender<'_> {
+    pub(super) async fn send_chunk(
+        &self,
+        warehouse: &mut Warehouse,
+        key: &ChunkKey,
+        chunk: &Chunk,
+        known: &InSchedule,
+    ) -> Result<ChunkOutcome, UploadError> {
+        let n = chunk.calls.len() as u64;
+        let present = known.of_chunk(chunk)?;
+        // The rows whose external_id the schedule did not have when the upload started: the
+        // only rows ever sent, so finding one of them later proves the chunk was created.
+        let new = chunk.only(|i| present[i].is_empty());
+        let skipped = n - new.calls.len() as u64;
+        let found = |rows: u64| ChunkOutcome {
+            found: rows,
+            skipped: n - rows,
+            ..ChunkOutcome::default()
+        };
+        match warehouse.chunk_state(key)? {
+            Some(ChunkState::Created(uids)) => return Ok(found((uids.len() as u64).min(n))),
+            // Sent by a run that never saw the answer: the service may still be at it.
+            Some(ChunkState::Sent { at }) => {
+                if let Some(uids) = whole_chunk(&present) {
+                    warehouse.chunk_created(key, &uids)?;
+                    self.found_already(chunk);
+                    return Ok(found(n));
+                }
+                if new.calls.is_empty() {
+                    return Err(self.partly_there(
+                        chunk,
+                        "every row's external_id is in the schedule, some more than once".into(),
+                    ));
+                }
+                if let Some(uids) = self.settle(&new, at).await? {
+                    warehouse.chunk_created(key, &uids)?;
+                    self.found_already(chunk);
+                    return Ok(found(uids.len() as u64));
+                }
+            }
+            // Not in the ledger: its rows are found in the schedule by another file with the
+            // same contacts, or a ledger lost with its warehouse.
+            None => {
+                if let Some(uids) = whole_chunk(&present) {
+                    warehouse.chunk_sent(key, chunk.last_line(), chunk.calls.len())?;
+                    warehouse.chunk_created(key, &uids)?;
+                    self.found_already(chunk);
+                    return Ok(found(n));
+                }
+            }
+        }
+        if new.calls.is_empty() {
+            return Ok(ChunkOutcome {
+                skipped,
+                ..ChunkOutcome::default()
+            });
+        }
+        if skipped > 0 {
+            tracing::info!(
+                first_line = chunk.first_line(),
+                last_line = chunk.last_line(),
+                skipped,
+                "rows whose external_id is in the schedule already are not sent"
+            );
+        }
+        let outcome = self.create(warehouse, key, chunk.last_line(), &new).await?;
+        Ok(ChunkOutcome { skipped, ..outcome })
+    }
+
+    pub(super) fn found_already(&self, chunk: &Chunk) {
+        tracing::info!(
+            first_line = chunk.first_line(),
+            last_line = chunk.last_line(),
+            "chunk found created already"
+        );
+    }
+
+    /// Sends the chunk's `new` rows (the ledger's `last_line` is the file chunk's) until the
+    /// service answers, or a lost answer is settled.
+    pub(super) async fn create(
+        &self,
+        warehouse: &mut Warehouse,
+        key: &ChunkKey,
+        last_line: u64,
+        new: &Chunk,
+    ) -> Result<ChunkOutcome, UploadError> {
+        let (first_line, last_sent) = (new.first_line(), new.last_line());
+        let created = |uids: &[Uuid]| ChunkOutcome {
+            created: uids.len() as u64,
+            ..ChunkOutcome::default()
+        };
+        for tries in 1..=MAX_CHUNK_TRIES {
+            let sent_at = warehouse.chunk_sent(key, last_line, new.calls.len())?;
+            let sent = self
+                .client
+                .create_calls(
+                    self.options.schedule,
+                    new.calls.clone(),
+                    self.options.force,
+                    &self.counters,
+                )
+                .await;
+            let err = match sent {
+                Ok(uids) => {
+                    warehouse.chunk_created(key, &uids)?;
+                    return Ok(created(&uids));
+                }
+                Err(err) => err,
+            };
+            // An answer saying no: all or nothing, so nothing was created.
+            if err.status().is_some_and(|s| s.is_client_error()) {
+                warehouse.chunk_not_created(key)?;
+                let problems = self.refused(new, err)?;
+                return Ok(ChunkOutcome {
+                    refused: new.calls.len() as u64,
+                    problems,
+                    ..ChunkOutcome::default()
+                });
+            }
+            // No answer, or a 5xx: the service may have created the chunk, or may still.
+            if !new.has_external_ids() {
+                return Err(UploadError::Unknowable {
+                    first_line,
+                    last_line: last_sent,
+                    cause: Box::new(err),
+                });
+            }
+            if let Some(uids) = self.settle(new, sent_at).await? {
+                warehouse.chunk_created(key, &uids)?;
+                return Ok(created(&uids));
+            }
+            if tries == MAX_CHUNK_TRIES {
+                return Err(UploadError::GaveUp {
+                    first_line,
+                    last_line: last_sent,
+                    cause: Box::new(err),
+                });
+            }
+            tracing::warn!(
+                first_line,
+                last_line = last_sent,
+                error = %err,
+                "the chunk did not show in the service within the settle window; sending it again"
+            );
+        }
+        unreachable!("the last try returns")
+    }
+
+    /// A refusal: of rows (a 400 pointing into the chunk), reported and passed over; of the
+    /// request itself (an enabled schedule, a wrong uid, a 400 about no row), the end.
+    pub(super) fn refused(
+        &self,
+        chunk: &Chunk,
+        err: ApiError,
+    ) -> Result<Vec<RowProblem>, UploadError> {
+        if err.is_not_found() {
+            return Err(UploadError::ScheduleNotFound {
+                schedule: self.options.schedule,
+                sent_before: false,
+            });
+        }
+        let (problems, about_rows) = refused_rows(&err, chunk, &self.columns);
+        if err.status() == Some(reqwest::StatusCode::BAD_REQUEST) && about_rows {
+            tracing::warn!(
+                first_line = chunk.first_line(),
+                last_line = chunk.last_line(),
+                problems = problems.len(),
+                "the service refused the chunk for its rows; going on with the next"
+            );
+            return Ok(problems);
+        }
+        Err(UploadError::Refused {
+            first_line: chunk.first_line(),
+            last_line: chunk.last_line(),
+            problems,
+            cause: Box::new(err),
+        })
+    }
+
+    /// The uids of a chunk sent at `sent_at` without an answer: looked for until it shows or
+    /// the settle window after `sent_at` has passed (`None`: not created, safe to send).
+    pub(super) async fn settle(
+        &self,
+        chunk: &Chunk,
+        sent_at: Timestamp,
+    ) -> Result<Option<Vec<Uuid>>, UploadError> {
+        if !chunk.has_external_ids() {
+            tracing::warn!(
+                first_line = chunk.first_line(),
+                "rows without external_id cannot be looked up: sending the chunk again may duplicate it"
+            );
+            return Ok(None);
+        }
+        let deadline = sent_at.saturating_add(self.options.settle);
+        let mut pause = FIRST_POLL;
+        let mut told = false;
+        let result = loop {
+            let found = self.look_up(chunk).await?;
+            let left = deadline.since(Timestamp::now());
+            match found {
+                Found::All(uids) => break Ok(Some(uids)),
+                Found::Nothing if left.is_zero() => break Ok(None),
+                Found::Partly(problem) if left.is_zero() => {
+                    break Err(self.partly_there(chunk, problem));
+                }
+                Found::Nothing | Found::Partly(_) => {}
+            }
+            if !told {
+                told = true;
+                let what = format!(
+                    "confirming lines {}–{} ({} calls sent, answer lost): looking them up by external_id until {} before sending them again",
+                    chunk.first_line(),
+                    chunk.last_line(),
+                    chunk.calls.len(),
+                    deadline.truncated(1_000_000_000).to_rfc3339()
+                );
+                tracing::info!("{what}");
+                self.progress.waiting(Some(&what));
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(LONGEST_POLL);
+        };
+        if told {
+            self.progress.waiting(None);
+        }
+        result
+    }
+
+    /// Whether the service created the chunk, and its calls' uids: a few requests whatever
+    /// its size. None of the chunk's external_ids was in the schedule before it was sent and
+    /// the bulk endpoint is all or nothing, so its first row tells (one request); the calls
+    /// of a created chunk were stamped when it was created, so the listing of what changed
+    /// since then holds them (its first [`MAX_PAGE_SIZE`]-call pages, fetched at once). A row
+    /// not in those pages (a busy schedule, a service that stamps otherwise) is asked for
+    /// alone.
+    pub(super) async fn look_up(&self, chunk: &Chunk) -> Result<Found, UploadError> {
+        let first = chunk.calls[0].external_id.as_deref().unwrap_or_default();
+        let probe = self.with_external_id(chunk, first).await?;
+        let created_at = match probe.as_slice() {
+            [] => return Ok(Found::Nothing),
+            [call] => call.created_at,
+            many => {
+                return Err(self.partly_there(
+                    chunk,
+                    format!(
+                        "external_id {first:?} (line {}) has {} calls in the schedule",
+                        chunk.first_line(),
+                        many.len()
+                    ),
+                ));
+            }
+        };
+        let mut found = vec![Vec::new(); chunk.calls.len()];
+        let rows: std::collections::HashMap<&str, usize> = chunk
+            .calls
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.external_id.as_deref().map(|id| (id, i)))
+            .collect();
+        let mut note = |calls: &[OutboundCall]| {
+            for call in calls {
+                let row = call.external_id.as_deref().and_then(|id| rows.get(id));
+                if let Some(&i) = row
+                    && !found[i].contains(&call.uid)
+                {
+                    found[i].push(call.uid);
+                }
+            }
+        };
+        let page_one = self.changed_since(chunk, created_at, 1).await?;
+        note(&page_one.data);
+        let wanted = (chunk.calls.len() as u64).div_ceil(u64::from(MAX_PAGE_SIZE)) + 1;
+        let pages = page_one
+            .pagination
+            .as_ref()
+            .map_or(wanted, |p| p.total_pages.min(wanted));
+        let mut more = futures::stream::iter(2..=pages)
+            .map(|page| self.changed_since(chunk, created_at, page as u32))
+            .buffer_unordered(LOOKUP_CONCURRENCY);
+        while let Some(page) = more.next().await {
+            note(&page?.data);
+        }
+        drop(more);
+        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_empty()).collect();
+        if !missing.is_empty() {
+            tracing::debug!(
+                missing = missing.len(),
+                "rows not listed among the calls changed since the chunk was created: asked for one by one"
+            );
+        }
+        let mut alone = futures::stream::iter(missing)
+            .map(|i| async move {
+                let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
+                (i, self.with_external_id(chunk, id).await)
+            })
+            .buffer_unordered(LOOKUP_CONCURRENCY);
+        while let Some((i, calls)) = alone.next().await {
+            found[i] = calls?.iter().map(|c| c.uid).collect();
+        }
+        drop(alone);
+        let mut uids = Vec::with_capacity(found.len());
+        for (i, calls) in found.iter().enumerate() {
+            let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
+            let line = chunk.lines[i];
+            match calls.as_slice() {
+                [uid] => uids.push(*uid),
+                [] => {
+                    return Ok(Found::Partly(format!(
+                        "external_id {id:?} (line {line}) is not in the schedule, though the chunk's first row (line {}) is",
+                        chunk.first_line()
+                    )));
+                }
+                many => {
+                    return Err(self.partly_there(
+                        chunk,
+                        format!(
+                            "external_id {id:?} (line {line}) has {} calls in the schedule",
+                            many.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(Found::All(uids))
+    }
+
+    /// The schedule's calls with this external_id (at most two: one more than expected).
+    pub(super) async fn with_external_id(
+        &self,
+        chunk: &Chunk,
+        external_id: &str,
+    ) -> Result<Vec<OutboundCall>, UploadError> {
+        let filter = ListFilter {
+            external_id: Some(external_id.to_owned()),
+            ..ListFilter::default()
+        };
+        let query = ListQuery {
+            updated_after: None,
+            page: 1,
+            page_size: 2,
+            filter: &filter,
+        };
+        self.list(chunk, &query).await.map(|page| page.data)
+    }
+
+    /// A page of the schedule's calls changed at or after `since`.
+    pub(super) async fn changed_since(
+        &self,
+        chunk: &Chunk,
+        since: Timestamp,
+        page: u32,
+    ) -> Result<CallPage, UploadError> {
+        let filter = ListFilter::default();
+        let query = ListQuery {
+            updated_after: Some(since),
+            page,
+            page_size: MAX_PAGE_SIZE,
+            filter: &filter,
+        };
+        self.list(chunk, &query).await
+    }
+
+    pub(super) async fn list(
+        &self,
+        chunk: &Chunk,
+        query: &ListQuery<'_>,
+    ) -> Result<CallPage, UploadError> {
+        self.client
+            .list_calls(self.options.schedule, query, &self.counters)
+            .await
+            .map(|listed| listed.page)
+            .map_err(|err| {
+                if err.is_not_found() {
+                    UploadError::ScheduleNotFound {
+                        schedule: self.options.schedule,
+                        sent_before: false,
+                    }
+                } else {
+                    UploadError::Unconfirmed {
+                        first_line: chunk.first_line(),
+                        last_line: chunk.last_line(),
+                        cause: Box::new(err),
+                    }
+                }
+            })
+    }
+
+    pub(super) fn partly_there(&self, chunk: &Chunk, problem: String) -> UploadError {
+        UploadError::PartlyThere {
+            first_line: chunk.first_line(),
+            last_line: chunk.last_line(),
+            problem,
+        }
+    }
+}
+
+/// The service's pointers (`/outbound_calls/<index>/<field>[/<parameter>]`) as CSV lines and
+/// columns; problems without a pointer into the chunk name its first line and no column.
+/// `true` when any problem points at a row.
+pub(super) fn refused_rows(
+    err: &ApiError,
+    chunk: &Chunk,
+    columns: &Columns,
+) -> (Vec<RowProblem>, bool) {
+    let ApiError::Status {
+        body: Some(body), ..
+    } = err
+    else {
+        return (Vec::new(), false);
+    };
+    let mut about_rows = false;
+    let problems = body
+        .errors
+        .iter()
+        .map(|item| {
+            let reason = match (&item.title, &item.detail) {
+                (Some(t), Some(d)) => format!("{t}: {d}"),
+                (Some(t), None) | (None, Some(t)) => t.clone(),
+                (None, None) => "refused".to_owned(),
+            };
+            let pointer = item.source.as_ref().and_then(|s| s.pointer.as_deref());
+            match pointer.and_then(|p| locate(p, &chunk.lines, columns)) {
+                Some((line, column)) => {
+                    about_rows = true;
+                    RowProblem {
+                        line,
+                        column,
+                        reason,
+                    }
+                }
+                None => RowProblem {
+                    line: chunk.first_line(),
+                    column: None,
+                    reason: match pointer {
+                        Some(p) => format!("{reason} (at {p:?})"),
+                        None => reason,
+                    },
+                },
+            }
+        })
+        .collect();
+    (problems, about_rows)
+}
+
+/// The CSV line and column a bulk entry's JSON pointer (RFC 6901: `~1` is `/`, `~0` is `~`)
+/// points at (no column for the entry as a whole); `None` when it points at no entry of the
+/// chunk.
+pub(super) fn locate(
+    pointer: &str,
+    lines: &[u64],
+    columns: &Columns,
+) -> Option<(u64, Option<String>)> {
+    let mut tokens = pointer
+        .strip_prefix("/outbound_calls/")?
+        .split('/')
+        .map(|token| token.replace("~1", "/").replace("~0", "~"));
+    let index: usize = tokens.next()?.parse().ok()?;
+    let line = *lines.get(index)?;
+    let column = match (tokens.next().as_deref(), tokens.next()) {
+        (Some("custom_parameters"), Some(name)) => Some(columns.column_of(&name)),
+        (Some(field), _) => Some(columns.column_of(field)),
+        (None, _) => None,
+    };
+    Some((line, column))
+}
