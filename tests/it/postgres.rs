@@ -287,3 +287,116 @@ async fn a_bi_role_reads_the_views_and_writes_nothing() {
     let count = pg::query(&db, "SELECT count(*) FROM call_results");
     assert_eq!(count, [[Some("30".to_owned())]]);
 }
+
+/// `callsync` with `args`: (exit code, stdout, stderr).
+async fn callsync(args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .args(args)
+        .output()
+        .await
+        .expect("callsync runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_works_on_postgres_and_no_output_shows_the_password() {
+    if !pg::available("postgres::commands") {
+        return;
+    }
+    const PASSWORD: &str = "pg-s3cret-never-shown";
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 40,
+            seed: 5,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let password_file = env.dir.path().join("pg-password");
+    std::fs::write(&password_file, PASSWORD).unwrap();
+    let config = env.write_config("");
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "[warehouse]\n",
+        &format!(
+            "[warehouse]\npassword_file = \"{}\"\n",
+            password_file.display()
+        ),
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let config = config.display().to_string();
+    let s = env.schedules();
+    let db = env.pg.clone().unwrap();
+    let mut outputs: Vec<String> = Vec::new();
+    let run = async |args: &[&str], want: i32| -> (String, String) {
+        let mut all = vec!["--config", config.as_str(), "-v"];
+        all.extend(args);
+        let (code, out, err) = callsync(&all).await;
+        assert_eq!(code, want, "callsync {args:?}: {out}{err}");
+        (out.clone(), format!("{out}{err}"))
+    };
+    macro_rules! run {
+        ($args:expr, $want:expr) => {{
+            let (out, all) = run($args, $want).await;
+            outputs.push(all);
+            out
+        }};
+    }
+    let out = run!(&["migrate"], 0);
+    assert!(
+        out.contains(&format!(
+            "warehouse postgresql://{}@",
+            pg::server().superuser
+        )),
+        "{out}"
+    );
+    assert!(out.contains("schema version 0 -> 1"), "{out}");
+    let out = run!(&["check"], 0);
+    assert!(
+        out.contains("ok   warehouse: postgresql://") && out.contains("schema version 1"),
+        "{out}"
+    );
+    run!(&["sync"], 0);
+    env.assert_matches_truth(&s);
+    let out = run!(&["status", "--json"], 0);
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(rows[0]["calls"], 40, "{out}");
+    assert_eq!(rows[0]["last_result"], "completed", "{out}");
+    let schedule = s[0].to_string();
+    let out = run!(
+        &[
+            "checkpoint",
+            "set",
+            "--schedule",
+            &schedule,
+            "--cursor",
+            "2020-01-01T00:00:00Z",
+        ],
+        0
+    );
+    assert!(out.contains("now 2020-01-01T00:00:00Z"), "{out}");
+    let out = run!(&["checkpoint", "show", "--schedule", &schedule], 0);
+    assert!(out.contains("cursor 2020-01-01T00:00:00Z"), "{out}");
+    // A daemon holding the schedule: the checkpoint stays as it is.
+    let holder = PgWarehouse::open(&db.target()).unwrap();
+    let _held = holder.claim(s[0]).unwrap().unwrap();
+    let out = run!(&["checkpoint", "reset", "--schedule", &schedule], 1);
+    assert!(out.is_empty());
+    assert!(
+        outputs.last().unwrap().contains("another callsync process"),
+        "{outputs:?}"
+    );
+    let out = run!(&["backup", "/nonexistent/backup.db"], 2);
+    assert!(out.is_empty());
+    assert!(outputs.last().unwrap().contains("pg_dump"), "{outputs:?}");
+    for output in &outputs {
+        assert!(!output.contains(PASSWORD), "the password shown: {output}");
+    }
+}
