@@ -1,7 +1,7 @@
 //! Text callsync did not write — the service's error titles, details, pointers and pages, a
 //! warehouse's stored error — made safe to show on a terminal, in a log line or in the
 //! warehouse: [`untrusted_text`] is the one function that does it, called where such text
-//! enters an error (`api::auth::safe`, for every error the API client builds from a
+//! enters an error (`api::redact::safe`, for every error the API client builds from a
 //! response) or is read back from a file (`status`'s stored errors).
 //!
 //! An escape sequence would retitle or clear the operator's terminal, a CR or LF would forge

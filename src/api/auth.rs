@@ -18,10 +18,10 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::error::{ApiError, hint_for};
+use super::redact::{FIELD_CHARS, excerpt, safe};
 use super::retry::{Counters, RetryPolicy};
 use crate::config::{AuthConfig, OAuthConfig, Secret};
 use crate::service::models::{ErrorBody, TokenResponse};
-use crate::untrusted::untrusted_text;
 
 /// Refresh this long before expiry at most (a quarter of the lifetime for short-lived tokens).
 const MAX_REFRESH_MARGIN: Duration = Duration::from_secs(30);
@@ -140,7 +140,7 @@ async fn fetch_token(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("no content type")
         .to_owned();
-    let body = super::client::read_capped(response, TOKEN_RESPONSE_LIMIT, &request).await?;
+    let body = super::body::read_capped(response, TOKEN_RESPONSE_LIMIT, &request).await?;
     if !status.is_success() {
         // A server that echoes the form it was sent would put the client secret into the
         // error, and so into the log: only the error fields are kept, without the secret.
@@ -231,64 +231,6 @@ fn oauth_error(body: &[u8], secrets: &[&str]) -> Option<ErrorBody> {
     })
 }
 
-/// The most characters of one field of an error body (a title, a detail, a pointer) an
-/// error keeps.
-const FIELD_CHARS: usize = 500;
-
-/// Text from a response as an error may hold it: `secrets` removed, then made safe to show
-/// ([`untrusted_text`]: control characters escaped, at most `max_chars`). Every text the
-/// API client takes from a response into an error passes here.
-pub(crate) fn safe(text: &str, secrets: &[&str], max_chars: usize) -> String {
-    // Redacted before it is cut, so no prefix of a secret survives at the cut.
-    untrusted_text(&redact(text, secrets), max_chars)
-}
-
-/// `body`'s strings with `secrets` removed and made safe to show ([`safe`]): a service that
-/// echoes the request (its Authorization header) must not put our token into an error or a
-/// log line, nor a hostile one its escape sequences into the operator's terminal.
-pub(crate) fn safe_error_body(mut body: ErrorBody, secrets: &[&str]) -> ErrorBody {
-    let clean = |text: &mut Option<String>| {
-        if let Some(t) = text.as_mut() {
-            *t = safe(t, secrets, FIELD_CHARS);
-        }
-    };
-    clean(&mut body.title);
-    clean(&mut body.detail);
-    for e in &mut body.errors {
-        clean(&mut e.title);
-        clean(&mut e.detail);
-        if let Some(source) = e.source.as_mut() {
-            clean(&mut source.pointer);
-        }
-    }
-    body
-}
-
-/// `text` with every spelling of each secret a server could echo — as sent in a form, as
-/// written inside a JSON string, or plain — replaced by `[redacted]`.
-pub(crate) fn redact(text: &str, secrets: &[&str]) -> String {
-    let mut out = text.to_owned();
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        let form: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
-        let json = serde_json::to_string(secret).unwrap_or_default();
-        let json = json.trim_matches('"');
-        for spelling in [form.as_str(), json, secret] {
-            if !spelling.is_empty() {
-                out = out.replace(spelling, "[redacted]");
-            }
-        }
-    }
-    out
-}
-
-/// The first line of a body, `secrets` removed, made safe to show and at most 200
-/// characters, for error messages.
-pub(crate) fn excerpt(body: &[u8], secrets: &[&str]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let line = text.trim().lines().next().unwrap_or("").trim();
-    safe(line, secrets, 200)
-}
-
 #[cfg(test)]
 mod tests {
     use axum::Router;
@@ -377,17 +319,6 @@ mod tests {
             )
         );
     }
-
-    #[test]
-    fn redaction_covers_every_spelling_and_keeps_the_rest() {
-        let form: String = url::form_urlencoded::byte_serialize(SECRET.as_bytes()).collect();
-        let text = format!("a {SECRET} b {form} c {}", serde_json::json!(SECRET));
-        assert_eq!(
-            redact(&text, &[SECRET]),
-            "a [redacted] b [redacted] c \"[redacted]\""
-        );
-        assert_eq!(redact("nothing here", &[SECRET, ""]), "nothing here");
-    }
 }
 
 /// Token lifetimes and refreshes against a fake service.
@@ -398,7 +329,7 @@ mod token_tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::client::fake::{CALL_UID, CLIENT_SECRET, FakeService, Reply, call_json};
+    use crate::api::fake::{CALL_UID, CLIENT_SECRET, FakeService, Reply, call_json};
     use crate::api::{ApiClient, Counters};
     use crate::sync::error_chain;
 

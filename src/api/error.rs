@@ -13,7 +13,7 @@ use crate::untrusted::untrusted_text;
 
 /// The most characters of a third-party cause (reqwest's, serde_json's, rustls's) an error
 /// shows: they may quote what the service sent. A response's own text is capped field by
-/// field where it is read (`auth::safe`).
+/// field where it is read (`redact::safe`).
 const CAUSE_CHARS: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]

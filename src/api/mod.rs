@@ -5,11 +5,18 @@
 //! nothing of SQLite or of how pages are walked.
 
 mod auth;
+mod body;
 mod client;
 mod error;
+mod exchange;
+#[cfg(test)]
+pub(crate) mod fake;
 mod limiter;
 mod observe;
+mod redact;
 mod retry;
+#[cfg(test)]
+mod tests;
 mod write;
 
 pub use client::{ApiClient, ListQuery, Listed};

@@ -11,8 +11,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use super::client::{ApiClient, Request};
+use super::client::ApiClient;
 use super::error::ApiError;
+use super::exchange::Request;
 use super::retry::Counters;
 use crate::service::models::{
     BulkCreated, CallFlow, Campaign, NewCall, NewCallsBulk, NewCampaign, NewSchedule, OutboundCall,
@@ -182,7 +183,7 @@ fn force_query(force: bool) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::client::fake::{FakeService, Reply};
+    use crate::api::fake::{FakeService, Reply};
     use crate::config::{AuthConfig, Secret};
 
     const CAMPAIGN: &str = r#"{"uid":"0b6f3a52-7a0e-4d5e-9a51-8c1d2f3e4a5b","name":"n","is_enabled":false,"type":"scheduled_call","direction":"outbound","created_at":"2026-01-31T09:00:00Z","updated_at":"2026-01-31T09:00:00Z"}"#;

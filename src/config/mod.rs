@@ -6,8 +6,16 @@
 //! failure is one [`ConfigError`] naming the key and the problem. Secrets (`secret.rs`) are
 //! resolved here and never printed. Other modules never see the raw form.
 
+mod env;
+mod load;
+mod log_filter;
+mod messages;
 mod raw;
 mod secret;
+#[cfg(test)]
+mod tests;
+mod validate;
+mod values;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,7 +27,9 @@ use uuid::Uuid;
 
 use crate::service::ListFilter;
 
-pub use raw::{Env, load_from};
+pub use env::Env;
+pub use load::load_from;
+pub use log_filter::{FilterError, parse_filter};
 pub use secret::{Secret, SecretSource};
 
 /// Everything callsync needs, validated.
@@ -268,5 +278,5 @@ pub const DEFAULT_PATHS: [&str; 2] = ["config/callsync.toml", "/etc/callsync/cal
 /// Loads and validates the configuration from `path` (or the default search path) and the
 /// `CALLSYNC_` environment.
 pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-    raw::load(path)
+    load::load(path)
 }

@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::ConfigError;
+use super::env::Env;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -124,6 +125,45 @@ impl From<Secret> for SecretSource {
     fn from(secret: Secret) -> Self {
         SecretSource::Value(secret)
     }
+}
+
+/// A secret given inline or as `<key>_file` (read when a command needs it); never both.
+/// `None` when neither is set.
+pub(super) fn secret(
+    key: &str,
+    inline: Option<String>,
+    file: Option<PathBuf>,
+) -> Result<Option<SecretSource>, ConfigError> {
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            key,
+            format!("set either {key} or {key}_file, not both"),
+        )),
+        (Some(value), None) if value.trim().is_empty() => {
+            Err(ConfigError::invalid(key, "is empty"))
+        }
+        (Some(value), None) if is_placeholder(&value) => Err(ConfigError::invalid(
+            key,
+            format!(
+                "is a placeholder, not a secret: set the real one, or delete {key} to use {key}_file or the systemd credential"
+            ),
+        )),
+        (Some(value), None) => Ok(Some(Secret::new(value.trim().to_owned()).into())),
+        (None, Some(path)) => Ok(Some(SecretSource::File {
+            key: format!("{key}_file"),
+            path,
+        })),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `$CREDENTIALS_DIRECTORY/<name>` when systemd passed that credential.
+pub(super) fn credential(env: &Env, name: &str, key: &str) -> Option<SecretSource> {
+    let path = env.credentials_dir.as_ref()?.join(name);
+    path.is_file().then(|| SecretSource::File {
+        key: key.to_owned(),
+        path,
+    })
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use futures::StreamExt;
 use rand::Rng;
 
 use super::Shared;
-use super::routes::error;
+use super::reply::error;
 
 /// Faults injected into `/api/v1` requests; every rate is a probability per request.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -14,6 +14,7 @@ mod faults;
 mod hold;
 mod life;
 mod query;
+mod reply;
 mod routes;
 mod seed;
 mod state;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use super::values::cron_at;
 use super::*;
 
 const SCHEDULE: &str = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
@@ -709,7 +710,7 @@ fn a_missing_file_is_a_clear_error() {
 
 #[test]
 fn the_example_file_loads_and_documents_every_key() {
-    let example = include_str!("../../../config/callsync.example.toml");
+    let example = include_str!("../../config/callsync.example.toml");
     let c = load_text(example, &Env::default()).unwrap();
     assert_eq!(c.sync.page_size, 100);
     // No active secret: one copied from the example would win over the systemd credential.

@@ -1,0 +1,307 @@
+//! The request exchange: every request through the rate limiter, the token source (one
+//! refresh on a 401) and the retry policy, and its answer turned into a value or an
+//! [`ApiError`] naming the request.
+
+use std::time::Duration;
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::de::{DeserializeOwned, DeserializeSeed};
+use url::Url;
+
+use super::body::{decode, read_capped};
+use super::client::{ApiClient, describe_query};
+use super::error::{ApiError, hint_for};
+use super::redact::{excerpt, safe_error_body};
+use super::retry::Counters;
+use crate::service::models::ErrorBody;
+use crate::service::timestamp::Timestamp;
+
+impl ApiClient {
+    pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(
+        &self,
+        url: Url,
+        query: &[(&'static str, String)],
+        counters: &Counters,
+    ) -> Result<T, ApiError> {
+        let whole = std::marker::PhantomData::<T>;
+        Ok(self.get_json_dated(url, query, counters, whole).await?.0)
+    }
+
+    /// The body decoded by `seed`, and the response's `Date`.
+    pub(super) async fn get_json_dated<T, S>(
+        &self,
+        url: Url,
+        query: &[(&'static str, String)],
+        counters: &Counters,
+        seed: S,
+    ) -> Result<(T, Option<Timestamp>), ApiError>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
+        let request = Request {
+            method: Method::GET,
+            url,
+            query,
+            json: None,
+        };
+        self.exchange_seeded(&request, ApiError::is_transient, counters, seed)
+            .await
+    }
+
+    /// Sends `request` (retried while `worth_retrying` says so) and decodes the answer.
+    pub(super) async fn exchange<T: DeserializeOwned + Send + 'static>(
+        &self,
+        request: &Request<'_>,
+        worth_retrying: fn(&ApiError) -> bool,
+        counters: &Counters,
+    ) -> Result<(T, Option<Timestamp>), ApiError> {
+        let whole = std::marker::PhantomData::<T>;
+        self.exchange_seeded(request, worth_retrying, counters, whole)
+            .await
+    }
+
+    /// [`Self::exchange`], decoding the answer with `seed` (see `decode`).
+    async fn exchange_seeded<T, S>(
+        &self,
+        request: &Request<'_>,
+        worth_retrying: fn(&ApiError) -> bool,
+        counters: &Counters,
+        seed: S,
+    ) -> Result<(T, Option<Timestamp>), ApiError>
+    where
+        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        T: Send + 'static,
+    {
+        let name = request.name();
+        let limit = self.inner.max_response_bytes;
+        let deadline = self.inner.retry.deadline();
+        self.inner
+            .retry
+            .run_when(&name, counters, worth_retrying, || async {
+                let answer = self
+                    .send_authorized(&name, request, deadline, counters)
+                    .await?;
+                let date = answer.date;
+                Ok((decode(&name, answer, limit, seed.clone()).await?, date))
+            })
+            .await
+    }
+
+    /// One attempt: waits for the rate limiter, sends with the current token, and on a 401
+    /// fetches a fresh token and sends once more (a 401 means nothing was done, so this is
+    /// safe for a create too).
+    async fn send_authorized(
+        &self,
+        name: &str,
+        request: &Request<'_>,
+        deadline: tokio::time::Instant,
+        counters: &Counters,
+    ) -> Result<Answer, ApiError> {
+        let inner = &self.inner;
+        let token = inner
+            .tokens
+            .bearer(&inner.http, &inner.retry, counters)
+            .await?;
+        match self
+            .send_once(name, request, token.expose(), deadline, counters)
+            .await
+        {
+            Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
+                tracing::info!(request = name, "token rejected; fetching a new one");
+                inner.tokens.invalidate(&token).await;
+                let fresh = inner
+                    .tokens
+                    .bearer(&inner.http, &inner.retry, counters)
+                    .await?;
+                counters
+                    .requests
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Once only: a token fetched this instant that is rejected too will not be
+                // cured by another (and a 401 is permanent, so no retry loops on it either).
+                self.send_once(name, request, fresh.expose(), deadline, counters)
+                    .await
+                    .map_err(fresh_token_rejected)
+            }
+            other => other,
+        }
+    }
+
+    async fn send_once(
+        &self,
+        name: &str,
+        request: &Request<'_>,
+        token: &str,
+        deadline: tokio::time::Instant,
+        counters: &Counters,
+    ) -> Result<Answer, ApiError> {
+        let inner = &self.inner;
+        let grant = inner
+            .limiter
+            .acquire(counters.lane(), deadline)
+            .await
+            .map_err(|paused| ApiError::PausedBeyondBudget {
+                request: name.to_owned(),
+                pause_left: paused.pause_left,
+                left: paused.left,
+            })?;
+        counters.add_throttled(grant.waited);
+        let transport =
+            |problem: &'static str| move |source| ApiError::transport(name, problem, source);
+        let mut builder = inner
+            .http
+            .request(request.method.clone(), request.url.clone())
+            .query(request.query)
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .header(ACCEPT, "application/json");
+        if let Some(json) = &request.json {
+            builder = builder
+                .header(CONTENT_TYPE, "application/json")
+                .body(json.clone());
+        }
+        let sent = std::time::Instant::now();
+        let response = builder.send().await;
+        let observer = inner.observer.get();
+        let response = match response {
+            Ok(response) => response,
+            Err(source) => {
+                if let Some(observer) = observer {
+                    observer.unanswered(sent.elapsed());
+                }
+                return Err(transport("request failed (connection, timeout or TLS)")(
+                    source,
+                ));
+            }
+        };
+        let status = response.status();
+        if let Some(observer) = observer {
+            observer.answered(status.as_u16(), sent.elapsed());
+        }
+        counters.record_status(status.as_u16());
+        let headers = response.headers().clone();
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            inner.limiter.rate_limited(&grant, retry_after(&headers));
+        } else {
+            inner.limiter.succeeded(&grant);
+        }
+        if status.is_success() {
+            return Ok(Answer {
+                content_type: content_type(&headers),
+                date: date(&headers),
+                response,
+            });
+        }
+        let bytes = read_capped(response, inner.max_response_bytes, name).await?;
+        Err(status_error(name, status, &headers, &bytes, token))
+    }
+}
+
+/// One request, as each attempt sends it again.
+pub(super) struct Request<'a> {
+    pub method: Method,
+    pub url: Url,
+    pub query: &'a [(&'static str, String)],
+    /// A JSON body, serialized once.
+    pub json: Option<bytes::Bytes>,
+}
+
+impl Request<'_> {
+    /// How errors and logs name it: method, path and query, never the body (personal data).
+    fn name(&self) -> String {
+        format!(
+            "{} {}{}",
+            self.method,
+            self.url.path(),
+            describe_query(self.query)
+        )
+    }
+}
+
+/// The answer to the request retried with a fresh token: a second 401 says so, since
+/// "check the token" would mislead when the token is new.
+fn fresh_token_rejected(mut err: ApiError) -> ApiError {
+    if let ApiError::Status {
+        status: StatusCode::UNAUTHORIZED,
+        hint,
+        ..
+    } = &mut err
+    {
+        *hint = "; a token fetched just now from api.oauth.token_url was rejected too: check api.oauth.scope and that this client may read the schedule";
+    }
+    err
+}
+
+/// A successful response whose body has not been read yet.
+pub(super) struct Answer {
+    pub(super) content_type: String,
+    pub(super) date: Option<Timestamp>,
+    pub(super) response: reqwest::Response,
+}
+
+/// The error for a non-2xx response; `token` (the one sent) is removed from what the body
+/// says, in case the service echoes the request.
+pub(super) fn status_error(
+    name: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    token: &str,
+) -> ApiError {
+    let secrets = [token];
+    let parsed = serde_json::from_slice::<ErrorBody>(body)
+        .ok()
+        .filter(|b| b.title.is_some() || b.detail.is_some() || !b.errors.is_empty())
+        .map(|b| safe_error_body(b, &secrets));
+    if status.is_client_error() {
+        // The error itself carries the title, detail and every pointer, and is logged or
+        // printed once by whoever ends with it; this is for debugging the exchange.
+        tracing::debug!(
+            request = name,
+            status = status.as_u16(),
+            title = parsed.as_ref().and_then(|b| b.title.as_deref()),
+            detail = parsed.as_ref().and_then(|b| b.detail.as_deref()),
+            errors = %parsed.as_ref().map(|b| b.to_string()).unwrap_or_default(),
+            "the service rejected a request"
+        );
+    }
+    ApiError::Status {
+        request: name.to_owned(),
+        status,
+        raw_excerpt: parsed
+            .is_none()
+            .then(|| excerpt(body, &secrets))
+            .filter(|e| !e.is_empty()),
+        body: parsed.map(Box::new),
+        retry_after: retry_after(headers),
+        hint: hint_for(status, name),
+    }
+}
+
+/// `Retry-After` in seconds (the form the service uses); an HTTP date is ignored.
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// The `Date` header (RFC 9110's IMF-fixdate, whole seconds); `None` when absent or unparseable.
+pub(super) fn date(headers: &HeaderMap) -> Option<Timestamp> {
+    let text = headers.get(DATE)?.to_str().ok()?;
+    let at = httpdate::parse_http_date(text.trim()).ok()?;
+    let nanos = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Timestamp::from_unix_nanos(i128::try_from(nanos).ok()?)
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content type")
+        .to_owned()
+}

@@ -1,0 +1,59 @@
+//! The environment callsync reads: `CALLSYNC_*` variables and systemd's credentials
+//! directory, captured once so that loading is a function of its inputs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use super::ConfigError;
+
+/// The process environment a configuration is read with; injectable so tests never touch
+/// the real one.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    /// Variables (only `CALLSYNC_*` are read).
+    pub vars: HashMap<String, String>,
+    /// systemd's `$CREDENTIALS_DIRECTORY`, if set.
+    pub credentials_dir: Option<PathBuf>,
+}
+
+/// The prefix of the variables that override keys.
+pub(super) const PREFIX: &str = "CALLSYNC_";
+
+impl Env {
+    /// The `CALLSYNC_*` variables; one that is not UTF-8 is an error naming it.
+    pub fn from_process() -> Result<Self, ConfigError> {
+        let mut vars = HashMap::new();
+        // `vars_os`: `std::env::vars` panics on any variable that is not UTF-8, even one
+        // that is none of callsync's business.
+        for (key, value) in std::env::vars_os() {
+            let Some(key) = key.to_str().filter(|k| k.starts_with(PREFIX)) else {
+                continue;
+            };
+            let value = value.into_string().map_err(|_| ConfigError::Env {
+                var: key.to_owned(),
+                problem: "is not valid UTF-8 text; set it to text or unset it".into(),
+            })?;
+            vars.insert(key.to_owned(), value);
+        }
+        Ok(Env {
+            vars,
+            credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
+        })
+    }
+}
+
+/// The variable naming the configuration file: read as a path, never as a key `config`.
+pub const CONFIG_VAR: &str = "CALLSYNC_CONFIG";
+
+/// The variable that sets `key` (`CALLSYNC_SYNC__PAGE_SIZE` for `sync.page_size`), read the
+/// way `config::Environment` reads it: case-insensitive, `__` between levels.
+pub(super) fn variable_for<'e>(env: &'e Env, key: &str) -> Option<&'e str> {
+    env.vars
+        .keys()
+        .find(|var| {
+            var.get(..PREFIX.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+                && var[PREFIX.len()..].to_lowercase().replace("__", ".") == key
+        })
+        .map(String::as_str)
+}

@@ -1,0 +1,125 @@
+//! One value of the configuration parsed and checked: a URL, a cron expression, a duration,
+//! a number within bounds.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use croner::parser::{CronParser, Seconds, Year};
+use url::Url;
+
+use super::ConfigError;
+
+pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(text.trim())
+        .map_err(|e| ConfigError::invalid(key, format!("{text:?} is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{text:?} must be an http:// or https:// URL with a host"),
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(ConfigError::invalid(
+            key,
+            format!("{text:?} must not have a query or a fragment"),
+        ));
+    }
+    Ok(url)
+}
+
+/// A 6-field cron expression (seconds first), checked with the scheduler's own parser, that
+/// fires within a year from now.
+pub(super) fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
+    cron_at(key, expr, chrono::Utc::now())
+}
+
+/// The longest a valid cron may wait for its next firing: a year, leap day included.
+pub(super) const CRON_HORIZON_DAYS: i64 = 366;
+
+/// [`cron`] as of `now`. A cron that parses but never fires soon (`0 0 0 30 2 *`, the 30th of
+/// February) would leave the daemon running and syncing nothing after its first pass.
+pub(super) fn cron_at(key: &str, expr: String, now: DateTime<Utc>) -> Result<String, ConfigError> {
+    let parser = CronParser::builder()
+        .seconds(Seconds::Required)
+        .year(Year::Disallowed)
+        .build();
+    let schedule = parser.parse(&expr).map_err(|e| {
+        ConfigError::invalid(
+            key,
+            format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
+        )
+    })?;
+    match schedule.find_next_occurrence(&now, false) {
+        Ok(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(expr),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!(
+                "{expr:?} does not fire within a year of now ({} UTC); check its day and month fields",
+                now.format("%Y-%m-%d %H:%M:%S")
+            ),
+        )),
+    }
+}
+
+/// Ten years: any longer window is a mistake (and would overflow the arithmetic on instants).
+pub(super) const MAX_DURATION_SECS: u64 = 3650 * 86_400;
+
+/// `90s`, `15m`, `12h`, `7d`.
+pub(super) fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
+    let bad = || {
+        ConfigError::invalid(
+            key,
+            format!("{text:?} is not a duration such as 90s, 15m, 12h or 7d"),
+        )
+    };
+    let text = text.trim();
+    let unit_at = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+    let (number, unit) = text.split_at(unit_at);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit_secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(unit_secs) {
+        Some(0) => Err(bad()),
+        Some(secs) if secs <= MAX_DURATION_SECS => Ok(Duration::from_secs(secs)),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!("{text:?} is longer than 3650d; to re-read more, use `callsync backfill`"),
+        )),
+    }
+}
+
+pub(super) fn secs(
+    key: &str,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
+) -> Result<Duration, ConfigError> {
+    bounded(key, value, default, allowed).map(Duration::from_secs)
+}
+
+/// `value` (or `default`) checked against `allowed`, in the type the typed config holds.
+pub(super) fn bounded<T: TryFrom<i64>>(
+    key: &str,
+    value: Option<i64>,
+    default: i64,
+    allowed: RangeInclusive<i64>,
+) -> Result<T, ConfigError> {
+    let value = value.unwrap_or(default);
+    let outside = || {
+        ConfigError::invalid(
+            key,
+            format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
+        )
+    };
+    if !allowed.contains(&value) {
+        return Err(outside());
+    }
+    // Every `allowed` fits its `T`; this only keeps a wrong range from panicking.
+    T::try_from(value).map_err(|_| outside())
+}
