@@ -39,7 +39,10 @@ fn main() {
     let (schedule, truth) = runtime.block_on(seeded_calls(calls));
     let admin_target = PgTarget::parse(&admin, None).expect("CALLSYNC_BENCH_POSTGRES parses");
     let suffix = std::process::id();
-    let (ours, reference) = (format!("bench_write_{suffix}"), format!("bench_copy_{suffix}"));
+    let (ours, reference) = (
+        format!("bench_write_{suffix}"),
+        format!("bench_copy_{suffix}"),
+    );
     runtime.block_on(admin_sql(
         &admin,
         &format!("CREATE DATABASE {ours}; CREATE DATABASE {reference};"),
@@ -105,7 +108,9 @@ async fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
 }
 
 fn with_dbname(url: &str, dbname: &str) -> String {
-    let (before, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (before, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
     let base = before.rsplit_once('/').map_or(before, |(b, _)| b);
     match query {
         Some(q) => format!("{base}/{dbname}?{q}"),
@@ -154,8 +159,14 @@ async fn copy_bare(url: &str, schedule: Uuid, calls: &[OutboundCall]) -> Duratio
         writer.finish().await.expect("COPY ends");
     };
     let now = OffsetDateTime::now_utc();
-    let (mut call_rows, mut params, mut attempts, mut outcomes, mut variables, mut notes) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut call_rows, mut params, mut attempts, mut outcomes, mut variables, mut notes) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     let mut attempt_id = 0i64;
     for (i, c) in calls.iter().enumerate() {
         let call_id = i as i64 + 1;
@@ -173,7 +184,9 @@ async fn copy_bare(url: &str, schedule: Uuid, calls: &[OutboundCall]) -> Duratio
             b(Box::new(json(&c.delay))),
             b(Box::new(json(&c.priority))),
             b(Box::new(c.attempts_remaining)),
-            b(Box::new(c.retry_intervals.as_ref().map(|r| serde_json::json!(r)))),
+            b(Box::new(
+                c.retry_intervals.as_ref().map(|r| serde_json::json!(r)),
+            )),
             b(Box::new(c.created_at.as_offset_date_time())),
             b(Box::new(c.updated_at.as_offset_date_time())),
             b(Box::new(info.phone_number.clone())),
@@ -275,8 +288,18 @@ async fn copy_bare(url: &str, schedule: Uuid, calls: &[OutboundCall]) -> Duratio
         "COPY call_attempts (uid, call_uid, position, status, started_at, answered_at, ended_at,
            duration, created_at, updated_at, error_details, call_id) FROM STDIN BINARY",
         &[
-            T::UUID, T::UUID, T::INT4, T::TEXT, T::TIMESTAMPTZ, T::TIMESTAMPTZ, T::TIMESTAMPTZ,
-            T::INT8, T::TIMESTAMPTZ, T::TIMESTAMPTZ, T::JSONB, T::INT8,
+            T::UUID,
+            T::UUID,
+            T::INT4,
+            T::TEXT,
+            T::TIMESTAMPTZ,
+            T::TIMESTAMPTZ,
+            T::TIMESTAMPTZ,
+            T::INT8,
+            T::TIMESTAMPTZ,
+            T::TIMESTAMPTZ,
+            T::JSONB,
+            T::INT8,
         ],
         attempts,
     )
@@ -284,7 +307,15 @@ async fn copy_bare(url: &str, schedule: Uuid, calls: &[OutboundCall]) -> Duratio
     copy(
         "COPY attempt_outcomes (uid, attempt_uid, call_uid, name, created_at, attempt_id, call_id)
          FROM STDIN BINARY",
-        &[T::UUID, T::UUID, T::UUID, T::TEXT, T::TIMESTAMPTZ, T::INT8, T::INT8],
+        &[
+            T::UUID,
+            T::UUID,
+            T::UUID,
+            T::TEXT,
+            T::TIMESTAMPTZ,
+            T::INT8,
+            T::INT8,
+        ],
         outcomes,
     )
     .await;
@@ -292,7 +323,14 @@ async fn copy_bare(url: &str, schedule: Uuid, calls: &[OutboundCall]) -> Duratio
         "COPY attempt_variables (uid, attempt_uid, call_uid, name, value, status, created_at,
            attempt_id, call_id) FROM STDIN BINARY",
         &[
-            T::UUID, T::UUID, T::UUID, T::TEXT, T::TEXT, T::TEXT, T::TIMESTAMPTZ, T::INT8,
+            T::UUID,
+            T::UUID,
+            T::UUID,
+            T::TEXT,
+            T::TEXT,
+            T::TEXT,
+            T::TIMESTAMPTZ,
+            T::INT8,
             T::INT8,
         ],
         variables,

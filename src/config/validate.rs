@@ -10,8 +10,7 @@ use uuid::Uuid;
 
 use super::env::Env;
 use super::raw::{
-    RawApi, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse,
-    StringList,
+    RawApi, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse, StringList,
 };
 use super::secret::{credential, secret};
 use super::values::{bounded, cron, duration, secs, url};
