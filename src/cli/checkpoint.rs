@@ -10,13 +10,12 @@ use uuid::Uuid;
 
 use super::UsageError;
 use super::args::CheckpointCommand;
+use super::destination::Opened;
 use super::output::print_out;
 use crate::config::Config;
 use crate::service::Timestamp;
-use crate::warehouse::Warehouse;
 
 pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
-    let path = &config.warehouse.path;
     let describe = |c: Option<crate::warehouse::Checkpoint>| {
         c.map_or("none".to_owned(), |c| c.cursor.to_rfc3339())
     };
@@ -25,13 +24,13 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
             if let Some(schedule) = schedule {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
-            let warehouse = Warehouse::open_read_only(path)?;
-            // Every error reading the warehouse names its path already.
+            let warehouse = Opened::read_only(config)?;
+            // Every error reading the warehouse names it already.
             let reading = || "cannot read the checkpoints";
             let schedules = match schedule {
                 Some(s) => vec![s],
                 None => warehouse
-                    .status()
+                    .status_at(Timestamp::now())
                     .with_context(reading)?
                     .iter()
                     .filter_map(|s| s.schedule_uid.parse().ok())
@@ -111,13 +110,17 @@ pub(super) fn check_cursor(cursor: Timestamp, now: Timestamp) -> Result<(), Usag
 /// A schedule in neither `sync.schedules` nor the warehouse is most likely a typo: refused,
 /// or with `force` a warning.
 pub(super) fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bool) -> Result<()> {
-    let path = &config.warehouse.path;
-    if config.sync.schedules.contains(&schedule) || warehouse_knows(path, schedule)? {
+    if config.sync.schedules.contains(&schedule) || warehouse_knows(config, schedule)? {
         return Ok(());
     }
+    let name = match &config.warehouse.postgres {
+        Some(_) => super::destination::postgres(config)?
+            .map(|t| t.display().to_owned())
+            .unwrap_or_default(),
+        None => config.warehouse.path.display().to_string(),
+    };
     let problem = format!(
-        "schedule {schedule} is in neither sync.schedules nor the warehouse {} (a typo?)",
-        path.display()
+        "schedule {schedule} is in neither sync.schedules nor the warehouse {name} (a typo?)"
     );
     if !force {
         return Err(UsageError(format!("{problem}; pass --force to use it anyway")).into());
@@ -126,12 +129,14 @@ pub(super) fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bo
     Ok(())
 }
 
-/// Whether the warehouse at `path` has heard of `schedule`; a warehouse not created yet has not.
-pub(super) fn warehouse_knows(path: &std::path::Path, schedule: Uuid) -> Result<bool> {
-    match Warehouse::open_read_only(path) {
+/// Whether the configured warehouse has heard of `schedule`; one not created yet has not.
+pub(super) fn warehouse_knows(config: &Config, schedule: Uuid) -> Result<bool> {
+    match Opened::read_only(config) {
         Ok(warehouse) => Ok(warehouse.knows_schedule(schedule)?),
-        Err(crate::warehouse::WarehouseError::Missing { .. }) => Ok(false),
-        Err(e) => Err(e.into()),
+        Err(e) => match e.downcast_ref::<crate::warehouse::WarehouseError>() {
+            Some(crate::warehouse::WarehouseError::Missing { .. }) => Ok(false),
+            _ => Err(e),
+        },
     }
 }
 
@@ -141,14 +146,12 @@ pub(super) fn replace_checkpoint(
     schedule: Uuid,
     cursor: Option<Timestamp>,
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
-    let path = &config.warehouse.path;
-    // Every error opening it names the path already; those of the change do not.
-    let mut warehouse = Warehouse::open(path, config.warehouse.busy_timeout)?;
-    // The lock is on the warehouse file itself, which exists once it is open.
-    let _lock = crate::sync::lock_schedule(path, schedule)?;
+    // Every error opening it names the warehouse already; those of the change do not.
+    let mut warehouse = Opened::writing(config)?;
+    let name = warehouse.name();
     warehouse
         .replace_checkpoint(schedule, cursor)
-        .with_context(|| format!("cannot change the checkpoint in {}", path.display()))
+        .with_context(|| format!("cannot change the checkpoint in {name}"))
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod campaign;
 mod check;
 mod checkpoint;
 mod demo;
+mod destination;
 mod generate;
 mod output;
 mod pass_json;

@@ -7,19 +7,18 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use uuid::Uuid;
 
+use super::destination::Opened;
 use super::output::print_out;
 use crate::config::Config;
 use crate::service::Timestamp;
-use crate::warehouse::Warehouse;
 
 pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
-    let path = &config.warehouse.path;
-    // Every error opening it names the path already.
-    let warehouse = Warehouse::open_read_only(path)?;
+    // Every error opening it names the file or the database already.
+    let warehouse = Opened::read_only(config)?;
     let now = Timestamp::now();
     let mut rows = warehouse
         .status_at(now)
-        .with_context(|| format!("cannot read the status from {}", path.display()))?;
+        .with_context(|| format!("cannot read the status from {}", warehouse.name()))?;
     add_never_synced(&mut rows, &config.sync.schedules);
     // The configuration's names win, as in the warehouse's views: also for a schedule never
     // synced, and for a name changed since the last pass.
@@ -35,7 +34,9 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
     }
     let since = configured_since(config, &warehouse)?;
     count_ticks_since_last_pass(config, &mut rows, now, since)?;
-    warn_if_read_only(path);
+    if let Opened::Sqlite(_) = warehouse {
+        warn_if_read_only(&config.warehouse.path);
+    }
     if json {
         let json = serde_json::to_string_pretty(&rows)?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
@@ -122,10 +123,7 @@ pub(super) fn add_never_synced(
 /// file's last change (a schedule added to it is due from then, and the daemon reads the file
 /// only when it starts), or, for a configuration of `CALLSYNC_*` variables alone, the oldest
 /// pass the warehouse remembers (the daemon ran then); `None` when neither is known.
-pub(super) fn configured_since(
-    config: &Config,
-    warehouse: &Warehouse,
-) -> Result<Option<Timestamp>> {
+pub(super) fn configured_since(config: &Config, warehouse: &Opened) -> Result<Option<Timestamp>> {
     let Some(file) = &config.source else {
         return Ok(warehouse.first_pass_at()?);
     };

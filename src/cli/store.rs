@@ -26,6 +26,24 @@ fn contents_json(contents: &crate::warehouse::Contents) -> serde_json::Value {
 }
 
 pub(super) fn migrate(config: &Config, json: bool) -> Result<ExitCode> {
+    if let Some(target) = super::destination::postgres(config)? {
+        let report = crate::warehouse::postgres::PgWarehouse::migrate(&target)?;
+        if json {
+            print_json(&serde_json::json!({
+                "warehouse": target.display().to_string(),
+                "from": report.from,
+                "to": report.to,
+            }))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        print_out(format_args!(
+            "warehouse {}: schema version {} -> {}\n",
+            target.display(),
+            report.from,
+            report.to
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let path = &config.warehouse.path;
     // Every error it returns names the path already.
     let report = Warehouse::migrate(path, config.warehouse.busy_timeout)?;
@@ -52,6 +70,7 @@ pub(super) fn backup(
     force: bool,
     json: bool,
 ) -> Result<ExitCode> {
+    super::destination::refuse_on_postgres(config, "backup")?;
     let path = &config.warehouse.path;
     // Every error opening it names the path already.
     let warehouse = Warehouse::open_read_only(path)?;
@@ -79,6 +98,7 @@ pub(super) fn backup(
 }
 
 pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> Result<ExitCode> {
+    super::destination::refuse_on_postgres(config, "restore")?;
     let path = &config.warehouse.path;
     let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
     if json {

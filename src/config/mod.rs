@@ -157,7 +157,10 @@ impl Default for RetryConfig {
 
 #[derive(Debug, Clone)]
 pub struct WarehouseConfig {
+    /// The SQLite file; unused when [`WarehouseConfig::postgres`] is set.
     pub path: PathBuf,
+    /// `warehouse.url`: the warehouse is a PostgreSQL database, not the file at `path`.
+    pub postgres: Option<PostgresConfig>,
     /// How long a write waits for a lock held by another process.
     pub busy_timeout: Duration,
     /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
@@ -165,6 +168,14 @@ pub struct WarehouseConfig {
     pub keep_runs: Option<Duration>,
     /// The zone of the days in views and canned queries (`timezone_offsets`); UTC by default.
     pub timezone: chrono_tz::Tz,
+}
+
+/// A PostgreSQL warehouse as configured: its libpq URI (which never holds the password) and
+/// where the password is, if anywhere (read when a command connects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    pub url: String,
+    pub password: Option<SecretSource>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

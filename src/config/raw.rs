@@ -85,6 +85,9 @@ pub(super) struct RawOAuth {
 #[serde(deny_unknown_fields, expecting = "a table")]
 pub(super) struct RawWarehouse {
     pub(super) path: Option<PathBuf>,
+    /// A PostgreSQL URI: the warehouse on a server instead of a file.
+    pub(super) url: Option<String>,
+    pub(super) password_file: Option<PathBuf>,
     #[serde(default, deserialize_with = "strict")]
     pub(super) busy_timeout_secs: Option<i64>,
     pub(super) keep_runs: Option<String>,

@@ -746,6 +746,8 @@ fn the_example_file_loads_and_documents_every_key() {
         "client_secret_file",
         "scope",
         "path",
+        "url",
+        "password_file",
         "busy_timeout_secs",
         "keep_runs",
         "timezone",
@@ -1030,4 +1032,68 @@ fn backup_needs_cron_and_dir_together_and_keeps_7_by_default() {
         let err = with(backup).unwrap_err().to_string();
         assert!(err.contains(message), "{backup}: {err}");
     }
+}
+
+#[test]
+fn a_postgres_url_replaces_the_path_and_both_are_refused_naming_the_keys() {
+    let c = load_text(
+        &format!(
+            "{}[warehouse]\nurl = \"postgresql://callsync@db/cs\"\npassword_file = \"/etc/pw\"\n",
+            minimal()
+        ),
+        &Env::default(),
+    )
+    .unwrap();
+    let pg = c.warehouse.postgres.expect("a PostgreSQL warehouse");
+    assert_eq!(pg.url, "postgresql://callsync@db/cs");
+    assert_eq!(
+        pg.password,
+        Some(SecretSource::File {
+            key: "warehouse.password_file".into(),
+            path: "/etc/pw".into()
+        })
+    );
+    // SQLite stays the default.
+    let c = load_text(&minimal(), &Env::default()).unwrap();
+    assert!(c.warehouse.postgres.is_none());
+    let err = load_text(
+        &format!(
+            "{}[warehouse]\npath = \"w.db\"\nurl = \"postgresql://db/cs\"\n",
+            minimal()
+        ),
+        &Env::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("warehouse.path") && err.contains("warehouse.url") && err.contains("not both"),
+        "{err}"
+    );
+    let err = load_text(
+        &format!("{}[warehouse]\npassword_file = \"/etc/pw\"\n", minimal()),
+        &Env::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("warehouse.password_file") && err.contains("warehouse.url"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_postgres_password_comes_from_the_systemd_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("warehouse_password"), "s3cret\n").unwrap();
+    let env = Env {
+        credentials_dir: Some(dir.path().to_owned()),
+        ..Env::default()
+    };
+    let c = load_text(
+        &format!("{}[warehouse]\nurl = \"postgresql://db/cs\"\n", minimal()),
+        &env,
+    )
+    .unwrap();
+    let password = c.warehouse.postgres.unwrap().password.unwrap();
+    assert_eq!(password.read().unwrap().expose(), "s3cret");
 }

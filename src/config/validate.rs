@@ -10,13 +10,15 @@ use uuid::Uuid;
 
 use super::env::Env;
 use super::raw::{
-    RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, StringList,
+    RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse,
+    StringList,
 };
 use super::secret::{credential, secret};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
     ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, RetryConfig, SecretSource, SyncConfig, WarehouseConfig,
+    MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource, SyncConfig,
+    WarehouseConfig,
 };
 use crate::service::ListFilter;
 
@@ -24,6 +26,7 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
+            postgres: postgres(&raw.warehouse, env)?,
             path: warehouse_path(raw.warehouse.path)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
@@ -78,6 +81,44 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
             keep,
         })),
     }
+}
+
+/// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else
+/// the systemd credential `warehouse_password`, else none (libpq's password file, or a server
+/// that asks for none). `url` and `path` together are refused, naming both.
+fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, ConfigError> {
+    let Some(url) = &raw.url else {
+        if raw.password_file.is_some() {
+            return Err(ConfigError::invalid(
+                "warehouse.password_file",
+                "is the password of a PostgreSQL warehouse: set warehouse.url too, or remove it",
+            ));
+        }
+        return Ok(None);
+    };
+    if raw.path.is_some() {
+        return Err(ConfigError::invalid(
+            "warehouse",
+            "set either warehouse.path (an SQLite file) or warehouse.url (PostgreSQL), not both",
+        ));
+    }
+    if url.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            "warehouse.url",
+            "is empty; write postgresql://USER@HOST/DBNAME, or remove it to use an SQLite file",
+        ));
+    }
+    let password = match &raw.password_file {
+        Some(path) => Some(SecretSource::File {
+            key: "warehouse.password_file".into(),
+            path: path.clone(),
+        }),
+        None => credential(env, "warehouse_password", "warehouse.password_file"),
+    };
+    Ok(Some(PostgresConfig {
+        url: url.trim().to_owned(),
+        password,
+    }))
 }
 
 /// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a

@@ -17,6 +17,10 @@ pub enum SyncError {
     Api(#[from] ApiError),
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
+    /// The warehouse's configuration, found wrong when it is used (`warehouse.url`, its
+    /// password file).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("{request}")]
     Walk {
         request: String,
@@ -49,6 +53,7 @@ impl SyncError {
             SyncError::Api(err) => err.kind(),
             SyncError::Walk { .. } => "protocol",
             SyncError::Busy { .. } => "busy",
+            SyncError::Config(_) => "config",
             SyncError::Warehouse(_)
             | SyncError::Lock { .. }
             | SyncError::WriterStart(_)

@@ -23,13 +23,17 @@ use uuid::Uuid;
 use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::service::Timestamp;
+use crate::warehouse::postgres::{PgTarget, PgWarehouse};
 use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Walker, Warehouse, WarehouseError,
     check_usable,
 };
 
 pub use error::SyncError;
-pub use sink::{Claim, DryRunSink, PageBatch, Sink, WarehouseSink, lock_schedule};
+pub use sink::{
+    Claim, DryRunSink, PageBatch, PostgresDryRunSink, PostgresSink, Sink, WarehouseSink,
+    lock_schedule,
+};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.
@@ -279,6 +283,9 @@ impl PassReport {
 impl Engine {
     /// Builds the API client, then opens (and migrates) the warehouse and starts its writer.
     pub fn start(config: &Config) -> Result<Engine, SyncError> {
+        if let Some(postgres) = &config.warehouse.postgres {
+            return Self::start_postgres(config, &PgTarget::configured(postgres)?);
+        }
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
         let client = ApiClient::new(&config.api)?;
         let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
@@ -298,9 +305,41 @@ impl Engine {
         Ok(engine)
     }
 
+    /// [`Engine::start`] into the PostgreSQL warehouse `target` (connected and migrated).
+    pub fn start_postgres(config: &Config, target: &PgTarget) -> Result<Engine, SyncError> {
+        let client = ApiClient::new(&config.api)?;
+        let mut warehouse = PgWarehouse::open(target)?;
+        let sync = &config.sync;
+        warehouse.name_schedules(
+            sync.schedules
+                .iter()
+                .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
+        )?;
+        let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
+        // Not a file: nothing to check between ticks; errors and logs name the database.
+        engine.warehouse = WarehousePlace {
+            path: target.display().into(),
+            opened: None,
+        };
+        Ok(engine)
+    }
+
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
         let client = ApiClient::new(&config.api)?;
+        if let Some(postgres) = &config.warehouse.postgres {
+            let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
+                Ok(warehouse) => Some(warehouse),
+                Err(WarehouseError::Missing { .. }) => None,
+                Err(err) => return Err(err.into()),
+            };
+            return Self::with_sink(
+                config,
+                client,
+                Box::new(PostgresDryRunSink(warehouse)),
+                true,
+            );
+        }
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
         Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true)
     }

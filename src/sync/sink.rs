@@ -18,6 +18,7 @@ use crate::service::{OutboundCall, Timestamp};
 use std::path::Path;
 
 use crate::warehouse::file_lock::LockError;
+use crate::warehouse::postgres::PgWarehouse;
 use crate::warehouse::{
     PageWrite, RunId, RunKind, RunRecord, ScheduleLock, Walker, Warehouse, WarehouseError,
 };
@@ -188,6 +189,121 @@ impl Sink for DryRunSink {
         let changed = self
             .0
             .count_changes(page.schedule, &page.calls, &page.content_hashes)?;
+        Ok(PageWrite {
+            calls_written: changed,
+            calls_unchanged: page.calls.len() as u64 - changed,
+        })
+    }
+
+    fn finish_run(&mut self, _run: RunId, _record: &RunRecord) -> Result<(), SyncError> {
+        Ok(())
+    }
+
+    fn forget_runs_before(&mut self, _cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(0)
+    }
+}
+
+/// The PostgreSQL warehouse: pages written in one transaction each, passes recorded in
+/// `sync_runs`, one process per schedule through a session-level advisory lock (which the
+/// server releases when the process's connection goes, kill -9 included).
+pub struct PostgresSink(pub PgWarehouse);
+
+impl Sink for PostgresSink {
+    fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+        match self.0.claim(schedule)? {
+            Some(claim) => Ok(Claim(Box::new(claim))),
+            None => Err(SyncError::Busy {
+                schedule,
+                path: self.0.target().display().into(),
+            }),
+        }
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
+    }
+
+    fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+        walker: &Walker,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(Some(self.0.start_run(schedule, kind, started_at, walker)?))
+    }
+
+    fn walked_since(
+        &self,
+        schedule: Uuid,
+        kind: RunKind,
+        since: Timestamp,
+    ) -> Result<Option<Walker>, SyncError> {
+        Ok(self.0.walked_since(schedule, kind, since)?)
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        Ok(self.0.write_hashed_page(
+            page.schedule,
+            &page.calls,
+            &page.content_hashes,
+            page.checkpoint,
+            page.synced_at,
+        )?)
+    }
+
+    fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
+        Ok(self.0.finish_run(run, record)?)
+    }
+
+    fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
+        Ok(self.0.forget_runs_before(cutoff)?)
+    }
+}
+
+/// A dry run against the PostgreSQL warehouse: reads it (never migrates it) and counts what a
+/// page would change; `None` when the database holds no warehouse yet (every call is new).
+pub struct PostgresDryRunSink(pub Option<PgWarehouse>);
+
+impl Sink for PostgresDryRunSink {
+    fn claim(&self, _schedule: Uuid) -> Result<Claim, SyncError> {
+        Ok(Claim(Box::new(())))
+    }
+
+    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        match &self.0 {
+            Some(warehouse) => Ok(warehouse.checkpoint(schedule)?.map(|c| c.cursor)),
+            None => Ok(None),
+        }
+    }
+
+    fn start_run(
+        &mut self,
+        _schedule: Uuid,
+        _kind: RunKind,
+        _started_at: Timestamp,
+        _walker: &Walker,
+    ) -> Result<Option<RunId>, SyncError> {
+        Ok(None)
+    }
+
+    fn walked_since(
+        &self,
+        _schedule: Uuid,
+        _kind: RunKind,
+        _since: Timestamp,
+    ) -> Result<Option<Walker>, SyncError> {
+        Ok(None)
+    }
+
+    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        let changed = match &mut self.0 {
+            Some(warehouse) => {
+                warehouse.count_changes(page.schedule, &page.calls, &page.content_hashes)?
+            }
+            None => page.calls.len() as u64,
+        };
         Ok(PageWrite {
             calls_written: changed,
             calls_unchanged: page.calls.len() as u64 - changed,

@@ -121,6 +121,16 @@ pub enum WarehouseError {
         cause: rusqlite::Error,
     },
     #[error(
+        "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
+    )]
+    PostgresConnect { target: String, cause: String },
+    #[error("warehouse {target}: {step}: {cause}")]
+    Postgres {
+        target: String,
+        step: &'static str,
+        cause: String,
+    },
+    #[error(
         "warehouse {}: {what} holds `{}`, which is not a callsync timestamp",
         path.display(), crate::untrusted::untrusted_text(.value, 100)
     )]

@@ -14,6 +14,7 @@ pub mod file_lock;
 mod layout_v6;
 mod ledger;
 mod locks;
+pub mod postgres;
 mod queries;
 mod resources;
 mod rows;

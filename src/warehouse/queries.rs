@@ -14,10 +14,10 @@ use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
 /// The most characters of a schedule's name `status` shows.
-const NAME_CHARS: usize = 200;
+pub(super) const NAME_CHARS: usize = 200;
 
 /// The most characters of a pass's stored error `status` shows.
-const STORED_ERROR_CHARS: usize = 4000;
+pub(super) const STORED_ERROR_CHARS: usize = 4000;
 
 /// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
 /// add, never rename.
@@ -170,7 +170,7 @@ pub struct RunSummary {
     pub instance: Option<String>,
     pub pid: Option<i64>,
     #[serde(skip)]
-    outcome: Option<PassOutcome>,
+    pub(super) outcome: Option<PassOutcome>,
 }
 
 /// How a pass recorded in `sync_runs` ended.
@@ -737,7 +737,7 @@ impl RunSummary {
         self.outcome.unwrap_or(PassOutcome::Running)
     }
 
-    fn slowed_by(&self) -> Vec<String> {
+    pub(super) fn slowed_by(&self) -> Vec<String> {
         let n = |v: i64| u64::try_from(v).unwrap_or_default();
         let stats = RunStats {
             pages: n(self.pages),

@@ -91,7 +91,7 @@ pub(super) const WALKER_CHARS: usize = 255;
 
 /// The row id of a `sync_runs` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunId(i64);
+pub struct RunId(pub(super) i64);
 
 impl RunId {
     /// `sync_runs.id`: what a log line or a script names the row by.

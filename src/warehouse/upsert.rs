@@ -97,7 +97,7 @@ impl Warehouse {
 }
 
 /// The rows of `calls`, whose content hashes are `hashes` (in order).
-fn rows_of<'a>(
+pub(super) fn rows_of<'a>(
     schedule_uid: &'a str,
     calls: &'a [OutboundCall],
     hashes: &[u64],
@@ -230,7 +230,7 @@ struct Parent<'a> {
 
 /// True when the call sends its attempts, notifications and every attempt's outcomes: the
 /// stored children the summary reads are then exactly the ones sent.
-fn sends_every_child_list(call: &OutboundCall) -> bool {
+pub(super) fn sends_every_child_list(call: &OutboundCall) -> bool {
     call.notifications().is_some()
         && call
             .outbound_call_attempts
@@ -239,7 +239,7 @@ fn sends_every_child_list(call: &OutboundCall) -> bool {
 }
 
 /// True when an attempt, outcome or notification uid appears twice in the call.
-fn repeats_a_child_uid(call: &OutboundCall) -> bool {
+pub(super) fn repeats_a_child_uid(call: &OutboundCall) -> bool {
     let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
     let outcomes = attempts
         .iter()

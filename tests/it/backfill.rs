@@ -3,13 +3,13 @@
 
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
-use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
+use callsync::sync::{PassPlan, PassResult, Quiet};
 use callsync::warehouse::ScheduleLock;
 use callsync::warehouse::Warehouse;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::harness::TestEnv;
+use crate::harness::{Dest, TestEnv};
 
 async fn backfill(env: &TestEnv, schedule: Uuid, since: Option<Timestamp>) -> PassResult {
     backfill_range(env, schedule, since, None).await
@@ -21,7 +21,7 @@ async fn backfill_range(
     since: Option<Timestamp>,
     until: Option<Timestamp>,
 ) -> PassResult {
-    let engine = Engine::start(&env.config).expect("engine");
+    let engine = env.engine();
     let plan = PassPlan::backfill(engine.settings(), since, until);
     let report = engine
         .run_pass(schedule, &plan, &CancellationToken::new(), &Quiet)
@@ -31,6 +31,13 @@ async fn backfill_range(
 }
 
 fn cursor(env: &TestEnv, schedule: Uuid) -> Option<Timestamp> {
+    if let Some(db) = &env.pg {
+        return callsync::warehouse::postgres::PgWarehouse::open_existing(&db.target())
+            .expect("open")
+            .checkpoint(schedule)
+            .expect("checkpoint")
+            .map(|c| c.cursor);
+    }
     Warehouse::open(&env.warehouse_path(), std::time::Duration::from_secs(5))
         .expect("open")
         .checkpoint(schedule)
@@ -38,13 +45,20 @@ fn cursor(env: &TestEnv, schedule: Uuid) -> Option<Timestamp> {
         .map(|c| c.cursor)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint() {
-    let env = TestEnv::start(SimulatorOptions {
-        schedules: 2,
-        calls_per_schedule: 180,
-        ..SimulatorOptions::default()
-    })
+both!(
+    backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint,
+    backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint
+);
+
+async fn backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint(dest: Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 180,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     assert_eq!(backfill(&env, s[0], None).await, PassResult::Completed);
@@ -58,13 +72,20 @@ async fn backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_check
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range() {
-    let env = TestEnv::start(SimulatorOptions {
-        schedules: 1,
-        calls_per_schedule: 120,
-        ..SimulatorOptions::default()
-    })
+both!(
+    backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range,
+    backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range
+);
+
+async fn backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range(dest: Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 120,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     env.pass_ok(&s).await;
@@ -175,13 +196,20 @@ async fn a_backfill_through_a_symlink_or_hard_link_of_the_warehouse_is_refused_t
     assert!(env.sim.requests().is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backfill_until_stops_after_the_page_that_passes_it() {
-    let env = TestEnv::start(SimulatorOptions {
-        schedules: 1,
-        calls_per_schedule: 400,
-        ..SimulatorOptions::default()
-    })
+both!(
+    backfill_until_stops_after_the_page_that_passes_it,
+    backfill_until_stops_after_the_page_that_passes_it
+);
+
+async fn backfill_until_stops_after_the_page_that_passes_it(dest: Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 400,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     let mut truth = env.sim.truth(s[0]);
@@ -199,13 +227,20 @@ async fn backfill_until_stops_after_the_page_that_passes_it() {
     assert_eq!(cursor(&env, s[0]), Some(read[198].updated_at));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backfill_from_at_or_before_the_checkpoint_moves_it_forward() {
-    let env = TestEnv::start(SimulatorOptions {
-        schedules: 1,
-        calls_per_schedule: 120,
-        ..SimulatorOptions::default()
-    })
+both!(
+    backfill_from_at_or_before_the_checkpoint_moves_it_forward,
+    backfill_from_at_or_before_the_checkpoint_moves_it_forward
+);
+
+async fn backfill_from_at_or_before_the_checkpoint_moves_it_forward(dest: Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 120,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     env.pass_ok(&s).await;

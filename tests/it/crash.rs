@@ -13,34 +13,75 @@ use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use crate::harness::{PATIENCE, TestEnv};
+use crate::harness::{Dest, PATIENCE, TestEnv};
+use crate::pg;
 
 /// Every call the service shows with `updated_at` before the schedule's checkpoint is in the
 /// warehouse in exactly that version.
 fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
-    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
-    let cursor: Option<String> = conn
-        .query_row(
-            "SELECT cursor FROM sync_checkpoints WHERE schedule_uid = ?1",
-            [schedule.to_string()],
-            |row| row.get(0),
-        )
-        .ok();
+    let (cursor, stored) = match &env.pg {
+        Some(db) => {
+            let utc = |column: &str| {
+                format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+            };
+            let cursor = pg::query(
+                db,
+                &format!(
+                    "SELECT {} FROM sync_checkpoints WHERE schedule_uid = '{schedule}'",
+                    utc("cursor")
+                ),
+            );
+            let stored = pg::query(
+                db,
+                &format!(
+                    "SELECT uid::text, {} FROM calls WHERE schedule_uid = '{schedule}'",
+                    utc("updated_at")
+                ),
+            );
+            (
+                cursor.into_iter().next().and_then(|r| r[0].clone()),
+                stored
+                    .into_iter()
+                    .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap()))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        None => {
+            let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
+            let cursor: Option<String> = conn
+                .query_row(
+                    "SELECT cursor FROM sync_checkpoints WHERE schedule_uid = ?1",
+                    [schedule.to_string()],
+                    |row| row.get(0),
+                )
+                .ok();
+            let mut stmt = conn
+                .prepare("SELECT uid, updated_at FROM calls WHERE schedule_uid = ?1")
+                .expect("prepare");
+            let stored = stmt
+                .query_map([schedule.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))
+                .expect("query")
+                .collect::<Result<Vec<(String, String)>, _>>()
+                .expect("rows");
+            (cursor, stored)
+        }
+    };
     let Some(cursor) = cursor else { return };
     let cursor = Timestamp::parse_sqlite(&cursor).expect("cursor parses");
-    let mut stmt = conn
-        .prepare("SELECT uid, updated_at FROM calls WHERE schedule_uid = ?1")
-        .expect("prepare");
-    let stored: HashMap<String, String> = stmt
-        .query_map([schedule.to_string()], |row| Ok((row.get(0)?, row.get(1)?)))
-        .expect("query")
-        .collect::<Result<_, _>>()
-        .expect("rows");
+    let stored: HashMap<String, Timestamp> = stored
+        .into_iter()
+        .map(|(uid, at)| {
+            (
+                uid,
+                Timestamp::parse_sqlite(&at).expect("updated_at parses"),
+            )
+        })
+        .collect();
     for call in env.sim.truth(schedule) {
         if call.updated_at < cursor {
             assert_eq!(
                 stored.get(&call.uid.to_string()),
-                Some(&call.updated_at.to_sqlite()),
+                Some(&call.updated_at),
                 "call {} (updated {}) is before checkpoint {cursor} but not committed",
                 call.uid,
                 call.updated_at
@@ -52,6 +93,13 @@ fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
 /// The `sync_runs` rows after `after` (an id) that are still open: passes that were running
 /// (or died) when we looked.
 fn open_runs_after(env: &TestEnv, after: i64) -> i64 {
+    if let Some(db) = &env.pg {
+        let n = pg::query(
+            db,
+            &format!("SELECT count(*) FROM sync_runs WHERE id > {after} AND finished_at IS NULL"),
+        );
+        return n[0][0].as_deref().unwrap().parse().unwrap();
+    }
     let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
     conn.query_row(
         "SELECT count(*) FROM sync_runs WHERE id > ?1 AND finished_at IS NULL",
@@ -63,6 +111,16 @@ fn open_runs_after(env: &TestEnv, after: i64) -> i64 {
 
 /// The latest `sync_runs` id (0 before any pass, or before the warehouse exists).
 fn latest_run(env: &TestEnv) -> i64 {
+    if let Some(db) = &env.pg {
+        return crate::pg::admin(
+            crate::pg::server(),
+            &db.name,
+            "SELECT coalesce(max(id), 0) FROM sync_runs",
+        )
+        .ok()
+        .and_then(|rows| rows.first()?.first()?.clone())
+        .map_or(0, |n| n.parse().unwrap());
+    }
     rusqlite::Connection::open(env.warehouse_path())
         .and_then(|conn| {
             conn.query_row("SELECT coalesce(max(id), 0) FROM sync_runs", [], |row| {
@@ -72,26 +130,33 @@ fn latest_run(env: &TestEnv) -> i64 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead() {
+both!(
+    sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead,
+    sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead
+);
+
+async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
     const ROUNDS: usize = 15;
     /// The kill follows the answer to the k-th list request of the round, k in 1..=MAX_K.
     const MAX_K: usize = 10;
     /// Calls of each schedule changed before each round: every round's pass reads at least
     /// this many pages of 25 per schedule, so it makes more than MAX_K list requests.
     const TOUCHED: usize = 250;
-    let env = TestEnv::start(SimulatorOptions {
-        precision: Precision::Seconds,
-        schedules: 2,
-        calls_per_schedule: 1500,
-        seed: 11,
-        dialer: Some(DialerOptions {
-            tick: Duration::from_millis(10),
-            calls_per_tick: 4,
-            ..DialerOptions::default()
-        }),
-        ..SimulatorOptions::default()
-    })
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            precision: Precision::Seconds,
+            schedules: 2,
+            calls_per_schedule: 1500,
+            seed: 11,
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(10),
+                calls_per_tick: 4,
+                ..DialerOptions::default()
+            }),
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let config = env.write_config("page_size = 25\n");
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);

@@ -634,3 +634,147 @@ fn canonical(value: &Json) -> String {
     }
     sorted(value).to_string()
 }
+
+/// [`differences`] for the warehouse in the PostgreSQL database `db`: its native types read
+/// back into the contract's forms (instants as SQLite's UTC text, flags as 0/1, JSON as
+/// text), so the same independent mapping decides.
+pub fn pg_differences(
+    db: &crate::pg::Database,
+    schedule: Uuid,
+    calls: &[OutboundCall],
+) -> Vec<String> {
+    let expected = expected_tables(schedule, calls);
+    let mut out = Vec::new();
+    for (spec, want) in TABLES.iter().zip(expected) {
+        let have: Table = pg_rows(db, spec.name, spec.columns, spec.call_column, schedule)
+            .into_iter()
+            .map(|row| {
+                let row: Row = spec
+                    .columns
+                    .iter()
+                    .map(|c| (*c, row.get(*c).cloned().unwrap_or(Sql::Null)))
+                    .collect();
+                (key(spec, &row), row)
+            })
+            .collect();
+        diff_table(spec.name, &have, &want, &mut out);
+    }
+    out
+}
+
+/// The contract tables' rows of `schedule` in the PostgreSQL database `db`, as
+/// `Warehouse::snapshot` gives them for SQLite (every column but ids and `synced_at`).
+pub fn pg_snapshot(db: &crate::pg::Database, schedule: Uuid) -> callsync::warehouse::Snapshot {
+    let table = |spec: &Spec| -> Vec<callsync::warehouse::Row> {
+        let columns: Vec<String> = crate::pg::query(
+            db,
+            &format!(
+                "SELECT column_name FROM information_schema.columns
+                 WHERE table_name = '{}' AND table_schema = current_schema()
+                   AND column_name NOT IN ('id', 'call_id', 'attempt_id', 'synced_at')
+                 ORDER BY ordinal_position",
+                spec.name
+            ),
+        )
+        .into_iter()
+        .filter_map(|r| r.into_iter().next().flatten())
+        .collect();
+        let columns: Vec<&'static str> = columns
+            .into_iter()
+            .map(|c| &*Box::leak(c.into_boxed_str()))
+            .collect();
+        let mut rows: Vec<callsync::warehouse::Row> =
+            pg_rows(db, spec.name, &columns, spec.call_column, schedule)
+                .into_iter()
+                .map(|row| row.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+                .collect();
+        rows.sort_by_key(|r| format!("{:?}", (r.get("uid"), r.get("call_uid"), r.get("name"))));
+        rows
+    };
+    callsync::warehouse::Snapshot {
+        calls: table(&CALLS),
+        call_custom_parameters: table(&CUSTOM_PARAMETERS),
+        call_attempts: table(&ATTEMPTS),
+        attempt_outcomes: table(&OUTCOMES),
+        attempt_variables: table(&VARIABLES),
+        call_notifications: table(&NOTIFICATIONS),
+    }
+}
+
+/// `columns` of `table`'s rows of the calls of `schedule`, each read back in the contract's
+/// form by its PostgreSQL type.
+fn pg_rows(
+    db: &crate::pg::Database,
+    table: &str,
+    columns: &[&'static str],
+    call_column: &str,
+    schedule: Uuid,
+) -> Vec<Row> {
+    let types: BTreeMap<String, String> = crate::pg::query(
+        db,
+        &format!(
+            "SELECT column_name, data_type FROM information_schema.columns
+             WHERE table_name = '{table}' AND table_schema = current_schema()"
+        ),
+    )
+    .into_iter()
+    .map(|r| {
+        (
+            r[0].clone().unwrap_or_default(),
+            r[1].clone().unwrap_or_default(),
+        )
+    })
+    .collect();
+    let exprs: Vec<String> = columns
+        .iter()
+        .map(|c| match types.get(*c).map(String::as_str) {
+            Some("timestamp with time zone") => {
+                format!("to_char(\"{c}\" AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+            }
+            Some("boolean") => format!("CASE WHEN \"{c}\" THEN '1' WHEN NOT \"{c}\" THEN '0' END"),
+            Some(_) => format!("\"{c}\"::text"),
+            None => panic!("{table}.{c}: no such column in PostgreSQL"),
+        })
+        .collect();
+    let sql = format!(
+        "SELECT {} FROM {table} WHERE {call_column} IN
+           (SELECT uid FROM calls WHERE schedule_uid = '{schedule}')",
+        exprs.join(", ")
+    );
+    crate::pg::query(db, &sql)
+        .into_iter()
+        .map(|values| {
+            columns
+                .iter()
+                .zip(values)
+                .map(|(c, v)| {
+                    let value = match (types[*c].as_str(), v) {
+                        (_, None) => Sql::Null,
+                        ("integer" | "bigint" | "boolean", Some(v)) => {
+                            Sql::Integer(v.parse().expect("an integer"))
+                        }
+                        ("double precision", Some(v)) => Sql::Real(v.parse().expect("a number")),
+                        ("timestamp with time zone", Some(v)) => Sql::Text(sqlite_fraction(&v)),
+                        ("jsonb", Some(v)) => Sql::Text(match serde_json::from_str::<Json>(&v) {
+                            Ok(json) => canonical(&json),
+                            Err(_) => format!("(not JSON) {v}"),
+                        }),
+                        (_, Some(v)) => Sql::Text(v),
+                    };
+                    (*c, value)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `… HH:MM:SS.ffffff` with the fraction in SQLite's form: groups of three digits, trailing
+/// zero groups dropped.
+fn sqlite_fraction(text: &str) -> String {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    match fraction {
+        "" | "000000" => whole.to_owned(),
+        f if f.ends_with("000") => format!("{whole}.{}", &f[..3]),
+        f => format!("{whole}.{f}"),
+    }
+}

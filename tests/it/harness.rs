@@ -39,6 +39,17 @@ pub struct TestEnv {
     pub sim: Simulator,
     pub dir: TempDir,
     pub config: Config,
+    /// The PostgreSQL database the warehouse is in; `None`: the SQLite file at
+    /// `config.warehouse.path`.
+    pub pg: Option<crate::pg::Database>,
+}
+
+/// Which warehouse a scenario syncs into: the scenarios the SQLite warehouse is tested on run
+/// on both (`both!` in `main.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    Sqlite,
+    Postgres,
 }
 
 /// How the client authenticates in a test.
@@ -59,7 +70,33 @@ impl TestEnv {
             .expect("simulator starts");
         let dir = tempfile::tempdir().expect("temp dir");
         let config = test_config(&sim, dir.path().join("warehouse.db"), auth);
-        TestEnv { sim, dir, config }
+        TestEnv {
+            sim,
+            dir,
+            config,
+            pg: None,
+        }
+    }
+
+    /// [`TestEnv::start`] with the warehouse in `dest` (a new database for PostgreSQL).
+    pub async fn start_on(options: SimulatorOptions, dest: Dest) -> TestEnv {
+        Self::start_with_on(options, Auth::Static, dest).await
+    }
+
+    pub async fn start_with_on(options: SimulatorOptions, auth: Auth, dest: Dest) -> TestEnv {
+        let mut env = Self::start_with(options, auth).await;
+        if dest == Dest::Postgres {
+            env.pg = Some(crate::pg::database());
+        }
+        env
+    }
+
+    /// An engine writing into this test's warehouse, wherever it is.
+    pub fn engine(&self) -> Engine {
+        match &self.pg {
+            None => Engine::start(&self.config).expect("engine starts"),
+            Some(db) => Engine::start_postgres(&self.config, &db.target()).expect("engine starts"),
+        }
     }
 
     pub fn schedules(&self) -> Vec<Uuid> {
@@ -68,7 +105,7 @@ impl TestEnv {
 
     /// One incremental pass of `schedules`, as `callsync sync` runs it.
     pub async fn pass(&self, schedules: &[Uuid]) -> Vec<PassReport> {
-        let engine = Engine::start(&self.config).expect("engine starts");
+        let engine = self.engine();
         let plan = PassPlan::incremental(engine.settings());
         let reports = engine
             .sync_all(schedules, &plan, &CancellationToken::new())
@@ -134,6 +171,9 @@ impl TestEnv {
     }
 
     pub fn snapshot(&self, schedule: Uuid) -> Snapshot {
+        if let Some(db) = &self.pg {
+            return expected::pg_snapshot(db, schedule);
+        }
         Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
             .expect("warehouse opens")
             .snapshot(Some(schedule))
@@ -153,7 +193,10 @@ impl TestEnv {
     /// service's JSON) make under the table contract, mapped independently of the product's
     /// own mapping (`expected.rs`).
     pub fn diff_from(&self, schedule: Uuid, calls: &[OutboundCall]) -> Vec<String> {
-        expected::differences(&self.warehouse_path(), schedule, calls)
+        match &self.pg {
+            None => expected::differences(&self.warehouse_path(), schedule, calls),
+            Some(db) => expected::pg_differences(db, schedule, calls),
+        }
     }
 
     /// The warehouse's rows for `schedule` are exactly those of `calls`.
@@ -200,12 +243,15 @@ impl TestEnv {
         let text = format!(
             "[api]\nbase_url = \"{base}\"\naccess_token = \"{token}\"\n\n\
              [api.retry]\ninitial_interval_ms = 5\nmax_interval_secs = 1\n\n\
-             [warehouse]\npath = \"{db}\"\n\n\
+             [warehouse]\n{warehouse}\n\n\
              [sync]\nschedules = [{schedules}]\n{sync_extra}\n\
              [log]\nlevel = \"warn\"\n",
             base = self.sim.base_url(),
             token = self.sim.access_token(),
-            db = self.warehouse_path().display(),
+            warehouse = match &self.pg {
+                None => format!("path = \"{}\"", self.warehouse_path().display()),
+                Some(db) => format!("url = \"{}\"", db.url),
+            },
             schedules = schedules.join(", "),
         );
         let path = self.dir.path().join("callsync.toml");
@@ -255,6 +301,7 @@ pub fn config_for(
         },
         warehouse: WarehouseConfig {
             path: warehouse,
+            postgres: None,
             busy_timeout: Duration::from_secs(10),
             keep_runs: Some(Duration::from_secs(90 * 86_400)),
             timezone: chrono_tz::UTC,

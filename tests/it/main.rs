@@ -1,8 +1,32 @@
 //! The one integration-test binary: the simulator on loopback, real SQLite files.
 
 mod harness;
+// A PostgreSQL server for the run, a database per test.
+mod pg;
+
+/// `both!(name, scenario)`: the async `scenario(Dest)` as two tests, `name::sqlite` and
+/// `name::postgres` (skipped, loudly, with CALLSYNC_SKIP_POSTGRES=1).
+macro_rules! both {
+    ($name:ident, $scenario:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$scenario(crate::harness::Dest::Sqlite).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                if crate::pg::available(concat!(module_path!(), "::", stringify!($name))) {
+                    super::$scenario(crate::harness::Dest::Postgres).await
+                }
+            }
+        }
+    };
+}
 // The warehouse a schedule must hold, mapped from the service's JSON independently.
 mod expected;
+// The PostgreSQL warehouse: TLS, migrations, claims, the BI role.
+mod postgres;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
 // A page garbled after earlier pages of the pass were committed (a fake service).

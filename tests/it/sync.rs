@@ -10,7 +10,7 @@ use callsync::simulator::{
 };
 use callsync::sync::PassResult;
 
-use crate::harness::{Auth, TestEnv, wait_for};
+use crate::harness::{Auth, Dest, TestEnv, wait_for};
 
 fn options(schedules: usize, calls: usize) -> SimulatorOptions {
     SimulatorOptions {
@@ -21,9 +21,13 @@ fn options(schedules: usize, calls: usize) -> SimulatorOptions {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_schedules_sync_exactly_and_a_second_pass_writes_nothing() {
-    let env = TestEnv::start(options(3, 250)).await;
+both!(
+    several_schedules_sync_exactly_and_a_second_pass_writes_nothing,
+    several_schedules_sync_exactly_and_a_second_pass_writes_nothing
+);
+
+async fn several_schedules_sync_exactly_and_a_second_pass_writes_nothing(dest: Dest) {
+    let env = TestEnv::start_on(options(3, 250), dest).await;
     let schedules = env.schedules();
     let first = env.pass_ok(&schedules).await;
     assert_eq!(
@@ -41,25 +45,36 @@ async fn several_schedules_sync_exactly_and_a_second_pass_writes_nothing() {
     assert_eq!(before, after);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_empty_schedule_syncs_to_nothing() {
-    let env = TestEnv::start(options(1, 0)).await;
+both!(
+    an_empty_schedule_syncs_to_nothing,
+    an_empty_schedule_syncs_to_nothing
+);
+
+async fn an_empty_schedule_syncs_to_nothing(dest: Dest) {
+    let env = TestEnv::start_on(options(1, 0), dest).await;
     let schedules = env.schedules();
     let reports = env.pass_ok(&schedules).await;
     assert_eq!(reports[0].stats.calls_seen, 0);
     env.assert_matches_truth(&schedules);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tie_groups_at_second_precision_of_every_shape() {
+both!(
+    tie_groups_at_second_precision_of_every_shape,
+    tie_groups_at_second_precision_of_every_shape
+);
+
+async fn tie_groups_at_second_precision_of_every_shape(dest: Dest) {
     // The service's clock moves only when the test moves it: "a later second" by
     // construction, not by waiting for one.
     let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
-    let env = TestEnv::start(SimulatorOptions {
-        precision: Precision::Seconds,
-        clock: clock.clone().into(),
-        ..options(4, 0)
-    })
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            precision: Precision::Seconds,
+            clock: clock.clone().into(),
+            ..options(4, 0)
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     // A 1,000-call bulk upload (one updated_at), then more data after it.
@@ -84,23 +99,30 @@ async fn tie_groups_at_second_precision_of_every_shape() {
     env.assert_matches_truth(&s);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
+both!(
+    bulk_tie_groups_losing_rows_while_paged_sync_exactly,
+    bulk_tie_groups_losing_rows_while_paged_sync_exactly
+);
+
+async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly(dest: Dest) {
     // Second precision, a 1,000-call bulk upload per schedule with rows after it. While the
     // client pages through a group, rows leave it (an update stamps them with a later
     // second), shifting the rows under the scans.
     // The service's clock (and so the dialer) moves only when the test moves it.
     let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
-    let mut env = TestEnv::start(SimulatorOptions {
-        precision: Precision::Seconds,
-        clock: clock.clone().into(),
-        dialer: Some(DialerOptions {
-            tick: Duration::from_millis(5),
-            calls_per_tick: 5,
-            ..DialerOptions::default()
-        }),
-        ..options(2, 0)
-    })
+    let mut env = TestEnv::start_on(
+        SimulatorOptions {
+            precision: Precision::Seconds,
+            clock: clock.clone().into(),
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(5),
+                calls_per_tick: 5,
+                ..DialerOptions::default()
+            }),
+            ..options(2, 0)
+        },
+        dest,
+    )
     .await;
     env.sim.set_dialer_running(false);
     let s = env.schedules();
@@ -168,17 +190,24 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly() {
     env.assert_matches_truth(&s);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dialer_updating_calls_while_we_page_loses_nothing() {
-    let env = TestEnv::start(SimulatorOptions {
-        precision: Precision::Seconds,
-        dialer: Some(DialerOptions {
-            tick: Duration::from_millis(5),
-            calls_per_tick: 5,
-            ..DialerOptions::default()
-        }),
-        ..options(2, 600)
-    })
+both!(
+    the_dialer_updating_calls_while_we_page_loses_nothing,
+    the_dialer_updating_calls_while_we_page_loses_nothing
+);
+
+async fn the_dialer_updating_calls_while_we_page_loses_nothing(dest: Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            precision: Precision::Seconds,
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(5),
+                calls_per_tick: 5,
+                ..DialerOptions::default()
+            }),
+            ..options(2, 600)
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     for _ in 0..3 {
@@ -189,21 +218,28 @@ async fn the_dialer_updating_calls_while_we_page_loses_nothing() {
     env.assert_matches_truth(&s);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_commits_within_the_lookback_are_caught() {
+both!(
+    late_commits_within_the_lookback_are_caught,
+    late_commits_within_the_lookback_are_caught
+);
+
+async fn late_commits_within_the_lookback_are_caught(dest: Dest) {
     // The service's clock (and so the dialer and the commits) moves only when the test
     // moves it.
     let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
-    let env = TestEnv::start(SimulatorOptions {
-        late_commit: Some(Duration::from_secs(1)),
-        clock: clock.clone().into(),
-        dialer: Some(DialerOptions {
-            tick: Duration::from_millis(10),
-            calls_per_tick: 3,
-            ..DialerOptions::default()
-        }),
-        ..options(2, 300)
-    })
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            late_commit: Some(Duration::from_secs(1)),
+            clock: clock.clone().into(),
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(10),
+                calls_per_tick: 3,
+                ..DialerOptions::default()
+            }),
+            ..options(2, 300)
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     for _ in 0..3 {
@@ -219,10 +255,14 @@ async fn late_commits_within_the_lookback_are_caught() {
     env.assert_matches_truth(&s);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn faults_and_three_second_tokens_are_ridden_out() {
+both!(
+    faults_and_three_second_tokens_are_ridden_out,
+    faults_and_three_second_tokens_are_ridden_out
+);
+
+async fn faults_and_three_second_tokens_are_ridden_out(dest: Dest) {
     let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
-    let mut env = TestEnv::start_with(
+    let mut env = TestEnv::start_with_on(
         SimulatorOptions {
             token_lifetime: Duration::from_secs(3),
             faults: FaultPlan {
@@ -249,6 +289,7 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
             ..options(2, 400)
         },
         Auth::OAuth,
+        dest,
     )
     .await;
     // Small pages: over a hundred requests, so faults are certain to hit some.
@@ -271,20 +312,27 @@ async fn faults_and_three_second_tokens_are_ridden_out() {
     env.assert_matches_truth(&s);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn summary_lists_are_completed_from_the_detail_endpoint() {
+both!(
+    summary_lists_are_completed_from_the_detail_endpoint,
+    summary_lists_are_completed_from_the_detail_endpoint
+);
+
+async fn summary_lists_are_completed_from_the_detail_endpoint(dest: Dest) {
     // The service's clock (and so the dialer) moves only when the test moves it.
     let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
-    let env = TestEnv::start(SimulatorOptions {
-        summary_list: true,
-        clock: clock.clone().into(),
-        dialer: Some(DialerOptions {
-            tick: Duration::from_millis(5),
-            calls_per_tick: 10,
-            ..DialerOptions::default()
-        }),
-        ..options(1, 200)
-    })
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            summary_list: true,
+            clock: clock.clone().into(),
+            dialer: Some(DialerOptions {
+                tick: Duration::from_millis(5),
+                calls_per_tick: 10,
+                ..DialerOptions::default()
+            }),
+            ..options(1, 200)
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     // 300 ms of the dialer's work: attempts with outcomes and variables the list leaves out.

@@ -1,0 +1,417 @@
+//! Checkpoints, `sync_runs`, retention, schedule names and status on PostgreSQL: the same
+//! rules as the SQLite warehouse's `runs.rs`, `resources.rs` and `queries.rs`.
+
+use time::OffsetDateTime;
+use tokio_postgres::Row;
+use uuid::Uuid;
+
+use super::{PgContext, PgWarehouse, instant, micros, wait};
+use crate::service::Timestamp;
+use crate::warehouse::error::WarehouseError;
+use crate::warehouse::queries::{FALLING_BEHIND_PASSES, PassOutcome, RunSummary, ScheduleStatus};
+use crate::warehouse::runs::{
+    Checkpoint, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
+};
+
+const READ_CHECKPOINT: &str =
+    "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = $1";
+
+/// Moves the checkpoint forward only (instants compared by the server).
+pub(super) const ADVANCE_CHECKPOINT: &str =
+    "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at) VALUES ($1, $2, $3)
+     ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
+       updated_at = excluded.updated_at
+     WHERE sync_checkpoints.cursor < excluded.cursor";
+
+impl PgWarehouse {
+    pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
+        let row = wait(self.client.query_opt(READ_CHECKPOINT, &[&schedule]))
+            .pg(&self.target, "reading a checkpoint")?;
+        row.map(|r| self.checkpoint_of(schedule, &r)).transpose()
+    }
+
+    fn checkpoint_of(&self, schedule: Uuid, row: &Row) -> Result<Checkpoint, WarehouseError> {
+        Ok(Checkpoint {
+            schedule_uid: schedule,
+            cursor: instant(&self.target, row.get(0), "sync_checkpoints.cursor")?,
+            updated_at: instant(&self.target, row.get(1), "sync_checkpoints.updated_at")?,
+        })
+    }
+
+    /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
+    pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
+        Ok(wait(self.client.query_one(
+            "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = $1)
+                 OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = $1)
+                 OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = $1)",
+            &[&schedule],
+        ))
+        .pg(&self.target, "looking a schedule up")?
+        .get(0))
+    }
+
+    /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
+    /// Returns what was there before.
+    pub fn replace_checkpoint(
+        &mut self,
+        schedule: Uuid,
+        cursor: Option<Timestamp>,
+    ) -> Result<Option<Checkpoint>, WarehouseError> {
+        let target = self.target.clone();
+        wait(self.client.batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
+        let result = (|| {
+            let before = wait(
+                self.client
+                    .query_opt(&format!("{READ_CHECKPOINT} FOR UPDATE"), &[&schedule]),
+            )
+            .pg(&target, "reading a checkpoint")?
+            .map(|r| self.checkpoint_of(schedule, &r))
+            .transpose()?;
+            match cursor {
+                Some(cursor) => wait(self.client.execute(
+                    "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at)
+                     VALUES ($1, $2, $3)
+                     ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
+                       updated_at = excluded.updated_at",
+                    &[&schedule, &micros(cursor), &micros(Timestamp::now())],
+                ))
+                .pg(&target, "saving a checkpoint")?,
+                None => wait(self.client.execute(
+                    "DELETE FROM sync_checkpoints WHERE schedule_uid = $1",
+                    &[&schedule],
+                ))
+                .pg(&target, "deleting a checkpoint")?,
+            };
+            Ok(before)
+        })();
+        self.end_transaction(result, "committing a checkpoint change")
+    }
+
+    /// Commits after `result` succeeded, else rolls back (best effort: a broken connection
+    /// has rolled back already).
+    pub(super) fn end_transaction<T>(
+        &self,
+        result: Result<T, WarehouseError>,
+        step: &'static str,
+    ) -> Result<T, WarehouseError> {
+        match result {
+            Ok(value) => {
+                wait(self.client.batch_execute("COMMIT")).pg(&self.target, step)?;
+                Ok(value)
+            }
+            Err(err) => {
+                let _ = wait(self.client.batch_execute("ROLLBACK"));
+                Err(err)
+            }
+        }
+    }
+
+    pub fn start_run(
+        &mut self,
+        schedule: Uuid,
+        kind: RunKind,
+        started_at: Timestamp,
+        walker: &Walker,
+    ) -> Result<RunId, WarehouseError> {
+        let statement = self.statement(
+            "INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            "recording the start of a pass",
+        )?;
+        let id: i64 = wait(self.client.query_one(
+            &statement,
+            &[
+                &schedule,
+                &kind.as_str(),
+                &micros(started_at),
+                &walker.host,
+                &walker.instance,
+                &i64::from(walker.pid),
+            ],
+        ))
+        .pg(&self.target, "recording the start of a pass")?
+        .try_get(0)
+        .pg(&self.target, "recording the start of a pass")?;
+        Ok(RunId(id))
+    }
+
+    /// Who walked `schedule`'s latest pass of `kind`, if that pass began at or after `since`
+    /// and finished (the SQLite warehouse's `walked_since`: the caller holds the schedule's
+    /// claim, so a latest pass not finished is one whose process died).
+    pub fn walked_since(
+        &self,
+        schedule: Uuid,
+        kind: RunKind,
+        since: Timestamp,
+    ) -> Result<Option<Walker>, WarehouseError> {
+        let row = wait(self.client.query_opt(
+            "SELECT started_at, finished_at IS NOT NULL, host, instance, pid FROM sync_runs
+             WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
+            &[&schedule, &kind.as_str()],
+        ))
+        .pg(&self.target, "reading a schedule's latest pass")?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let what = "reading a schedule's latest pass";
+        let started_at: OffsetDateTime = row.try_get(0).pg(&self.target, what)?;
+        let finished: bool = row.try_get(1).pg(&self.target, what)?;
+        if !finished || instant(&self.target, started_at, "sync_runs.started_at")? < since {
+            return Ok(None);
+        }
+        let text = |i: usize| -> Result<Option<String>, WarehouseError> {
+            let value: Option<String> = row.try_get(i).pg(&self.target, what)?;
+            // Text from the database, shown in log lines: made safe first.
+            Ok(value.map(|t| crate::untrusted::untrusted_text(&t, WALKER_CHARS)))
+        };
+        let host = text(2)?.unwrap_or_else(|| "?".to_owned());
+        let pid: Option<i64> = row.try_get(4).pg(&self.target, what)?;
+        Ok(Some(Walker {
+            instance: text(3)?.unwrap_or_else(|| host.clone()),
+            host,
+            pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or_default(),
+        }))
+    }
+
+    pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let stats = &record.stats;
+        let statement = self.statement(
+            "UPDATE sync_runs SET finished_at = $2, pages = $3, calls_seen = $4,
+               calls_written = $5, requests = $6, retries = $7, error = $8, outcome = $9,
+               horizon = $10, lag_secs = $11, detail_requests = $12, rate_limited = $13,
+               throttled_secs = $14, future_rows = $15
+             WHERE id = $1",
+            "recording the end of a pass",
+        )?;
+        wait(self.client.execute(
+            &statement,
+            &[
+                &run.0,
+                &micros(record.finished_at),
+                &n(stats.pages),
+                &n(stats.calls_seen),
+                &n(stats.calls_written),
+                &n(stats.requests),
+                &n(stats.retries),
+                &record.error,
+                &record.outcome.as_str(),
+                &record.horizon.map(micros),
+                &record.lag_secs,
+                &n(stats.detail_requests),
+                &n(stats.rate_limited),
+                &(stats.throttled_ms as f64 / 1000.0),
+                &n(stats.future_rows),
+            ],
+        ))
+        .pg(&self.target, "recording the end of a pass")?;
+        Ok(())
+    }
+
+    /// As the SQLite warehouse's: passes finished before `cutoff` go, but each schedule's
+    /// latest and latest successful one, and any not finished.
+    pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
+        wait(self.client.execute(
+            "DELETE FROM sync_runs
+             WHERE finished_at IS NOT NULL AND finished_at < $1
+               AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
+               AND id NOT IN (SELECT max(id) FROM sync_runs
+                              WHERE outcome IN ('completed', 'behind')
+                              GROUP BY schedule_uid)",
+            &[&micros(cutoff)],
+        ))
+        .pg(&self.target, "forgetting old passes")
+    }
+
+    /// The configuration's schedule names, into `schedules.config_name` (see the SQLite
+    /// warehouse's `name_schedules`). One transaction.
+    pub fn name_schedules<'a>(
+        &mut self,
+        schedules: impl IntoIterator<Item = (Uuid, Option<&'a str>)>,
+    ) -> Result<(), WarehouseError> {
+        let (mut named, mut names, mut unnamed) = (Vec::new(), Vec::new(), Vec::new());
+        for (uid, name) in schedules {
+            match name {
+                Some(name) => {
+                    named.push(uid);
+                    names.push(name);
+                }
+                None => unnamed.push(uid),
+            }
+        }
+        wait(self.client.batch_execute("BEGIN"))
+            .pg(&self.target, "starting to record schedule names")?;
+        let result = (|| {
+            wait(self.client.execute(
+                "INSERT INTO schedules (uid, config_name)
+                 SELECT * FROM unnest($1::uuid[], $2::text[])
+                 ON CONFLICT (uid) DO UPDATE SET config_name = excluded.config_name",
+                &[&named, &names],
+            ))
+            .pg(&self.target, "recording a schedule's name")?;
+            wait(self.client.execute(
+                "UPDATE schedules SET config_name = NULL
+                 WHERE uid = ANY($1) AND config_name IS NOT NULL",
+                &[&unnamed],
+            ))
+            .pg(&self.target, "recording a schedule's name")?;
+            Ok(())
+        })();
+        self.end_transaction(result, "committing schedule names")
+    }
+
+    /// Every schedule's status, with lags measured at `now` (as `Warehouse::status_at`).
+    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+        let schedules: Vec<Uuid> = wait(self.client.query(
+            "SELECT schedule_uid FROM sync_checkpoints
+             UNION SELECT schedule_uid FROM sync_runs
+             UNION SELECT DISTINCT schedule_uid FROM calls
+             ORDER BY 1",
+            &[],
+        ))
+        .pg(&self.target, "listing schedules")?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        schedules
+            .into_iter()
+            .map(|s| self.schedule_status(s, now))
+            .collect()
+    }
+
+    /// When the oldest pass the warehouse remembers began.
+    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+        let first: Option<OffsetDateTime> = wait(
+            self.client
+                .query_one("SELECT min(started_at) FROM sync_runs", &[]),
+        )
+        .pg(&self.target, "reading the first pass")?
+        .get(0);
+        first
+            .map(|t| instant(&self.target, t, "sync_runs.started_at"))
+            .transpose()
+    }
+
+    fn schedule_status(
+        &self,
+        schedule: Uuid,
+        now: Timestamp,
+    ) -> Result<ScheduleStatus, WarehouseError> {
+        let checkpoint = self.checkpoint(schedule)?;
+        let cursor = checkpoint.as_ref().map(|c| c.cursor);
+        let schedule_name: Option<String> = wait(self.client.query_opt(
+            "SELECT display_name FROM schedules WHERE uid = $1",
+            &[&schedule],
+        ))
+        .pg(&self.target, "reading a schedule's name")?
+        .map(|r| r.try_get(0))
+        .transpose()
+        .pg(&self.target, "reading a schedule's name")?
+        .flatten();
+        let runs = wait(self.client.query(
+            "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
+               retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
+               throttled_secs, future_rows, host, instance, pid
+             FROM sync_runs WHERE schedule_uid = $1 ORDER BY id DESC LIMIT 100",
+            &[&schedule],
+        ))
+        .pg(&self.target, "reading the last passes")?;
+        let runs = runs
+            .iter()
+            .map(|r| self.run_summary(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let behind_passes = runs
+            .iter()
+            .take_while(|r| r.outcome() == PassOutcome::Behind)
+            .count() as i64;
+        let last_success_at: Option<OffsetDateTime> = wait(self.client.query_one(
+            "SELECT max(finished_at) FROM sync_runs
+             WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
+            &[&schedule],
+        ))
+        .pg(&self.target, "reading the last successful pass")?
+        .get(0);
+        let counts = wait(self.client.query_one(
+            "WITH c AS (SELECT id FROM calls WHERE schedule_uid = $1)
+             SELECT (SELECT count(*) FROM c),
+               (SELECT count(*) FROM call_attempts WHERE call_id IN (SELECT id FROM c)),
+               (SELECT count(*) FROM attempt_outcomes WHERE call_id IN (SELECT id FROM c)),
+               (SELECT count(*) FROM attempt_variables WHERE call_id IN (SELECT id FROM c)),
+               (SELECT count(*) FROM call_notifications WHERE call_id IN (SELECT id FROM c))",
+            &[&schedule],
+        ))
+        .pg(&self.target, "counting rows")?;
+        let last_run = runs.into_iter().next();
+        let busy_since = last_run
+            .as_ref()
+            .filter(|run| run.outcome() == PassOutcome::Running)
+            .map(|run| run.started_at.clone());
+        Ok(ScheduleStatus {
+            schedule_uid: schedule.to_string(),
+            schedule_name: schedule_name
+                .map(|n| crate::untrusted::untrusted_text(&n, super::super::queries::NAME_CHARS)),
+            busy_since,
+            checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
+            cursor: cursor.map(Timestamp::to_sqlite),
+            lag_secs: cursor.map(|c| now.secs_since(c)),
+            last_result: last_run.as_ref().map(RunSummary::outcome),
+            slowed_by: last_run
+                .as_ref()
+                .map(RunSummary::slowed_by)
+                .unwrap_or_default(),
+            behind_passes,
+            falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
+            ticks_since_last_pass: None,
+            no_recent_pass: false,
+            never_synced: false,
+            last_run,
+            last_success_at: last_success_at
+                .map(|t| instant(&self.target, t, "sync_runs.finished_at"))
+                .transpose()?
+                .map(Timestamp::to_sqlite),
+            calls: counts.get(0),
+            attempts: counts.get(1),
+            outcomes: counts.get(2),
+            variables: counts.get(3),
+            notifications: counts.get(4),
+        })
+    }
+
+    fn run_summary(&self, r: &Row) -> Result<RunSummary, WarehouseError> {
+        let rfc3339 = |t: Option<OffsetDateTime>, what| -> Result<Option<String>, WarehouseError> {
+            t.map(|t| instant(&self.target, t, what).map(Timestamp::to_sqlite))
+                .transpose()
+        };
+        let finished_at = rfc3339(r.get(2), "sync_runs.finished_at")?;
+        let outcome: Option<String> = r.get(9);
+        let outcome = finished_at.as_ref().map(|_| {
+            outcome
+                .as_deref()
+                .and_then(RunOutcome::parse)
+                .map_or(PassOutcome::Failed, PassOutcome::from)
+        });
+        Ok(RunSummary {
+            kind: r.get(0),
+            started_at: rfc3339(Some(r.get(1)), "sync_runs.started_at")?.unwrap_or_default(),
+            finished_at,
+            pages: r.get(3),
+            calls_seen: r.get(4),
+            calls_written: r.get(5),
+            requests: r.get(6),
+            retries: r.get(7),
+            error: r.get::<_, Option<String>>(8).map(|e| {
+                crate::untrusted::untrusted_text(&e, super::super::queries::STORED_ERROR_CHARS)
+            }),
+            horizon: rfc3339(r.get(10), "sync_runs.horizon")?,
+            lag_secs: r.get(11),
+            detail_requests: r.get(12),
+            rate_limited: r.get(13),
+            throttled_secs: r.get(14),
+            future_rows: r.get(15),
+            host: r.get(16),
+            instance: r.get(17),
+            pid: r.get(18),
+            outcome,
+        })
+    }
+}

@@ -1,0 +1,161 @@
+//! Versioned migrations of the PostgreSQL warehouse (`migrations-postgres/NNNN-*.sql`),
+//! applied in order, each in its own transaction, under a session-level advisory lock: two
+//! daemons starting at once never both migrate — the second waits, then finds nothing to do.
+//! The version is the one row of `callsync_schema`; a database without it but with a `calls`
+//! table is another program's, and is refused.
+
+use include_dir::{Dir, include_dir};
+use tokio_postgres::Client;
+
+use super::target::PgTarget;
+use super::{PgContext, wait};
+use crate::warehouse::MigrationReport;
+use crate::warehouse::error::WarehouseError;
+
+static MIGRATIONS: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/migrations-postgres");
+
+/// The advisory lock key every migrating callsync takes ("callsync" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6361_6c6c_7379_6e63;
+
+/// The migrations' SQL, in version order (version = position + 1).
+fn migrations() -> Vec<&'static str> {
+    let mut files: Vec<_> = MIGRATIONS
+        .files()
+        .filter(|f| f.path().extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort_by_key(|f| f.path());
+    files.iter().filter_map(|f| f.contents_utf8()).collect()
+}
+
+/// The latest schema version this callsync knows.
+pub fn latest_version() -> usize {
+    migrations().len()
+}
+
+/// The version found: `None` for a database without callsync's tables.
+fn found_version(client: &Client, target: &PgTarget) -> Result<Option<usize>, WarehouseError> {
+    let row = wait(client.query_one(
+        "SELECT to_regclass('callsync_schema') IS NOT NULL, to_regclass('calls') IS NOT NULL",
+        &[],
+    ))
+    .pg(target, "identifying the warehouse")?;
+    let (ours, calls): (bool, bool) = (row.get(0), row.get(1));
+    if !ours {
+        if calls {
+            return Err(WarehouseError::NotAWarehouse {
+                path: target.display().into(),
+            });
+        }
+        return Ok(None);
+    }
+    let version: i32 = wait(client.query_one("SELECT version FROM callsync_schema", &[]))
+        .pg(target, "reading the schema version")?
+        .get(0);
+    Ok(Some(usize::try_from(version).unwrap_or_default()))
+}
+
+fn refuse_newer(target: &PgTarget, found: usize) -> Result<(), WarehouseError> {
+    if found > latest_version() {
+        return Err(WarehouseError::TooNew {
+            path: target.display().into(),
+            found,
+            supported: latest_version(),
+        });
+    }
+    Ok(())
+}
+
+/// Applies pending migrations under the migration lock.
+pub(super) fn migrate(
+    client: &Client,
+    target: &PgTarget,
+) -> Result<MigrationReport, WarehouseError> {
+    wait(client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]))
+        .pg(target, "waiting for another callsync's migration")?;
+    let result = migrate_locked(client, target);
+    let unlocked = wait(client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]))
+        .pg(target, "releasing the migration lock");
+    let report = result?;
+    unlocked?;
+    Ok(report)
+}
+
+fn migrate_locked(client: &Client, target: &PgTarget) -> Result<MigrationReport, WarehouseError> {
+    let from = found_version(client, target)?.unwrap_or(0);
+    refuse_newer(target, from)?;
+    for (index, sql) in migrations().into_iter().enumerate().skip(from) {
+        let version = i32::try_from(index + 1).unwrap_or(i32::MAX);
+        let applied = wait(client.batch_execute(&format!(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS callsync_schema (version integer NOT NULL);
+             {sql}
+             ;
+             DELETE FROM callsync_schema;
+             INSERT INTO callsync_schema (version) VALUES ({version});
+             COMMIT;"
+        )));
+        if let Err(err) = applied {
+            let _ = wait(client.batch_execute("ROLLBACK"));
+            return Err(WarehouseError::Postgres {
+                target: target.display().to_owned(),
+                step: "migrating",
+                cause: format!("version {version}: {}", super::problem(&err)),
+            });
+        }
+        tracing::info!(version, warehouse = target.display(), "warehouse migrated");
+    }
+    Ok(MigrationReport {
+        from,
+        to: latest_version(),
+    })
+}
+
+/// Fails unless the warehouse is at this callsync's version.
+pub(super) fn require_current(client: &Client, target: &PgTarget) -> Result<(), WarehouseError> {
+    match found_version(client, target)? {
+        None => Err(WarehouseError::Missing {
+            path: target.display().into(),
+        }),
+        Some(found) if found < latest_version() => Err(WarehouseError::TooOld {
+            path: target.display().into(),
+            found,
+            supported: latest_version(),
+        }),
+        Some(found) => refuse_newer(target, found),
+    }
+}
+
+/// `callsync check`: the version (known to this callsync), and that this role may write.
+pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>, WarehouseError> {
+    let found = found_version(client, target)?;
+    if let Some(found) = found {
+        refuse_newer(target, found)?;
+    }
+    let sql = match found {
+        Some(_) => {
+            "SELECT has_table_privilege('calls', 'INSERT, UPDATE, DELETE')
+                AND has_table_privilege('sync_checkpoints', 'INSERT, UPDATE, DELETE')
+                AND has_table_privilege('sync_runs', 'INSERT, UPDATE, DELETE')"
+        }
+        None => "SELECT has_schema_privilege(current_schema(), 'CREATE')",
+    };
+    let may_write: Option<bool> = wait(client.query_one(sql, &[]))
+        .pg(target, "checking this role's privileges")?
+        .get(0);
+    if may_write != Some(true) {
+        let user = target.config.get_user().unwrap_or("this role").to_owned();
+        return Err(WarehouseError::Postgres {
+            target: target.display().to_owned(),
+            step: "checking this role's privileges",
+            cause: match found {
+                Some(_) => format!(
+                    "{user} may not write callsync's tables; connect as the role that owns them, or GRANT INSERT, UPDATE, DELETE on them"
+                ),
+                None => format!(
+                    "{user} may not create tables in the database's schema; GRANT CREATE ON SCHEMA to it, or connect as its owner"
+                ),
+            },
+        });
+    }
+    Ok(found)
+}

@@ -1,0 +1,169 @@
+//! TLS to PostgreSQL through rustls (no OpenSSL), with libpq's `sslmode` meanings.
+//!
+//! `verify-full`: the chain against the roots and the host name; `verify-ca`: the chain only;
+//! `require`/`prefer`: encryption without verification — unless `sslrootcert` is given, in
+//! which case `require` verifies the chain, as libpq does. The roots are `sslrootcert`'s PEM
+//! file, or the system's store (`rustls-native-certs`). Handshake signatures are always
+//! checked, so an unverified mode still encrypts to whoever holds the key it shows.
+
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{VerifierBuilderError, WebPkiServerVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::target::{PgTarget, SslMode};
+
+/// The connector for `target`, or why the roots cannot be loaded.
+pub(super) fn connector(target: &PgTarget) -> Result<MakeRustlsConnect, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verify_chain = match target.ssl_mode {
+        SslMode::Disable | SslMode::Prefer => false,
+        SslMode::Require => target.root_cert.is_some(),
+        SslMode::VerifyCa | SslMode::VerifyFull => true,
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = if verify_chain {
+        let roots = roots(target)?;
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+            .build()
+            .map_err(|e: VerifierBuilderError| format!("cannot use the CA certificates: {e}"))?;
+        if target.ssl_mode == SslMode::VerifyFull {
+            webpki
+        } else {
+            Arc::new(ChainOnly(webpki))
+        }
+    } else {
+        Arc::new(Unverified(provider.signature_verification_algorithms))
+    };
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS: {e}"))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
+}
+
+fn roots(target: &PgTarget) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    match &target.root_cert {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| {
+                    format!(
+                        "cannot read the CA certificates of sslrootcert {}: {e}",
+                        path.display()
+                    )
+                })?;
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err(format!(
+                    "sslrootcert {} holds no usable CA certificate",
+                    path.display()
+                ));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(
+                    "the system's CA store is empty (install ca-certificates), or give the server's CA with sslrootcert=/path/ca.pem in warehouse.url".into(),
+                );
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// `verify-ca`: the chain must lead to a trusted root; the name is not checked.
+#[derive(Debug)]
+struct ChainOnly(Arc<WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self
+            .0
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName
+                | rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// `require`/`prefer` without a root certificate: libpq encrypts without verifying.
+#[derive(Debug)]
+struct Unverified(WebPkiSupportedAlgorithms);
+
+impl ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_schemes()
+    }
+}
