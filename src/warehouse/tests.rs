@@ -944,7 +944,7 @@ fn status_reports_runs_checkpoints_and_counts() {
     // Who walked the pass: in the text and the JSON.
     assert!(
         text.contains(
-            "last pass    backfill started 2026-01-01T02:00:00Z by blue on db-host pid 4242:"
+            "last pass    backfill started 2026-01-01T02:00:00.000000Z by blue on db-host pid 4242:"
         ),
         "{text}"
     );

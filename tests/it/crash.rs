@@ -22,7 +22,7 @@ fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
     let (cursor, stored) = match &env.pg {
         Some(db) => {
             let utc = |column: &str| {
-                format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+                format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
             };
             let cursor = pg::query(
                 db,

@@ -729,7 +729,7 @@ fn pg_rows(
         .iter()
         .map(|c| match types.get(*c).map(String::as_str) {
             Some("timestamp with time zone") => {
-                format!("to_char(\"{c}\" AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')")
+                format!("to_char(\"{c}\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
             }
             Some("boolean") => format!("CASE WHEN \"{c}\" THEN '1' WHEN NOT \"{c}\" THEN '0' END"),
             Some(_) => format!("\"{c}\"::text"),
@@ -754,7 +754,7 @@ fn pg_rows(
                             Sql::Integer(v.parse().expect("an integer"))
                         }
                         ("double precision", Some(v)) => Sql::Real(v.parse().expect("a number")),
-                        ("timestamp with time zone", Some(v)) => Sql::Text(sqlite_fraction(&v)),
+                        ("timestamp with time zone", Some(v)) => Sql::Text(v),
                         ("jsonb", Some(v)) => Sql::Text(match serde_json::from_str::<Json>(&v) {
                             Ok(json) => canonical(&json),
                             Err(_) => format!("(not JSON) {v}"),
@@ -766,15 +766,4 @@ fn pg_rows(
                 .collect()
         })
         .collect()
-}
-
-/// `… HH:MM:SS.ffffff` with the fraction in SQLite's form: groups of three digits, trailing
-/// zero groups dropped.
-fn sqlite_fraction(text: &str) -> String {
-    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
-    match fraction {
-        "" | "000000" => whole.to_owned(),
-        f if f.ends_with("000") => format!("{whole}.{}", &f[..3]),
-        f => format!("{whole}.{f}"),
-    }
 }

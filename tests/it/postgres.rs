@@ -356,10 +356,15 @@ async fn every_command_works_on_postgres_and_no_output_shows_the_password() {
         )),
         "{out}"
     );
-    assert!(out.contains("schema version 0 -> 1"), "{out}");
+    let latest = callsync::warehouse::postgres::latest_version();
+    assert!(
+        out.contains(&format!("schema version 0 -> {latest}")),
+        "{out}"
+    );
     let out = run!(&["check"], 0);
     assert!(
-        out.contains("ok   warehouse: postgresql://") && out.contains("schema version 1"),
+        out.contains("ok   warehouse: postgresql://")
+            && out.contains(&format!("schema version {latest}")),
         "{out}"
     );
     run!(&["sync"], 0);

@@ -3,10 +3,9 @@
 //! failed; one killed with SIGKILL mid-pass has its schedules taken over within one tick;
 //! no schedule is ever walked by two processes at once; every schedule ends equal to the truth.
 //!
-//! The destination is a parameter ([`Destination`]): the SQLite warehouse here. PostgreSQL
-//! (issue 20 part A, branch `i20`) plugs in by implementing it over its test harness
-//! (`tests/it/pg.rs`: a database per test, its `url` in `[warehouse]`) and adding one
-//! `#[tokio::test]` that calls [`three_daemons_share_the_schedules_and_survive_a_kill`] with it.
+//! The destination is a parameter ([`Destination`]): the SQLite warehouse, and PostgreSQL
+//! (a database of `tests/it/pg.rs`'s server, its `url` in `[warehouse]`), where the claims
+//! are session advisory locks that die with the killed daemon's connection.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -98,6 +97,57 @@ impl Destination for Sqlite {
     fn assert_matches_truth(&self, env: &TestEnv) {
         env.assert_matches_truth(&env.schedules());
     }
+}
+
+/// A PostgreSQL database of the run's test server.
+struct Postgres(crate::pg::Database);
+
+impl Destination for Postgres {
+    fn warehouse_toml(&self) -> String {
+        format!("[warehouse]\nurl = \"{}\"\n", self.0.url)
+    }
+
+    fn runs(&self) -> Vec<Run> {
+        // Instants in the warehouse's text form, so they parse as SQLite's do.
+        let form = "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'";
+        let sql = format!(
+            "SELECT schedule_uid::text, to_char(started_at AT TIME ZONE 'UTC', {form}),
+               to_char(finished_at AT TIME ZONE 'UTC', {form}), outcome, pid::text, host, instance
+             FROM sync_runs ORDER BY id"
+        );
+        // Before the first daemon has migrated the database, there is no such table.
+        let Ok(rows) = crate::pg::admin(crate::pg::server(), &self.0.name, &sql) else {
+            return Vec::new();
+        };
+        let ts = |t: &str| Timestamp::parse_sqlite(t).expect("a stored timestamp");
+        rows.into_iter()
+            .map(|r| Run {
+                schedule: r[0].as_deref().expect("a schedule").parse().expect("a uid"),
+                started_at: ts(r[1].as_deref().expect("a start")),
+                finished_at: r[2].as_deref().map(ts),
+                outcome: r[3].clone(),
+                pid: r[4].as_deref().map(|p| p.parse().expect("a pid")),
+                host: r[5].clone(),
+                instance: r[6].clone(),
+            })
+            .collect()
+    }
+
+    fn assert_matches_truth(&self, env: &TestEnv) {
+        env.assert_matches_truth(&env.schedules());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_daemons_share_the_schedules_on_postgres() {
+    if !crate::pg::available("sharing::three_daemons_share_the_schedules") {
+        return;
+    }
+    let mut env = partition_env().await;
+    let database = crate::pg::database();
+    env.pg = Some(database.clone());
+    let destination = Postgres(database);
+    three_daemons_share_the_schedules_and_survive_a_kill(&env, &destination).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
