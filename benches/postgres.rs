@@ -11,7 +11,10 @@
 //! CALLSYNC_BENCH_POSTGRES='postgresql://postgres@/postgres?host=/tmp' cargo bench --bench postgres
 //! ```
 //!
-//! `CALLS` [20000] changes the size. Prints calls/s of each and the ratio (goal: ≥ 0.5).
+//! Then, end to end, the release binary's first sync (`callsync sync`, default configuration)
+//! of the same calls from the simulator into a third new database.
+//!
+//! `CALLS` [20000] changes the size. Prints calls/s of each and the ratios (goal: ≥ 0.5).
 
 use std::time::{Duration, Instant};
 
@@ -40,16 +43,17 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let (schedule, truth) = runtime.block_on(seeded_calls(calls));
+    let (sim, schedule, truth) = runtime.block_on(seeded_calls(calls));
     let admin_target = PgTarget::parse(&admin, None).expect("CALLSYNC_BENCH_POSTGRES parses");
     let suffix = std::process::id();
-    let (ours, reference) = (
+    let (ours, reference, synced) = (
         format!("bench_write_{suffix}"),
         format!("bench_copy_{suffix}"),
+        format!("bench_sync_{suffix}"),
     );
     runtime.block_on(admin_sql(
         &admin,
-        &format!("CREATE DATABASE {ours}; CREATE DATABASE {reference};"),
+        &format!("CREATE DATABASE {ours}; CREATE DATABASE {reference}; CREATE DATABASE {synced};"),
     ));
 
     // The reference: the same schema, migrated; then the rows COPYed bare.
@@ -74,24 +78,85 @@ fn main() {
     let took = started.elapsed();
     assert_eq!(written, truth.len() as u64);
     drop(warehouse);
+
+    // End to end: the release binary's first sync of the simulator's schedule, as a user runs
+    // it (`callsync sync`, default configuration), into a third new database.
+    let synced_url = with_dbname(&admin, &synced);
+    let sync_took = first_sync(&sim, &synced_url);
+    let synced_calls = runtime.block_on(async {
+        let client = connect(&synced_url).await;
+        let row = client
+            .query_one("SELECT count(*) FROM calls", &[])
+            .await
+            .expect("calls counted");
+        row.get::<_, i64>(0)
+    });
+    assert_eq!(
+        synced_calls,
+        truth.len() as i64,
+        "the sync wrote every call"
+    );
+    runtime.block_on(sim.shutdown());
     runtime.block_on(admin_sql(
         &admin,
-        &format!("DROP DATABASE {ours}; DROP DATABASE {reference};"),
+        &format!("DROP DATABASE {ours}; DROP DATABASE {reference}; DROP DATABASE {synced};"),
     ));
 
     let rate = |took: Duration| truth.len() as f64 / took.as_secs_f64();
     println!("\n## postgres: {calls} pre-parsed calls, {PAGE} per page, into a new database\n");
-    println!("| calls | COPY reference calls/s | write_page calls/s | × reference |");
-    println!("|---:|---:|---:|---:|");
     println!(
-        "| {calls} | {:.0} | {:.0} | {:.2} |",
+        "| calls | COPY reference calls/s | write_page calls/s | × reference | first sync (`callsync sync`) s | calls/s | × reference |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| {calls} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.2} |",
         rate(copy_took),
         rate(took),
-        rate(took) / rate(copy_took)
+        rate(took) / rate(copy_took),
+        sync_took.as_secs_f64(),
+        rate(sync_took),
+        rate(sync_took) / rate(copy_took)
     );
 }
 
-async fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
+/// `callsync sync` of the release binary (or `BENCH_BINARY`) against `sim`, writing into the
+/// database at `url`: its wall time.
+fn first_sync(sim: &Simulator, url: &str) -> Duration {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("callsync.toml");
+    let schedules: Vec<String> = sim
+        .schedule_uids()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\nurl = \"{url}\"\n[sync]\nschedules = [{}]\n[log]\nlevel = \"warn\"\n",
+            sim.base_url(),
+            sim.access_token(),
+            schedules.join(", ")
+        ),
+    )
+    .expect("the config is written");
+    let binary =
+        std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
+    let started = Instant::now();
+    let status = std::process::Command::new(binary)
+        .arg("--config")
+        .arg(&config)
+        .arg("sync")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("callsync runs");
+    let took = started.elapsed();
+    assert!(status.success(), "callsync sync: {status}");
+    took
+}
+
+/// The simulator (kept running for the end-to-end sync) and its schedule's calls in the
+/// order a pass lists them.
+async fn seeded_calls(calls: usize) -> (Simulator, Uuid, Vec<OutboundCall>) {
     let sim = Simulator::start(
         "127.0.0.1:0".parse().expect("loopback"),
         SimulatorOptions {
@@ -106,9 +171,8 @@ async fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
     .expect("the simulator starts");
     let schedule = sim.schedule_uids()[0];
     let mut truth = sim.truth(schedule);
-    sim.shutdown().await;
     truth.sort_by_key(|c| (c.updated_at, c.uid));
-    (schedule, truth)
+    (sim, schedule, truth)
 }
 
 fn at(t: Option<Timestamp>) -> Option<OffsetDateTime> {

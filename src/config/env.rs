@@ -26,7 +26,7 @@ impl Env {
         // `vars_os`: `std::env::vars` panics on any variable that is not UTF-8, even one
         // that is none of callsync's business.
         for (key, value) in std::env::vars_os() {
-            let Some(key) = key.to_str().filter(|k| k.starts_with(PREFIX)) else {
+            let Some(key) = key.to_str().filter(|k| is_configuration(k)) else {
                 continue;
             };
             let value = value.into_string().map_err(|_| ConfigError::Env {
@@ -40,6 +40,21 @@ impl Env {
             credentials_dir: std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from),
         })
     }
+}
+
+/// `CALLSYNC_*` variables that set no key: switches of callsync's own test suite, CI and
+/// benchmarks (README, "Tests"). Exported in a shell, they are inherited by every callsync the
+/// tests run, which would otherwise refuse them as unknown keys.
+const NOT_CONFIGURATION: [&str; 3] = [
+    "CALLSYNC_SKIP_POSTGRES",
+    "CALLSYNC_REQUIRE_ADVISORIES",
+    "CALLSYNC_BENCH_POSTGRES",
+];
+
+/// Whether the variable `name` is read as configuration: `CALLSYNC_*`, but for the few that
+/// are the test tools' own.
+fn is_configuration(name: &str) -> bool {
+    name.starts_with(PREFIX) && !NOT_CONFIGURATION.contains(&name)
 }
 
 /// The variable naming the configuration file: read as a path, never as a key `config`.
@@ -56,4 +71,25 @@ pub(super) fn variable_for<'e>(env: &'e Env, key: &str) -> Option<&'e str> {
                 && var[PREFIX.len()..].to_lowercase().replace("__", ".") == key
         })
         .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_tools_switches_are_not_configuration() {
+        for tool in NOT_CONFIGURATION {
+            assert!(!is_configuration(tool), "{tool}");
+        }
+        for key in [
+            "CALLSYNC_CONFIG",
+            "CALLSYNC_WAREHOUSE__PATH",
+            "CALLSYNC_WAREHOUSE_PATH",
+        ] {
+            // A misspelt key (one underscore) is still read, and refused by name.
+            assert!(is_configuration(key), "{key}");
+        }
+        assert!(!is_configuration("PATH"));
+    }
 }

@@ -490,6 +490,16 @@ async fn status_before_the_first_sync_says_so_and_creates_nothing() {
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert_eq!(stderr(&out), expected, "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
+        // The test suite's and CI's own switches, exported in the shell that runs them, are
+        // not configuration keys: the same answer with them set.
+        let switches = [
+            ("CALLSYNC_SKIP_POSTGRES", "1"),
+            ("CALLSYNC_REQUIRE_ADVISORIES", "1"),
+            ("CALLSYNC_BENCH_POSTGRES", "postgresql://x@/y"),
+        ];
+        let with_switches = callsync_with_env(&args, &switches).await;
+        assert_eq!(with_switches.status.code(), Some(1), "{args:?}");
+        assert_eq!(stderr(&with_switches), expected, "{args:?}");
     }
     let left: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
