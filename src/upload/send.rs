@@ -4,7 +4,17 @@
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::*;
+use std::time::Duration;
+
+use super::columns::Columns;
+use super::error::UploadError;
+use super::existing::{InSchedule, refuse_rows_already_there, whole_chunk};
+use super::job::{
+    Checked, MAX_CHUNK_TRIES, MAX_LISTED_PROBLEMS, UploadOptions, UploadProgress, UploadSummary,
+};
+use super::problem::RowProblem;
+use super::rows::{Chunk, Rows};
+use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
@@ -75,6 +85,10 @@ pub async fn send(
     Ok(summary)
 }
 
+/// The first and the longest pause between lookups of a chunk whose answer was lost.
+const FIRST_POLL: Duration = Duration::from_millis(250);
+const LONGEST_POLL: Duration = Duration::from_secs(5);
+
 /// What became of one chunk of the file.
 #[derive(Debug, Default)]
 pub(super) struct ChunkOutcome {
@@ -111,18 +125,6 @@ pub(super) enum Found {
     All(Vec<Uuid>),
     /// The first rows but not all (a service still creating them, or rows made elsewhere).
     Partly(String),
-}
-
-/// Lookups of one chunk in flight at once; the client's limiter paces them.
-pub(super) const LOOKUP_CONCURRENCY: usize = 8;
-
-/// What sending a chunk needs, for the whole upload.
-pub(super) struct Sender<'a> {
-    pub(super) client: &'a ApiClient,
-    pub(super) options: &'a UploadOptions,
-    pub(super) columns: Columns,
-    pub(super) counters: Counters,
-    pub(super) progress: &'a dyn UploadProgress,
 }
 
 impl Sender<'_> {
