@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use uuid::Uuid;
 
 use super::campaign::{print_line, service_client};
 use super::progress::ProgressBar;
@@ -97,12 +98,7 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
                 "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
             )));
         }
-        Err(err) => {
-            return Err(anyhow::Error::new(err).context(format!(
-                "upload of {shown} to schedule {}",
-                options.schedule
-            )));
-        }
+        Err(err) => return Err(upload_failed(err, &shown, options.schedule)),
     };
     for problem in &summary.refusals {
         let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
@@ -115,6 +111,17 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A failed upload with a context naming what its error does not: the schedule, and the file
+/// unless the error names it already.
+fn upload_failed(err: upload::UploadError, shown: &str, schedule: Uuid) -> anyhow::Error {
+    let context = if err.names_the_file() {
+        format!("upload to schedule {schedule}")
+    } else {
+        format!("upload of {shown} to schedule {schedule}")
+    };
+    anyhow::Error::new(err).context(context)
 }
 
 /// What became of every row: `2500 rows: 1500 calls created (2 chunks), 0 found already
@@ -148,5 +155,47 @@ fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
     match waiting {
         Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
         None => tracing::info!(rows_done, rows, "upload progress"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(err: upload::UploadError) -> String {
+        let err = upload_failed(err, "contacts.csv", Uuid::nil());
+        crate::assert_each_cause_once(err.as_ref());
+        crate::error_chain(err.as_ref())
+    }
+
+    #[test]
+    fn a_failed_upload_names_its_file_once() {
+        let changed = chain(upload::UploadError::FileChanged {
+            path: "contacts.csv".into(),
+            first_line: 1002,
+        });
+        assert_eq!(changed.matches("contacts.csv").count(), 1, "{changed}");
+        assert!(
+            changed.starts_with(
+                "upload to schedule 00000000-0000-0000-0000-000000000000: contacts.csv changed after it was checked"
+            ),
+            "{changed}"
+        );
+        let not_the_file = chain(upload::UploadError::PartlyThere {
+            first_line: 2,
+            last_line: 1001,
+            problem: "external_id \"a\" (line 2) has 2 calls in the schedule".into(),
+        });
+        assert_eq!(
+            not_the_file.matches("contacts.csv").count(),
+            1,
+            "{not_the_file}"
+        );
+        assert!(
+            not_the_file.starts_with(
+                "upload of contacts.csv to schedule 00000000-0000-0000-0000-000000000000: the chunk of lines 2–1001 is partly in the service already"
+            ),
+            "{not_the_file}"
+        );
     }
 }

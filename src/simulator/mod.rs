@@ -68,7 +68,7 @@ pub struct Simulator {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr}: {source}")]
+#[error("cannot listen on {addr}")]
 pub struct SimulatorError {
     addr: SocketAddr,
     #[source]
@@ -340,5 +340,25 @@ impl Simulator {
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_in_use_is_named_once_and_its_cause_once() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let Err(err) = Simulator::start(addr, SimulatorOptions::default()).await else {
+            panic!("the simulator listened on {addr}, which is taken");
+        };
+        crate::assert_each_cause_once(&err);
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert_eq!(
+            crate::error_chain(&err),
+            format!("cannot listen on {addr}: {cause}")
+        );
     }
 }

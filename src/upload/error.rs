@@ -13,7 +13,7 @@ use crate::warehouse::WarehouseError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
-    #[error("cannot read {}: {source}", .path.display())]
+    #[error("cannot read {}", .path.display())]
     Read {
         path: PathBuf,
         #[source]
@@ -36,7 +36,7 @@ pub enum UploadError {
     #[error("nothing was sent: {cause}")]
     Unreachable { cause: ApiError },
     #[error(
-        "nothing was sent: the service's list of the schedule's calls cannot be trusted ({request}): {source}"
+        "nothing was sent: the service's list of the schedule's calls cannot be trusted ({request})"
     )]
     Untrusted {
         request: String,
@@ -105,7 +105,7 @@ pub enum UploadError {
     },
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
-    #[error("the temporary table for duplicate external_ids failed: {0}")]
+    #[error("the temporary table for duplicate external_ids failed")]
     Scratch(#[from] rusqlite::Error),
 }
 
@@ -115,4 +115,72 @@ fn describe_refusal(problems: &[RowProblem], cause: &ApiError) -> String {
     }
     let each: Vec<String> = problems.iter().map(ToString::to_string).collect();
     each.join("; ")
+}
+
+impl UploadError {
+    /// The message names the contact list's path already (a context should not again).
+    pub fn names_the_file(&self) -> bool {
+        matches!(
+            self,
+            UploadError::Read { .. }
+                | UploadError::Csv { .. }
+                | UploadError::Header { .. }
+                | UploadError::FileChanged { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::Timestamp;
+
+    /// Each error's chain, as the CLI prints it, names its cause once: the message stops
+    /// before what it returns as its source.
+    fn says_once(err: &UploadError, cause: &str) -> String {
+        crate::assert_each_cause_once(err);
+        let chain = crate::error_chain(err);
+        assert_eq!(chain.matches(cause).count(), 1, "{cause} in {chain}");
+        chain
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_named_once_and_its_cause_once() {
+        let path = PathBuf::from("/nonexistent/contacts.csv");
+        let err = UploadError::Read {
+            path: path.clone(),
+            source: io::Error::new(io::ErrorKind::NotFound, "No such file or directory"),
+        };
+        assert_eq!(
+            says_once(&err, "No such file or directory"),
+            "cannot read /nonexistent/contacts.csv: No such file or directory"
+        );
+    }
+
+    #[test]
+    fn an_untrusted_listing_names_its_request_and_its_cause_once() {
+        let after = Timestamp::parse("2026-01-01T00:00:00Z").unwrap();
+        let err = UploadError::Untrusted {
+            request: "GET /schedules/x/outbound_calls page 2".into(),
+            source: WalkError::PageTooLarge {
+                after,
+                page: 2,
+                got: 101,
+                asked: 100,
+            },
+        };
+        assert_eq!(
+            says_once(&err, "101 rows"),
+            "nothing was sent: the service's list of the schedule's calls cannot be trusted (GET /schedules/x/outbound_calls page 2): page 2 after 2026-01-01T00:00:00Z has 101 rows, more than the 100 asked for"
+        );
+    }
+
+    #[test]
+    fn a_failing_scratch_table_says_what_failed_then_sqlite_once() {
+        let err = UploadError::from(rusqlite::Error::QueryReturnedNoRows);
+        assert_eq!(
+            says_once(&err, "Query returned no rows"),
+            "the temporary table for duplicate external_ids failed: Query returned no rows"
+        );
+    }
 }
