@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use uuid::Uuid;
 
-use super::job::MAX_CHUNK_TRIES;
+use super::plan::MAX_CHUNK_TRIES;
 use super::problem::RowProblem;
 use crate::api::ApiError;
 use crate::sync::cursor::WalkError;

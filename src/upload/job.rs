@@ -10,9 +10,6 @@ use super::problem::RowProblem;
 use crate::service::MAX_BULK;
 use crate::warehouse::ChunkKey;
 
-/// Sends of one chunk that the service neither answered nor acted on, before giving up.
-pub(super) const MAX_CHUNK_TRIES: u32 = 3;
-
 /// Problems listed in full before the rest are only counted.
 pub(super) const MAX_LISTED_PROBLEMS: usize = 1_000;
 

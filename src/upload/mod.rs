@@ -19,6 +19,8 @@
 //!    chunk as `sent` before its request goes out and as `created` with the service's uids
 //!    after. A chunk the ledger has as `created`, or whose every row the schedule has, is
 //!    not sent.
+//!    What to do next with a chunk is decided by `plan.rs`, a pure function of the ledger's
+//!    state and what just happened (table-tested); `send.rs` runs its steps.
 //!
 //! A create whose answer is lost (a timeout, a dropped connection, a 5xx) may still be done by
 //! the service, later: such a chunk is never sent again until a lookup has failed to find it
@@ -34,6 +36,7 @@ mod columns;
 mod error;
 mod existing;
 mod job;
+mod plan;
 mod problem;
 mod rows;
 mod send;
