@@ -36,6 +36,7 @@ mod columns;
 mod error;
 mod existing;
 mod job;
+mod lookup;
 mod plan;
 mod problem;
 mod rows;
