@@ -48,6 +48,22 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     untrusted::untrusted_text(&text, ERROR_CHAIN_CHARS)
 }
 
+/// Tests of the error rule (ARCHITECTURE.md, "One rule for causes"): no link of `err`'s chain
+/// holds the text of the cause it also returns as its source. `error_chain` skips such a
+/// repeat, so a test of its text alone would not see one.
+#[cfg(test)]
+pub(crate) fn assert_each_cause_once(err: &dyn std::error::Error) {
+    let mut link: &dyn std::error::Error = err;
+    while let Some(cause) = link.source() {
+        let (text, cause_text) = (link.to_string(), cause.to_string());
+        assert!(
+            !text.contains(&cause_text),
+            "`{text}` prints its source `{cause_text}` and returns it too"
+        );
+        link = cause;
+    }
+}
+
 /// The longest error line: far beyond any of callsync's own, short of a flood.
 const ERROR_CHAIN_CHARS: usize = 20_000;
 

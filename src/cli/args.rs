@@ -7,8 +7,9 @@ use anyhow::Result;
 use clap::{ArgAction, ArgMatches, Args, CommandFactory, Parser, Subcommand};
 use uuid::Uuid;
 
+use super::service_args::ServiceCommand;
 use super::simulate::SimulateArgs;
-use super::{UsageError, campaign, parse_timestamp};
+use super::usage::{UsageError, parse_timestamp};
 use crate::config::LogConfig;
 use crate::service::Timestamp;
 
@@ -211,7 +212,7 @@ pub(super) enum Command {
     /// Serve a simulator of the service on loopback (for trying callsync out and for tests)
     Simulate(SimulateArgs),
     #[command(flatten)]
-    Service(campaign::ServiceCommand),
+    Service(ServiceCommand),
     /// Print a shell completion script (install it as README's "Shell completions" says)
     Completions {
         /// The shell the script is for

@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{UsageError, print_out};
+use super::output::print_out;
+use super::usage::UsageError;
 use crate::api::{ApiClient, ApiError, Counters, ListQuery};
 use crate::config::{AuthConfig, Config};
 use crate::service::ListFilter;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::cli::print_out;
+use super::output::print_out;
 use crate::config::{self, Config};
 use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
 use crate::warehouse::{Overview, Warehouse};

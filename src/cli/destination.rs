@@ -6,7 +6,7 @@
 use anyhow::Result;
 use uuid::Uuid;
 
-use super::UsageError;
+use super::usage::UsageError;
 use crate::config::Config;
 use crate::service::Timestamp;
 use crate::warehouse::postgres::{PgTarget, PgWarehouse};

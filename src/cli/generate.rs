@@ -1,24 +1,25 @@
 //! `callsync completions SHELL` and `callsync man`: generated from the clap definition
-//! ([`super::command`]), so they name every command and option the binary has.
+//! ([`super::args::command`]), so they name every command and option the binary has.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use super::print_out;
+use super::args::command;
+use super::output::print_out;
 
 /// The completion script for `shell`, on stdout.
 pub(super) fn completions(shell: clap_complete::Shell) -> Result<ExitCode> {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut super::command(), "callsync", &mut script);
+    clap_complete::generate(shell, &mut command(), "callsync", &mut script);
     print_out(String::from_utf8_lossy(&script))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// callsync(1) on stdout; with `out`, a page per command (callsync-sync(1), …) written there.
 pub(super) fn man(out: Option<&Path>) -> Result<ExitCode> {
-    let mut command = super::command().disable_help_subcommand(true);
+    let mut command = command().disable_help_subcommand(true);
     command.build();
     match out {
         None => {

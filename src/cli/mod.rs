@@ -14,7 +14,6 @@ use anyhow::{Context, Result};
 use clap::{ArgMatches, FromArgMatches};
 
 use crate::config::{self, Config, ConfigError, LogConfig};
-use crate::service::Timestamp;
 use crate::telemetry::{self, TelemetryError};
 
 mod args;
@@ -27,21 +26,24 @@ mod generate;
 mod output;
 mod pass_json;
 mod progress;
+mod service_args;
 mod signals;
 mod simulate;
 mod status;
 mod store;
 mod sync;
+mod upload;
+mod usage;
 
 pub use args::command;
 use args::{Cli, Command, config_path};
 use checkpoint::checkpoint;
-use output::print_out;
-use progress::ProgressBar;
+use service_args::ServiceCommand;
 use simulate::simulate;
 use status::status;
 use store::{backup, migrate, restore};
 use sync::{backfill, run_daemon, sync};
+use usage::UsageError;
 
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
@@ -74,11 +76,6 @@ fn is_configuration_error(err: &anyhow::Error) -> bool {
             || cause.is::<demo::ForeignDirectory>()
     })
 }
-
-/// A usage problem found after parsing (exit code 2).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct UsageError(String);
 
 fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode> {
     let config_path = config_path(matches)?;
@@ -134,6 +131,7 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Status { json } => status(&config, json),
         Command::Check { json } => check::run(&config, json).await,
         Command::Migrate { json } => migrate(&config, json),
+        Command::Service(ServiceCommand::Upload(args)) => upload::run(&config, args).await,
         Command::Service(command) => campaign::run(&config, command).await,
         Command::Backup { path, force, json } => backup(&config, &path, force, json),
         Command::Restore { path, json } => restore(&config, &path, json),
@@ -144,8 +142,4 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
             unreachable!("handled before the configuration is loaded")
         }
     }
-}
-
-fn parse_timestamp(text: &str) -> Result<Timestamp, String> {
-    Timestamp::parse(text).map_err(|e| e.to_string())
 }

@@ -91,5 +91,5 @@ impl PassLine {
 pub(super) fn print(report: &PassReport, dry_run: bool) -> Result<()> {
     let line = serde_json::to_string(&PassLine::new(report, dry_run))
         .context("cannot write a pass as JSON")?;
-    super::print_out(format_args!("{line}\n"))
+    super::output::print_out(format_args!("{line}\n"))
 }

@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use uuid::Uuid;
 
+mod render;
+
+use render::render_status;
+
 use super::destination::Opened;
 use super::output::print_out;
 use crate::config::Config;
@@ -41,7 +45,7 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
         let json = serde_json::to_string_pretty(&rows)?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
     } else {
-        print_out(crate::warehouse::render_status(&rows, now))?;
+        print_out(render_status(&rows, now))?;
     }
     let problems = needing_attention(&rows, &config.sync.schedules);
     if problems.is_empty() {

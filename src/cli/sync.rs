@@ -6,12 +6,12 @@ use std::time::Duration;
 use anyhow::Result;
 use uuid::Uuid;
 
-use super::UsageError;
 use super::args::BackfillArgs;
 use super::output::print_out;
 use super::pass_json;
 use super::progress::{ProgressBar, ProgressLog};
 use super::signals::{cancel_on_signal, refuse_reload_on_sighup};
+use super::usage::UsageError;
 use crate::config::Config;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 

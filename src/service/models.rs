@@ -19,7 +19,7 @@ use super::timestamp::Timestamp;
 mod tolerant {
     use serde::{Deserialize, Deserializer};
 
-    use super::Timestamp;
+    use crate::service::timestamp::Timestamp;
 
     /// `null` reads as the empty value (`"custom_parameters": null` is no parameters).
     pub fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>

@@ -160,7 +160,8 @@ impl TryFrom<OffsetDateTime> for Timestamp {
             .map(Timestamp)
             .ok_or_else(|| TimestampError {
                 value: t.to_string(),
-                reason: "in UTC it falls outside the years 0000 to 9999".to_owned(),
+                // The message names the years and UTC already.
+                reason: "its instant falls outside them".to_owned(),
             })
     }
 }
@@ -237,9 +238,14 @@ mod tests {
             assert_eq!(
                 err.to_string(),
                 format!(
-                    "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): in UTC it falls outside the years 0000 to 9999"
+                    "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): its instant falls outside them"
                 )
             );
+            // Each said once: the value, the years, UTC.
+            let chain = crate::error_chain(&err);
+            for once in [bad, "0000 to 9999", "UTC"] {
+                assert_eq!(chain.matches(once).count(), 1, "{once} in {chain}");
+            }
             assert!(serde_json::from_str::<Timestamp>(&format!("\"{bad}\"")).is_err());
         }
         // The edges themselves are fine, and print back in four digits.

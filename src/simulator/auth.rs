@@ -13,7 +13,8 @@ use serde_json::json;
 use url::form_urlencoded;
 use uuid::Uuid;
 
-use super::{Shared, lock};
+use super::mutex::lock;
+use super::shared::Shared;
 
 impl Shared {
     pub(super) fn issue_token(&self) -> (String, Duration) {

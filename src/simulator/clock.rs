@@ -77,19 +77,19 @@ impl ManualClock {
     }
 
     pub fn now(&self) -> Timestamp {
-        super::lock(&self.0).now()
+        super::mutex::lock(&self.0).now()
     }
 
     /// Moves the clock `by` forward.
     pub fn advance(&self, by: Duration) {
-        let mut clock = super::lock(&self.0);
+        let mut clock = super::mutex::lock(&self.0);
         clock.at = clock.at.saturating_add(by);
     }
 
     /// From now on the clock moves with the machine's, from where it stands: a test holds the
     /// service's time still until an event (e.g. the quota's bucket ran dry), then lets it go.
     pub fn run(&self) {
-        let mut clock = super::lock(&self.0);
+        let mut clock = super::mutex::lock(&self.0);
         if clock.running_since.is_none() {
             clock.at = clock.now();
             clock.running_since = Some(std::time::Instant::now());
@@ -98,7 +98,7 @@ impl ManualClock {
 
     /// Moves the clock forward to `at`; a clock never goes back.
     pub(super) fn advance_to(&self, at: Timestamp) {
-        let mut clock = super::lock(&self.0);
+        let mut clock = super::mutex::lock(&self.0);
         let now = clock.now();
         clock.at = clock.at.saturating_add(at.since(now));
     }

@@ -20,35 +20,21 @@
 //! (`duration`, `retry_intervals`) stay nominal. Ticks fall on that clock too, so under a
 //! test's manual clock the dialer works exactly as far as the test moved the clock.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::life::{self, AttemptPlan, Pace};
+use super::options::DialerOptions;
+use super::seed;
 use super::state::State;
-use super::{DialerOptions, Shared, seed};
 use crate::service::{NewCall, Timestamp};
 
 /// The shortest tick: a zero tick would never let time pass.
-const MIN_TICK: Duration = Duration::from_millis(1);
-
-/// Brings the dialer up to the clock every tick even when no request comes, so a request
-/// never waits for a long backlog of ticks to run.
-pub async fn keep_up(shared: Arc<Shared>, tick: Duration, stop: CancellationToken) {
-    let mut ticker = tokio::time::interval(tick.max(MIN_TICK));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = ticker.tick() => drop(shared.state()),
-        }
-    }
-}
+pub(super) const MIN_TICK: Duration = Duration::from_millis(1);
 
 /// An attempt under way: decided when it started, recorded when it ends.
 struct InFlight {

@@ -16,43 +16,10 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use rand::Rng;
 
-use super::Shared;
+use super::fault_plan::RequestRecord;
+use super::mutex::lock;
 use super::reply::error;
-
-/// Faults injected into `/api/v1` requests; every rate is a probability per request.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FaultPlan {
-    /// 500, 502 (an HTML page) or 503, in turn.
-    pub error_5xx_rate: f64,
-    /// 429 Too Many Requests with `Retry-After: retry_after_secs`.
-    pub rate_429: f64,
-    pub retry_after_secs: u64,
-    /// Answer correctly, but only after `slow_delay`.
-    pub slow_rate: f64,
-    pub slow_delay: Duration,
-    /// Close the connection half way through the body.
-    pub truncate_rate: f64,
-    /// Hold the answer of every write (POST, PATCH) this long after acting on it: a client
-    /// killed or timed out meanwhile never learns that its calls were created.
-    pub hold_write_answers: Duration,
-    /// Act on every write (POST, PATCH) only this long after it arrives, and finish acting
-    /// even if the client has gone meanwhile: a slow service whose work outlives the client's
-    /// timeout, or the client itself.
-    pub delay_writes: Duration,
-    /// A rate limit as a real service has one: requests beyond this many a second (a
-    /// second's worth of burst) are answered 429 without `Retry-After`; 0 for none.
-    pub quota_per_second: u32,
-}
-
-/// One request as the simulator saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestRecord {
-    pub method: String,
-    pub path: String,
-    /// The raw (still encoded) query string.
-    pub query: String,
-    pub status: u16,
-}
+use super::shared::Shared;
 
 enum Fault {
     Status(u16),
@@ -100,11 +67,11 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
     let is_write = request.method() != axum::http::Method::GET;
     let is_list =
         !is_write && path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
-    let gate = super::lock(&shared.list_hold).clone();
+    let gate = lock(&shared.list_hold).clone();
     if let Some(gate) = gate.filter(|_| is_list) {
         gate.pass(path).await;
     }
-    let write_gate = super::lock(&shared.write_hold).clone().filter(|_| is_write);
+    let write_gate = lock(&shared.write_hold).clone().filter(|_| is_write);
     let delay = shared.faults().delay_writes;
     if let Some(gate) = write_gate.as_ref().filter(|_| delay.is_zero()) {
         gate.pass(path).await;
@@ -212,7 +179,7 @@ impl Shared {
         if per_second == 0.0 {
             return false;
         }
-        let mut quota = super::lock(&self.quota);
+        let mut quota = lock(&self.quota);
         let (left, filled) = *quota;
         let now = self.clock.now();
         let left = (left + now.secs_since(filled).max(0.0) * per_second).min(per_second);

@@ -9,28 +9,31 @@
 //! a failing run replays. It reuses `service`'s models; product code never imports it.
 
 mod auth;
+mod bad_body;
 mod clock;
 mod dialer;
+mod fault_plan;
 mod faults;
 mod hold;
 mod life;
+mod mutex;
+mod options;
 mod query;
 mod reply;
 mod routes;
 mod seed;
+mod shared;
 mod state;
 mod validate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::serve::ListenerExt as _;
 
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use tokio::task::JoinHandle;
@@ -39,235 +42,20 @@ use url::Url;
 use uuid::Uuid;
 
 use crate::service::{OutboundCall, Timestamp};
+use mutex::lock;
+use shared::Shared;
 
+pub use bad_body::BadBody;
 pub use clock::{ManualClock, SimClock};
-pub use faults::{FaultPlan, RequestRecord};
+pub use fault_plan::{FaultPlan, RequestRecord};
 pub use hold::RequestHold;
+pub use options::{CallShape, DialerOptions, SimulatorOptions};
 pub use state::Precision;
 
 /// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
 const RUNTIME_STREAM: u64 = 0x7275_6e74_696d_6521;
 /// Mixed into the seed for the dialer's stream.
 const DIALER_STREAM: u64 = 0x6469_616c_6572_2121;
-
-/// Every knob; `Default` is a small, well-behaved service on the system clock.
-
-#[derive(Debug, Clone)]
-pub struct SimulatorOptions {
-    pub precision: Precision,
-    /// Everything random — the seeded data, and at runtime new uids, the dialer's choices and
-    /// injected faults — follows from it: the same seed replays the same run.
-    pub seed: u64,
-    /// Where its "now" comes from; with a [`ManualClock`] and a seed, a run replays
-    /// byte for byte.
-    pub clock: SimClock,
-    /// Schedules created (enabled) at start, each with `calls_per_schedule` calls.
-    pub schedules: usize,
-    pub calls_per_schedule: usize,
-    /// What the seeded calls carry (children per call).
-    pub shape: CallShape,
-    /// List items' attempts omit `call_outcomes` and `call_attempts_variables`.
-    pub summary_list: bool,
-    /// Lifetime of tokens from the OAuth endpoint.
-    pub token_lifetime: Duration,
-    pub dialer: Option<DialerOptions>,
-    /// A change becomes visible only this long after the instant it is stamped with.
-    pub late_commit: Option<Duration>,
-    pub faults: FaultPlan,
-}
-
-impl Default for SimulatorOptions {
-    fn default() -> Self {
-        SimulatorOptions {
-            precision: Precision::Micros,
-            seed: 1,
-            clock: SimClock::System,
-            schedules: 1,
-            calls_per_schedule: 100,
-            shape: CallShape::Varied,
-            summary_list: false,
-            token_lifetime: Duration::from_secs(3600),
-            dialer: None,
-            late_commit: None,
-            faults: FaultPlan::default(),
-        }
-    }
-}
-
-/// What the seeded calls carry.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum CallShape {
-    /// Two custom parameters; about a third of the calls have an attempt history (some
-    /// attempts with an outcome and a variable): about 6 rows a call on average.
-    #[default]
-    Varied,
-    /// Every call worked twice: 4 custom parameters, 2 attempts, each with 2 outcomes and 3
-    /// variables, and 1 notification — 18 rows with the call, as calls with retries carry
-    /// them in a calling campaign (the shape BENCHMARKS.md measures beside `Varied`).
-    Eighteen,
-}
-
-/// The dialer (`dialer.rs`): every `tick` it finishes the attempts whose end has come, lets new
-/// calls arrive now and then, and starts attempts on calls whose time has come.
-///
-/// Spans (ringing, talk, retry intervals, arrivals) are nominal seconds that last
-/// `time_scale` seconds of the simulator's clock each (real seconds on the system clock). `Default` runs 1,000 times faster than real time
-/// (`time_scale` 0.001: a 300 s retry interval passes in 0.3 s) and lets no new calls in, so
-/// that tests and the demo see whole call histories in seconds and keep a known number of
-/// calls; `callsync simulate --dialer` runs [`DialerOptions::endless`].
-#[derive(Debug, Clone)]
-pub struct DialerOptions {
-    /// Ticks fall every `tick` of the simulator's clock (at least 1 ms).
-    pub tick: Duration,
-    /// At most this many attempts start per tick (the lines of the call centre).
-    pub calls_per_tick: usize,
-    /// Clock seconds per nominal second; 1.0 is real time.
-    pub time_scale: f64,
-    /// A batch of 1 to 10 new calls arrives this often (nominal time) on a random enabled
-    /// schedule; `None`: no new calls.
-    pub new_calls_every: Option<Duration>,
-    /// Also make child-only changes (an outcome, a delivered notification) that do NOT bump
-    /// the call's `updated_at`, as the service may.
-    pub child_changes_without_bump: bool,
-}
-
-impl Default for DialerOptions {
-    fn default() -> Self {
-        DialerOptions {
-            tick: Duration::from_millis(50),
-            calls_per_tick: 5,
-            time_scale: 0.001,
-            new_calls_every: None,
-            child_changes_without_bump: false,
-        }
-    }
-}
-
-impl DialerOptions {
-    /// A dialer that never runs out of work, for `callsync simulate --dialer`: 1 to 10 new
-    /// calls every 5 minutes besides the retries, at `time_scale` (1 is real time).
-    pub fn endless(time_scale: f64) -> Self {
-        DialerOptions {
-            time_scale,
-            new_calls_every: Some(Duration::from_secs(300)),
-            ..DialerOptions::default()
-        }
-    }
-}
-
-/// Broken list responses for one schedule, for error-handling tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BadBody {
-    /// `200` with a body that is not JSON.
-    InvalidJson,
-    /// `200` with a call whose `attempts_remaining` is a string.
-    WrongTypes,
-    /// `200` with a call lacking `updated_at`.
-    MissingRequiredField,
-    /// `200` with an HTML error page (a misconfigured proxy).
-    HtmlErrorPage,
-}
-
-impl BadBody {
-    fn respond(self) -> Response {
-        let json = |body: String| {
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                body,
-            )
-                .into_response()
-        };
-        match self {
-            BadBody::InvalidJson => json("{\"data\": [{\"uid\": ".into()),
-            BadBody::WrongTypes => json(
-                r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","attempts_remaining":"four","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#.into(),
-            ),
-            BadBody::MissingRequiredField => json(
-                r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","created_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#.into(),
-            ),
-            BadBody::HtmlErrorPage => (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "text/html")],
-                "<html><body><h1>Service temporarily unavailable</h1></body></html>",
-            )
-                .into_response(),
-        }
-    }
-}
-
-/// What handlers share.
-pub(crate) struct Shared {
-    state: Mutex<state::State>,
-    base_url: Url,
-    client_id: String,
-    client_secret: String,
-    static_token: String,
-    summary_list: bool,
-    token_lifetime: Duration,
-    late_commit: Option<Duration>,
-    clock: SimClock,
-    /// Issued tokens and when they expire.
-    tokens: Mutex<HashMap<String, Timestamp>>,
-    faults: Mutex<FaultPlan>,
-    /// The quota's token bucket: requests left and when it was last filled.
-    quota: Mutex<(f64, Timestamp)>,
-    fault_counter: AtomicUsize,
-    broken: Mutex<HashMap<Uuid, BadBody>>,
-    requests: Mutex<Vec<RequestRecord>>,
-    /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
-    /// log has a request only once it is answered, and its client may be gone before that.
-    delayed_writes: AtomicUsize,
-    /// A test's holds on list requests and on writes (`hold.rs`), if it set them.
-    list_hold: Mutex<Option<Arc<hold::Gate>>>,
-    write_hold: Mutex<Option<Arc<hold::Gate>>>,
-    rng: Mutex<StdRng>,
-    /// Locked only with `state` held, after it.
-    dialer: Option<Mutex<dialer::Dialer>>,
-    dialer_running: AtomicBool,
-}
-
-/// Locks a mutex even if a panicking test thread poisoned it: the data stays usable.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Shared {
-    /// The service's truth, with the dialer's work up to the clock's "now" done first: every
-    /// reader of the state sees what the dialer did by then, whenever its task last ran.
-    fn state(&self) -> MutexGuard<'_, state::State> {
-        let mut state = lock(&self.state);
-        if let Some(dialer) = &self.dialer {
-            lock(dialer).catch_up(
-                &mut state,
-                self.clock.now(),
-                self.dialer_running.load(Ordering::SeqCst),
-                self.late_commit,
-            );
-        }
-        state
-    }
-
-    fn rng(&self) -> MutexGuard<'_, StdRng> {
-        lock(&self.rng)
-    }
-
-    fn faults(&self) -> FaultPlan {
-        lock(&self.faults).clone()
-    }
-
-    fn next_fault_index(&self) -> usize {
-        self.fault_counter.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn broken(&self, schedule: Uuid) -> Option<BadBody> {
-        lock(&self.broken).get(&schedule).copied()
-    }
-
-    fn log_request(&self, record: RequestRecord) {
-        lock(&self.requests).push(record);
-    }
-}
 
 /// A running simulator; dropping it does not stop it, [`Simulator::shutdown`] does.
 pub struct Simulator {
@@ -280,7 +68,7 @@ pub struct Simulator {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr}: {source}")]
+#[error("cannot listen on {addr}")]
 pub struct SimulatorError {
     addr: SocketAddr,
     #[source]
@@ -361,7 +149,7 @@ impl Simulator {
                 .await;
         })];
         if let Some(dialer) = options.dialer {
-            tasks.push(tokio::spawn(dialer::keep_up(
+            tasks.push(tokio::spawn(shared::keep_up(
                 shared.clone(),
                 dialer.tick,
                 stop.clone(),
@@ -552,5 +340,25 @@ impl Simulator {
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_in_use_is_named_once_and_its_cause_once() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        let Err(err) = Simulator::start(addr, SimulatorOptions::default()).await else {
+            panic!("the simulator listened on {addr}, which is taken");
+        };
+        crate::assert_each_cause_once(&err);
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert_eq!(
+            crate::error_chain(&err),
+            format!("cannot listen on {addr}: {cause}")
+        );
     }
 }

@@ -17,7 +17,6 @@ use axum::{Json, Router};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::Shared;
 use super::auth::token;
 use super::life;
 use super::query::{ListParams, parse_list_query, parse_post_query};
@@ -25,6 +24,7 @@ use super::reply::{
     Fail, JsonBody, Reply, bad_request, fail, json_body, json_errors, not_found, not_found_error,
     parse_uid,
 };
+use super::shared::Shared;
 use super::state::Refusal;
 use super::validate::{self, Problem};
 use crate::service::{
@@ -250,7 +250,7 @@ async fn list_calls(
     let schedule = parse_uid(&uid, "schedule")?;
     let params = parse_list_query(query.as_deref()).map_err(bad_request)?;
     if let Some(bad) = shared.broken(schedule) {
-        return Ok(super::BadBody::respond(bad));
+        return Ok(bad.respond());
     }
     let page = {
         let mut state = shared.state();

@@ -13,8 +13,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::Map;
 use uuid::Uuid;
 
-use super::CallShape;
 use super::life::{self, AttemptPlan, Pace};
+use super::options::CallShape;
 use super::state::{CallState, State};
 use crate::service::{
     Attempt, AttemptVariable, CallFlow, Campaign, NewCall, Notification, OutboundCall, Outcome,

@@ -1,6 +1,10 @@
 //! The first pass over the file: every row mapped and validated, nothing sent.
 
-use super::*;
+use super::columns::Columns;
+use super::error::UploadError;
+use super::job::{Checked, MAX_LISTED_PROBLEMS, UploadOptions};
+use super::problem::RowProblem;
+use super::rows::{Row, Rows};
 use crate::service::{MAX_BULK, new_call_problems};
 use crate::warehouse::SeenExternalIds;
 

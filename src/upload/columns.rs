@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::*;
+use super::error::UploadError;
 use crate::service::NewCall;
 
 /// The call fields a column can fill.

@@ -4,7 +4,11 @@
 use futures::StreamExt;
 use uuid::Uuid;
 
-use super::*;
+use super::error::UploadError;
+use super::job::{Checked, MAX_LISTED_PROBLEMS, UploadOptions};
+use super::problem::RowProblem;
+use super::rows::{Chunk, Rows};
+use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::sync::cursor::{PageWalker, RowKey, WalkLimits};

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::*;
+use super::columns::Columns;
+use super::error::UploadError;
+use super::job::UploadOptions;
 use crate::service::{MAX_BULK, NewCall};
 
 /// A reader that hashes what passes through it.

@@ -1,12 +1,18 @@
 //! The second pass: the checked file sent chunk by chunk, each recorded in the ledger before
 //! and after its request, a chunk whose answer was lost looked up until it settles.
 
-use futures::StreamExt;
-use uuid::Uuid;
+use std::time::Duration;
 
-use super::*;
-use crate::api::{ApiClient, ApiError, Counters, ListQuery};
-use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
+use super::columns::Columns;
+use super::error::UploadError;
+use super::existing::{InSchedule, refuse_rows_already_there, whole_chunk};
+use super::job::{Checked, MAX_LISTED_PROBLEMS, UploadOptions, UploadProgress, UploadSummary};
+use super::plan::{self, Answer, InWindow, Ledger, Listed, Lookup, Refusal, Step, Stop};
+use super::problem::RowProblem;
+use super::rows::{Chunk, Rows};
+use super::sender::Sender;
+use crate::api::{ApiClient, ApiError, Counters};
+use crate::service::Timestamp;
 use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
 
 /// Sends a checked file, chunk by chunk, skipping what an earlier run created. First the
@@ -75,6 +81,10 @@ pub async fn send(
     Ok(summary)
 }
 
+/// The first and the longest pause between lookups of a chunk whose answer was lost.
+const FIRST_POLL: Duration = Duration::from_millis(250);
+const LONGEST_POLL: Duration = Duration::from_secs(5);
+
 /// What became of one chunk of the file.
 #[derive(Debug, Default)]
 pub(super) struct ChunkOutcome {
@@ -104,28 +114,9 @@ impl UploadSummary {
     }
 }
 
-/// What a lookup by external_id found of a chunk.
-pub(super) enum Found {
-    Nothing,
-    /// Every row, with its call's uid, in row order.
-    All(Vec<Uuid>),
-    /// The first rows but not all (a service still creating them, or rows made elsewhere).
-    Partly(String),
-}
-
-/// Lookups of one chunk in flight at once; the client's limiter paces them.
-pub(super) const LOOKUP_CONCURRENCY: usize = 8;
-
-/// What sending a chunk needs, for the whole upload.
-pub(super) struct Sender<'a> {
-    pub(super) client: &'a ApiClient,
-    pub(super) options: &'a UploadOptions,
-    pub(super) columns: Columns,
-    pub(super) counters: Counters,
-    pub(super) progress: &'a dyn UploadProgress,
-}
-
 impl Sender<'_> {
+    /// One chunk, step by step as the plan decides ([`plan`]): here the ledger is written,
+    /// the requests sent and the lookups waited for, each bringing the plan its next event.
     pub(super) async fn send_chunk(
         &self,
         warehouse: &mut Warehouse,
@@ -139,49 +130,96 @@ impl Sender<'_> {
         // only rows ever sent, so finding one of them later proves the chunk was created.
         let new = chunk.only(|i| present[i].is_empty());
         let skipped = n - new.calls.len() as u64;
-        let found = |rows: u64| ChunkOutcome {
-            found: rows,
-            skipped: n - rows,
+        let found = |calls: u64| ChunkOutcome {
+            found: calls,
+            skipped: n - calls,
             ..ChunkOutcome::default()
         };
-        match warehouse.chunk_state(key)? {
-            Some(ChunkState::Created(uids)) => return Ok(found((uids.len() as u64).min(n))),
-            // Sent by a run that never saw the answer: the service may still be at it.
-            Some(ChunkState::Sent { at }) => {
-                if let Some(uids) = whole_chunk(&present) {
+        let ledger = match warehouse.chunk_state(key)? {
+            Some(ChunkState::Created(uids)) => Ledger::Created {
+                calls: (uids.len() as u64).min(n),
+            },
+            Some(ChunkState::Sent { at }) => Ledger::Sent { at },
+            None => Ledger::Unknown,
+        };
+        let listed = Listed {
+            every_row: whole_chunk(&present),
+            rows_to_send: !new.calls.is_empty(),
+            lookable: new.has_external_ids(),
+        };
+        let mut step = plan::on_arrival(ledger, listed);
+        loop {
+            step = match step {
+                Step::CountFound { calls } => return Ok(found(calls)),
+                Step::RecordFound { uids, record_sent } => {
+                    if record_sent {
+                        warehouse.chunk_sent(key, chunk.last_line(), chunk.calls.len())?;
+                    }
                     warehouse.chunk_created(key, &uids)?;
-                    self.found_already(chunk);
-                    return Ok(found(n));
-                }
-                if new.calls.is_empty() {
-                    return Err(self.partly_there(
-                        chunk,
-                        "every row's external_id is in the schedule, some more than once".into(),
-                    ));
-                }
-                if let Some(uids) = self.settle(&new, at).await? {
-                    warehouse.chunk_created(key, &uids)?;
-                    self.found_already(chunk);
+                    tracing::info!(
+                        first_line = chunk.first_line(),
+                        last_line = chunk.last_line(),
+                        "chunk found created already"
+                    );
                     return Ok(found(uids.len() as u64));
                 }
-            }
-            // Not in the ledger: its rows are found in the schedule by another file with the
-            // same contacts, or a ledger lost with its warehouse.
-            None => {
-                if let Some(uids) = whole_chunk(&present) {
-                    warehouse.chunk_sent(key, chunk.last_line(), chunk.calls.len())?;
-                    warehouse.chunk_created(key, &uids)?;
-                    self.found_already(chunk);
-                    return Ok(found(n));
+                Step::Skip => {
+                    return Ok(ChunkOutcome {
+                        skipped,
+                        ..ChunkOutcome::default()
+                    });
                 }
-            }
+                Step::Send { attempt } => {
+                    Self::say_skipped(chunk, skipped);
+                    self.send_try(warehouse, key, chunk.last_line(), &new, attempt)
+                        .await?
+                }
+                Step::SendUnconfirmed => {
+                    tracing::warn!(
+                        first_line = new.first_line(),
+                        "rows without external_id cannot be looked up: sending the chunk again may duplicate it"
+                    );
+                    Self::say_skipped(chunk, skipped);
+                    self.send_try(warehouse, key, chunk.last_line(), &new, 1)
+                        .await?
+                }
+                Step::SendAgain { attempt, lost } => {
+                    tracing::warn!(
+                        first_line = new.first_line(),
+                        last_line = new.last_line(),
+                        error = %lost,
+                        "the chunk did not show in the service within the settle window; sending it again"
+                    );
+                    self.send_try(warehouse, key, chunk.last_line(), &new, attempt)
+                        .await?
+                }
+                Step::Settle { sent_by, since } => {
+                    plan::on_lookup(sent_by, self.settle(&new, since).await?)
+                }
+                Step::RecordCreated { uids } => {
+                    warehouse.chunk_created(key, &uids)?;
+                    return Ok(ChunkOutcome {
+                        created: uids.len() as u64,
+                        skipped,
+                        ..ChunkOutcome::default()
+                    });
+                }
+                Step::RecordRefused(refusal, err) => {
+                    warehouse.chunk_not_created(key)?;
+                    return Ok(ChunkOutcome {
+                        refused: new.calls.len() as u64,
+                        problems: self.refused(&new, refusal, err)?,
+                        skipped,
+                        ..ChunkOutcome::default()
+                    });
+                }
+                Step::Stop(stop) => return Err(self.stopped(chunk, &new, stop)),
+            };
         }
-        if new.calls.is_empty() {
-            return Ok(ChunkOutcome {
-                skipped,
-                ..ChunkOutcome::default()
-            });
-        }
+    }
+
+    /// Rows left out of the chunk sent, their external_id in the schedule already.
+    fn say_skipped(chunk: &Chunk, skipped: u64) {
         if skipped > 0 {
             tracing::info!(
                 first_line = chunk.first_line(),
@@ -190,147 +228,126 @@ impl Sender<'_> {
                 "rows whose external_id is in the schedule already are not sent"
             );
         }
-        let outcome = self.create(warehouse, key, chunk.last_line(), &new).await?;
-        Ok(ChunkOutcome { skipped, ..outcome })
     }
 
-    pub(super) fn found_already(&self, chunk: &Chunk) {
-        tracing::info!(
-            first_line = chunk.first_line(),
-            last_line = chunk.last_line(),
-            "chunk found created already"
-        );
-    }
-
-    /// Sends the chunk's `new` rows (the ledger's `last_line` is the file chunk's) until the
-    /// service answers, or a lost answer is settled.
-    pub(super) async fn create(
+    /// Try `attempt` at sending the chunk's `new` rows (the ledger's `last_line` is the file
+    /// chunk's): recorded in the ledger as sent before the request goes out; the answer is
+    /// the plan's next event.
+    async fn send_try(
         &self,
         warehouse: &mut Warehouse,
         key: &ChunkKey,
         last_line: u64,
         new: &Chunk,
-    ) -> Result<ChunkOutcome, UploadError> {
-        let (first_line, last_sent) = (new.first_line(), new.last_line());
-        let created = |uids: &[Uuid]| ChunkOutcome {
-            created: uids.len() as u64,
-            ..ChunkOutcome::default()
-        };
-        for tries in 1..=MAX_CHUNK_TRIES {
-            let sent_at = warehouse.chunk_sent(key, last_line, new.calls.len())?;
-            let sent = self
-                .client
-                .create_calls(
-                    self.options.schedule,
-                    new.calls.clone(),
-                    self.options.force,
-                    &self.counters,
-                )
-                .await;
-            let err = match sent {
-                Ok(uids) => {
-                    warehouse.chunk_created(key, &uids)?;
-                    return Ok(created(&uids));
-                }
-                Err(err) => err,
-            };
+        attempt: u32,
+    ) -> Result<Step<ApiError>, UploadError> {
+        let sent_at = warehouse.chunk_sent(key, last_line, new.calls.len())?;
+        let sent = self
+            .client
+            .create_calls(
+                self.options.schedule,
+                new.calls.clone(),
+                self.options.force,
+                &self.counters,
+            )
+            .await;
+        let answer = match sent {
+            Ok(uids) => Answer::Created(uids),
             // An answer saying no: all or nothing, so nothing was created.
-            if err.status().is_some_and(|s| s.is_client_error()) {
-                warehouse.chunk_not_created(key)?;
-                let problems = self.refused(new, err)?;
-                return Ok(ChunkOutcome {
-                    refused: new.calls.len() as u64,
-                    problems,
-                    ..ChunkOutcome::default()
-                });
+            Err(err) if err.status().is_some_and(|s| s.is_client_error()) => {
+                Answer::Refused(self.refusal(new, &err), err)
             }
             // No answer, or a 5xx: the service may have created the chunk, or may still.
-            if !new.has_external_ids() {
-                return Err(UploadError::Unknowable {
-                    first_line,
-                    last_line: last_sent,
-                    cause: Box::new(err),
-                });
-            }
-            if let Some(uids) = self.settle(new, sent_at).await? {
-                warehouse.chunk_created(key, &uids)?;
-                return Ok(created(&uids));
-            }
-            if tries == MAX_CHUNK_TRIES {
-                return Err(UploadError::GaveUp {
-                    first_line,
-                    last_line: last_sent,
-                    cause: Box::new(err),
-                });
-            }
-            tracing::warn!(
-                first_line,
-                last_line = last_sent,
-                error = %err,
-                "the chunk did not show in the service within the settle window; sending it again"
-            );
-        }
-        unreachable!("the last try returns")
+            Err(err) => Answer::Lost(err),
+        };
+        Ok(plan::on_answer(
+            attempt,
+            sent_at,
+            answer,
+            new.has_external_ids(),
+        ))
     }
 
-    /// A refusal: of rows (a 400 pointing into the chunk), reported and passed over; of the
-    /// request itself (an enabled schedule, a wrong uid, a 400 about no row), the end.
-    pub(super) fn refused(
+    /// What a 4xx refused: rows (a 400 pointing into the chunk), the schedule (a 404), or
+    /// the request itself (an enabled schedule, a 400 about no row).
+    fn refusal(&self, chunk: &Chunk, err: &ApiError) -> Refusal {
+        if err.is_not_found() {
+            return Refusal::ScheduleNotFound;
+        }
+        let (_, about_rows) = refused_rows(err, chunk, &self.columns);
+        if err.is_bad_request() && about_rows {
+            Refusal::ForItsRows
+        } else {
+            Refusal::TheRequest
+        }
+    }
+
+    /// A refusal of rows, reported and passed over; of the schedule or the request, the end.
+    fn refused(
         &self,
         chunk: &Chunk,
+        refusal: Refusal,
         err: ApiError,
     ) -> Result<Vec<RowProblem>, UploadError> {
-        if err.is_not_found() {
-            return Err(UploadError::ScheduleNotFound {
+        let (problems, _) = refused_rows(&err, chunk, &self.columns);
+        match refusal {
+            Refusal::ForItsRows => {
+                tracing::warn!(
+                    first_line = chunk.first_line(),
+                    last_line = chunk.last_line(),
+                    problems = problems.len(),
+                    "the service refused the chunk for its rows; going on with the next"
+                );
+                Ok(problems)
+            }
+            Refusal::ScheduleNotFound => Err(UploadError::ScheduleNotFound {
                 schedule: self.options.schedule,
                 sent_before: false,
-            });
+            }),
+            Refusal::TheRequest => Err(UploadError::Refused {
+                first_line: chunk.first_line(),
+                last_line: chunk.last_line(),
+                problems,
+                cause: Box::new(err),
+            }),
         }
-        let (problems, about_rows) = refused_rows(&err, chunk, &self.columns);
-        if err.is_bad_request() && about_rows {
-            tracing::warn!(
-                first_line = chunk.first_line(),
-                last_line = chunk.last_line(),
-                problems = problems.len(),
-                "the service refused the chunk for its rows; going on with the next"
-            );
-            return Ok(problems);
-        }
-        Err(UploadError::Refused {
-            first_line: chunk.first_line(),
-            last_line: chunk.last_line(),
-            problems,
-            cause: Box::new(err),
-        })
     }
 
-    /// The uids of a chunk sent at `sent_at` without an answer: looked for until it shows or
-    /// the settle window after `sent_at` has passed (`None`: not created, safe to send).
+    /// The error that stops the upload at `chunk`, whose `new` rows were to be sent.
+    fn stopped(&self, chunk: &Chunk, new: &Chunk, stop: Stop<ApiError>) -> UploadError {
+        let (first_line, last_line) = (new.first_line(), new.last_line());
+        match stop {
+            Stop::PartlyThere(problem) => self.partly_there(chunk, problem),
+            Stop::Unknowable(err) => UploadError::Unknowable {
+                first_line,
+                last_line,
+                cause: Box::new(err),
+            },
+            Stop::GaveUp(err) => UploadError::GaveUp {
+                first_line,
+                last_line,
+                cause: Box::new(err),
+            },
+        }
+    }
+
+    /// The rows of `chunk`, sent at `sent_at` without an answer, looked for until they show
+    /// or the settle window after `sent_at` has passed.
     pub(super) async fn settle(
         &self,
         chunk: &Chunk,
         sent_at: Timestamp,
-    ) -> Result<Option<Vec<Uuid>>, UploadError> {
-        if !chunk.has_external_ids() {
-            tracing::warn!(
-                first_line = chunk.first_line(),
-                "rows without external_id cannot be looked up: sending the chunk again may duplicate it"
-            );
-            return Ok(None);
-        }
+    ) -> Result<Lookup, UploadError> {
         let deadline = sent_at.saturating_add(self.options.settle);
         let mut pause = FIRST_POLL;
         let mut told = false;
         let result = loop {
             let found = self.look_up(chunk).await?;
             let left = deadline.since(Timestamp::now());
-            match found {
-                Found::All(uids) => break Ok(Some(uids)),
-                Found::Nothing if left.is_zero() => break Ok(None),
-                Found::Partly(problem) if left.is_zero() => {
-                    break Err(self.partly_there(chunk, problem));
-                }
-                Found::Nothing | Found::Partly(_) => {}
+            match plan::in_window(found, left.is_zero()) {
+                InWindow::Done(lookup) => break Ok(lookup),
+                InWindow::PartlyThere(problem) => break Err(self.partly_there(chunk, problem)),
+                InWindow::LookAgain => {}
             }
             if !told {
                 told = true;
@@ -351,173 +368,6 @@ impl Sender<'_> {
             self.progress.waiting(None);
         }
         result
-    }
-
-    /// Whether the service created the chunk, and its calls' uids: a few requests whatever
-    /// its size. None of the chunk's external_ids was in the schedule before it was sent and
-    /// the bulk endpoint is all or nothing, so its first row tells (one request); the calls
-    /// of a created chunk were stamped when it was created, so the listing of what changed
-    /// since then holds them (its first [`MAX_PAGE_SIZE`]-call pages, fetched at once). A row
-    /// not in those pages (a busy schedule, a service that stamps otherwise) is asked for
-    /// alone.
-    pub(super) async fn look_up(&self, chunk: &Chunk) -> Result<Found, UploadError> {
-        let first = chunk.calls[0].external_id.as_deref().unwrap_or_default();
-        let probe = self.with_external_id(chunk, first).await?;
-        let created_at = match probe.as_slice() {
-            [] => return Ok(Found::Nothing),
-            [call] => call.created_at,
-            many => {
-                return Err(self.partly_there(
-                    chunk,
-                    format!(
-                        "external_id {first:?} (line {}) has {} calls in the schedule",
-                        chunk.first_line(),
-                        many.len()
-                    ),
-                ));
-            }
-        };
-        let mut found = vec![Vec::new(); chunk.calls.len()];
-        let rows: std::collections::HashMap<&str, usize> = chunk
-            .calls
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.external_id.as_deref().map(|id| (id, i)))
-            .collect();
-        let mut note = |calls: &[OutboundCall]| {
-            for call in calls {
-                let row = call.external_id.as_deref().and_then(|id| rows.get(id));
-                if let Some(&i) = row
-                    && !found[i].contains(&call.uid)
-                {
-                    found[i].push(call.uid);
-                }
-            }
-        };
-        let page_one = self.changed_since(chunk, created_at, 1).await?;
-        note(&page_one.data);
-        let wanted = (chunk.calls.len() as u64).div_ceil(u64::from(MAX_PAGE_SIZE)) + 1;
-        let pages = page_one
-            .pagination
-            .as_ref()
-            .map_or(wanted, |p| p.total_pages.min(wanted));
-        let mut more = futures::stream::iter(2..=pages)
-            .map(|page| self.changed_since(chunk, created_at, page as u32))
-            .buffer_unordered(LOOKUP_CONCURRENCY);
-        while let Some(page) = more.next().await {
-            note(&page?.data);
-        }
-        drop(more);
-        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_empty()).collect();
-        if !missing.is_empty() {
-            tracing::debug!(
-                missing = missing.len(),
-                "rows not listed among the calls changed since the chunk was created: asked for one by one"
-            );
-        }
-        let mut alone = futures::stream::iter(missing)
-            .map(|i| async move {
-                let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
-                (i, self.with_external_id(chunk, id).await)
-            })
-            .buffer_unordered(LOOKUP_CONCURRENCY);
-        while let Some((i, calls)) = alone.next().await {
-            found[i] = calls?.iter().map(|c| c.uid).collect();
-        }
-        drop(alone);
-        let mut uids = Vec::with_capacity(found.len());
-        for (i, calls) in found.iter().enumerate() {
-            let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
-            let line = chunk.lines[i];
-            match calls.as_slice() {
-                [uid] => uids.push(*uid),
-                [] => {
-                    return Ok(Found::Partly(format!(
-                        "external_id {id:?} (line {line}) is not in the schedule, though the chunk's first row (line {}) is",
-                        chunk.first_line()
-                    )));
-                }
-                many => {
-                    return Err(self.partly_there(
-                        chunk,
-                        format!(
-                            "external_id {id:?} (line {line}) has {} calls in the schedule",
-                            many.len()
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(Found::All(uids))
-    }
-
-    /// The schedule's calls with this external_id (at most two: one more than expected).
-    pub(super) async fn with_external_id(
-        &self,
-        chunk: &Chunk,
-        external_id: &str,
-    ) -> Result<Vec<OutboundCall>, UploadError> {
-        let filter = ListFilter {
-            external_id: Some(external_id.to_owned()),
-            ..ListFilter::default()
-        };
-        let query = ListQuery {
-            updated_after: None,
-            page: 1,
-            page_size: 2,
-            filter: &filter,
-        };
-        self.list(chunk, &query).await.map(|page| page.data)
-    }
-
-    /// A page of the schedule's calls changed at or after `since`.
-    pub(super) async fn changed_since(
-        &self,
-        chunk: &Chunk,
-        since: Timestamp,
-        page: u32,
-    ) -> Result<CallPage, UploadError> {
-        let filter = ListFilter::default();
-        let query = ListQuery {
-            updated_after: Some(since),
-            page,
-            page_size: MAX_PAGE_SIZE,
-            filter: &filter,
-        };
-        self.list(chunk, &query).await
-    }
-
-    pub(super) async fn list(
-        &self,
-        chunk: &Chunk,
-        query: &ListQuery<'_>,
-    ) -> Result<CallPage, UploadError> {
-        self.client
-            .list_calls(self.options.schedule, query, &self.counters)
-            .await
-            .map(|listed| listed.page)
-            .map_err(|err| {
-                if err.is_not_found() {
-                    UploadError::ScheduleNotFound {
-                        schedule: self.options.schedule,
-                        sent_before: false,
-                    }
-                } else {
-                    UploadError::Unconfirmed {
-                        first_line: chunk.first_line(),
-                        last_line: chunk.last_line(),
-                        cause: Box::new(err),
-                    }
-                }
-            })
-    }
-
-    pub(super) fn partly_there(&self, chunk: &Chunk, problem: String) -> UploadError {
-        UploadError::PartlyThere {
-            first_line: chunk.first_line(),
-            last_line: chunk.last_line(),
-            problem,
-        }
     }
 }
 

@@ -1,4 +1,9 @@
-use super::columns::spreadsheet_column;
+use std::path::Path;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use super::columns::{Columns, spreadsheet_column};
 use super::existing::ask_each_row;
 use super::send::locate;
 use super::*;

@@ -1,7 +1,6 @@
 //! Reading the warehouse back: per-schedule status (`callsync status`) and snapshots (tests).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use rusqlite::types::Value;
 use serde::Serialize;
@@ -169,8 +168,9 @@ pub struct RunSummary {
     pub host: Option<String>,
     pub instance: Option<String>,
     pub pid: Option<i64>,
+    /// `None` while it runs ([`Self::outcome`] says `Running`).
     #[serde(skip)]
-    pub(super) outcome: Option<PassOutcome>,
+    pub outcome: Option<PassOutcome>,
 }
 
 /// How a pass recorded in `sync_runs` ended.
@@ -537,144 +537,6 @@ fn diff_table(table: &str, left: &[Row], right: &[Row], out: &mut Vec<String>) {
     }
 }
 
-/// `callsync status` as a table for a terminal.
-pub fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
-    if rows.is_empty() {
-        return "no schedule has been synced into this warehouse yet\n".to_owned();
-    }
-    let mut out = String::new();
-    for s in rows {
-        let lag = s
-            .cursor
-            .as_deref()
-            .and_then(|c| Timestamp::parse(c).ok())
-            .map(|c| format!("{:.0}s", now.secs_since(c)))
-            .unwrap_or_else(|| "-".into());
-        match &s.schedule_name {
-            Some(name) => {
-                let _ = writeln!(out, "schedule {}  \"{name}\"", s.schedule_uid);
-            }
-            None => {
-                let _ = writeln!(out, "schedule {}", s.schedule_uid);
-            }
-        }
-        if let Some(since) = &s.busy_since {
-            let _ = writeln!(
-                out,
-                "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  cursor       {}  (lag {lag})",
-            s.cursor.as_deref().unwrap_or("none")
-        );
-        match &s.last_run {
-            Some(run) => {
-                let result = match run.outcome() {
-                    PassOutcome::Behind => format!(
-                        "BEHIND the service by {:.0}s{}",
-                        run.lag_secs.unwrap_or_default(),
-                        slowed_by_text(&run.slowed_by())
-                    ),
-                    PassOutcome::Running => "running, or the process died".to_owned(),
-                    PassOutcome::Interrupted => {
-                        "interrupted by shutdown (the next pass resumes)".to_owned()
-                    }
-                    PassOutcome::Failed => {
-                        format!("FAILED: {}", run.error.as_deref().unwrap_or_default())
-                    }
-                    PassOutcome::Completed => "ok".to_owned(),
-                };
-                let _ = writeln!(
-                    out,
-                    "  last pass    {} started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
-                    run.kind,
-                    run.started_at,
-                    run.walked_by()
-                        .map(|by| format!(" by {by}"))
-                        .unwrap_or_default(),
-                    run.pages,
-                    run.calls_seen,
-                    run.calls_written,
-                    run.requests,
-                    run.retries
-                );
-            }
-            None if s.never_synced => {
-                let _ = writeln!(
-                    out,
-                    "  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)"
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  last pass    none");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "  last success {}",
-            s.last_success_at.as_deref().unwrap_or("never")
-        );
-        if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
-            let ticks = if ticks >= TICKS_COUNTED {
-                format!("{TICKS_COUNTED} or more")
-            } else {
-                ticks.to_string()
-            };
-            if s.never_synced {
-                let _ = writeln!(
-                    out,
-                    "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
-                );
-            } else if let Some(since) = &s.busy_since {
-                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
-                let _ = writeln!(
-                    out,
-                    "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
-                    last.as_deref().unwrap_or("?")
-                );
-            } else {
-                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
-                let _ = writeln!(
-                    out,
-                    "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
-                    last.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        if s.falling_behind {
-            let _ = writeln!(
-                out,
-                "  FALLING BEHIND: the last {} passes ended behind the service{}; see README, \"Falling behind\"",
-                s.behind_passes,
-                slowed_by_text(&s.slowed_by)
-            );
-        }
-        if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
-            let _ = writeln!(
-                out,
-                "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
-                run.future_rows
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
-            s.calls, s.attempts, s.outcomes, s.variables, s.notifications
-        );
-    }
-    out
-}
-
-fn slowed_by_text(reasons: &[String]) -> String {
-    if reasons.is_empty() {
-        String::new()
-    } else {
-        format!(" (slowed by {})", reasons.join(", "))
-    }
-}
-
 fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let finished_at: Option<String> = r.get(2)?;
     let outcome: Option<String> = r.get(9)?;
@@ -737,7 +599,8 @@ impl RunSummary {
         self.outcome.unwrap_or(PassOutcome::Running)
     }
 
-    pub(super) fn slowed_by(&self) -> Vec<String> {
+    /// What held the pass back (`rate limit`, `detail fetches`, `errors and retries`).
+    pub fn slowed_by(&self) -> Vec<String> {
         let n = |v: i64| u64::try_from(v).unwrap_or_default();
         let stats = RunStats {
             pages: n(self.pages),

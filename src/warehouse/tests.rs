@@ -934,19 +934,15 @@ fn status_reports_runs_checkpoints_and_counts() {
         ),
         (1, 2, 2, 2, 1)
     );
-    let text = render_status(&status, ts("2026-01-01T00:11:00Z"));
-    assert!(text.contains("lag 60s"), "{text}");
-    assert!(text.contains("FAILED: HTTP 503"), "{text}");
+    assert_eq!(last.outcome(), PassOutcome::Failed);
     let json = serde_json::to_value(&status[0]).unwrap();
     assert_eq!(json["lag_secs"], json!(6610.5));
     assert_eq!(json["last_result"], json!("failed"));
     assert_eq!(json["last_run"]["error"], json!("HTTP 503"));
-    // Who walked the pass: in the text and the JSON.
-    assert!(
-        text.contains(
-            "last pass    backfill started 2026-01-01T02:00:00.000000Z by blue on db-host pid 4242:"
-        ),
-        "{text}"
+    // Who walked the pass (the text `status` prints is tested in cli/status/render.rs).
+    assert_eq!(
+        last.walked_by().as_deref(),
+        Some("blue on db-host pid 4242")
     );
     assert_eq!(
         (
@@ -1068,32 +1064,18 @@ fn status_says_when_no_pass_has_been_recorded_for_several_ticks() {
         (None, false)
     );
     assert_eq!(status.last_recorded_at(), Some(ts("2026-01-01T02:00:01Z")));
-    let says = "NO PASS RECORDED";
 
     status.set_ticks_since_last_pass(2);
     assert!(!status.no_recent_pass);
-    let text = render_status(std::slice::from_ref(&status), now);
-    assert!(!text.contains(says), "{text}");
 
     status.set_ticks_since_last_pass(3);
     assert!(status.no_recent_pass);
-    let text = render_status(std::slice::from_ref(&status), now);
-    assert!(
-        text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01.000000Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
-        "{text}"
-    );
     let json = serde_json::to_value(&status).unwrap();
     assert_eq!(json["ticks_since_last_pass"], json!(3));
     assert_eq!(json["no_recent_pass"], json!(true));
 
     status.set_ticks_since_last_pass(TICKS_COUNTED);
-    let text = render_status(std::slice::from_ref(&status), now);
-    assert!(
-        text.contains(&format!(
-            "NO PASS RECORDED for {TICKS_COUNTED} or more ticks of sync.cron"
-        )),
-        "{text}"
-    );
+    assert_eq!(status.ticks_since_last_pass, Some(TICKS_COUNTED));
 
     // A pass that has not ended counts from its start.
     w.start_run(
@@ -1156,11 +1138,6 @@ fn status_says_a_schedule_falls_behind_and_why() {
         json!("2026-01-01T00:59:59.000000Z")
     );
     assert_eq!(json["last_run"]["throttled_secs"], json!(6.0));
-    let text = render_status(std::slice::from_ref(two), ts("2026-01-01T02:00:00Z"));
-    assert!(
-        text.contains("FALLING BEHIND: the last 2 passes ended behind the service (slowed by rate limit, detail fetches)"),
-        "{text}"
-    );
     pass(&mut w, RunOutcome::Completed, RunStats::default());
     let caught_up = &w.status_at(ts("2026-01-01T02:00:00Z")).unwrap()[0];
     assert_eq!(
@@ -1177,8 +1154,6 @@ fn a_lag_is_shown_as_it_is_negative_included() {
         .unwrap();
     let status = &w.status_at(ts("2026-01-01T00:00:30Z")).unwrap()[0];
     assert_eq!(status.lag_secs, Some(-30.0));
-    let text = render_status(std::slice::from_ref(status), ts("2026-01-01T00:00:30Z"));
-    assert!(text.contains("(lag -30s)"), "{text}");
 }
 
 #[test]

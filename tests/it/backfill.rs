@@ -323,7 +323,7 @@ async fn instants_beyond_year_9999_in_utc_are_usage_errors_not_panics() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
             stderr.contains(&format!(
-                "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): in UTC it falls outside the years 0000 to 9999"
+                "`{bad}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): its instant falls outside them"
             )),
             "{args:?}: {stderr}"
         );

@@ -1,0 +1,260 @@
+//! `callsync status` as text for a terminal: the warehouse returns the schedules' state
+//! ([`ScheduleStatus`]), this renders it.
+
+use std::fmt::Write as _;
+
+use crate::service::Timestamp;
+use crate::warehouse::{LATE_PASS_TICKS, PassOutcome, ScheduleStatus, TICKS_COUNTED};
+
+/// `callsync status` as a table for a terminal.
+pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
+    if rows.is_empty() {
+        return "no schedule has been synced into this warehouse yet\n".to_owned();
+    }
+    let mut out = String::new();
+    for s in rows {
+        let lag = s
+            .cursor
+            .as_deref()
+            .and_then(|c| Timestamp::parse(c).ok())
+            .map(|c| format!("{:.0}s", now.secs_since(c)))
+            .unwrap_or_else(|| "-".into());
+        match &s.schedule_name {
+            Some(name) => {
+                let _ = writeln!(out, "schedule {}  \"{name}\"", s.schedule_uid);
+            }
+            None => {
+                let _ = writeln!(out, "schedule {}", s.schedule_uid);
+            }
+        }
+        if let Some(since) = &s.busy_since {
+            let _ = writeln!(
+                out,
+                "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  cursor       {}  (lag {lag})",
+            s.cursor.as_deref().unwrap_or("none")
+        );
+        match &s.last_run {
+            Some(run) => {
+                let result = match run.outcome() {
+                    PassOutcome::Behind => format!(
+                        "BEHIND the service by {:.0}s{}",
+                        run.lag_secs.unwrap_or_default(),
+                        slowed_by_text(&run.slowed_by())
+                    ),
+                    PassOutcome::Running => "running, or the process died".to_owned(),
+                    PassOutcome::Interrupted => {
+                        "interrupted by shutdown (the next pass resumes)".to_owned()
+                    }
+                    PassOutcome::Failed => {
+                        format!("FAILED: {}", run.error.as_deref().unwrap_or_default())
+                    }
+                    PassOutcome::Completed => "ok".to_owned(),
+                };
+                let _ = writeln!(
+                    out,
+                    "  last pass    {} started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
+                    run.kind,
+                    run.started_at,
+                    run.walked_by()
+                        .map(|by| format!(" by {by}"))
+                        .unwrap_or_default(),
+                    run.pages,
+                    run.calls_seen,
+                    run.calls_written,
+                    run.requests,
+                    run.retries
+                );
+            }
+            None if s.never_synced => {
+                let _ = writeln!(
+                    out,
+                    "  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)"
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  last pass    none");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "  last success {}",
+            s.last_success_at.as_deref().unwrap_or("never")
+        );
+        if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
+            let ticks = if ticks >= TICKS_COUNTED {
+                format!("{TICKS_COUNTED} or more")
+            } else {
+                ticks.to_string()
+            };
+            if s.never_synced {
+                let _ = writeln!(
+                    out,
+                    "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
+                );
+            } else if let Some(since) = &s.busy_since {
+                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+                let _ = writeln!(
+                    out,
+                    "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
+                    last.as_deref().unwrap_or("?")
+                );
+            } else {
+                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+                let _ = writeln!(
+                    out,
+                    "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
+                    last.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        if s.falling_behind {
+            let _ = writeln!(
+                out,
+                "  FALLING BEHIND: the last {} passes ended behind the service{}; see README, \"Falling behind\"",
+                s.behind_passes,
+                slowed_by_text(&s.slowed_by)
+            );
+        }
+        if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
+            let _ = writeln!(
+                out,
+                "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
+                run.future_rows
+            );
+        }
+        let _ = writeln!(
+            out,
+            "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
+            s.calls, s.attempts, s.outcomes, s.variables, s.notifications
+        );
+    }
+    out
+}
+
+fn slowed_by_text(reasons: &[String]) -> String {
+    if reasons.is_empty() {
+        String::new()
+    } else {
+        format!(" (slowed by {})", reasons.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::warehouse::RunSummary;
+
+    fn ts(text: &str) -> Timestamp {
+        Timestamp::parse(text).unwrap()
+    }
+
+    fn status(cursor: Option<&str>) -> ScheduleStatus {
+        ScheduleStatus {
+            cursor: cursor.map(str::to_owned),
+            never_synced: false,
+            ..ScheduleStatus::never_synced(uuid::Uuid::nil())
+        }
+    }
+
+    fn run(outcome: Option<PassOutcome>, error: Option<&str>) -> RunSummary {
+        RunSummary {
+            kind: "backfill".into(),
+            started_at: "2026-01-01T02:00:00.000000Z".into(),
+            finished_at: outcome.map(|_| "2026-01-01T02:00:01.000000Z".into()),
+            pages: 3,
+            calls_seen: 250,
+            calls_written: 240,
+            requests: 4,
+            retries: 1,
+            error: error.map(str::to_owned),
+            horizon: None,
+            lag_secs: None,
+            detail_requests: 0,
+            rate_limited: 0,
+            throttled_secs: 0.0,
+            future_rows: 0,
+            host: Some("db-host".into()),
+            instance: Some("blue".into()),
+            pid: Some(4242),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn an_empty_warehouse_says_so() {
+        assert_eq!(
+            render_status(&[], ts("2026-01-01T00:00:00Z")),
+            "no schedule has been synced into this warehouse yet\n"
+        );
+    }
+
+    #[test]
+    fn a_failed_pass_shows_its_lag_walker_and_error() {
+        let mut s = status(Some("2026-01-01T00:10:00.000000Z"));
+        s.last_run = Some(run(Some(PassOutcome::Failed), Some("HTTP 503")));
+        let text = render_status(&[s], ts("2026-01-01T00:11:00Z"));
+        assert!(
+            text.contains("  cursor       2026-01-01T00:10:00.000000Z  (lag 60s)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  last pass    backfill started 2026-01-01T02:00:00.000000Z by blue on db-host pid 4242: FAILED: HTTP 503; 3 pages, 250 calls seen, 240 written, 4 requests, 1 retries\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_lag_is_shown_as_it_is_negative_included() {
+        let s = status(Some("2026-01-01T00:01:00Z"));
+        let text = render_status(&[s], ts("2026-01-01T00:00:30Z"));
+        assert!(text.contains("(lag -30s)"), "{text}");
+    }
+
+    #[test]
+    fn no_pass_recorded_is_said_from_the_stale_tick_on() {
+        let now = ts("2026-01-01T03:00:00Z");
+        let mut s = status(None);
+        s.last_run = Some(run(Some(PassOutcome::Completed), None));
+        let says = "NO PASS RECORDED";
+
+        s.set_ticks_since_last_pass(2);
+        let text = render_status(std::slice::from_ref(&s), now);
+        assert!(!text.contains(says), "{text}");
+
+        s.set_ticks_since_last_pass(3);
+        let text = render_status(std::slice::from_ref(&s), now);
+        assert!(
+            text.contains("  NO PASS RECORDED for 3 ticks of sync.cron (last at 2026-01-01T02:00:01.000000Z): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n"),
+            "{text}"
+        );
+
+        s.set_ticks_since_last_pass(TICKS_COUNTED);
+        let text = render_status(std::slice::from_ref(&s), now);
+        assert!(
+            text.contains(&format!(
+                "NO PASS RECORDED for {TICKS_COUNTED} or more ticks of sync.cron"
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn falling_behind_names_what_slowed_it() {
+        let mut s = status(None);
+        s.behind_passes = 2;
+        s.falling_behind = true;
+        s.slowed_by = vec!["rate limit".into(), "detail fetches".into()];
+        let text = render_status(&[s], ts("2026-01-01T02:00:00Z"));
+        assert!(
+            text.contains("  FALLING BEHIND: the last 2 passes ended behind the service (slowed by rate limit, detail fetches); see README, \"Falling behind\"\n"),
+            "{text}"
+        );
+    }
+}

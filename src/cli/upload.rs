@@ -1,0 +1,201 @@
+//! `callsync service upload`: a contact list checked, then sent in chunks
+//! ([`crate::upload`]), its progress shown and what became of every row printed.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use uuid::Uuid;
+
+use super::campaign::{print_line, service_client};
+use super::progress::ProgressBar;
+use super::progress::{NoProgress, UploadLog};
+use super::service_args::UploadArgs;
+use super::usage::UsageError;
+use crate::config::Config;
+use crate::service::MAX_BULK;
+use crate::upload::{self, UploadOptions, UploadProgress};
+use crate::warehouse::Warehouse;
+
+pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
+    let options = UploadOptions {
+        schedule: args.schedule,
+        path: args.file,
+        renames: args.renames,
+        force: args.force,
+        allow_missing_external_id: args.allow_missing_external_id,
+        skip_existing: args.skip_existing,
+        settle: config.api.create_settle_window(),
+    };
+    let shown = options.path.display().to_string();
+    let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
+    if checked.problem_count > 0 {
+        for problem in &checked.problems {
+            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+        }
+        let unlisted = checked.problem_count - checked.problems.len() as u64;
+        if unlisted > 0 {
+            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
+        }
+        bail!(UsageError(format!(
+            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
+            checked.problem_count, checked.rows
+        )));
+    }
+    let chunks = checked.rows.div_ceil(MAX_BULK as u64);
+    if args.dry_run {
+        print_line(&format!(
+            "{shown}: {} rows checked, all valid; would send {chunks} chunks to schedule {} (dry run: nothing sent)",
+            checked.rows, options.schedule
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = service_client(config)?;
+    let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)
+        .with_context(|| {
+            format!(
+                "cannot open the warehouse {} for the upload ledger",
+                config.warehouse.path.display()
+            )
+        })?;
+    // Held until the upload ends: a second upload into this schedule now could send a
+    // contact this one is sending.
+    let _lock = upload::lock(&config.warehouse.path, options.schedule)?;
+    let bar = ProgressBar::for_terminal();
+    let log = bar
+        .is_none()
+        .then(|| UploadLog::start(PROGRESS_EVERY, checked.rows, log_progress));
+    let progress: &dyn UploadProgress = match (&bar, &log) {
+        (Some(bar), _) => bar,
+        (None, Some(log)) => log,
+        (None, None) => &NoProgress,
+    };
+    let sent = upload::send(&client, &mut warehouse, &options, &checked, progress).await;
+    drop(log);
+    if let Some(bar) = bar {
+        bar.0.finish_and_clear();
+    }
+    let summary = match sent {
+        Ok(summary) => summary,
+        // Each says all there is, the schedule included.
+        Err(err @ upload::UploadError::ScheduleNotFound { .. }) => return Err(err.into()),
+        // Rows that would call someone twice: named like the check's bad rows, and refused
+        // the same way (exit 2, nothing sent).
+        Err(upload::UploadError::AlreadyInSchedule {
+            schedule,
+            problems,
+            count,
+        }) => {
+            for problem in &problems {
+                let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+            }
+            let unlisted = count - problems.len() as u64;
+            if unlisted > 0 {
+                let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
+            }
+            bail!(UsageError(format!(
+                "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
+            )));
+        }
+        Err(err) => return Err(upload_failed(err, &shown, options.schedule)),
+    };
+    for problem in &summary.refusals {
+        let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+    }
+    print_line(&format!("{shown}: {}", describe_summary(&summary)))?;
+    if summary.rows_refused > 0 {
+        bail!(
+            "the service refused {} rows of {shown} (the reasons above; a chunk is refused whole, so its other rows were not sent either); the other chunks were sent: fix those rows and run the same upload again — chunks already created are found, not sent twice",
+            summary.rows_refused
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A failed upload with a context naming what its error does not: the schedule, and the file
+/// unless the error names it already.
+fn upload_failed(err: upload::UploadError, shown: &str, schedule: Uuid) -> anyhow::Error {
+    let context = if err.names_the_file() {
+        format!("upload to schedule {schedule}")
+    } else {
+        format!("upload of {shown} to schedule {schedule}")
+    };
+    anyhow::Error::new(err).context(context)
+}
+
+/// What became of every row: `2500 rows: 1500 calls created (2 chunks), 0 found already
+/// created (0 chunks), 0 skipped (already in the schedule), 1000 refused by the service (1
+/// chunk)`.
+fn describe_summary(s: &upload::UploadSummary) -> String {
+    let chunks = |n: u64| {
+        if n == 1 {
+            "1 chunk".to_owned()
+        } else {
+            format!("{n} chunks")
+        }
+    };
+    format!(
+        "{} rows: {} calls created ({}), {} found already created ({}), {} skipped (already in the schedule), {} refused by the service ({})",
+        s.rows,
+        s.calls_created,
+        chunks(s.chunks_created),
+        s.rows_found,
+        chunks(s.chunks_found),
+        s.rows_skipped,
+        s.rows_refused,
+        chunks(s.chunks_refused),
+    )
+}
+
+/// How often an upload without a terminal logs where it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
+    match waiting {
+        Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
+        None => tracing::info!(rows_done, rows, "upload progress"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(err: upload::UploadError) -> String {
+        let err = upload_failed(err, "contacts.csv", Uuid::nil());
+        crate::assert_each_cause_once(err.as_ref());
+        crate::error_chain(err.as_ref())
+    }
+
+    #[test]
+    fn a_failed_upload_names_its_file_once() {
+        let changed = chain(upload::UploadError::FileChanged {
+            path: "contacts.csv".into(),
+            first_line: 1002,
+        });
+        assert_eq!(changed.matches("contacts.csv").count(), 1, "{changed}");
+        assert!(
+            changed.starts_with(
+                "upload to schedule 00000000-0000-0000-0000-000000000000: contacts.csv changed after it was checked"
+            ),
+            "{changed}"
+        );
+        let not_the_file = chain(upload::UploadError::PartlyThere {
+            first_line: 2,
+            last_line: 1001,
+            problem: "external_id \"a\" (line 2) has 2 calls in the schedule".into(),
+        });
+        assert_eq!(
+            not_the_file.matches("contacts.csv").count(),
+            1,
+            "{not_the_file}"
+        );
+        assert!(
+            not_the_file.starts_with(
+                "upload of contacts.csv to schedule 00000000-0000-0000-0000-000000000000: the chunk of lines 2–1001 is partly in the service already"
+            ),
+            "{not_the_file}"
+        );
+    }
+}
