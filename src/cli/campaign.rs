@@ -13,6 +13,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::destination::Opened;
 use super::progress::{NoProgress, UploadLog};
 use super::{UsageError, parse_timestamp};
 use crate::api::{ApiClient, Counters};
@@ -245,6 +246,7 @@ fn service_client(config: &Config) -> Result<ApiClient> {
 }
 
 async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {
+    refuse_upload_on_postgres(config)?;
     let options = UploadOptions {
         schedule: args.schedule,
         path: args.file,
@@ -412,25 +414,34 @@ async fn set_enabled(
     print_resource(&schedule, json, &format!("schedule {uid} is {state}"))
 }
 
-/// Records what the service answered in the warehouse (`campaigns`, `schedules`). The
-/// service's change stands whatever happens here, so a failure is a warning: an error would
-/// invite running a create again.
+/// Records what the service answered in the configured warehouse, SQLite or PostgreSQL
+/// (`campaigns`, `schedules`). The service's change stands whatever happens here, so a
+/// failure is a warning: an error would invite running a create again.
 fn remember(
     config: &Config,
     done: &str,
-    write: impl FnOnce(&mut Warehouse) -> Result<(), crate::warehouse::WarehouseError>,
+    write: impl FnOnce(&mut Opened) -> Result<(), crate::warehouse::WarehouseError>,
 ) {
-    let path = &config.warehouse.path;
-    let recorded =
-        Warehouse::open(path, config.warehouse.busy_timeout).and_then(|mut w| write(&mut w));
+    let recorded = Opened::writing(config).and_then(|mut w| Ok(write(&mut w)?));
     if let Err(err) = recorded {
         let _ = writeln!(
             std::io::stderr(),
-            "warning: {done}, but is not recorded in the warehouse {}: {}",
-            path.display(),
-            crate::error_chain(&err)
+            "warning: {done}, but is not recorded in the warehouse: {}",
+            crate::error_chain(err.as_ref())
         );
     }
+}
+
+/// The upload ledger (which chunks were sent, so that a run again never sends a contact
+/// twice) and its locks are the SQLite warehouse's: on a PostgreSQL configuration the upload
+/// is refused before anything is read or sent, rather than writing a stray SQLite file.
+fn refuse_upload_on_postgres(config: &Config) -> Result<()> {
+    if config.warehouse.postgres.is_some() {
+        bail!(UsageError(
+            "`callsync upload` keeps its ledger of sent chunks in an SQLite file, and this configuration's warehouse is PostgreSQL (warehouse.url): run the upload with a configuration that sets warehouse.path (a ledger file kept for every upload) instead of warehouse.url; the calls it creates reach PostgreSQL with the daemon's next pass".into()
+        ));
+    }
+    Ok(())
 }
 
 fn new_schedule(args: ScheduleCreate) -> Result<NewSchedule> {

@@ -314,6 +314,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_timezone(config.warehouse.timezone)?;
         let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
         // Not a file: nothing to check between ticks; errors and logs name the database.
         engine.warehouse = WarehousePlace {

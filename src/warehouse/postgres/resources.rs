@@ -1,0 +1,76 @@
+//! `campaigns` and `schedules` on PostgreSQL: what the write commands (`campaign`,
+//! `schedule`) created or changed, as the service last answered; the same rules as the SQLite
+//! warehouse's `resources.rs`.
+
+use uuid::Uuid;
+
+use super::PgWarehouse;
+use super::session::{PgContext, micros, wait};
+use crate::service::{Campaign, Schedule, Timestamp};
+use crate::warehouse::error::WarehouseError;
+
+impl PgWarehouse {
+    pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        wait(self.client().execute(
+            "INSERT INTO campaigns
+               (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (uid) DO UPDATE SET
+               name = excluded.name, type = excluded.type, direction = excluded.direction,
+               is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+               recorded_at = excluded.recorded_at",
+            &[
+                &campaign.uid,
+                &campaign.name,
+                &campaign.kind,
+                &campaign.direction,
+                &campaign.is_enabled,
+                &micros(campaign.created_at),
+                &micros(campaign.updated_at),
+                &micros(Timestamp::now()),
+            ],
+        ))
+        .pg(&self.target, "recording a campaign")?;
+        Ok(())
+    }
+
+    /// `campaign`: when known (callsync created the schedule in it); an update keeps the
+    /// campaign recorded before.
+    pub fn remember_schedule(
+        &mut self,
+        schedule: &Schedule,
+        campaign: Option<Uuid>,
+    ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        let intervals = serde_json::Value::from(schedule.retry_intervals.clone());
+        wait(self.client().execute(
+            "INSERT INTO schedules
+               (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
+                is_enabled, created_at, updated_at, recorded_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             ON CONFLICT (uid) DO UPDATE SET
+               campaign_uid = coalesce(excluded.campaign_uid, schedules.campaign_uid),
+               name = excluded.name, starts_at = excluded.starts_at,
+               ends_at = excluded.ends_at, retry_type = excluded.retry_type,
+               retry_intervals = excluded.retry_intervals,
+               is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+               recorded_at = excluded.recorded_at",
+            &[
+                &schedule.uid,
+                &campaign,
+                &schedule.name,
+                &micros(schedule.starts_at),
+                &micros(schedule.ends_at),
+                &schedule.retry_type,
+                &intervals,
+                &schedule.is_enabled,
+                &micros(schedule.created_at),
+                &micros(schedule.updated_at),
+                &micros(Timestamp::now()),
+            ],
+        ))
+        .pg(&self.target, "recording a schedule")?;
+        Ok(())
+    }
+}
