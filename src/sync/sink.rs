@@ -165,35 +165,27 @@ pub trait DryRunSource: Send {
     ) -> Result<u64, WarehouseError>;
 }
 
-impl DryRunSource for Warehouse {
-    fn cursor(&self, schedule: Uuid) -> Result<Option<Timestamp>, WarehouseError> {
-        Ok(self.checkpoint(schedule)?.map(|c| c.cursor))
-    }
+/// Both warehouses answer a dry run with their own methods of the same names.
+macro_rules! dry_run_source {
+    ($($warehouse:ty),*) => {$(
+        impl DryRunSource for $warehouse {
+            fn cursor(&self, schedule: Uuid) -> Result<Option<Timestamp>, WarehouseError> {
+                Ok(self.checkpoint(schedule)?.map(|c| c.cursor))
+            }
 
-    fn count_changes(
-        &mut self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-    ) -> Result<u64, WarehouseError> {
-        Warehouse::count_changes(self, schedule, calls, content_hashes)
-    }
+            fn count_changes(
+                &mut self,
+                schedule: Uuid,
+                calls: &[OutboundCall],
+                content_hashes: &[u64],
+            ) -> Result<u64, WarehouseError> {
+                <$warehouse>::count_changes(self, schedule, calls, content_hashes)
+            }
+        }
+    )*};
 }
 
-impl DryRunSource for PgWarehouse {
-    fn cursor(&self, schedule: Uuid) -> Result<Option<Timestamp>, WarehouseError> {
-        Ok(self.checkpoint(schedule)?.map(|c| c.cursor))
-    }
-
-    fn count_changes(
-        &mut self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-    ) -> Result<u64, WarehouseError> {
-        PgWarehouse::count_changes(self, schedule, calls, content_hashes)
-    }
-}
+dry_run_source!(Warehouse, PgWarehouse);
 
 /// A dry run: reads the warehouse (the SQLite file read-only or an empty one in memory; the
 /// PostgreSQL database never migrated, `None` when it holds no warehouse yet: every call is
