@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::destination::Opened;
 use super::service_args::{
     CallCommand, CallCreate, CampaignCommand, ScheduleCommand, ScheduleCreate, ServiceCommand,
 };
@@ -17,7 +18,6 @@ use super::usage::UsageError;
 use crate::api::{ApiClient, Counters};
 use crate::config::Config;
 use crate::service::{NewCall, NewCampaign, NewSchedule, new_call_problems};
-use crate::warehouse::Warehouse;
 
 /// Every service command but `upload` (`upload.rs`).
 pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
@@ -110,23 +110,20 @@ async fn set_enabled(
     print_resource(&schedule, json, &format!("schedule {uid} is {state}"))
 }
 
-/// Records what the service answered in the warehouse (`campaigns`, `schedules`). The
-/// service's change stands whatever happens here, so a failure is a warning: an error would
-/// invite running a create again.
+/// Records what the service answered in the configured warehouse, SQLite or PostgreSQL
+/// (`campaigns`, `schedules`). The service's change stands whatever happens here, so a
+/// failure is a warning: an error would invite running a create again.
 fn remember(
     config: &Config,
     done: &str,
-    write: impl FnOnce(&mut Warehouse) -> Result<(), crate::warehouse::WarehouseError>,
+    write: impl FnOnce(&mut Opened) -> Result<(), crate::warehouse::WarehouseError>,
 ) {
-    let path = &config.warehouse.path;
-    let recorded =
-        Warehouse::open(path, config.warehouse.busy_timeout).and_then(|mut w| write(&mut w));
+    let recorded = Opened::writing(config).and_then(|mut w| Ok(write(&mut w)?));
     if let Err(err) = recorded {
         let _ = writeln!(
             std::io::stderr(),
-            "warning: {done}, but is not recorded in the warehouse {}: {}",
-            path.display(),
-            crate::error_chain(&err)
+            "warning: {done}, but is not recorded in the warehouse: {}",
+            crate::error_chain(err.as_ref())
         );
     }
 }

@@ -1,6 +1,6 @@
 //! The configured warehouse, whichever it is: the SQLite file (`warehouse.path`) or the
-//! PostgreSQL database (`warehouse.url`). `status`, `checkpoint`, `migrate` and `check` work
-//! on both through [`Opened`]; `backup` and `restore` are the SQLite file's
+//! PostgreSQL database (`warehouse.url`). `status`, `checkpoint`, `migrate`, `check` and the
+//! write commands' records (`campaign`, `schedule`) work on both through [`Opened`]; `backup` and `restore` are the SQLite file's
 //! ([`refuse_on_postgres`]).
 
 use anyhow::Result;
@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::usage::UsageError;
 use crate::config::Config;
-use crate::service::Timestamp;
+use crate::service::{Campaign, Schedule, Timestamp};
 use crate::warehouse::postgres::{PgTarget, PgWarehouse};
 use crate::warehouse::{Checkpoint, ScheduleStatus, Warehouse, WarehouseError};
 
@@ -84,6 +84,24 @@ impl Opened {
         match self {
             Opened::Sqlite(w) => w.knows_schedule(schedule),
             Opened::Postgres(w) => w.knows_schedule(schedule),
+        }
+    }
+
+    pub(super) fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
+        match self {
+            Opened::Sqlite(w) => w.remember_campaign(campaign),
+            Opened::Postgres(w) => w.remember_campaign(campaign),
+        }
+    }
+
+    pub(super) fn remember_schedule(
+        &mut self,
+        schedule: &Schedule,
+        campaign: Option<Uuid>,
+    ) -> Result<(), WarehouseError> {
+        match self {
+            Opened::Sqlite(w) => w.remember_schedule(schedule, campaign),
+            Opened::Postgres(w) => w.remember_schedule(schedule, campaign),
         }
     }
 

@@ -19,6 +19,7 @@ use crate::upload::{self, UploadOptions, UploadProgress};
 use crate::warehouse::Warehouse;
 
 pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
+    refuse_upload_on_postgres(config)?;
     let options = UploadOptions {
         schedule: args.schedule,
         path: args.file,
@@ -156,6 +157,18 @@ fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
         Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
         None => tracing::info!(rows_done, rows, "upload progress"),
     }
+}
+
+/// The upload ledger (which chunks were sent, so that a run again never sends a contact
+/// twice) and its locks are the SQLite warehouse's: on a PostgreSQL configuration the upload
+/// is refused before anything is read or sent, rather than writing a stray SQLite file.
+fn refuse_upload_on_postgres(config: &Config) -> Result<()> {
+    if config.warehouse.postgres.is_some() {
+        bail!(UsageError(
+            "`callsync upload` keeps its ledger of sent chunks in an SQLite file, and this configuration's warehouse is PostgreSQL (warehouse.url): run the upload with a configuration that sets warehouse.path (a ledger file kept for every upload) instead of warehouse.url; the calls it creates reach PostgreSQL with the daemon's next pass".into()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 //! for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not seconds, so a cron with
 //! long quiet hours is not flagged overnight —, when a schedule is falling behind
 //! (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the scheduler itself has
-//! stopped firing, or when the warehouse was deleted, replaced or made read-only. Ticks a
+//! stopped firing, or when the warehouse was deleted, replaced or made read-only (or, on
+//! PostgreSQL, its server does not answer). Ticks a
 //! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
 //! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
 //! schedule is "busy since …", and turns bad only when its running pass is itself late, having
@@ -45,6 +46,7 @@ use super::scheduler::{STALL_GRACE, TickClock};
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
 use crate::sync::{PassReport, PassResult, WarehousePlace};
+use crate::warehouse::postgres::PgTarget;
 use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS, Walker};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
@@ -634,12 +636,14 @@ impl Server {
 
 /// Serves `/metrics` and `/healthz` on `listen` until [`Server::shut_down`]. `/healthz` checks
 /// `warehouse` itself on every request, so a deleted, replaced or read-only warehouse shows
-/// at once, not only after the next tick.
+/// at once, not only after the next tick; so is a PostgreSQL server (`postgres`) that does
+/// not answer.
 pub async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     clock: TickClock,
     warehouse: WarehousePlace,
+    postgres: Option<PgTarget>,
 ) -> std::io::Result<Server> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "serving /metrics and /healthz");
@@ -650,6 +654,7 @@ pub async fn serve(
             metrics,
             clock,
             warehouse,
+            postgres,
         });
     let stop = CancellationToken::new();
     let stopped = stop.clone();
@@ -667,6 +672,8 @@ struct Health {
     metrics: Arc<Metrics>,
     clock: TickClock,
     warehouse: WarehousePlace,
+    /// The PostgreSQL warehouse, asked on every request whether it answers.
+    postgres: Option<PgTarget>,
 }
 
 /// OpenMetrics, as the client library writes it (Prometheus asks for it first).
@@ -680,6 +687,11 @@ async fn metrics_page(State(health): State<Health>) -> impl IntoResponse {
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
     if let Err(lost) = health.warehouse.check() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
+    }
+    if let Some(target) = &health.postgres
+        && let Err(unreachable) = crate::warehouse::postgres::ping(target).await
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{unreachable}\n"));
     }
     if let Some(due) = health.clock.missed(STALL_GRACE) {
         return (
@@ -856,6 +868,7 @@ mod tests {
             metrics: Arc::new(metrics),
             clock: TickClock::new("* * * * * *").unwrap(),
             warehouse: WarehousePlace::of(warehouse),
+            postgres: None,
         }
     }
 
@@ -934,6 +947,7 @@ mod tests {
             )),
             clock: TickClock::new("* * * * * *").unwrap(),
             warehouse: WarehousePlace::of(&warehouse),
+            postgres: None,
         };
         assert_eq!(
             healthz(State(health.clone())).await,

@@ -101,6 +101,11 @@ pub async fn run_with(
     ));
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
+    // `/healthz` asks a PostgreSQL warehouse's server on every request.
+    let postgres = (config.warehouse.postgres.as_ref())
+        .map(crate::warehouse::postgres::PgTarget::configured)
+        .transpose()
+        .map_err(SyncError::from)?;
     // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
     // lost) until `run` returns.
     let server = match config.metrics.listen {
@@ -110,6 +115,7 @@ pub async fn run_with(
                 metrics.clone(),
                 clock.clone(),
                 engine.warehouse_place(),
+                postgres,
             )
             .await
             .map_err(|cause| DaemonError::Metrics { listen, cause })?,

@@ -31,8 +31,7 @@ use crate::warehouse::{
 
 pub use error::SyncError;
 pub use sink::{
-    Claim, DryRunSink, PageBatch, PostgresDryRunSink, PostgresSink, Sink, WarehouseSink,
-    lock_schedule,
+    Claim, DryRunSink, DryRunSource, PageBatch, PostgresSink, Sink, WarehouseSink, lock_schedule,
 };
 pub use writer::Writer;
 
@@ -315,6 +314,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_timezone(config.warehouse.timezone)?;
         let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
         // Not a file: nothing to check between ticks; errors and logs name the database.
         engine.warehouse = WarehousePlace {
@@ -329,19 +329,19 @@ impl Engine {
         let client = ApiClient::new(&config.api)?;
         if let Some(postgres) = &config.warehouse.postgres {
             let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
-                Ok(warehouse) => Some(warehouse),
+                Ok(warehouse) => Some(Box::new(warehouse) as Box<dyn DryRunSource>),
                 Err(WarehouseError::Missing { .. }) => None,
                 Err(err) => return Err(err.into()),
             };
-            return Self::with_sink(
-                config,
-                client,
-                Box::new(PostgresDryRunSink(warehouse)),
-                true,
-            );
+            return Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true);
         }
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
-        Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true)
+        Self::with_sink(
+            config,
+            client,
+            Box::new(DryRunSink(Some(Box::new(warehouse)))),
+            true,
+        )
     }
 
     /// An engine writing into any destination; `counts_only` when the sink writes nothing.

@@ -153,9 +153,45 @@ impl Sink for WarehouseSink {
     }
 }
 
-/// A dry run: reads the warehouse (read-only, or an empty one in memory), counts what a
-/// page would change, and writes nothing — no rows, no checkpoint, no `sync_runs`, no lock.
-pub struct DryRunSink(pub Warehouse);
+/// What a dry run reads of a warehouse, whichever destination it is.
+pub trait DryRunSource: Send {
+    fn cursor(&self, schedule: Uuid) -> Result<Option<Timestamp>, WarehouseError>;
+    /// How many of `calls` the warehouse would change.
+    fn count_changes(
+        &mut self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+        content_hashes: &[u64],
+    ) -> Result<u64, WarehouseError>;
+}
+
+/// Both warehouses answer a dry run with their own methods of the same names.
+macro_rules! dry_run_source {
+    ($($warehouse:ty),*) => {$(
+        impl DryRunSource for $warehouse {
+            fn cursor(&self, schedule: Uuid) -> Result<Option<Timestamp>, WarehouseError> {
+                Ok(self.checkpoint(schedule)?.map(|c| c.cursor))
+            }
+
+            fn count_changes(
+                &mut self,
+                schedule: Uuid,
+                calls: &[OutboundCall],
+                content_hashes: &[u64],
+            ) -> Result<u64, WarehouseError> {
+                <$warehouse>::count_changes(self, schedule, calls, content_hashes)
+            }
+        }
+    )*};
+}
+
+dry_run_source!(Warehouse, PgWarehouse);
+
+/// A dry run: reads the warehouse (the SQLite file read-only or an empty one in memory; the
+/// PostgreSQL database never migrated, `None` when it holds no warehouse yet: every call is
+/// new), counts what a page would change, and writes nothing — no rows, no checkpoint, no
+/// `sync_runs`, no lock.
+pub struct DryRunSink(pub Option<Box<dyn DryRunSource>>);
 
 impl Sink for DryRunSink {
     fn claim(&self, _schedule: Uuid) -> Result<Claim, SyncError> {
@@ -163,7 +199,10 @@ impl Sink for DryRunSink {
     }
 
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
-        Ok(self.0.checkpoint(schedule)?.map(|c| c.cursor))
+        match &self.0 {
+            Some(warehouse) => Ok(warehouse.cursor(schedule)?),
+            None => Ok(None),
+        }
     }
 
     fn walked_since(
@@ -186,9 +225,12 @@ impl Sink for DryRunSink {
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
-        let changed = self
-            .0
-            .count_changes(page.schedule, &page.calls, &page.content_hashes)?;
+        let changed = match &mut self.0 {
+            Some(warehouse) => {
+                warehouse.count_changes(page.schedule, &page.calls, &page.content_hashes)?
+            }
+            None => page.calls.len() as u64,
+        };
         Ok(PageWrite {
             calls_written: changed,
             calls_unchanged: page.calls.len() as u64 - changed,
@@ -259,62 +301,5 @@ impl Sink for PostgresSink {
 
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
         Ok(self.0.forget_runs_before(cutoff)?)
-    }
-}
-
-/// A dry run against the PostgreSQL warehouse: reads it (never migrates it) and counts what a
-/// page would change; `None` when the database holds no warehouse yet (every call is new).
-pub struct PostgresDryRunSink(pub Option<PgWarehouse>);
-
-impl Sink for PostgresDryRunSink {
-    fn claim(&self, _schedule: Uuid) -> Result<Claim, SyncError> {
-        Ok(Claim(Box::new(())))
-    }
-
-    fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
-        match &self.0 {
-            Some(warehouse) => Ok(warehouse.checkpoint(schedule)?.map(|c| c.cursor)),
-            None => Ok(None),
-        }
-    }
-
-    fn start_run(
-        &mut self,
-        _schedule: Uuid,
-        _kind: RunKind,
-        _started_at: Timestamp,
-        _walker: &Walker,
-    ) -> Result<Option<RunId>, SyncError> {
-        Ok(None)
-    }
-
-    fn walked_since(
-        &self,
-        _schedule: Uuid,
-        _kind: RunKind,
-        _since: Timestamp,
-    ) -> Result<Option<Walker>, SyncError> {
-        Ok(None)
-    }
-
-    fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
-        let changed = match &mut self.0 {
-            Some(warehouse) => {
-                warehouse.count_changes(page.schedule, &page.calls, &page.content_hashes)?
-            }
-            None => page.calls.len() as u64,
-        };
-        Ok(PageWrite {
-            calls_written: changed,
-            calls_unchanged: page.calls.len() as u64 - changed,
-        })
-    }
-
-    fn finish_run(&mut self, _run: RunId, _record: &RunRecord) -> Result<(), SyncError> {
-        Ok(())
-    }
-
-    fn forget_runs_before(&mut self, _cutoff: Timestamp) -> Result<u64, SyncError> {
-        Ok(0)
     }
 }

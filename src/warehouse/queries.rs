@@ -225,6 +225,70 @@ pub struct Overview {
     pub answer_rates: Vec<(String, i64, i64)>,
 }
 
+/// What a warehouse holds of one schedule, read by either destination (this file for
+/// SQLite, `postgres/runs.rs`): [`ScheduleStatus::of`] makes the status from it, one
+/// derivation for both.
+pub(crate) struct StatusFacts {
+    pub schedule_uid: String,
+    /// As stored: made safe by [`ScheduleStatus::of`].
+    pub schedule_name: Option<String>,
+    pub cursor: Option<Timestamp>,
+    pub checkpoint_moved_at: Option<Timestamp>,
+    /// The latest pass, its instants in the warehouse's form (RFC 3339, six digits).
+    pub last_run: Option<RunSummary>,
+    /// The latest passes that ended `behind`, in a row.
+    pub behind_passes: i64,
+    pub last_success_at: Option<Timestamp>,
+    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
+    pub counts: [i64; 5],
+}
+
+impl ScheduleStatus {
+    /// The status `facts` make, with lags measured at `now`; the configuration's part
+    /// (ticks since the last pass, never synced) is left to the caller that knows it.
+    pub(crate) fn of(facts: StatusFacts, now: Timestamp) -> ScheduleStatus {
+        let StatusFacts {
+            schedule_uid,
+            schedule_name,
+            cursor,
+            checkpoint_moved_at,
+            last_run,
+            behind_passes,
+            last_success_at,
+            counts: [calls, attempts, outcomes, variables, notifications],
+        } = facts;
+        let busy_since = last_run
+            .as_ref()
+            .filter(|run| run.outcome() == PassOutcome::Running)
+            .map(|run| run.started_at.clone());
+        ScheduleStatus {
+            schedule_uid,
+            schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
+            busy_since,
+            checkpoint_moved_at,
+            cursor: cursor.map(Timestamp::to_sqlite),
+            lag_secs: cursor.map(|c| now.secs_since(c)),
+            last_result: last_run.as_ref().map(RunSummary::outcome),
+            slowed_by: last_run
+                .as_ref()
+                .map(RunSummary::slowed_by)
+                .unwrap_or_default(),
+            behind_passes,
+            falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
+            ticks_since_last_pass: None,
+            no_recent_pass: false,
+            never_synced: false,
+            last_run,
+            last_success_at: last_success_at.map(Timestamp::to_sqlite),
+            calls,
+            attempts,
+            outcomes,
+            variables,
+            notifications,
+        }
+    }
+}
+
 impl Warehouse {
     pub fn overview(&self) -> Result<Overview, WarehouseError> {
         let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
@@ -364,10 +428,6 @@ impl Warehouse {
                 |r| r.get(0),
             )
             .sql(&self.path, "reading the last successful pass")?;
-        let count = |sql: &str| -> Result<i64, WarehouseError> {
-            conn.query_row(sql, [schedule], |r| r.get(0))
-                .sql(&self.path, "counting rows")
-        };
         // Instants are shown in the warehouse's own form (RFC 3339, six fraction digits), so
         // a value copied from `status` compares as text with the columns it came from.
         let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
@@ -388,47 +448,45 @@ impl Warehouse {
                 },
             )
             .transpose()?;
-        let busy_since = last_run
-            .as_ref()
-            .filter(|run| run.outcome() == PassOutcome::Running)
-            .map(|run| run.started_at.clone());
-        Ok(ScheduleStatus {
-            schedule_uid: schedule.to_owned(),
-            schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
-            busy_since,
-            checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
-            cursor: cursor.map(Timestamp::to_sqlite),
-            lag_secs: cursor.map(|c| now.secs_since(c)),
-            last_result: last_run.as_ref().map(RunSummary::outcome),
-            slowed_by: last_run
-                .as_ref()
-                .map(RunSummary::slowed_by)
-                .unwrap_or_default(),
-            behind_passes,
-            falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
-            ticks_since_last_pass: None,
-            no_recent_pass: false,
-            never_synced: false,
-            last_run,
-            last_success_at: rfc3339(last_success_at, "sync_runs.finished_at")?,
-            calls: count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
-            attempts: count(
+        let last_success_at = last_success_at
+            .map(|t| parse(&self.path, &t, "sync_runs.finished_at"))
+            .transpose()?;
+        let count = |sql: &str| -> Result<i64, WarehouseError> {
+            conn.query_row(sql, [schedule], |r| r.get(0))
+                .sql(&self.path, "counting rows")
+        };
+        let counts = [
+            count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
+            count(
                 "SELECT count(*) FROM call_attempts WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
-            outcomes: count(
+            count(
                 "SELECT count(*) FROM attempt_outcomes WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
-            variables: count(
+            count(
                 "SELECT count(*) FROM attempt_variables WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
-            notifications: count(
+            count(
                 "SELECT count(*) FROM call_notifications WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
-        })
+        ];
+        Ok(ScheduleStatus::of(
+            StatusFacts {
+                schedule_uid: schedule.to_owned(),
+                schedule_name,
+                cursor,
+                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
+                last_run,
+                behind_passes,
+                last_success_at,
+                counts,
+            },
+            now,
+        ))
     }
 
     /// The contract tables' rows, for one schedule or all.

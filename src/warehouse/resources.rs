@@ -9,17 +9,40 @@ use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
 use crate::service::{Campaign, Schedule, Timestamp};
 
+/// A campaign as the service answered (`?N` parameters: the PostgreSQL warehouse writes
+/// them `$N`, [`numbered_for_postgres`]).
+pub(super) const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
+   (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ ON CONFLICT (uid) DO UPDATE SET
+   name = excluded.name, type = excluded.type, direction = excluded.direction,
+   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+   recorded_at = excluded.recorded_at";
+
+/// A schedule as the service answered; an update keeps the campaign recorded before.
+pub(super) const RECORD_SCHEDULE: &str = "INSERT INTO schedules
+   (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
+    is_enabled, created_at, updated_at, recorded_at)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+ ON CONFLICT (uid) DO UPDATE SET
+   campaign_uid = coalesce(excluded.campaign_uid, schedules.campaign_uid),
+   name = excluded.name, starts_at = excluded.starts_at,
+   ends_at = excluded.ends_at, retry_type = excluded.retry_type,
+   retry_intervals = excluded.retry_intervals,
+   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+   recorded_at = excluded.recorded_at";
+
+/// `sql` with PostgreSQL's parameters: `?N` becomes `$N` (the statements above hold no other
+/// `?`).
+pub(super) fn numbered_for_postgres(sql: &str) -> String {
+    sql.replace('?', "$")
+}
+
 impl Warehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
         self.conn
             .execute(
-                "INSERT INTO campaigns
-                   (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT (uid) DO UPDATE SET
-                   name = excluded.name, type = excluded.type, direction = excluded.direction,
-                   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
-                   recorded_at = excluded.recorded_at",
+                RECORD_CAMPAIGN,
                 params![
                     campaign.uid.to_string(),
                     campaign.name,
@@ -46,17 +69,7 @@ impl Warehouse {
             serde_json::to_string(&schedule.retry_intervals).unwrap_or_else(|_| "[]".into());
         self.conn
             .execute(
-                "INSERT INTO schedules
-                   (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
-                    is_enabled, created_at, updated_at, recorded_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-                 ON CONFLICT (uid) DO UPDATE SET
-                   campaign_uid = coalesce(excluded.campaign_uid, schedules.campaign_uid),
-                   name = excluded.name, starts_at = excluded.starts_at,
-                   ends_at = excluded.ends_at, retry_type = excluded.retry_type,
-                   retry_intervals = excluded.retry_intervals,
-                   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
-                   recorded_at = excluded.recorded_at",
+                RECORD_SCHEDULE,
                 params![
                     schedule.uid.to_string(),
                     campaign.map(|c| c.to_string()),

@@ -189,6 +189,51 @@ fn another_programs_database_is_refused() {
     assert!(err.contains("another program"), "{err}");
 }
 
+/// The server is outside callsync: a column someone altered to another type is an error that
+/// names the column and the query, never a panic (the reads use `try_get`, not `Row::get`).
+#[test]
+fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
+    if !pg::available("postgres::column_types") {
+        return;
+    }
+    let db = pg::database();
+    let target = db.target();
+    drop(PgWarehouse::open(&target).unwrap());
+    let schedule = Uuid::from_u128(9);
+    pg::query(
+        &db,
+        &format!(
+            "INSERT INTO sync_checkpoints VALUES ('{schedule}', now(), now());
+             INSERT INTO sync_runs (schedule_uid, kind, started_at) VALUES ('{schedule}', 'incremental', now());
+             ALTER TABLE sync_runs ALTER COLUMN pages TYPE text;
+             ALTER TABLE sync_checkpoints ALTER COLUMN cursor TYPE text"
+        ),
+    );
+    let warehouse = PgWarehouse::open_existing(&target).unwrap();
+    let now = callsync::service::Timestamp::now();
+    let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        warehouse.status_at(now).map(|_| ())
+    }))
+    .expect("status does not panic")
+    .unwrap_err()
+    .to_string();
+    assert!(
+        status.contains("column `cursor`") && status.contains("reading a checkpoint"),
+        "{status}"
+    );
+    let checkpoint = warehouse.checkpoint(schedule).unwrap_err().to_string();
+    assert!(checkpoint.contains("column `cursor`"), "{checkpoint}");
+    pg::query(
+        &db,
+        "ALTER TABLE sync_checkpoints ALTER COLUMN cursor TYPE timestamptz USING cursor::timestamptz",
+    );
+    let status = warehouse.status_at(now).unwrap_err().to_string();
+    assert!(
+        status.contains("column `pages`") && status.contains("reading the last passes"),
+        "{status}"
+    );
+}
+
 #[test]
 fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
     if !pg::available("postgres::claims") {
@@ -288,10 +333,11 @@ async fn a_bi_role_reads_the_views_and_writes_nothing() {
     assert_eq!(count, [[Some("30".to_owned())]]);
 }
 
-/// `callsync` with `args`: (exit code, stdout, stderr).
-async fn callsync(args: &[&str]) -> (i32, String, String) {
+/// `callsync` with `args`, in the directory `cwd`: (exit code, stdout, stderr).
+async fn callsync(cwd: &Path, args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .args(args)
+        .current_dir(cwd)
         .output()
         .await
         .expect("callsync runs");
@@ -337,7 +383,7 @@ async fn every_command_works_on_postgres_and_no_output_shows_the_password() {
     let run = async |args: &[&str], want: i32| -> (String, String) {
         let mut all = vec!["--config", config.as_str(), "-v"];
         all.extend(args);
-        let (code, out, err) = callsync(&all).await;
+        let (code, out, err) = callsync(env.dir.path(), &all).await;
         assert_eq!(code, want, "callsync {args:?}: {out}{err}");
         (out.clone(), format!("{out}{err}"))
     };
@@ -401,7 +447,352 @@ async fn every_command_works_on_postgres_and_no_output_shows_the_password() {
     let out = run!(&["backup", "/nonexistent/backup.db"], 2);
     assert!(out.is_empty());
     assert!(outputs.last().unwrap().contains("pg_dump"), "{outputs:?}");
+    // The write commands record into PostgreSQL; the upload, whose ledger is an SQLite file,
+    // is refused before anything is sent; neither leaves an SQLite file at warehouse.path.
+    let posts = || {
+        env.sim
+            .requests()
+            .iter()
+            .filter(|r| r.method != "GET")
+            .count()
+    };
+    let campaign = run!(&["campaign", "create", "--name", "Spring renewals"], 0);
+    let recorded = pg::query(
+        &db,
+        &format!(
+            "SELECT name FROM campaigns WHERE uid = '{}'",
+            campaign.trim()
+        ),
+    );
+    assert_eq!(recorded, [[Some("Spring renewals".to_owned())]]);
+    let out = run!(&["schedule", "disable", &schedule], 0);
+    assert!(out.contains("is disabled"), "{out}");
+    let recorded = pg::query(
+        &db,
+        &format!("SELECT is_enabled::text FROM schedules WHERE uid = '{schedule}'"),
+    );
+    assert_eq!(recorded, [[Some("false".to_owned())]]);
+    let csv = env.dir.path().join("contacts.csv");
+    std::fs::write(&csv, "phone\n+14155550100\n").unwrap();
+    let before = posts();
+    let out = run!(
+        &[
+            "upload",
+            "--schedule",
+            &schedule,
+            csv.to_str().unwrap(),
+            "--map",
+            "phone=phone_number",
+        ],
+        2
+    );
+    assert!(out.is_empty());
+    let refusal = outputs.last().unwrap();
+    assert!(
+        refusal.contains("warehouse.url") && refusal.contains("warehouse.path"),
+        "{refusal}"
+    );
+    assert_eq!(posts(), before, "nothing was sent");
+    // Without warehouse.path, an SQLite warehouse would be `callsync.db` in the working
+    // directory: the commands ran in the test's directory, which holds none.
+    let files: Vec<String> = std::fs::read_dir(env.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".db") || name.contains(".db-"))
+        .collect();
+    assert!(files.is_empty(), "SQLite files made: {files:?}");
     for output in &outputs {
         assert!(!output.contains(PASSWORD), "the password shown: {output}");
     }
+}
+
+/// Rows of values as text (`None`: NULL).
+type TextRows = Vec<Vec<Option<String>>>;
+
+/// A value of a view as text, in the SQLite warehouse's form: instants as RFC 3339 UTC with
+/// six fraction digits, flags as 0/1.
+fn sqlite_text(value: rusqlite::types::Value) -> Option<String> {
+    use rusqlite::types::Value;
+    match value {
+        Value::Null => None,
+        Value::Integer(i) => Some(i.to_string()),
+        Value::Real(f) => Some(f.to_string()),
+        Value::Text(t) => Some(t),
+        Value::Blob(b) => Some(format!("{b:?}")),
+    }
+}
+
+/// `relation`'s rows on both destinations, each as text in the SQLite warehouse's form, sorted:
+/// PostgreSQL's native types turned into SQLite's forms by the query (the one difference of
+/// representation, `timezone_offsets`' first row from -infinity, mapped to SQLite's year 0).
+fn rows_on_both(
+    sqlite: &std::path::Path,
+    db: &pg::Database,
+    relation: &str,
+) -> (TextRows, TextRows) {
+    let conn = rusqlite::Connection::open(sqlite).expect("the SQLite warehouse opens");
+    let columns: Vec<String> = conn
+        .prepare(&format!(
+            "SELECT name FROM pragma_table_info('{relation}') ORDER BY cid"
+        ))
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let pg_columns = pg::query(
+        db,
+        &format!(
+            "SELECT column_name, data_type FROM information_schema.columns
+             WHERE table_name = '{relation}' AND table_schema = current_schema()
+             ORDER BY ordinal_position"
+        ),
+    );
+    let names: Vec<String> = pg_columns.iter().map(|c| c[0].clone().unwrap()).collect();
+    assert_eq!(
+        names, columns,
+        "{relation}: the same columns in the same order"
+    );
+    let mut sqlite_rows: TextRows = conn
+        .prepare(&format!("SELECT * FROM {relation}"))
+        .unwrap()
+        .query_map([], |r| {
+            (0..columns.len())
+                .map(|i| r.get::<_, rusqlite::types::Value>(i).map(sqlite_text))
+                .collect()
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let select: Vec<String> = pg_columns
+        .iter()
+        .map(|c| {
+            let (name, kind) = (c[0].as_deref().unwrap(), c[1].as_deref().unwrap());
+            match kind {
+                "timestamp with time zone" => format!(
+                    "CASE WHEN {name} = '-infinity' THEN '0000-01-01T00:00:00.000000Z'
+                     ELSE to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') END"
+                ),
+                "boolean" => format!("{name}::integer::text"),
+                _ => format!("{name}::text"),
+            }
+        })
+        .collect();
+    let mut pg_rows = pg::query(db, &format!("SELECT {} FROM {relation}", select.join(", ")));
+    sqlite_rows.sort();
+    pg_rows.sort();
+    (sqlite_rows, pg_rows)
+}
+
+/// Schema 7 in step: the same simulator synced into both destinations, every view and
+/// `timezone_offsets` hold the same rows, and a day in the configured zone (`local_day` on
+/// PostgreSQL, schema 7's `date(t, offset)` on SQLite) is the same day for every attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_views_hold_on_postgres_what_they_hold_on_sqlite() {
+    if !pg::available("postgres::views") {
+        return;
+    }
+    for shape in [
+        callsync::simulator::CallShape::Varied,
+        callsync::simulator::CallShape::Eighteen,
+    ] {
+        let mut env = crate::harness::TestEnv::start(callsync::simulator::SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 60,
+            seed: 20,
+            shape,
+            ..Default::default()
+        })
+        .await;
+        let s = env.schedules();
+        env.config.sync.schedule_names =
+            std::collections::BTreeMap::from([(s[0], "Renewals".to_owned())]);
+        env.config.warehouse.timezone = chrono_tz::America::New_York;
+        env.pass_ok(&s).await;
+        env.assert_matches_truth(&s);
+        let db = pg::database();
+        env.pg = Some(db.clone());
+        env.pass_ok(&s).await;
+        env.assert_matches_truth(&s);
+
+        let sqlite = env.warehouse_path();
+        for relation in [
+            "call_results",
+            "attempt_results",
+            "outcome_results",
+            "variable_results",
+            "notification_results",
+            "timezone_offsets",
+        ] {
+            let (on_sqlite, on_postgres) = rows_on_both(&sqlite, &db, relation);
+            if shape == callsync::simulator::CallShape::Eighteen {
+                assert!(!on_sqlite.is_empty(), "{relation}: rows to compare");
+            }
+            assert_eq!(
+                on_postgres, on_sqlite,
+                "{shape:?}: {relation} on PostgreSQL differs from SQLite"
+            );
+        }
+
+        let conn = rusqlite::Connection::open(&sqlite).unwrap();
+        let mut sqlite_days: TextRows = conn
+            .prepare(
+                "SELECT attempt_uid, date(started_at, (SELECT utc_offset_secs FROM timezone_offsets
+                   WHERE starts_at <= started_at ORDER BY starts_at DESC LIMIT 1) || ' seconds')
+                 FROM attempt_results WHERE started_at IS NOT NULL",
+            )
+            .unwrap()
+            .query_map([], |r| Ok(vec![r.get(0)?, r.get(1)?]))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut pg_days = pg::query(
+            &db,
+            "SELECT attempt_uid::text, local_day(started_at)::text
+             FROM attempt_results WHERE started_at IS NOT NULL",
+        );
+        sqlite_days.sort();
+        pg_days.sort();
+        if shape == callsync::simulator::CallShape::Eighteen {
+            assert!(!sqlite_days.is_empty(), "attempts with a day");
+        }
+        assert_eq!(pg_days, sqlite_days, "{shape:?}: local_day");
+    }
+}
+
+/// `/healthz` asks the PostgreSQL server on every request: 503 naming the warehouse while
+/// the server cannot be reached (its socket gone from the directory the daemon's URI names),
+/// 200 again once it can. Decided on events: each answer follows the socket's removal or
+/// return, which it checks on its own connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_says_503_while_the_server_is_unreachable_and_200_once_it_is_back() {
+    if !pg::available("postgres::healthz") {
+        return;
+    }
+    let mut env = crate::harness::TestEnv::start(callsync::simulator::SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 5,
+        ..Default::default()
+    })
+    .await;
+    let db = pg::database();
+    // The daemon reaches the server through a directory of its own, holding a link to the
+    // server's socket: removing the link makes the server unreachable to new connections.
+    let socket_name = ".s.PGSQL.5432";
+    let link_dir = env.dir.path().join("socket");
+    std::fs::create_dir(&link_dir).unwrap();
+    let link = link_dir.join(socket_name);
+    let socket = pg::server().socket_dir.join(socket_name);
+    std::os::unix::fs::symlink(&socket, &link).unwrap();
+    let url = db.url.replacen(
+        &pg::server().socket_dir.display().to_string(),
+        &link_dir.display().to_string(),
+        1,
+    );
+    assert_ne!(url, db.url);
+    env.config.warehouse.postgres = Some(callsync::config::PostgresConfig {
+        url,
+        password: None,
+    });
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .unwrap();
+    env.config.metrics.listen = Some(listen);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
+        let _ = stopped.await;
+    }));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let healthz = async || -> Option<(u16, String)> {
+        let response = http
+            .get(format!("http://{listen}/healthz"))
+            .send()
+            .await
+            .ok()?;
+        Some((response.status().as_u16(), response.text().await.ok()?))
+    };
+    let deadline = std::time::Instant::now() + crate::harness::PATIENCE;
+    let first = loop {
+        if let Some(answer) = healthz().await {
+            break answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/healthz never answered"
+        );
+        // Polling interval under the patience above.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    // "ok", then what the daemon is doing ("busy since …" while its first pass runs).
+    assert!(first.0 == 200 && first.1.starts_with("ok\n"), "{first:?}");
+
+    std::fs::remove_file(&link).unwrap();
+    let (status, body) = healthz().await.expect("/healthz answers");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.starts_with("cannot connect to the warehouse postgresql://")
+            && body.contains(&db.name),
+        "{body}"
+    );
+
+    std::os::unix::fs::symlink(&socket, &link).unwrap();
+    let back = healthz().await.expect("/healthz answers");
+    assert!(back.0 == 200 && back.1.starts_with("ok\n"), "{back:?}");
+    stop.send(()).unwrap();
+    daemon.await.unwrap().unwrap();
+}
+
+/// The server closing the warehouse's connections (a restart, a failover, an administrator)
+/// costs at most the pass it breaks: the engine connects again at its next operation, and the
+/// next pass succeeds and leaves the warehouse equal to the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_closed_are_opened_again() {
+    if !pg::available("postgres::reconnect") {
+        return;
+    }
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 20,
+            seed: 8,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let s = env.schedules();
+    let db = env.pg.clone().unwrap();
+    let engine = env.engine();
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let first = engine.sync_all(&s, &plan, &cancel).await;
+    assert!(first.iter().all(|r| r.succeeded()), "{first:?}");
+    let ended = pg::query(
+        &db,
+        "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    );
+    assert_ne!(
+        ended,
+        [[Some("0".to_owned())]],
+        "the engine's connections ended"
+    );
+    // The first pass after may still meet a connection the client has not yet seen closed;
+    // it fails, and the client then knows.
+    let mut passes = Vec::new();
+    for _ in 0..2 {
+        let reports = engine.sync_all(&s, &plan, &cancel).await;
+        let ok = reports.iter().all(|r| r.succeeded());
+        passes.push(reports);
+        if ok {
+            break;
+        }
+    }
+    assert!(
+        passes.last().unwrap().iter().all(|r| r.succeeded()),
+        "no pass succeeded after the server closed the connections: {passes:?}"
+    );
+    engine.close().await;
+    env.assert_matches_truth(&s);
 }

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+use super::session::{PgContext, RowColumn, connect, problem, wait};
 use super::target::PgTarget;
-use super::{PgContext, PgWarehouse, connect, wait};
 use crate::warehouse::error::WarehouseError;
 
 pub(super) struct LockSession {
@@ -69,11 +69,14 @@ impl LockSession {
     }
 }
 
-impl PgWarehouse {
+impl LockSession {
     /// Takes `schedule`'s lock without waiting; `None` when another session (another process,
     /// or this one) holds it.
-    pub fn claim(&self, schedule: Uuid) -> Result<Option<PgClaim>, WarehouseError> {
-        let locks = &self.locks;
+    pub(super) fn claim(
+        self: &Arc<Self>,
+        schedule: Uuid,
+    ) -> Result<Option<PgClaim>, WarehouseError> {
+        let locks = self;
         let mut sessions = locks.sessions();
         if sessions
             .held
@@ -93,7 +96,7 @@ impl PgWarehouse {
         let taken: bool =
             wait(session.query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(schedule)]))
                 .pg(&locks.target, "claiming a schedule")?
-                .get(0);
+                .column(0, &locks.target, "claiming a schedule")?;
         if !taken {
             return Ok(None);
         }
@@ -106,8 +109,8 @@ impl PgWarehouse {
     }
 
     /// Fails when this process's claim on `schedule` was lost with its session.
-    pub(super) fn check_claim(&self, schedule: Uuid) -> Result<(), WarehouseError> {
-        if self.locks.still_held(schedule) {
+    pub(super) fn check(&self, schedule: Uuid) -> Result<(), WarehouseError> {
+        if self.still_held(schedule) {
             return Ok(());
         }
         Err(WarehouseError::Postgres {
@@ -140,7 +143,7 @@ impl Drop for PgClaim {
         ) {
             tracing::warn!(
                 schedule = %self.schedule,
-                error = %super::problem(&err),
+                error = %problem(&err),
                 "cannot release a schedule's lock; it goes with the connection"
             );
         }

@@ -5,10 +5,11 @@ use time::OffsetDateTime;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::{PgContext, PgWarehouse, instant, micros, wait};
+use super::PgWarehouse;
+use super::session::{PgContext, RowColumn, instant, micros, wait};
 use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::queries::{FALLING_BEHIND_PASSES, PassOutcome, RunSummary, ScheduleStatus};
+use crate::warehouse::queries::{PassOutcome, RunSummary, ScheduleStatus, StatusFacts};
 use crate::warehouse::runs::{
     Checkpoint, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
 };
@@ -25,7 +26,8 @@ pub(super) const ADVANCE_CHECKPOINT: &str =
 
 impl PgWarehouse {
     pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
-        let row = wait(self.client.query_opt(READ_CHECKPOINT, &[&schedule]))
+        self.reconnect_if_closed()?;
+        let row = wait(self.client().query_opt(READ_CHECKPOINT, &[&schedule]))
             .pg(&self.target, "reading a checkpoint")?;
         row.map(|r| self.checkpoint_of(schedule, &r)).transpose()
     }
@@ -33,21 +35,31 @@ impl PgWarehouse {
     fn checkpoint_of(&self, schedule: Uuid, row: &Row) -> Result<Checkpoint, WarehouseError> {
         Ok(Checkpoint {
             schedule_uid: schedule,
-            cursor: instant(&self.target, row.get(0), "sync_checkpoints.cursor")?,
-            updated_at: instant(&self.target, row.get(1), "sync_checkpoints.updated_at")?,
+            cursor: instant(
+                &self.target,
+                row.column(0, &self.target, "reading a checkpoint")?,
+                "sync_checkpoints.cursor",
+            )?,
+            updated_at: instant(
+                &self.target,
+                row.column(1, &self.target, "reading a checkpoint")?,
+                "sync_checkpoints.updated_at",
+            )?,
         })
     }
 
     /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
     pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
-        Ok(wait(self.client.query_one(
+        self.reconnect_if_closed()?;
+        let step = "looking a schedule up";
+        wait(self.client().query_one(
             "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = $1)
                  OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = $1)
                  OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = $1)",
             &[&schedule],
         ))
-        .pg(&self.target, "looking a schedule up")?
-        .get(0))
+        .pg(&self.target, step)?
+        .column(0, &self.target, step)
     }
 
     /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
@@ -57,18 +69,19 @@ impl PgWarehouse {
         schedule: Uuid,
         cursor: Option<Timestamp>,
     ) -> Result<Option<Checkpoint>, WarehouseError> {
+        self.reconnect_if_closed()?;
         let target = self.target.clone();
-        wait(self.client.batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
+        wait(self.client().batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
         let result = (|| {
             let before = wait(
-                self.client
+                self.client()
                     .query_opt(&format!("{READ_CHECKPOINT} FOR UPDATE"), &[&schedule]),
             )
             .pg(&target, "reading a checkpoint")?
             .map(|r| self.checkpoint_of(schedule, &r))
             .transpose()?;
             match cursor {
-                Some(cursor) => wait(self.client.execute(
+                Some(cursor) => wait(self.client().execute(
                     "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at)
                      VALUES ($1, $2, $3)
                      ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
@@ -76,7 +89,7 @@ impl PgWarehouse {
                     &[&schedule, &micros(cursor), &micros(Timestamp::now())],
                 ))
                 .pg(&target, "saving a checkpoint")?,
-                None => wait(self.client.execute(
+                None => wait(self.client().execute(
                     "DELETE FROM sync_checkpoints WHERE schedule_uid = $1",
                     &[&schedule],
                 ))
@@ -96,11 +109,11 @@ impl PgWarehouse {
     ) -> Result<T, WarehouseError> {
         match result {
             Ok(value) => {
-                wait(self.client.batch_execute("COMMIT")).pg(&self.target, step)?;
+                wait(self.client().batch_execute("COMMIT")).pg(&self.target, step)?;
                 Ok(value)
             }
             Err(err) => {
-                let _ = wait(self.client.batch_execute("ROLLBACK"));
+                let _ = wait(self.client().batch_execute("ROLLBACK"));
                 Err(err)
             }
         }
@@ -113,12 +126,13 @@ impl PgWarehouse {
         started_at: Timestamp,
         walker: &Walker,
     ) -> Result<RunId, WarehouseError> {
+        self.reconnect_if_closed()?;
         let statement = self.statement(
             "INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
             "recording the start of a pass",
         )?;
-        let id: i64 = wait(self.client.query_one(
+        let id: i64 = wait(self.client().query_one(
             &statement,
             &[
                 &schedule,
@@ -144,7 +158,8 @@ impl PgWarehouse {
         kind: RunKind,
         since: Timestamp,
     ) -> Result<Option<Walker>, WarehouseError> {
-        let row = wait(self.client.query_opt(
+        self.reconnect_if_closed()?;
+        let row = wait(self.client().query_opt(
             "SELECT started_at, finished_at IS NOT NULL, host, instance, pid FROM sync_runs
              WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
             &[&schedule, &kind.as_str()],
@@ -174,6 +189,7 @@ impl PgWarehouse {
     }
 
     pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let stats = &record.stats;
         let statement = self.statement(
@@ -184,7 +200,7 @@ impl PgWarehouse {
              WHERE id = $1",
             "recording the end of a pass",
         )?;
-        wait(self.client.execute(
+        wait(self.client().execute(
             &statement,
             &[
                 &run.0,
@@ -211,7 +227,8 @@ impl PgWarehouse {
     /// As the SQLite warehouse's: passes finished before `cutoff` go, but each schedule's
     /// latest and latest successful one, and any not finished.
     pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
-        wait(self.client.execute(
+        self.reconnect_if_closed()?;
+        wait(self.client().execute(
             "DELETE FROM sync_runs
              WHERE finished_at IS NOT NULL AND finished_at < $1
                AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
@@ -229,6 +246,7 @@ impl PgWarehouse {
         &mut self,
         schedules: impl IntoIterator<Item = (Uuid, Option<&'a str>)>,
     ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
         let (mut named, mut names, mut unnamed) = (Vec::new(), Vec::new(), Vec::new());
         for (uid, name) in schedules {
             match name {
@@ -239,17 +257,17 @@ impl PgWarehouse {
                 None => unnamed.push(uid),
             }
         }
-        wait(self.client.batch_execute("BEGIN"))
+        wait(self.client().batch_execute("BEGIN"))
             .pg(&self.target, "starting to record schedule names")?;
         let result = (|| {
-            wait(self.client.execute(
+            wait(self.client().execute(
                 "INSERT INTO schedules (uid, config_name)
                  SELECT * FROM unnest($1::uuid[], $2::text[])
                  ON CONFLICT (uid) DO UPDATE SET config_name = excluded.config_name",
                 &[&named, &names],
             ))
             .pg(&self.target, "recording a schedule's name")?;
-            wait(self.client.execute(
+            wait(self.client().execute(
                 "UPDATE schedules SET config_name = NULL
                  WHERE uid = ANY($1) AND config_name IS NOT NULL",
                 &[&unnamed],
@@ -262,17 +280,19 @@ impl PgWarehouse {
 
     /// Every schedule's status, with lags measured at `now` (as `Warehouse::status_at`).
     pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
-        let schedules: Vec<Uuid> = wait(self.client.query(
+        self.reconnect_if_closed()?;
+        let step = "listing schedules";
+        let schedules: Vec<Uuid> = wait(self.client().query(
             "SELECT schedule_uid FROM sync_checkpoints
              UNION SELECT schedule_uid FROM sync_runs
              UNION SELECT DISTINCT schedule_uid FROM calls
              ORDER BY 1",
             &[],
         ))
-        .pg(&self.target, "listing schedules")?
+        .pg(&self.target, step)?
         .iter()
-        .map(|r| r.get(0))
-        .collect();
+        .map(|r| r.column(0, &self.target, step))
+        .collect::<Result<_, _>>()?;
         schedules
             .into_iter()
             .map(|s| self.schedule_status(s, now))
@@ -281,12 +301,14 @@ impl PgWarehouse {
 
     /// When the oldest pass the warehouse remembers began.
     pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+        self.reconnect_if_closed()?;
+        let step = "reading the first pass";
         let first: Option<OffsetDateTime> = wait(
-            self.client
+            self.client()
                 .query_one("SELECT min(started_at) FROM sync_runs", &[]),
         )
-        .pg(&self.target, "reading the first pass")?
-        .get(0);
+        .pg(&self.target, step)?
+        .column(0, &self.target, step)?;
         first
             .map(|t| instant(&self.target, t, "sync_runs.started_at"))
             .transpose()
@@ -299,7 +321,7 @@ impl PgWarehouse {
     ) -> Result<ScheduleStatus, WarehouseError> {
         let checkpoint = self.checkpoint(schedule)?;
         let cursor = checkpoint.as_ref().map(|c| c.cursor);
-        let schedule_name: Option<String> = wait(self.client.query_opt(
+        let schedule_name: Option<String> = wait(self.client().query_opt(
             "SELECT display_name FROM schedules WHERE uid = $1",
             &[&schedule],
         ))
@@ -308,7 +330,7 @@ impl PgWarehouse {
         .transpose()
         .pg(&self.target, "reading a schedule's name")?
         .flatten();
-        let runs = wait(self.client.query(
+        let runs = wait(self.client().query(
             "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
                retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
                throttled_secs, future_rows, host, instance, pid
@@ -324,14 +346,14 @@ impl PgWarehouse {
             .iter()
             .take_while(|r| r.outcome() == PassOutcome::Behind)
             .count() as i64;
-        let last_success_at: Option<OffsetDateTime> = wait(self.client.query_one(
+        let last_success_at: Option<OffsetDateTime> = wait(self.client().query_one(
             "SELECT max(finished_at) FROM sync_runs
              WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
             &[&schedule],
         ))
         .pg(&self.target, "reading the last successful pass")?
-        .get(0);
-        let counts = wait(self.client.query_one(
+        .column(0, &self.target, "reading the last successful pass")?;
+        let counts = wait(self.client().query_one(
             "WITH c AS (SELECT id FROM calls WHERE schedule_uid = $1)
              SELECT (SELECT count(*) FROM c),
                (SELECT count(*) FROM call_attempts WHERE call_id IN (SELECT id FROM c)),
@@ -341,40 +363,24 @@ impl PgWarehouse {
             &[&schedule],
         ))
         .pg(&self.target, "counting rows")?;
-        let last_run = runs.into_iter().next();
-        let busy_since = last_run
-            .as_ref()
-            .filter(|run| run.outcome() == PassOutcome::Running)
-            .map(|run| run.started_at.clone());
-        Ok(ScheduleStatus {
-            schedule_uid: schedule.to_string(),
-            schedule_name: schedule_name
-                .map(|n| crate::untrusted::untrusted_text(&n, super::super::queries::NAME_CHARS)),
-            busy_since,
-            checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
-            cursor: cursor.map(Timestamp::to_sqlite),
-            lag_secs: cursor.map(|c| now.secs_since(c)),
-            last_result: last_run.as_ref().map(RunSummary::outcome),
-            slowed_by: last_run
-                .as_ref()
-                .map(RunSummary::slowed_by)
-                .unwrap_or_default(),
-            behind_passes,
-            falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
-            ticks_since_last_pass: None,
-            no_recent_pass: false,
-            never_synced: false,
-            last_run,
-            last_success_at: last_success_at
-                .map(|t| instant(&self.target, t, "sync_runs.finished_at"))
-                .transpose()?
-                .map(Timestamp::to_sqlite),
-            calls: counts.get(0),
-            attempts: counts.get(1),
-            outcomes: counts.get(2),
-            variables: counts.get(3),
-            notifications: counts.get(4),
-        })
+        let count = |i: usize| -> Result<i64, WarehouseError> {
+            counts.column(i, &self.target, "counting rows")
+        };
+        Ok(ScheduleStatus::of(
+            StatusFacts {
+                schedule_uid: schedule.to_string(),
+                schedule_name,
+                cursor,
+                checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
+                last_run: runs.into_iter().next(),
+                behind_passes,
+                last_success_at: last_success_at
+                    .map(|t| instant(&self.target, t, "sync_runs.finished_at"))
+                    .transpose()?,
+                counts: [count(0)?, count(1)?, count(2)?, count(3)?, count(4)?],
+            },
+            now,
+        ))
     }
 
     fn run_summary(&self, r: &Row) -> Result<RunSummary, WarehouseError> {
@@ -382,8 +388,9 @@ impl PgWarehouse {
             t.map(|t| instant(&self.target, t, what).map(Timestamp::to_sqlite))
                 .transpose()
         };
-        let finished_at = rfc3339(r.get(2), "sync_runs.finished_at")?;
-        let outcome: Option<String> = r.get(9);
+        const STEP: &str = "reading the last passes";
+        let finished_at = rfc3339(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?;
+        let outcome: Option<String> = r.column(9, &self.target, STEP)?;
         let outcome = finished_at.as_ref().map(|_| {
             outcome
                 .as_deref()
@@ -391,26 +398,30 @@ impl PgWarehouse {
                 .map_or(PassOutcome::Failed, PassOutcome::from)
         });
         Ok(RunSummary {
-            kind: r.get(0),
-            started_at: rfc3339(Some(r.get(1)), "sync_runs.started_at")?.unwrap_or_default(),
+            kind: r.column(0, &self.target, STEP)?,
+            started_at: rfc3339(
+                Some(r.column(1, &self.target, STEP)?),
+                "sync_runs.started_at",
+            )?
+            .unwrap_or_default(),
             finished_at,
-            pages: r.get(3),
-            calls_seen: r.get(4),
-            calls_written: r.get(5),
-            requests: r.get(6),
-            retries: r.get(7),
-            error: r.get::<_, Option<String>>(8).map(|e| {
+            pages: r.column(3, &self.target, STEP)?,
+            calls_seen: r.column(4, &self.target, STEP)?,
+            calls_written: r.column(5, &self.target, STEP)?,
+            requests: r.column(6, &self.target, STEP)?,
+            retries: r.column(7, &self.target, STEP)?,
+            error: r.column::<Option<String>>(8, &self.target, STEP)?.map(|e| {
                 crate::untrusted::untrusted_text(&e, super::super::queries::STORED_ERROR_CHARS)
             }),
-            horizon: rfc3339(r.get(10), "sync_runs.horizon")?,
-            lag_secs: r.get(11),
-            detail_requests: r.get(12),
-            rate_limited: r.get(13),
-            throttled_secs: r.get(14),
-            future_rows: r.get(15),
-            host: r.get(16),
-            instance: r.get(17),
-            pid: r.get(18),
+            horizon: rfc3339(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
+            lag_secs: r.column(11, &self.target, STEP)?,
+            detail_requests: r.column(12, &self.target, STEP)?,
+            rate_limited: r.column(13, &self.target, STEP)?,
+            throttled_secs: r.column(14, &self.target, STEP)?,
+            future_rows: r.column(15, &self.target, STEP)?,
+            host: r.column(16, &self.target, STEP)?,
+            instance: r.column(17, &self.target, STEP)?,
+            pid: r.column(18, &self.target, STEP)?,
             outcome,
         })
     }

@@ -7,8 +7,8 @@
 use include_dir::{Dir, include_dir};
 use tokio_postgres::Client;
 
+use super::session::{PgContext, RowColumn, problem, wait};
 use super::target::PgTarget;
-use super::{PgContext, wait};
 use crate::warehouse::MigrationReport;
 use crate::warehouse::error::WarehouseError;
 
@@ -39,7 +39,10 @@ fn found_version(client: &Client, target: &PgTarget) -> Result<Option<usize>, Wa
         &[],
     ))
     .pg(target, "identifying the warehouse")?;
-    let (ours, calls): (bool, bool) = (row.get(0), row.get(1));
+    let (ours, calls): (bool, bool) = (
+        row.column(0, target, "identifying the warehouse")?,
+        row.column(1, target, "identifying the warehouse")?,
+    );
     if !ours {
         if calls {
             return Err(WarehouseError::NotAWarehouse {
@@ -50,7 +53,7 @@ fn found_version(client: &Client, target: &PgTarget) -> Result<Option<usize>, Wa
     }
     let version: i32 = wait(client.query_one("SELECT version FROM callsync_schema", &[]))
         .pg(target, "reading the schema version")?
-        .get(0);
+        .column(0, target, "reading the schema version")?;
     Ok(Some(usize::try_from(version).unwrap_or_default()))
 }
 
@@ -99,7 +102,7 @@ fn migrate_locked(client: &Client, target: &PgTarget) -> Result<MigrationReport,
             return Err(WarehouseError::Postgres {
                 target: target.display().to_owned(),
                 step: "migrating",
-                cause: format!("version {version}: {}", super::problem(&err)),
+                cause: format!("version {version}: {}", problem(&err)),
             });
         }
         tracing::info!(version, warehouse = target.display(), "warehouse migrated");
@@ -141,7 +144,7 @@ pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>,
     };
     let may_write: Option<bool> = wait(client.query_one(sql, &[]))
         .pg(target, "checking this role's privileges")?
-        .get(0);
+        .column(0, target, "checking this role's privileges")?;
     if may_write != Some(true) {
         let user = target.config.get_user().unwrap_or("this role").to_owned();
         return Err(WarehouseError::Postgres {

@@ -17,8 +17,9 @@ use std::collections::HashMap;
 use tokio_postgres::types::ToSql;
 use uuid::Uuid;
 
+use super::PgWarehouse;
 use super::runs::ADVANCE_CHECKPOINT;
-use super::{PgContext, PgWarehouse, micros, wait};
+use super::session::{PgContext, micros, wait};
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::PageWrite;
 use crate::warehouse::error::WarehouseError;
@@ -308,10 +309,12 @@ impl PgWarehouse {
         checkpoint: Option<Timestamp>,
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
+        self.reconnect_if_closed()?;
         self.check_claim(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        wait(self.client.batch_execute("BEGIN")).pg(&self.target, "starting a page transaction")?;
+        wait(self.client().batch_execute("BEGIN"))
+            .pg(&self.target, "starting a page transaction")?;
         let result = (|| {
             let stored = self.stored_fingerprints(calls)?;
             let (written, rounds) = plan(calls, &call_rows, stored, schedule);
@@ -321,7 +324,7 @@ impl PgWarehouse {
             }
             if let Some(cursor) = checkpoint {
                 let statement = self.statement(ADVANCE_CHECKPOINT, "saving a checkpoint")?;
-                wait(self.client.execute(
+                wait(self.client().execute(
                     &statement,
                     &[&schedule, &micros(cursor), &micros(Timestamp::now())],
                 ))
@@ -339,6 +342,7 @@ impl PgWarehouse {
         calls: &[OutboundCall],
         content_hashes: &[u64],
     ) -> Result<u64, WarehouseError> {
+        self.reconnect_if_closed()?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let stored = self.stored_fingerprints(calls)?;
@@ -355,7 +359,7 @@ impl PgWarehouse {
             "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)",
             "reading the page's stored calls",
         )?;
-        let found = wait(self.client.query(&statement, &[&uids]))
+        let found = wait(self.client().query(&statement, &[&uids]))
             .pg(&self.target, "reading the page's stored calls")?;
         found
             .iter()
@@ -465,7 +469,7 @@ impl PgWarehouse {
                 "deleting attempts the service no longer shows",
             )?;
             wait(
-                self.client
+                self.client()
                     .execute(&statement, &[&keep_calls, &keep_ids, &keep_uids]),
             )
             .pg(
@@ -480,10 +484,13 @@ impl PgWarehouse {
             .collect::<Result<_, tokio_postgres::Error>>()
             .pg(&self.target, "writing attempts")?;
 
-        // Outcomes and variables of each attempt whose list was sent.
-        let mut outcomes = Batch::new(&OUTCOMES);
-        let mut variables = Batch::new(&VARIABLES);
-        let (mut replaced_outcomes, mut replaced_variables) = (Vec::new(), Vec::new());
+        // Outcomes and variables of each attempt whose list was sent: two lists written
+        // alike, each row led by the call, the attempt and the item's uid, then the item's
+        // own columns.
+        let mut children = [
+            (Batch::new(&OUTCOMES), Vec::new(), "writing outcomes"),
+            (Batch::new(&VARIABLES), Vec::new(), "writing variables"),
+        ];
         for p in &sending {
             let call_id = id_of(p);
             let sent = p.call.outbound_call_attempts.as_deref().unwrap_or_default();
@@ -498,59 +505,70 @@ impl PgWarehouse {
                 else {
                     continue;
                 };
-                // The last occurrence of the uid that sent each list.
+                // The last occurrence of the uid that sent each list: (item uid, the item's
+                // other columns) per item.
                 let same = sent.iter().filter(|s| Some(s.uid) == uid);
-                if let Some(list) = same
+                let outcomes = same
                     .clone()
                     .filter_map(|s| s.call_outcomes.as_ref())
                     .next_back()
-                {
-                    if p.mirror {
-                        replaced_outcomes.push((call_id, attempt_id));
-                    }
-                    for o in last_of_each(list, |o| o.uid) {
-                        let (uid, name, created_at, extra) = rows::outcome(o);
-                        outcomes.push(vec![
-                            V::I(Some(call_id)),
-                            V::I(Some(attempt_id)),
-                            V::T(Some(uid)),
-                            t(Some(&a.uid)),
-                            t(Some(&p.row.uid)),
-                            V::T(Some(name)),
-                            V::T(created_at),
-                            V::T(extra),
-                        ]);
-                    }
-                }
-                if let Some(list) = same
+                    .map(|list| {
+                        last_of_each(list, |o| o.uid)
+                            .into_iter()
+                            .map(|o| {
+                                let (uid, name, created_at, extra) = rows::outcome(o);
+                                (uid, vec![V::T(Some(name)), V::T(created_at), V::T(extra)])
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                let variables = same
                     .filter_map(|s| s.call_attempts_variables.as_ref())
                     .next_back()
+                    .map(|list| {
+                        last_of_each(list, |v| v.uid)
+                            .into_iter()
+                            .map(|v| {
+                                let (uid, name, value, status, created_at, extra) =
+                                    rows::variable(v);
+                                (
+                                    uid,
+                                    vec![
+                                        V::T(Some(name)),
+                                        V::T(value),
+                                        V::T(status),
+                                        V::T(created_at),
+                                        V::T(extra),
+                                    ],
+                                )
+                            })
+                            .collect()
+                    });
+                for ((batch, replaced, _), items) in children.iter_mut().zip([outcomes, variables])
                 {
+                    let Some(items) = items else {
+                        continue;
+                    };
                     if p.mirror {
-                        replaced_variables.push((call_id, attempt_id));
+                        replaced.push((call_id, attempt_id));
                     }
-                    for v in last_of_each(list, |v| v.uid) {
-                        let (uid, name, value, status, created_at, extra) = rows::variable(v);
-                        variables.push(vec![
+                    for (uid, own) in items {
+                        let mut row = vec![
                             V::I(Some(call_id)),
                             V::I(Some(attempt_id)),
                             V::T(Some(uid)),
                             t(Some(&a.uid)),
                             t(Some(&p.row.uid)),
-                            V::T(Some(name)),
-                            V::T(value),
-                            V::T(status),
-                            V::T(created_at),
-                            V::T(extra),
-                        ]);
+                        ];
+                        row.extend(own);
+                        batch.push(row);
                     }
                 }
             }
         }
-        self.delete_of_attempts("attempt_outcomes", &replaced_outcomes)?;
-        self.run(&outcomes, "", "writing outcomes")?;
-        self.delete_of_attempts("attempt_variables", &replaced_variables)?;
-        self.run(&variables, "", "writing variables")?;
+        for (batch, replaced, step) in &children {
+            self.delete_of_attempts(batch.table.name, replaced)?;
+            self.run(batch, "", step)?;
+        }
 
         // Notifications, when sent.
         let mut notifications = Batch::new(&NOTIFICATIONS);
@@ -659,7 +677,7 @@ impl PgWarehouse {
             return Ok(Vec::new());
         }
         let statement = self.statement(&upsert_sql(batch.table, returning), step)?;
-        wait(self.client.query(&statement, &batch.params())).pg(&self.target, step)
+        wait(self.client().query(&statement, &batch.params())).pg(&self.target, step)
     }
 
     /// Deletes `table`'s rows of the calls `ids` (compile-time table names only).
@@ -671,7 +689,7 @@ impl PgWarehouse {
             &format!("DELETE FROM {table} WHERE call_id = ANY($1)"),
             "deleting children the service no longer shows",
         )?;
-        wait(self.client.execute(&statement, &[&ids])).pg(
+        wait(self.client().execute(&statement, &[&ids])).pg(
             &self.target,
             "deleting children the service no longer shows",
         )?;
@@ -695,7 +713,7 @@ impl PgWarehouse {
             ),
             "deleting children the service no longer shows",
         )?;
-        wait(self.client.execute(&statement, &[&calls, &ids])).pg(
+        wait(self.client().execute(&statement, &[&calls, &ids])).pg(
             &self.target,
             "deleting children the service no longer shows",
         )?;
@@ -744,7 +762,7 @@ impl PgWarehouse {
             ),
         ] {
             let statement = self.statement(sql, step)?;
-            wait(self.client.execute(&statement, &[&ids])).pg(&self.target, step)?;
+            wait(self.client().execute(&statement, &[&ids])).pg(&self.target, step)?;
         }
         Ok(())
     }

@@ -1,0 +1,280 @@
+//! The connection helpers every file of the PostgreSQL warehouse uses: the runtime that
+//! drives connections, waiting for an answer on the caller's thread, connecting (and `ping`
+//! for `/healthz`), errors with their step and the column read, and instants in
+//! PostgreSQL's microseconds. Nothing here knows `PgWarehouse`.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio_postgres::types::FromSql;
+use tokio_postgres::{Client, Row};
+
+use super::target::PgTarget;
+use super::tls;
+use crate::warehouse::error::WarehouseError;
+
+/// How long connecting may take when the URI sets no `connect_timeout`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The runtime that drives every PostgreSQL connection of the process (its I/O only: the
+/// callers wait on their own threads).
+fn runtime() -> Result<&'static tokio::runtime::Runtime, String> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("callsync-postgres")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Waits for `future` on this thread (a tokio-postgres request: its connection is driven by
+/// [`runtime`]).
+pub(super) fn wait<F: Future>(future: F) -> F::Output {
+    futures::executor::block_on(future)
+}
+
+/// Opens a connection to `target`, driven on [`runtime`] until the client is dropped.
+pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
+    let connection_error = |cause: String| WarehouseError::PostgresConnect {
+        target: target.display().to_owned(),
+        cause,
+    };
+    let tls = tls::connector(target).map_err(connection_error)?;
+    let mut config = target.config.clone();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    asynchronous_commit(&mut config);
+    let runtime =
+        runtime().map_err(|e| connection_error(format!("cannot start its runtime: {e}")))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        match config.connect(tls).await {
+            Ok((client, connection)) => {
+                let _ = tx.send(Ok(client));
+                if let Err(err) = connection.await {
+                    tracing::debug!(error = %err, "a PostgreSQL connection ended");
+                }
+            }
+            Err(err) => {
+                let _ = tx.send(Err(err));
+            }
+        }
+    });
+    match rx.recv() {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(err)) => Err(connection_error(problem(&err))),
+        Err(_) => Err(connection_error("the connection task stopped".into())),
+    }
+}
+
+/// Commits of callsync's sessions do not wait for the server's WAL flush
+/// (`synchronous_commit = off`): a pass commits several small transactions (its run's row, each
+/// page with its checkpoint), and waiting for a flush each time halved the passes a daemon walks
+/// (10,000 schedules: first sync 167 s, 87 s without; BENCHMARKS.md). It is safe for what
+/// callsync keeps: a server crash loses only the last transactions committed (under a second),
+/// whole and in order, so a lost page loses its checkpoint with it and the next pass reads those
+/// calls from the service again; the checkpoint is never ahead of the data. Options the URI
+/// sets (`options=-c …`) come after, so an operator can set it back.
+fn asynchronous_commit(config: &mut tokio_postgres::Config) {
+    let options = match config.get_options() {
+        Some(given) => format!("-c synchronous_commit=off {given}"),
+        None => "-c synchronous_commit=off".to_owned(),
+    };
+    config.options(options);
+}
+
+/// How long `/healthz` waits for the server to answer.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether the server answers now, for `/healthz`: a new connection, as the next pass's
+/// claims would make, and `SELECT 1`, within [`PING_TIMEOUT`]. Async, on the caller's
+/// runtime: a health probe never waits on a writer's thread.
+pub async fn ping(target: &PgTarget) -> Result<(), WarehouseError> {
+    let unreachable = |cause: String| WarehouseError::PostgresConnect {
+        target: target.display().to_owned(),
+        cause,
+    };
+    let tls = tls::connector(target).map_err(unreachable)?;
+    let config = target.config.clone();
+    let answered = async {
+        let (client, connection) = config
+            .connect(tls)
+            .await
+            .map_err(|e| unreachable(problem(&e)))?;
+        let connection = tokio::spawn(connection);
+        let answer = client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| unreachable(problem(&e)));
+        drop(client);
+        let _ = connection.await;
+        answer
+    };
+    tokio::time::timeout(PING_TIMEOUT, answered)
+        .await
+        .unwrap_or_else(|_| {
+            Err(unreachable(format!(
+                "no answer within {} s",
+                PING_TIMEOUT.as_secs()
+            )))
+        })
+}
+
+/// tokio-postgres's error on one line: the server's message, detail and hint for a database
+/// error (its `Display` says only "db error"), else the error and its causes.
+pub(crate) fn problem(err: &tokio_postgres::Error) -> String {
+    if let Some(db) = err.as_db_error() {
+        let mut text = format!("{} ({})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            text.push_str(&format!("; hint: {hint}"));
+        }
+        return crate::untrusted::untrusted_text(&text, 1000);
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    crate::untrusted::untrusted_text(&text, 1000)
+}
+
+pub(super) fn pg_error(
+    target: &PgTarget,
+    step: &'static str,
+    err: &tokio_postgres::Error,
+) -> WarehouseError {
+    WarehouseError::Postgres {
+        target: target.display().to_owned(),
+        step,
+        cause: problem(err),
+    }
+}
+
+/// `.pg(target, "step")?` on a tokio-postgres result, as `.sql(path, "step")` on rusqlite's.
+pub(super) trait PgContext<T> {
+    fn pg(self, target: &PgTarget, step: &'static str) -> Result<T, WarehouseError>;
+}
+
+impl<T> PgContext<T> for Result<T, tokio_postgres::Error> {
+    fn pg(self, target: &PgTarget, step: &'static str) -> Result<T, WarehouseError> {
+        self.map_err(|e| pg_error(target, step, &e))
+    }
+}
+
+/// `row.column(i, target, "step")`: a column of a row the server sent, read with `try_get`.
+/// The server is outside callsync: a column altered by hand, or a table of another version,
+/// holds another type than the migrations made, and that is an error naming the column and
+/// the query, never a panic (`Row::get` panics).
+pub(super) trait RowColumn {
+    fn column<'a, T: FromSql<'a>>(
+        &'a self,
+        idx: usize,
+        target: &PgTarget,
+        step: &'static str,
+    ) -> Result<T, WarehouseError>;
+}
+
+impl RowColumn for Row {
+    fn column<'a, T: FromSql<'a>>(
+        &'a self,
+        idx: usize,
+        target: &PgTarget,
+        step: &'static str,
+    ) -> Result<T, WarehouseError> {
+        self.try_get(idx).map_err(|e| {
+            let name = self
+                .columns()
+                .get(idx)
+                .map_or_else(|| format!("#{idx}"), |c| c.name().to_owned());
+            WarehouseError::Postgres {
+                target: target.display().to_owned(),
+                step,
+                cause: format!(
+                    "column `{name}`: {}; the table is not as callsync's migrations made it (compare it with migrations-postgres/)",
+                    problem(&e)
+                ),
+            }
+        })
+    }
+}
+
+/// A timestamp for PostgreSQL: `timestamptz` holds microseconds, so finer instants are
+/// truncated towards the past (a checkpoint stored so reads again, never skips).
+pub(super) fn micros(t: crate::service::Timestamp) -> time::OffsetDateTime {
+    t.truncated(1_000).as_offset_date_time()
+}
+
+pub(super) fn instant(
+    target: &PgTarget,
+    value: time::OffsetDateTime,
+    what: &'static str,
+) -> Result<crate::service::Timestamp, WarehouseError> {
+    crate::service::Timestamp::try_from(value).map_err(|_| WarehouseError::BadTimestamp {
+        path: target.display().into(),
+        what,
+        value: value.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn instants_are_truncated_to_microseconds_towards_the_past() {
+        for (text, want) in [
+            (
+                "2026-01-31T09:30:00.123456789Z",
+                "2026-01-31T09:30:00.123456Z",
+            ),
+            (
+                "1969-12-31T23:59:59.999999999Z",
+                "1969-12-31T23:59:59.999999Z",
+            ),
+            ("2026-01-31T09:30:00Z", "2026-01-31T09:30:00Z"),
+        ] {
+            let t = crate::service::Timestamp::parse(text).unwrap();
+            let got = crate::service::Timestamp::try_from(super::micros(t)).unwrap();
+            assert_eq!(got.to_rfc3339(), want);
+            assert!(got <= t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod asynchronous_commit_tests {
+    use super::*;
+
+    #[test]
+    fn commits_do_not_wait_for_the_flush_unless_the_uri_says_so() {
+        let mut config: tokio_postgres::Config =
+            "postgresql://u@/db?host=/run/postgresql".parse().unwrap();
+        asynchronous_commit(&mut config);
+        assert_eq!(config.get_options(), Some("-c synchronous_commit=off"));
+        let mut config: tokio_postgres::Config =
+            "postgresql://u@/db?options=-c%20synchronous_commit%3Don"
+                .parse()
+                .unwrap();
+        asynchronous_commit(&mut config);
+        assert_eq!(
+            config.get_options(),
+            Some("-c synchronous_commit=off -c synchronous_commit=on"),
+            "the URI's own setting comes last, and wins"
+        );
+    }
+}
