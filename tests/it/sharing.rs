@@ -333,8 +333,11 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
         .position(|d| d.pid == victim_pid)
         .expect("the walker is one of the three");
     let mut dead = daemons.remove(victim);
-    dead.child.kill().await.expect("SIGKILL");
+    // Taken before the signal: the victim walks nothing after it (SIGKILL), and this test's
+    // own clock reading after `kill()` returns can come later than a survivor's takeover on a
+    // loaded machine, which would look like an overlap that never was.
     let killed_at = Timestamp::now();
+    dead.child.kill().await.expect("SIGKILL");
     // What each survivor's log held when the victim died: the ticks begun by then.
     let before_kill: Vec<(usize, u64)> = daemons
         .iter()
