@@ -365,6 +365,6 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 8);
+        assert_eq!(latest_version(), 9);
     }
 }

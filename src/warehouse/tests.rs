@@ -1563,3 +1563,4 @@ proptest! {
 mod analyst;
 mod instants;
 mod layout;
+mod stored_order;
