@@ -24,6 +24,10 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
+#[path = "common/pg.rs"]
+mod pg;
+use pg::{admin_sql, connect, with_dbname};
+
 const PAGE: usize = 100;
 
 fn main() {
@@ -105,32 +109,6 @@ async fn seeded_calls(calls: usize) -> (Uuid, Vec<OutboundCall>) {
     sim.shutdown().await;
     truth.sort_by_key(|c| (c.updated_at, c.uid));
     (schedule, truth)
-}
-
-fn with_dbname(url: &str, dbname: &str) -> String {
-    let (before, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let base = before.rsplit_once('/').map_or(before, |(b, _)| b);
-    match query {
-        Some(q) => format!("{base}/{dbname}?{q}"),
-        None => format!("{base}/{dbname}"),
-    }
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("the server answers");
-    tokio::spawn(connection);
-    client
-}
-
-async fn admin_sql(url: &str, sql: &str) {
-    let client = connect(url).await;
-    for statement in sql.split(';').filter(|s| !s.trim().is_empty()) {
-        client.batch_execute(statement).await.expect("admin SQL");
-    }
 }
 
 fn at(t: Option<Timestamp>) -> Option<OffsetDateTime> {

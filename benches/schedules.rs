@@ -10,6 +10,9 @@
 //! added to every response; then the daemon's peak RSS (`VmHWM`). Reference, same run: the
 //! requests the idle pass made × the latency ÷ `sync.concurrency` — the time a pass
 //! bound by latency alone would take.
+//!
+//! With `CALLSYNC_BENCH_POSTGRES` (a server's URI, see benches/postgres.rs) the daemon writes
+//! into a new database on that server instead of a SQLite file.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -18,6 +21,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
+
+#[path = "common/pg.rs"]
+mod pg;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -62,7 +68,62 @@ impl TickLine {
     }
 }
 
-fn write_config(dir: &Path, sim: &Simulator) -> std::path::PathBuf {
+/// Where the daemon writes: a SQLite file in the temp dir, or a new PostgreSQL database.
+enum Destination {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
+}
+
+impl Destination {
+    fn new(dir: &Path, runtime: &tokio::runtime::Runtime) -> Destination {
+        match std::env::var("CALLSYNC_BENCH_POSTGRES") {
+            Ok(admin) => {
+                let name = format!("bench_schedules_{}", std::process::id());
+                runtime.block_on(pg::admin_sql(&admin, &format!("CREATE DATABASE {name}")));
+                Destination::Postgres(pg::with_dbname(&admin, &name))
+            }
+            Err(_) => Destination::Sqlite(dir.join("callsync.db")),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Destination::Sqlite(_) => "SQLite",
+            Destination::Postgres(_) => "PostgreSQL (local, Unix socket)",
+        }
+    }
+
+    fn config_line(&self) -> String {
+        match self {
+            Destination::Sqlite(path) => format!("path = \"{}\"", path.display()),
+            Destination::Postgres(url) => format!("url = \"{url}\""),
+        }
+    }
+
+    /// The requests of every schedule's latest pass, summed (plain SQL on `sync_runs`).
+    fn last_pass_requests(&self, runtime: &tokio::runtime::Runtime) -> i64 {
+        const SQL: &str = "SELECT COALESCE(SUM(requests), 0)::bigint FROM sync_runs
+             WHERE id IN (SELECT MAX(id) FROM sync_runs GROUP BY schedule_uid)";
+        match self {
+            Destination::Sqlite(path) => {
+                let conn = rusqlite::Connection::open_with_flags(
+                    path,
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+                )
+                .expect("the warehouse opens");
+                conn.query_row(&SQL.replace("::bigint", ""), [], |r| r.get(0))
+                    .expect("sync_runs reads")
+            }
+            Destination::Postgres(url) => runtime.block_on(async {
+                let client = pg::connect(url).await;
+                let row = client.query_one(SQL, &[]).await.expect("sync_runs reads");
+                row.get(0)
+            }),
+        }
+    }
+}
+
+fn write_config(dir: &Path, sim: &Simulator, destination: &Destination) -> std::path::PathBuf {
     let schedules: Vec<String> = sim
         .schedule_uids()
         .iter()
@@ -70,31 +131,15 @@ fn write_config(dir: &Path, sim: &Simulator) -> std::path::PathBuf {
         .collect();
     let path = dir.join("callsync.toml");
     let text = format!(
-        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [{}]\ncron = \"{}\"\n[log]\nlevel = \"info\"\n",
+        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\n{}\n[sync]\nschedules = [{}]\ncron = \"{}\"\n[log]\nlevel = \"info\"\n",
         sim.base_url(),
         sim.access_token(),
-        dir.join("callsync.db").display(),
+        destination.config_line(),
         schedules.join(", "),
         std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into()),
     );
     std::fs::write(&path, text).expect("the config is written");
     path
-}
-
-/// The requests of every schedule's latest pass, summed (plain SQL on `sync_runs`).
-fn last_pass_requests(warehouse: &Path) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(
-        warehouse,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("the warehouse opens");
-    conn.query_row(
-        "SELECT COALESCE(SUM(requests), 0) FROM sync_runs
-         WHERE id IN (SELECT MAX(id) FROM sync_runs GROUP BY schedule_uid)",
-        [],
-        |r| r.get(0),
-    )
-    .expect("sync_runs reads")
 }
 
 /// The peak resident set of process `pid`, in MiB (`VmHWM`).
@@ -124,7 +169,8 @@ fn main() {
         ))
         .expect("the simulator starts");
     let dir = tempfile::tempdir().expect("a temp dir");
-    let config = write_config(dir.path(), &sim);
+    let destination = Destination::new(dir.path(), &runtime);
+    let config = write_config(dir.path(), &sim, &destination);
     let defaults = callsync::config::load(Some(&config)).expect("the config loads");
     let concurrency = defaults.sync.concurrency;
 
@@ -170,21 +216,22 @@ fn main() {
     let first_wall = started.elapsed();
     assert_eq!(first.number, 1, "the start-up tick comes first");
     let idle = next_clean_tick();
-    let idle_requests = last_pass_requests(&dir.path().join("callsync.db"));
+    let idle_requests = destination.last_pass_requests(&runtime);
     sim.set_faults(FaultPlan {
         slow_rate: 1.0,
         slow_delay: latency,
         ..FaultPlan::default()
     });
     let slow = next_clean_tick();
-    let slow_requests = last_pass_requests(&dir.path().join("callsync.db"));
+    let slow_requests = destination.last_pass_requests(&runtime);
     let rss = peak_rss_mib(pid);
     // SAFETY: a signal to our own child, by its pid.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let status = daemon.wait().expect("the daemon stops");
 
     println!(
-        "\n## schedules: one daemon, {schedules} schedules × {calls} calls, default configuration (sync.concurrency = {concurrency})\n"
+        "\n## schedules: one daemon, {schedules} schedules × {calls} calls, into {}, default configuration (sync.concurrency = {concurrency})\n",
+        destination.name()
     );
     println!(
         "Reference: requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"

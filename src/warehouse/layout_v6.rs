@@ -23,13 +23,29 @@ const AFTER_COPY: &str = include_str!("../../migrations/0006-insertion-ordered/a
 /// How often a log line says how far the migration got when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// The migration's page cache, in KiB (SQLite's negative `cache_size` form). Each copy reads
-/// its version 5 table once, in the order it is stored, and writes the new one in the order
-/// of its key; what is read at random are the two uid indexes every child row is looked up
-/// in (`calls_v5.uid`, about 60 MB at a million calls, and `call_attempts_v5.uid`, about
-/// 120 MB), which then stay cached. SQLite's sorter uses as much again before it spills to
-/// temporary files. The writer's cache is given back afterwards.
-const MIGRATION_CACHE_KIB: i64 = -256 * 1024;
+/// Schema 7's rewrite of a version 5 time value (`migrations/0007-utc-instants`, the same
+/// expression): `YYYY-MM-DD HH:MM:SS[.f…]` becomes RFC 3339 UTC with six fraction digits and a
+/// `Z`; anything else (NULL, a value in the new form) stays as it is. The copy writes the
+/// schema 7 forms at once (and `phonetic_*` values of `''` as NULL, as schema 7 does), so
+/// schema 7's rewrite, in the same transaction, finds every row already as it would make it
+/// and writes nothing: one rewrite of a million calls instead of two.
+macro_rules! instant {
+    ($column:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $column,
+            " LIKE '____-__-__ __:__:__%' THEN substr(",
+            $column,
+            ", 1, 10) || 'T' || substr(",
+            $column,
+            ", 12, 8) || '.' || substr(substr(",
+            $column,
+            ", 21) || '000000', 1, 6) || 'Z' ELSE ",
+            $column,
+            " END"
+        )
+    };
+}
 
 /// One table's copy: its version 5 name, and the statement copying every row.
 ///
@@ -49,91 +65,114 @@ struct TableCopy {
 const TABLES: [TableCopy; 6] = [
     TableCopy {
         old: "calls_v5",
-        copy: "INSERT INTO calls (id, uid, schedule_uid, external_id, status, progress,
-                 is_test_call, cooldown_until, delay, priority, attempts_remaining,
-                 retry_intervals, created_at, updated_at, phone_number, phone_e164, full_name,
-                 first_name, last_name, phonetic_full_name, phonetic_first_name,
-                 phonetic_last_name, email, event_date_time, extra, attempt_count,
-                 last_attempt_uid, last_attempt_status, last_attempt_started_at,
-                 last_attempt_answered_at, last_attempt_ended_at, last_attempt_duration,
-                 outcome_names, answered, transferred, notification_count, content_hash,
-                 synced_at)
-               SELECT rowid, uid, schedule_uid, external_id, status, progress,
-                 is_test_call, cooldown_until, delay, priority, attempts_remaining,
-                 retry_intervals, created_at, updated_at, phone_number, phone_e164, full_name,
-                 first_name, last_name, phonetic_full_name, phonetic_first_name,
-                 phonetic_last_name, email, event_date_time, extra, attempt_count,
-                 last_attempt_uid, last_attempt_status, last_attempt_started_at,
-                 last_attempt_answered_at, last_attempt_ended_at, last_attempt_duration,
-                 outcome_names, answered, transferred, notification_count, content_hash,
-                 synced_at
-               FROM calls_v5 ORDER BY rowid",
+        copy: concat!(
+            "INSERT INTO calls (id, uid, schedule_uid, external_id, status, progress, ",
+            "is_test_call, cooldown_until, delay, priority, attempts_remaining, retry_intervals, ",
+            "created_at, updated_at, phone_number, phone_e164, full_name, first_name, last_name, ",
+            "phonetic_full_name, phonetic_first_name, phonetic_last_name, email, ",
+            "event_date_time, extra, attempt_count, last_attempt_uid, last_attempt_status, ",
+            "last_attempt_started_at, last_attempt_answered_at, last_attempt_ended_at, ",
+            "last_attempt_duration, outcome_names, answered, transferred, notification_count, ",
+            "content_hash, synced_at) SELECT ",
+            "rowid, uid, schedule_uid, external_id, status, progress, is_test_call, ",
+            instant!("cooldown_until"),
+            ", delay, priority, attempts_remaining, retry_intervals, ",
+            instant!("created_at"),
+            ", ",
+            instant!("updated_at"),
+            ", phone_number, phone_e164, full_name, first_name, last_name, ",
+            "NULLIF(phonetic_full_name, ''), NULLIF(phonetic_first_name, ''), ",
+            "NULLIF(phonetic_last_name, ''), email, ",
+            instant!("event_date_time"),
+            ", extra, attempt_count, last_attempt_uid, last_attempt_status, ",
+            instant!("last_attempt_started_at"),
+            ", ",
+            instant!("last_attempt_answered_at"),
+            ", ",
+            instant!("last_attempt_ended_at"),
+            ", last_attempt_duration, outcome_names, answered, transferred, notification_count, ",
+            "content_hash, ",
+            instant!("synced_at"),
+            " FROM calls_v5 ORDER BY rowid"
+        ),
     },
     TableCopy {
         old: "call_custom_parameters_v5",
-        copy: "INSERT INTO call_custom_parameters (call_id, call_uid, name, value)
-               SELECT c.rowid, p.call_uid, p.name, p.value
-               FROM call_custom_parameters_v5 AS p CROSS JOIN calls_v5 AS c
-                 ON c.uid = p.call_uid
-               ORDER BY c.rowid, p.name",
+        copy: concat!(
+            "INSERT INTO call_custom_parameters (call_id, call_uid, name, value) SELECT c.rowid, ",
+            "p.call_uid, p.name, p.value FROM call_custom_parameters_v5 AS p CROSS JOIN calls_v5 ",
+            "AS c ON c.uid = p.call_uid ORDER BY c.rowid, p.name"
+        ),
     },
     TableCopy {
         old: "call_attempts_v5",
-        copy: "INSERT INTO call_attempts (id, call_id, uid, call_uid, position, status,
-                 started_at, answered_at, ended_at, duration, created_at, updated_at,
-                 error_details, transfer_started_at, transfer_answered_at,
-                 transfer_destination, extra)
-               SELECT a.rowid, c.rowid, a.uid, a.call_uid, a.position, a.status,
-                 a.started_at, a.answered_at, a.ended_at, a.duration, a.created_at,
-                 a.updated_at, a.error_details, a.transfer_started_at, a.transfer_answered_at,
-                 a.transfer_destination, a.extra
-               FROM call_attempts_v5 AS a CROSS JOIN calls_v5 AS c ON c.uid = a.call_uid
-               ORDER BY a.rowid",
+        copy: concat!(
+            "INSERT INTO call_attempts (id, call_id, uid, call_uid, position, status, ",
+            "started_at, answered_at, ended_at, duration, created_at, updated_at, error_details, ",
+            "transfer_started_at, transfer_answered_at, transfer_destination, extra) SELECT ",
+            "a.rowid, c.rowid, a.uid, a.call_uid, a.position, a.status, ",
+            instant!("a.started_at"),
+            ", ",
+            instant!("a.answered_at"),
+            ", ",
+            instant!("a.ended_at"),
+            ", a.duration, ",
+            instant!("a.created_at"),
+            ", ",
+            instant!("a.updated_at"),
+            ", a.error_details, ",
+            instant!("a.transfer_started_at"),
+            ", ",
+            instant!("a.transfer_answered_at"),
+            ", a.transfer_destination, a.extra",
+            " FROM call_attempts_v5 AS a CROSS JOIN calls_v5 AS c ON c.uid = a.call_uid ORDER BY ",
+            "a.rowid"
+        ),
     },
     TableCopy {
         old: "attempt_outcomes_v5",
-        copy: "INSERT INTO attempt_outcomes (call_id, attempt_id, uid, attempt_uid, call_uid,
-                 name, created_at, extra)
-               SELECT c.rowid, a.rowid, o.uid, o.attempt_uid, o.call_uid, o.name,
-                 o.created_at, o.extra
-               FROM attempt_outcomes_v5 AS o
-                 CROSS JOIN call_attempts_v5 AS a ON a.uid = o.attempt_uid
-                 CROSS JOIN calls_v5 AS c ON c.uid = o.call_uid
-               ORDER BY c.rowid, a.rowid, o.uid",
+        copy: concat!(
+            "INSERT INTO attempt_outcomes (call_id, attempt_id, uid, attempt_uid, call_uid, ",
+            "name, created_at, extra) SELECT ",
+            "c.rowid, a.rowid, o.uid, o.attempt_uid, o.call_uid, o.name, ",
+            instant!("o.created_at"),
+            ", o.extra",
+            " FROM attempt_outcomes_v5 AS o CROSS JOIN call_attempts_v5 AS a ON a.uid = ",
+            "o.attempt_uid CROSS JOIN calls_v5 AS c ON c.uid = o.call_uid ORDER BY c.rowid, ",
+            "a.rowid, o.uid"
+        ),
     },
     TableCopy {
         old: "attempt_variables_v5",
-        copy: "INSERT INTO attempt_variables (call_id, attempt_id, uid, attempt_uid, call_uid,
-                 name, value, status, created_at, extra)
-               SELECT c.rowid, a.rowid, v.uid, v.attempt_uid, v.call_uid, v.name, v.value,
-                 v.status, v.created_at, v.extra
-               FROM attempt_variables_v5 AS v
-                 CROSS JOIN call_attempts_v5 AS a ON a.uid = v.attempt_uid
-                 CROSS JOIN calls_v5 AS c ON c.uid = v.call_uid
-               ORDER BY c.rowid, a.rowid, v.uid",
+        copy: concat!(
+            "INSERT INTO attempt_variables (call_id, attempt_id, uid, attempt_uid, call_uid, ",
+            "name, value, status, created_at, extra) SELECT ",
+            "c.rowid, a.rowid, v.uid, v.attempt_uid, v.call_uid, v.name, v.value, v.status, ",
+            instant!("v.created_at"),
+            ", v.extra",
+            " FROM attempt_variables_v5 AS v CROSS JOIN call_attempts_v5 AS a ON a.uid = ",
+            "v.attempt_uid CROSS JOIN calls_v5 AS c ON c.uid = v.call_uid ORDER BY c.rowid, ",
+            "a.rowid, v.uid"
+        ),
     },
     TableCopy {
         old: "call_notifications_v5",
-        copy: "INSERT INTO call_notifications (call_id, uid, call_uid, status, message_count,
-                 delivered_at, extra)
-               SELECT c.rowid, n.uid, n.call_uid, n.status, n.message_count, n.delivered_at,
-                 n.extra
-               FROM call_notifications_v5 AS n CROSS JOIN calls_v5 AS c ON c.uid = n.call_uid
-               ORDER BY c.rowid, n.uid",
+        copy: concat!(
+            "INSERT INTO call_notifications (call_id, uid, call_uid, status, message_count, ",
+            "delivered_at, extra) SELECT ",
+            "c.rowid, n.uid, n.call_uid, n.status, n.message_count, ",
+            instant!("n.delivered_at"),
+            ", n.extra",
+            " FROM call_notifications_v5 AS n CROSS JOIN calls_v5 AS c ON c.uid = n.call_uid ",
+            "ORDER BY c.rowid, n.uid"
+        ),
     },
 ];
 
 /// The migration's hook: copies every row, checks that none was left behind, and finishes
 /// the schema (`after-copy.sql`), showing how far it got throughout.
+/// (The page cache it runs with is `schema::MIGRATION_CACHE_KIB`.)
 pub(super) fn copy_rows(tx: &Transaction<'_>) -> HookResult {
-    let cache: i64 = tx.pragma_query_value(None, "cache_size", |r| r.get(0))?;
-    tx.pragma_update(None, "cache_size", MIGRATION_CACHE_KIB)?;
-    let result = copy_and_finish(tx);
-    tx.pragma_update(None, "cache_size", cache)?;
-    result
-}
-
-fn copy_and_finish(tx: &Transaction<'_>) -> HookResult {
     let mut rows = [0u64; TABLES.len()];
     for (n, table) in rows.iter_mut().zip(&TABLES) {
         let count: i64 = tx.query_row(&format!("SELECT count(*) FROM {}", table.old), [], |r| {

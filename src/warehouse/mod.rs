@@ -218,7 +218,10 @@ fn close_cleanly(conn: &Connection) {
         // Also makes SQLite's own checkpoint on the last close truncate the WAL to 0 bytes.
         .and_then(|()| conn.pragma_update(None, "journal_size_limit", 0))
         .and_then(|()| {
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            // `main.`: unqualified, the checkpoint covers the temp database too, which a
+            // migration's sorter leaves in a state that fails it (SQLITE_LOCKED) once the
+            // file went from a rollback journal back to WAL mode.
+            conn.query_row("PRAGMA main.wal_checkpoint(TRUNCATE)", [], |r| {
                 r.get::<_, i64>(0)
             })
         });

@@ -114,12 +114,18 @@ fn state(path: &Path) -> (i64, u64) {
 }
 
 fn config(dir: &Path, warehouse: &Path) -> PathBuf {
-    let path = dir.join("callsync.toml");
+    config_in(dir, "callsync", warehouse)
+}
+
+/// `NAME.toml` in `dir`, for the warehouse at `warehouse` (a busy timeout of 1 s: a reader
+/// holding the file makes the migration wait that long before it keeps the WAL).
+fn config_in(dir: &Path, name: &str, warehouse: &Path) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
         format!(
             "[api]\nbase_url = \"http://127.0.0.1:9/\"\naccess_token = \"t\"\n\n\
-             [warehouse]\npath = \"{}\"\n\n[sync]\nschedules = []\n",
+             [warehouse]\npath = \"{}\"\nbusy_timeout_secs = 1\n\n[sync]\nschedules = []\n",
             warehouse.display()
         ),
     )
@@ -234,4 +240,59 @@ async fn a_migration_killed_at_any_point_leaves_schema_5_and_the_next_run_migrat
         expected,
         "the same rows as a migration never killed"
     );
+    assert_eq!(
+        journal_mode(&warehouse),
+        "wal",
+        "WAL mode again once migrated"
+    );
+}
+
+/// The journal mode the file is in.
+fn journal_mode(path: &Path) -> String {
+    rusqlite::Connection::open(path)
+        .expect("open")
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("journal_mode")
+}
+
+/// A migration runs under a rollback journal when it has the file to itself, and under the
+/// WAL when a reader keeps the file open (leaving WAL mode needs the file alone): the same
+/// rows either way, and the file in WAL mode afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_with_a_reader_open_runs_under_the_wal_to_the_same_rows() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let alone = dir.path().join("alone.db");
+    version_5_warehouse(&alone);
+    let read = dir.path().join("read.db");
+    std::fs::copy(&alone, &read).expect("copy");
+
+    let out = migrate(&config_in(dir.path(), "alone", &alone)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!log.contains("runs under the WAL"), "{log}");
+    assert!(!log.contains(" WARN "), "nothing to warn of: {log}");
+
+    let reader = rusqlite::Connection::open(&read).expect("a reader");
+    let calls: i64 = reader
+        .query_row("SELECT count(*) FROM calls", [], |r| r.get(0))
+        .expect("the reader reads");
+    assert_eq!(calls, CALLS);
+    let out = migrate(&config_in(dir.path(), "read", &read)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("runs under the WAL"), "{log}");
+    assert!(!log.contains(" WARN "), "nothing to warn of: {log}");
+    drop(reader);
+
+    assert_eq!(state(&read), state(&alone), "the same rows either way");
+    assert_eq!(journal_mode(&alone), "wal");
+    assert_eq!(journal_mode(&read), "wal");
 }

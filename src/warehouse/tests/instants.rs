@@ -315,3 +315,134 @@ fn the_configured_zone_gives_local_days_and_is_rewritten_only_when_it_changes() 
         ]
     );
 }
+
+/// The same calls as a version 5 callsync and a version 6 one wrote them (SQLite's time form,
+/// fractions of 0, 3, 6 and 9 digits, `''` phonetic names, NULLs), ids as version 6 gives
+/// them (a version 5 row's rowid is its id after the copy).
+fn same_calls(conn: &rusqlite::Connection, version: usize) {
+    let (id, call_id, attempt_id) = if version == 5 {
+        ("rowid", "", "")
+    } else {
+        ("id", "call_id, ", "attempt_id, ")
+    };
+    let id_of = |n: i64| {
+        if version == 5 {
+            String::new()
+        } else {
+            format!("{n}, ")
+        }
+    };
+    let calls = [
+        (
+            1,
+            "c1",
+            "'2026-01-01 00:00:00.5'",
+            "'2026-01-01 00:00:00.123456789'",
+            "''",
+        ),
+        (2, "c2", "NULL", "'2026-01-01T00:00:00.123456Z'", "'Ada'"),
+    ];
+    for (n, uid, cooldown, started, phonetic) in calls {
+        conn.execute_batch(&format!(
+            "INSERT INTO calls ({id}, uid, schedule_uid, status, cooldown_until, created_at,
+               updated_at, phonetic_full_name, phonetic_first_name, phonetic_last_name,
+               full_name, event_date_time, last_attempt_started_at, last_attempt_answered_at,
+               last_attempt_ended_at, content_hash, synced_at)
+             VALUES ({n}, '{uid}', 's1', 'completed', {cooldown}, '2026-01-01 00:00:00',
+               '2026-01-01 00:00:01.250', {phonetic}, '', 'Lovelace', '', NULL, {started},
+               '2026-01-01 00:00:00.123', '2026-01-01 00:00:02', 7, '2026-01-01 00:00:03.000001');
+             INSERT INTO call_custom_parameters ({call_id}call_uid, name, value)
+             VALUES ({c}'{uid}', 'plan', 'gold');
+             INSERT INTO call_attempts ({id}, {call_id}uid, call_uid, position, status,
+               started_at, answered_at, ended_at, created_at, updated_at, transfer_started_at,
+               transfer_answered_at)
+             VALUES ({n}, {c}'a{n}', '{uid}', 0, 'hangup', {started},
+               '2026-01-01 00:00:00.123456789', '2026-01-01 00:00:02', '2026-01-01 00:00:00',
+               '2026-01-01 00:00:02', NULL, '2026-01-01 00:00:03');
+             INSERT INTO attempt_outcomes ({call_id}{attempt_id}uid, attempt_uid, call_uid,
+               name, created_at)
+             VALUES ({c}{a}'o{n}', 'a{n}', '{uid}', 'interested', '2026-01-01 00:00:02');
+             INSERT INTO attempt_variables ({call_id}{attempt_id}uid, attempt_uid, call_uid,
+               name, value, created_at)
+             VALUES ({c}{a}'v{n}', 'a{n}', '{uid}', 'plan', 'gold', '2026-01-01 00:00:02.5');
+             INSERT INTO call_notifications ({call_id}uid, call_uid, status, message_count,
+               delivered_at)
+             VALUES ({c}'n{n}', '{uid}', 'delivered', 1, '2026-01-01 00:00:04');",
+            c = id_of(n),
+            a = id_of(n),
+        ))
+        .unwrap();
+    }
+}
+
+/// Every row of the call tables, in key order, each value as SQLite returns it.
+fn call_rows(w: &Warehouse) -> Vec<Vec<Sql>> {
+    let mut rows = Vec::new();
+    for (table, key) in [
+        ("calls", "id"),
+        ("call_custom_parameters", "call_id, name"),
+        ("call_attempts", "id"),
+        ("attempt_outcomes", "call_id, attempt_id, uid"),
+        ("attempt_variables", "call_id, attempt_id, uid"),
+        ("call_notifications", "call_id, uid"),
+    ] {
+        let mut stmt = w
+            .conn
+            .prepare(&format!("SELECT * FROM {table} ORDER BY {key}"))
+            .unwrap();
+        let n = stmt.column_count();
+        let found: Vec<Vec<Sql>> = stmt
+            .query_map([], |r| (0..n).map(|i| r.get(i)).collect())
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(!found.is_empty(), "{table}");
+        rows.extend(found);
+    }
+    rows
+}
+
+/// The schema 6 copy writes schema 7's forms at once (so schema 7's rewrite, in the same
+/// transaction, finds nothing to change): a version 5 file ends with exactly the rows a
+/// version 6 file of the same calls ends with, which went through schema 7's rewrite.
+#[test]
+fn a_version_5_warehouse_ends_with_the_rows_a_version_6_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut migrated = Vec::new();
+    for version in [5, 6] {
+        let path = dir.path().join(format!("v{version}.db"));
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, version).unwrap();
+        same_calls(&conn, version);
+        drop(conn);
+        let report = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(report.from, version);
+        migrated.push(call_rows(&Warehouse::open_read_only(&path).unwrap()));
+    }
+    assert_eq!(migrated[0], migrated[1]);
+    // And they are schema 7's forms: instants to the microsecond, '' phonetic names as NULL.
+    let w = Warehouse::open_read_only(&dir.path().join("v5.db")).unwrap();
+    let first: (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ) = w
+        .conn
+        .query_row(
+            "SELECT cooldown_until, last_attempt_started_at, phonetic_full_name,
+               phonetic_first_name FROM calls WHERE id = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        first,
+        (
+            Some("2026-01-01T00:00:00.500000Z".into()),
+            Some("2026-01-01T00:00:00.123456Z".into()),
+            None,
+            None
+        )
+    );
+}
