@@ -184,6 +184,13 @@ pub(super) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the effective configuration: each key's value and where it came from (file,
+    /// environment variable, systemd credential, default); secrets redacted
+    Config {
+        /// Print one JSON object (file; keys: key, value, redacted, source, origin)
+        #[arg(long)]
+        json: bool,
+    },
     /// Apply pending warehouse migrations, then exit
     Migrate {
         /// Print the result as one JSON object (warehouse, from, to)
@@ -252,6 +259,10 @@ pub(super) enum CheckpointCommand {
         /// Show a schedule that is in neither sync.schedules nor the warehouse
         #[arg(long)]
         force: bool,
+        /// Print one JSON object per schedule (JSON Lines: schedule_uid, schedule_name,
+        /// cursor, written)
+        #[arg(long)]
+        json: bool,
     },
     /// Move a schedule's cursor (backwards too), printing what was there before
     Set {
@@ -265,6 +276,9 @@ pub(super) enum CheckpointCommand {
         /// neither sync.schedules nor the warehouse
         #[arg(long)]
         force: bool,
+        /// Print the move as one JSON object (schedule_uid, schedule_name, from, to)
+        #[arg(long)]
+        json: bool,
     },
     /// Delete a schedule's checkpoint: its next pass reads everything again
     Reset {
@@ -274,6 +288,9 @@ pub(super) enum CheckpointCommand {
         /// Reset a schedule that is in neither sync.schedules nor the warehouse
         #[arg(long)]
         force: bool,
+        /// Print the reset as one JSON object (schedule_uid, schedule_name, from, to: null)
+        #[arg(long)]
+        json: bool,
     },
 }
 

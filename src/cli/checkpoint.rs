@@ -8,19 +8,21 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use uuid::Uuid;
 
-use super::UsageError;
 use super::args::CheckpointCommand;
 use super::destination::Opened;
 use super::output::print_out;
+use super::usage::UsageError;
 use crate::config::Config;
 use crate::service::Timestamp;
 
 pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<ExitCode> {
-    let describe = |c: Option<crate::warehouse::Checkpoint>| {
-        c.map_or("none".to_owned(), |c| c.cursor.to_rfc3339())
-    };
+    let describe = |c: Option<Timestamp>| c.map_or("none".to_owned(), |c| c.to_rfc3339());
     match command {
-        CheckpointCommand::Show { schedule, force } => {
+        CheckpointCommand::Show {
+            schedule,
+            force,
+            json,
+        } => {
             if let Some(schedule) = schedule {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
@@ -38,10 +40,20 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
             };
             for s in schedules {
                 let c = warehouse.checkpoint(s).with_context(reading)?;
+                let cursor = c.as_ref().map(|c| c.cursor);
                 let written = c.as_ref().map(|c| c.updated_at.to_rfc3339());
+                if json {
+                    print_json_line(&serde_json::json!({
+                        "schedule_uid": s,
+                        "schedule_name": config.sync.schedule_names.get(&s),
+                        "cursor": cursor.map(|c| c.to_rfc3339()),
+                        "written": written,
+                    }))?;
+                    continue;
+                }
                 print_out(format_args!(
                     "schedule {s}: cursor {} (written {})\n",
-                    describe(c),
+                    describe(cursor),
                     written.as_deref().unwrap_or("never")
                 ))?;
             }
@@ -50,28 +62,66 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
             schedule,
             cursor,
             force,
+            json,
         } => {
             if !force {
                 check_cursor(cursor, Timestamp::now())?;
             }
             refuse_unknown_schedule(config, schedule, force)?;
-            let before = replace_checkpoint(config, schedule, Some(cursor))?;
-            print_undo_line(&format!(
+            let before = replace_checkpoint(config, schedule, Some(cursor))?.map(|c| c.cursor);
+            let line = format!(
                 "schedule {schedule}: cursor was {}, now {}",
                 describe(before),
                 cursor.to_rfc3339()
-            ))?;
+            );
+            print_move(config, schedule, before, Some(cursor), &line, json)?;
         }
-        CheckpointCommand::Reset { schedule, force } => {
+        CheckpointCommand::Reset {
+            schedule,
+            force,
+            json,
+        } => {
             refuse_unknown_schedule(config, schedule, force)?;
-            let before = replace_checkpoint(config, schedule, None)?;
-            print_undo_line(&format!(
+            let before = replace_checkpoint(config, schedule, None)?.map(|c| c.cursor);
+            let line = format!(
                 "schedule {schedule}: cursor was {}, now none (the next pass reads everything)",
                 describe(before)
-            ))?;
+            );
+            print_move(config, schedule, before, None, &line, json)?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One JSON object on a line of stdout (`--json`), as `migrate --json` prints its result.
+fn print_json_line(value: &serde_json::Value) -> Result<()> {
+    let line = crate::untrusted::json_safe(&value.to_string());
+    print_out(format_args!("{line}\n"))
+}
+
+/// A moved checkpoint as its undo line, or with `json` as one object whose `from` and `to`
+/// are the cursors (null: none), as `migrate --json`'s are the versions. The undo line goes to
+/// stderr too when stdout is not a terminal, JSON or not: the move is committed already.
+fn print_move(
+    config: &Config,
+    schedule: Uuid,
+    from: Option<Timestamp>,
+    to: Option<Timestamp>,
+    line: &str,
+    json: bool,
+) -> Result<()> {
+    if !json {
+        return print_undo_line(line);
+    }
+    if !std::io::stdout().is_terminal() {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+    print_json_line(&serde_json::json!({
+        "schedule_uid": schedule,
+        "schedule_name": config.sync.schedule_names.get(&schedule),
+        "from": from.map(|c| c.to_rfc3339()),
+        "to": to.map(|c| c.to_rfc3339()),
+    }))
 }
 
 /// The line that says where a moved checkpoint was, the only way to undo the move. The move

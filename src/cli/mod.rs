@@ -13,13 +13,14 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{ArgMatches, FromArgMatches};
 
-use crate::config::{self, Config, ConfigError, LogConfig};
+use crate::config::{Config, ConfigError, LogConfig};
 use crate::telemetry::{self, TelemetryError};
 
 mod args;
 mod campaign;
 mod check;
 mod checkpoint;
+mod config;
 mod demo;
 mod destination;
 mod generate;
@@ -103,7 +104,7 @@ fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         command => {
-            let config = config::load(config_path.as_deref())?;
+            let config = crate::config::load(config_path.as_deref())?;
             init_logging(&verbosity.apply(&config.log))?;
             runtime.block_on(dispatch(command, config))
         }
@@ -130,6 +131,7 @@ async fn dispatch(command: Command, config: Config) -> Result<ExitCode> {
         Command::Backfill(args) => backfill(config, args).await,
         Command::Status { json } => status(&config, json),
         Command::Check { json } => check::run(&config, json).await,
+        Command::Config { json } => config::run(&config, json),
         Command::Migrate { json } => migrate(&config, json),
         Command::Service(ServiceCommand::Upload(args)) => upload::run(&config, args).await,
         Command::Service(command) => campaign::run(&config, command).await,

@@ -6,6 +6,7 @@
 //! failure is one [`ConfigError`] naming the key and the problem. Secrets (`secret.rs`) are
 //! resolved here and never printed. Other modules never see the raw form.
 
+pub mod effective;
 mod env;
 mod load;
 mod log_filter;

@@ -5,7 +5,8 @@
 //! each table with one statement, in the order of its new key, showing how far it got, then
 //! runs `after-copy.sql` (drops the `*_v5` tables, creates the indexes and views). All in the one
 //! transaction of the migration: a kill at any instant leaves the version 5 file, and the
-//! next run starts again.
+//! next run starts again. The four WITHOUT ROWID child tables are created in schema 9's form
+//! (`keys_first`) before the copy, so schema 9 does not copy them again.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Transaction;
 use rusqlite_migration::{HookError, HookResult};
+
+use super::keys_first::ChildTables;
 
 /// The SQL run before the copy (the migration's own SQL).
 pub(super) const UP: &str = include_str!("../../migrations/0006-insertion-ordered/up.sql");
@@ -172,7 +175,12 @@ const TABLES: [TableCopy; 6] = [
 /// The migration's hook: copies every row, checks that none was left behind, and finishes
 /// the schema (`after-copy.sql`), showing how far it got throughout.
 /// (The page cache it runs with is `schema::MIGRATION_CACHE_KIB`.)
-pub(super) fn copy_rows(tx: &Transaction<'_>) -> HookResult {
+pub(super) fn copy_rows(tx: &Transaction<'_>, children: ChildTables) -> HookResult {
+    // The copy's INSERTs name their columns: the child tables may be created in schema 9's
+    // form now, so that schema 9 finds nothing to rebuild in the same transaction.
+    if children == ChildTables::KeyFirst {
+        super::keys_first::create_key_first(tx)?;
+    }
     let mut rows = [0u64; TABLES.len()];
     for (n, table) in rows.iter_mut().zip(&TABLES) {
         let count: i64 = tx.query_row(&format!("SELECT count(*) FROM {}", table.old), [], |r| {

@@ -11,6 +11,7 @@ mod access;
 mod backup;
 mod error;
 pub mod file_lock;
+mod keys_first;
 mod layout_v6;
 mod ledger;
 mod locks;

@@ -9,10 +9,16 @@ use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{M, Migrations, SchemaVersion};
 
 use super::error::{SqlContext, WarehouseError};
+use super::keys_first::ChildTables;
 
 static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
 
-static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
+static MIGRATIONS: LazyLock<Migrations<'static>> =
+    LazyLock::new(|| migrations(ChildTables::KeyFirst));
+
+/// The migrations in `migrations/`, schema 6's copy creating the child tables in `children`'s
+/// form.
+pub(super) fn migrations(children: ChildTables) -> Migrations<'static> {
     let mut dirs: Vec<_> = MIGRATION_DIR.dirs().collect();
     dirs.sort_by_key(|d| d.path());
     dirs.iter()
@@ -21,15 +27,20 @@ static MIGRATIONS: LazyLock<Migrations<'static>> = LazyLock::new(|| {
                 .get_file(dir.path().join("up.sql"))
                 .and_then(|f| f.contents_utf8())
                 .expect("migrations/ is embedded at build time and checked by a unit test");
-            // Schema 6 copies every row with progress shown (`layout_v6`).
+            // Schema 6 copies every row with progress shown (`layout_v6`); schema 9 rebuilds
+            // the child tables schema 6 did not create key first (`keys_first`).
             if up == super::layout_v6::UP {
-                M::up_with_hook(up, super::layout_v6::copy_rows)
+                M::up_with_hook(up, move |tx: &rusqlite::Transaction<'_>| {
+                    super::layout_v6::copy_rows(tx, children)
+                })
+            } else if up == super::keys_first::UP {
+                M::up_with_hook(up, super::keys_first::rebuild_where_needed)
             } else {
                 M::up(up)
             }
         })
         .collect()
-});
+}
 
 /// The schema version this build writes.
 pub fn latest_version() -> usize {
@@ -393,10 +404,15 @@ fn is_foreign(conn: &Connection) -> rusqlite::Result<bool> {
 }
 
 /// Applies the migrations up to schema `version` only: a warehouse as an older callsync
-/// left it, for migration tests.
+/// left it (schema 6's child tables in their own form below schema 9), for migration tests.
 #[cfg(test)]
 pub fn migrate_to(conn: &mut Connection, version: usize) -> rusqlite_migration::Result<()> {
-    MIGRATIONS.to_version(conn, version)
+    let children = if version < latest_version() {
+        ChildTables::AsSchema6
+    } else {
+        ChildTables::KeyFirst
+    };
+    migrations(children).to_version(conn, version)
 }
 
 /// Keeps the `-wal` and `-shm` files when the last connection closes, so a reader with
@@ -431,7 +447,7 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 8);
+        assert_eq!(latest_version(), 9);
     }
 
     /// A file migrated under the rollback journal is back in WAL mode, and closing can empty

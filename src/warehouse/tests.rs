@@ -1538,3 +1538,4 @@ proptest! {
 mod analyst;
 mod instants;
 mod layout;
+mod stored_order;

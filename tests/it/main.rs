@@ -71,6 +71,8 @@ mod campaign;
 mod analyst;
 // The binary as scripts use it: --json lines, exit codes, -q/-v, completions, man pages.
 mod scripting;
+// callsync config: each key's value and source, secrets redacted.
+mod config_cmd;
 // The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
 mod terminal;
 // contrib/: the alerting rules and the dashboard select series exported from start-up.

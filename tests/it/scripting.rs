@@ -624,3 +624,145 @@ async fn simulate_exposes_its_fault_rate_limit_and_token_knobs() {
         assert!(stderr(&out).contains(problem), "{args:?}: {}", stderr(&out));
     }
 }
+
+both!(
+    checkpoint_json_prints_each_schedule_and_each_move_as_one_object,
+    checkpoint_json_scenario
+);
+
+/// `checkpoint show|set|reset --json`: one object a line, the move's `from` and `to` as
+/// `migrate --json`'s, names from the configuration; on SQLite and PostgreSQL alike.
+async fn checkpoint_json_scenario(dest: crate::harness::Dest) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 20,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
+    .await;
+    let s = env.schedules();
+    let named = format!(
+        "[[sync.schedule]]\nuid = \"{}\"\nname = \"Renewals\"\n",
+        s[1]
+    );
+    let config = env.write_config("");
+    // The second schedule named: listed once, under [[sync.schedule]].
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&format!(", \"{}\"", s[1]), "")
+        .replace("[log]", &format!("{named}\n[log]"));
+    std::fs::write(&config, text).unwrap();
+    let c = config.to_str().unwrap();
+    let out = callsync(&["--config", c, "sync"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let last = |schedule| {
+        env.sim
+            .truth(schedule)
+            .iter()
+            .map(|c| c.updated_at)
+            .max()
+            .unwrap()
+            .to_rfc3339()
+    };
+
+    let out = callsync(&["--config", c, "checkpoint", "show", "--json"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut lines = json_lines(&out);
+    for line in &mut lines {
+        assert!(line["written"].is_string(), "{line}");
+        line["written"] = Value::Null;
+    }
+    lines.sort_by_key(|line| line["schedule_uid"].to_string());
+    let mut expected = vec![
+        serde_json::json!({"schedule_uid": s[0], "schedule_name": null, "cursor": last(s[0]), "written": null}),
+        serde_json::json!({"schedule_uid": s[1], "schedule_name": "Renewals", "cursor": last(s[1]), "written": null}),
+    ];
+    expected.sort_by_key(|line| line["schedule_uid"].to_string());
+    assert_eq!(lines, expected);
+
+    let one = s[1].to_string();
+    let out = callsync(&[
+        "--config",
+        c,
+        "checkpoint",
+        "set",
+        "--schedule",
+        &one,
+        "--cursor",
+        "2026-01-01T01:00:00+01:00",
+        "--json",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json_lines(&out),
+        [
+            serde_json::json!({"schedule_uid": one, "schedule_name": "Renewals",
+            "from": last(s[1]), "to": "2026-01-01T00:00:00Z"})
+        ]
+    );
+    // stdout is a pipe here: the undo line is on stderr too.
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "schedule {one}: cursor was {}, now 2026-01-01T00:00:00Z\n",
+            last(s[1])
+        )
+    );
+    let out = callsync(&[
+        "--config",
+        c,
+        "checkpoint",
+        "reset",
+        "--schedule",
+        &one,
+        "--json",
+    ])
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json_lines(&out),
+        [
+            serde_json::json!({"schedule_uid": one, "schedule_name": "Renewals",
+            "from": "2026-01-01T00:00:00Z", "to": null})
+        ]
+    );
+    let out = callsync(&[
+        "--config",
+        c,
+        "checkpoint",
+        "show",
+        "--schedule",
+        &one,
+        "--json",
+    ])
+    .await;
+    assert_eq!(
+        json_lines(&out),
+        [
+            serde_json::json!({"schedule_uid": one, "schedule_name": "Renewals",
+            "cursor": null, "written": null})
+        ]
+    );
+    // An error stays a line on stderr, as with every other --json: stdout holds no JSON.
+    let typo = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
+    let out = callsync(&[
+        "--config",
+        c,
+        "checkpoint",
+        "reset",
+        "--schedule",
+        typo,
+        "--json",
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).starts_with(&format!("error: schedule {typo} is in neither")),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -402,6 +402,53 @@ fn call_rows(w: &Warehouse) -> Vec<Vec<Sql>> {
     rows
 }
 
+/// The schema of `conn` as SQLite keeps it: each object's type, names and SQL text.
+fn schema_text(conn: &rusqlite::Connection) -> Vec<(String, String, String, Option<String>)> {
+    conn.prepare("SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Every way to the latest schema ends with the same schema text, byte for byte, and the same
+/// rows: a version 5 file (whose schema 6 copy creates the child tables in schema 9's form, so
+/// schema 9 copies nothing), a version 6 and a version 8 file as older callsyncs left them
+/// (schema 9 copies their child tables), and a new file.
+#[test]
+fn every_way_to_the_latest_schema_ends_with_the_same_schema_and_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut schemas = Vec::new();
+    let mut rows = Vec::new();
+    for (written_at, left_at) in [(5, 5), (6, 6), (6, 8)] {
+        let path = dir
+            .path()
+            .join(format!("v{left_at}-written-at-{written_at}.db"));
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        schema::migrate_to(&mut conn, written_at).unwrap();
+        same_calls(&conn, written_at);
+        schema::migrate_to(&mut conn, left_at).unwrap();
+        drop(conn);
+        let report = Warehouse::migrate(&path, Duration::from_secs(5)).unwrap();
+        assert_eq!(report.from, left_at);
+        let w = Warehouse::open_read_only(&path).unwrap();
+        schemas.push((format!("from {left_at}"), schema_text(&w.conn)));
+        rows.push(call_rows(&w));
+    }
+    let new = dir.path().join("new.db");
+    drop(Warehouse::open(&new, Duration::from_secs(5)).unwrap());
+    let w = Warehouse::open_read_only(&new).unwrap();
+    schemas.push(("new".to_owned(), schema_text(&w.conn)));
+    let (_, reference) = &schemas[0];
+    assert!(reference.len() > 20, "{reference:?}");
+    for (path, schema) in &schemas[1..] {
+        assert_eq!(schema, reference, "{path} against from 5");
+    }
+    assert_eq!(rows[1], rows[0], "from 6 against from 5");
+    assert_eq!(rows[2], rows[0], "from 8 against from 5");
+}
+
 /// The schema 6 copy writes schema 7's forms at once (so schema 7's rewrite, in the same
 /// transaction, finds nothing to change): a version 5 file ends with exactly the rows a
 /// version 6 file of the same calls ends with, which went through schema 7's rewrite.

@@ -1,0 +1,24 @@
+-- callsync warehouse, schema version 9: the child tables declare their key columns first.
+--
+-- Why. The four WITHOUT ROWID child tables of schema 6 declared their key (call_id,
+-- attempt_id, uid) after the other columns. SQLite stores a WITHOUT ROWID row key first, so a
+-- column's declared place differed from its stored place. SQLite 3.40.0 and 3.40.1 (Debian 12's
+-- sqlite3 and its Python) read such a table's NOT NULL columns at the wrong place in
+-- `PRAGMA integrity_check` and `quick_check`: on a sound warehouse they printed "NULL value in
+-- attempt_variables.attempt_uid" for every row of attempt_outcomes, attempt_variables,
+-- call_custom_parameters and call_notifications (3.39 and earlier, 3.41.0 and later, and the SQLite callsync
+-- bundles, say "ok"; every query reads the values right on all of them). An operator checking a
+-- backup or an off-host copy with the system's sqlite3 was told it was corrupt.
+--
+-- Now the key columns come first, in key order, then the others in their old order: each
+-- column's declared place is its stored place, which every SQLite's check reads right. The
+-- rows, their key order, every name, type and constraint stay; only `SELECT *`'s column order
+-- changes in these four tables (the writer names its columns).
+--
+-- How. This file holds no statement: the migration's hook (src/warehouse/keys_first.rs) does
+-- the work, with the tables' one definition in this directory (a file each) and the views in
+-- views.sql. Schema 6's copy creates the tables in this form at once, so a version 5 file
+-- migrated by this callsync has nothing left to rebuild (its copy is not paid twice). A file
+-- at schema 6, 7 or 8 has each table not already declared key first copied, in key order, into
+-- its new form, the old one dropped and its index created again; the views reading three of
+-- them are dropped first and created again unchanged.
