@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use crate::ErrorKind;
 use crate::config::Config;
 use crate::service::Timestamp;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
@@ -313,7 +314,7 @@ impl Slot {
     fn on_done(&mut self, result: &PassResult) -> bool {
         self.running = None;
         match result {
-            PassResult::Failed(_) => {
+            PassResult::Failed { .. } => {
                 self.failures += 1;
                 self.skip_ticks = backoff_ticks(self.failures);
             }
@@ -510,7 +511,10 @@ impl Dispatcher {
             // stay taken forever, and a panic counts as a failure.
             Err(err) if err.is_panic() => {
                 tracing::error!(%schedule, schedule_name = self.metrics.name(schedule), error = %err, "a pass panicked; this is a bug in callsync, please report it");
-                PassResult::Failed("the pass panicked".to_owned())
+                PassResult::Failed {
+                    kind: ErrorKind::Panic,
+                    error: "the pass panicked".to_owned(),
+                }
             }
             Err(_) => PassResult::Interrupted,
         };
@@ -640,7 +644,7 @@ impl TickTally {
                 self.walked += 1;
                 self.behind += 1;
             }
-            PassResult::Failed(_) => self.failed += 1,
+            PassResult::Failed { .. } => self.failed += 1,
             PassResult::Interrupted => self.interrupted += 1,
             PassResult::Skipped(_) => self.elsewhere += 1,
         }
@@ -696,7 +700,6 @@ fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         lag_secs: None,
         duration: Duration::ZERO,
         run: None,
-        error_kind: None,
     }
 }
 
@@ -724,7 +727,10 @@ mod tests {
     use super::*;
 
     fn failed() -> PassResult {
-        PassResult::Failed("HTTP 500".into())
+        PassResult::Failed {
+            kind: ErrorKind::Service,
+            error: "HTTP 500".into(),
+        }
     }
 
     /// Runs `result` as the outcome of the pass a sync tick starts, if it starts one.

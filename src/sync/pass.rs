@@ -16,6 +16,7 @@
 //! callsync's own clock stands in.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -31,23 +32,36 @@ use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
-use crate::error_chain;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
+use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
 /// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less
 /// than this after it may still be from the present.
 const DATE_PRECISION: Duration = Duration::from_secs(1);
 
-/// How the page loop ended.
-enum WalkEnd {
+/// Why the page loop stopped, when no failure stopped it (a failure is the page step's
+/// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
+/// write settled (at the horizon, `Completed` or `Behind` by the lag then).
+enum Stop {
     /// The walk reached the end of the data, or the user's `until`.
     Finished,
     /// The walk passed the horizon; the service lists changes made after it.
     AtHorizon,
     /// Shutdown was requested; every page handed to the sink was committed.
     Interrupted,
-    Failed(SyncError),
+}
+
+/// The page loop's state between two page steps.
+struct Walk {
+    walker: PageWalker,
+    rule: CheckpointRule,
+    recent: RecentRows,
+    /// The page handed to the sink last, until it commits.
+    in_flight: Option<Pending<PageWrite>>,
+    /// The next page, fetched while the details of the one before were.
+    prefetched: Option<Result<Listed, SyncError>>,
+    /// The next request; `None` once the walk has read to the end of the data.
+    next: Option<PageRequest>,
 }
 
 /// Figures of a pass as it goes.
@@ -150,8 +164,6 @@ struct Pass<'e> {
     position: Option<Timestamp>,
     /// Its `sync_runs` row, once started.
     run: Option<RunId>,
-    /// The kind of the failure that ended it, if one did.
-    error_kind: Option<&'static str>,
 }
 
 impl Engine {
@@ -187,7 +199,6 @@ impl Engine {
             clock: ServiceClock::default(),
             position: None,
             run: None,
-            error_kind: None,
         };
         pass.run().instrument(span).await
     }
@@ -204,13 +215,13 @@ impl Pass<'_> {
                         self.schedule
                     )),
                     Ok(None) => self.recorded().await,
-                    Err(err) => PassResult::Failed(error_chain(&err)),
+                    Err(err) => PassResult::failed(&err),
                 };
                 drop(claim);
                 result
             }
             Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
-            Err(err) => self.failed(&err),
+            Err(err) => PassResult::failed(&err),
         };
         let report = PassReport {
             schedule: self.schedule,
@@ -223,7 +234,6 @@ impl Pass<'_> {
             lag_secs: self.lag_secs(),
             duration: started.elapsed(),
             run: self.run.map(RunId::get),
-            error_kind: self.error_kind,
         };
         report.log(
             self.engine.counts_only,
@@ -262,64 +272,49 @@ impl Pass<'_> {
             .await
         {
             Ok(run) => run,
-            Err(err) => return self.failed(&err),
+            Err(err) => return PassResult::failed(&err),
         };
         if let Some(run) = run {
             tracing::Span::current().record("run", run.get());
             self.run = Some(run);
         }
-        let end = self.walk().await;
-        let (result, error) = self.result(end);
+        let walked = self.walk().await;
+        let result = self.result(walked);
         match run {
-            Some(run) => match self.finish(run, &result, error).await {
+            Some(run) => match self.finish(run, &result).await {
                 Ok(()) => result,
-                Err(err) => self.failed(&err),
+                Err(err) => PassResult::failed(&err),
             },
             None => result,
         }
     }
 
-    /// A failed result, its kind kept for the report.
-    fn failed(&mut self, err: &SyncError) -> PassResult {
-        self.error_kind = Some(err.kind());
-        PassResult::Failed(error_chain(err))
-    }
-
-    /// The typed result of a walk, and the text `sync_runs.error` keeps of it.
-    fn result(&mut self, end: WalkEnd) -> (PassResult, Option<String>) {
-        match end {
-            WalkEnd::Finished => (PassResult::Completed, None),
-            WalkEnd::AtHorizon => {
+    /// The pass's result from how its walk stopped.
+    fn result(&self, walked: Result<Stop, SyncError>) -> PassResult {
+        match walked {
+            Ok(Stop::Finished) => PassResult::Completed,
+            Ok(Stop::AtHorizon) => {
                 let behind = self.engine.settings.behind_after.as_secs_f64();
                 if self.lag_secs().is_some_and(|lag| lag >= behind) {
-                    (PassResult::Behind, None)
+                    PassResult::Behind
                 } else {
-                    (PassResult::Completed, None)
+                    PassResult::Completed
                 }
             }
-            WalkEnd::Interrupted => (PassResult::Interrupted, Some(INTERRUPTED.to_owned())),
-            WalkEnd::Failed(err) => {
-                let text = error_chain(&err);
-                self.error_kind = Some(err.kind());
-                (PassResult::Failed(text.clone()), Some(text))
-            }
+            Ok(Stop::Interrupted) => PassResult::Interrupted,
+            Err(err) => PassResult::failed(&err),
         }
     }
 
     /// Closes the `sync_runs` row; a failure here is the pass's failure.
-    async fn finish(
-        &self,
-        run: RunId,
-        result: &PassResult,
-        error: Option<String>,
-    ) -> Result<(), SyncError> {
+    async fn finish(&self, run: RunId, result: &PassResult) -> Result<(), SyncError> {
         let record = RunRecord {
             outcome: result.outcome().unwrap_or(RunOutcome::Failed),
             stats: self.stats(),
             finished_at: Timestamp::now(),
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
-            error,
+            error: result.stored_error(),
         };
         self.engine
             .writer
@@ -327,132 +322,124 @@ impl Pass<'_> {
             .await
     }
 
-    /// The page loop.
-    async fn walk(&mut self) -> WalkEnd {
+    /// The page loop: page steps until one stops the walk, then the last write settled.
+    async fn walk(&mut self) -> Result<Stop, SyncError> {
         let schedule = self.schedule;
-        let stored = match self
+        let stored = self
             .engine
             .writer
             .call(move |s| s.checkpoint(schedule))
-            .await
-        {
-            Ok(checkpoint) => checkpoint,
-            Err(err) => return WalkEnd::Failed(err),
-        };
-        let engine = self.engine;
-        let settings = &engine.settings;
+            .await?;
+        let settings = &self.engine.settings;
         let start = self.plan.start(stored, settings.lookback);
         let rule = CheckpointRule::new(stored, start);
         tracing::debug!(%start, ?stored, moves_checkpoint = rule.moves, "pass starts");
         self.position = stored;
-        let mut walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
-        let mut recent = RecentRows::default();
-        let mut in_flight: Option<Pending<PageWrite>> = None;
-        // The next page, fetched while the details of the one before were.
-        let mut prefetched: Option<Result<Listed, SyncError>> = None;
-        let mut end = WalkEnd::Finished;
-        let mut next = walker.next_request();
-        while let Some(request) = next.take() {
-            if let Some(stop) = self.stop_before(&walker) {
-                end = stop;
-                break;
+        let walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
+        let mut walk = Walk {
+            next: walker.next_request(),
+            walker,
+            rule,
+            recent: RecentRows::default(),
+            in_flight: None,
+            prefetched: None,
+        };
+        let stopped = loop {
+            match self.page_step(&mut walk).await {
+                Ok(ControlFlow::Continue(())) => {}
+                Ok(ControlFlow::Break(stop)) => break Ok(stop),
+                Err(err) => break Err(err),
             }
-            let listed = match prefetched.take() {
-                Some(listed) => listed,
-                None => tokio::select! {
-                    biased;
-                    () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                    listed = self.fetch_page(&request) => listed,
-                },
-            };
-            let accepted = listed.and_then(|l| self.accept(&request, l, &mut walker, &mut recent));
-            let accepted = match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            };
-            // The next request is known as soon as this page is accepted: it goes out while
-            // this page's details are fetched, so a latency-bound pass keeps the service busy.
-            next = walker.next_request();
-            let ahead = next
-                .as_ref()
-                .filter(|_| self.stop_before(&walker).is_none());
-            let (calls, listed) = tokio::select! {
+        };
+        // The last page handed over is always committed (or its failure reported, unless
+        // the walk failed first).
+        let settled = match walk.in_flight.take() {
+            Some(last) => self.settle(last).await,
+            None => Ok(()),
+        };
+        let stop = stopped?;
+        settled?;
+        Ok(stop)
+    }
+
+    /// One page: fetched (or taken as prefetched), accepted, completed by its details while
+    /// the next page is fetched, and handed to the sink once the page before it committed.
+    async fn page_step(&mut self, walk: &mut Walk) -> Result<ControlFlow<Stop>, SyncError> {
+        let Some(request) = walk.next.take() else {
+            return Ok(ControlFlow::Break(Stop::Finished));
+        };
+        if let Some(stop) = self.stop_before(&walk.walker) {
+            return Ok(ControlFlow::Break(stop));
+        }
+        let listed = match walk.prefetched.take() {
+            Some(listed) => listed,
+            None => tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                both = futures::future::join(
-                    self.complete(accepted.calls, accepted.content_hashes),
-                    async {
-                        match ahead {
-                            Some(request) => Some(self.fetch_page(request).await),
-                            None => None,
-                        }
-                    },
-                ) => both,
-            };
-            prefetched = listed;
-            let batch = match calls {
-                Ok((calls, content_hashes)) => PageBatch {
-                    schedule: self.schedule,
-                    calls,
-                    content_hashes,
-                    checkpoint: rule.checkpoint(accepted.checkpoint, accepted.service_now),
-                    synced_at: Timestamp::now(),
+                () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
+                listed = self.fetch_page(&request) => listed,
+            },
+        };
+        let accepted = self.accept(&request, listed?, &mut walk.walker, &mut walk.recent)?;
+        // The next request is known as soon as this page is accepted: it goes out while
+        // this page's details are fetched, so a latency-bound pass keeps the service busy.
+        walk.next = walk.walker.next_request();
+        let ahead = walk
+            .next
+            .as_ref()
+            .filter(|_| self.stop_before(&walk.walker).is_none());
+        let (calls, listed) = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
+            both = futures::future::join(
+                self.complete(accepted.calls, accepted.content_hashes),
+                async {
+                    match ahead {
+                        Some(request) => Some(self.fetch_page(request).await),
+                        None => None,
+                    }
                 },
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            };
-            if let Some(previous) = in_flight.take()
-                && let Err(err) = self.settle(previous).await
-            {
-                end = WalkEnd::Failed(err);
-                break;
-            }
-            match self
-                .engine
-                .writer
-                .submit(move |s| s.write_page(&batch))
-                .await
-            {
-                Ok(pending) => in_flight = Some(pending),
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            }
-            let t = &self.tally;
-            self.progress.page(t.pages, t.calls_seen, t.total);
-            if self.cancel.is_cancelled() {
-                end = WalkEnd::Interrupted;
-                break;
-            }
+            ) => both,
+        };
+        walk.prefetched = listed;
+        let (calls, content_hashes) = calls?;
+        let batch = PageBatch {
+            schedule: self.schedule,
+            calls,
+            content_hashes,
+            checkpoint: walk
+                .rule
+                .checkpoint(accepted.checkpoint, accepted.service_now),
+            synced_at: Timestamp::now(),
+        };
+        if let Some(previous) = walk.in_flight.take() {
+            self.settle(previous).await?;
         }
-        // The last page handed over is always committed (or its failure reported).
-        if let Some(last) = in_flight.take()
-            && let Err(err) = self.settle(last).await
-            && !matches!(end, WalkEnd::Failed(_))
-        {
-            end = WalkEnd::Failed(err);
+        let pending = self
+            .engine
+            .writer
+            .submit(move |s| s.write_page(&batch))
+            .await?;
+        walk.in_flight = Some(pending);
+        let t = &self.tally;
+        self.progress.page(t.pages, t.calls_seen, t.total);
+        if self.cancel.is_cancelled() {
+            return Ok(ControlFlow::Break(Stop::Interrupted));
         }
-        end
+        Ok(ControlFlow::Continue(()))
     }
 
     /// Ends the walk once it is past the user's `until` or the pass's horizon.
-    fn stop_before(&self, walker: &PageWalker) -> Option<WalkEnd> {
+    fn stop_before(&self, walker: &PageWalker) -> Option<Stop> {
         let position = walker.position();
         if self.plan.until.is_some_and(|until| position > until) {
-            return Some(WalkEnd::Finished);
+            return Some(Stop::Finished);
         }
         if self
             .clock
             .horizon
             .is_some_and(|horizon| position >= horizon)
         {
-            return Some(WalkEnd::AtHorizon);
+            return Some(Stop::AtHorizon);
         }
         None
     }
