@@ -8,7 +8,6 @@ use std::time::Duration;
 use reqwest::StatusCode;
 
 use crate::ErrorKind;
-use crate::config::ConfigError;
 use crate::service::models::ErrorBody;
 use crate::untrusted::untrusted_text;
 
@@ -19,10 +18,6 @@ const CAUSE_CHARS: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// The client cannot be built from this configuration (no credentials).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-
     #[error(
         "cannot set up the HTTPS client: {cause}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
     )]
@@ -185,7 +180,7 @@ impl ApiError {
     /// request the service refused as malformed). Retries exhausted are the last failure's.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ApiError::Config(_) | ApiError::ClientSetup { .. } => ErrorKind::Config,
+            ApiError::ClientSetup { .. } => ErrorKind::Config,
             ApiError::Transport { .. } | ApiError::Timeout { .. } | ApiError::Tls { .. } => {
                 ErrorKind::Network
             }
@@ -221,8 +216,7 @@ impl ApiError {
             ApiError::Decode { cause: source, .. } => {
                 !matches!(source.classify(), serde_json::error::Category::Data)
             }
-            ApiError::Config(_)
-            | ApiError::ClientSetup { .. }
+            ApiError::ClientSetup { .. }
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
             | ApiError::TooLarge { .. }

@@ -241,7 +241,8 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
 }
 
 fn service_client(config: &Config) -> Result<ApiClient> {
-    ApiClient::new(&config.api).context("cannot set up the service's client")
+    let credentials = config.api.credentials()?;
+    ApiClient::new(&config.api, &credentials).context("cannot set up the service's client")
 }
 
 async fn upload(config: &Config, args: UploadArgs) -> Result<ExitCode> {

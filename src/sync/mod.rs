@@ -331,7 +331,7 @@ impl Engine {
             return Self::start_postgres(config, &PgTarget::configured(postgres)?);
         }
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
         // Before any pass, so BI shows a schedule's name from its first call on.
         let sync = &config.sync;
@@ -351,7 +351,7 @@ impl Engine {
 
     /// [`Engine::start`] into the PostgreSQL warehouse `target` (connected and migrated).
     pub fn start_postgres(config: &Config, target: &PgTarget) -> Result<Engine, SyncError> {
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         let mut warehouse = PgWarehouse::open(target)?;
         let sync = &config.sync;
         warehouse.name_schedules(
@@ -370,7 +370,7 @@ impl Engine {
 
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         if let Some(postgres) = &config.warehouse.postgres {
             let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
                 Ok(warehouse) => Some(warehouse),
@@ -386,6 +386,12 @@ impl Engine {
         }
         let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
         Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true)
+    }
+
+    /// The service's client, its credentials read first (a missing or empty secret file is
+    /// the configuration's error, not the API's).
+    fn client(config: &Config) -> Result<ApiClient, SyncError> {
+        Ok(ApiClient::new(&config.api, &config.api.credentials()?)?)
     }
 
     /// An engine writing into any destination; `counts_only` when the sink writes nothing.
