@@ -31,6 +31,7 @@ pub use env::Env;
 pub use load::load_from;
 pub use log_filter::{FilterError, parse_filter};
 pub use secret::{Secret, SecretSource};
+pub use values::CronSchedule;
 
 /// Everything callsync needs, validated.
 #[derive(Debug, Clone)]
@@ -197,7 +198,7 @@ pub struct SyncConfig {
     /// Each pass starts this far before the checkpoint, to catch late commits.
     pub lookback: Duration,
     /// 6-field cron (seconds first), evaluated in UTC.
-    pub cron: String,
+    pub cron: CronSchedule,
     /// Rows per list request, 1..=100.
     pub page_size: u32,
     pub details: DetailsMode,
@@ -205,7 +206,7 @@ pub struct SyncConfig {
     pub concurrency: usize,
     pub filter: ListFilter,
     /// 6-field cron for reconciliation passes; `None` = off.
-    pub reconcile_cron: Option<String>,
+    pub reconcile_cron: Option<CronSchedule>,
     /// Trailing window a reconciliation pass re-reads.
     pub reconcile_window: Duration,
     /// How long a shutdown waits for the pages being written.
@@ -251,7 +252,7 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupConfig {
     /// 6-field cron (seconds first), evaluated in UTC.
-    pub cron: String,
+    pub cron: CronSchedule,
     /// Where the backups go (`callsync-YYYYMMDDTHHMMSSZ.db`).
     pub dir: PathBuf,
     /// How many of them to keep, at least 1.

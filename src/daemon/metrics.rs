@@ -850,7 +850,7 @@ mod tests {
     fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
         Health {
             metrics: Arc::new(metrics),
-            clock: TickClock::new("* * * * * *").unwrap(),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: WarehousePlace::of(warehouse),
         }
     }
@@ -928,7 +928,7 @@ mod tests {
                 &["incremental"],
                 &Walker::this_process(None),
             )),
-            clock: TickClock::new("* * * * * *").unwrap(),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: WarehousePlace::of(&warehouse),
         };
         assert_eq!(

@@ -31,7 +31,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::ErrorKind;
-use crate::config::Config;
+use crate::config::{Config, CronSchedule};
 use crate::service::Timestamp;
 use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult, SyncError};
 use crate::warehouse::{RunKind, WarehouseError};
@@ -85,12 +85,12 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
     let engine = Arc::new(Engine::start(&config)?);
-    let clock = scheduler::TickClock::new(&config.sync.cron)?;
+    let clock = scheduler::TickClock::new(&config.sync.cron);
     let mut ticks = scheduler::Ticks::start(
         source,
         &config.sync.cron,
-        config.sync.reconcile_cron.as_deref(),
-        config.backup.as_ref().map(|b| b.cron.as_str()),
+        config.sync.reconcile_cron.as_ref(),
+        config.backup.as_ref().map(|b| &b.cron),
         clock.clone(),
     )
     .await?;
@@ -121,7 +121,11 @@ pub async fn run_with(
     tracing::info!(
         schedules = config.sync.schedules.len(),
         cron = %config.sync.cron,
-        reconcile_cron = config.sync.reconcile_cron.as_deref().unwrap_or("off"),
+        reconcile_cron = config
+            .sync
+            .reconcile_cron
+            .as_ref()
+            .map_or("off", CronSchedule::as_str),
         concurrency = config.sync.concurrency,
         walker = %engine.walker(),
         "callsync daemon started"
@@ -814,7 +818,7 @@ mod tests {
 
     #[test]
     fn a_stalled_clock_is_noticed() {
-        let clock = scheduler::TickClock::new("* * * * * *").unwrap();
+        let clock = scheduler::TickClock::new(&CronSchedule::parse("* * * * * *").unwrap());
         assert_eq!(clock.missed(Duration::from_secs(5)), None);
         *clock_last(&clock) = chrono::Utc::now() - chrono::Duration::seconds(30);
         assert!(clock.missed(Duration::from_secs(5)).is_some());

@@ -928,7 +928,7 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         std::fs::write(dir.join(name), "old").unwrap();
     }
     env.config.backup = Some(callsync::config::BackupConfig {
-        cron: "0 15 2 * * *".into(),
+        cron: callsync::config::CronSchedule::parse("0 15 2 * * *").unwrap(),
         dir: dir.clone(),
         keep: 2,
     });
