@@ -391,7 +391,7 @@ mod tests {
     use crate::warehouse::RunKind;
 
     fn ended(schedule: Uuid) -> PassReport {
-        crate::daemon::not_started(schedule, RunKind::Incremental)
+        crate::daemon::dispatcher::not_started(schedule, RunKind::Incremental)
     }
 
     /// The daemon's side in order: the start-up pass of `a` ends, then a reconciliation it had

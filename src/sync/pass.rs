@@ -15,18 +15,19 @@
 //! clock, not ours, so that skew between the two never becomes lag. Without a `Date` header,
 //! callsync's own clock stands in.
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
 use super::error::SyncError;
+use super::recent::RecentRows;
+use super::service_clock::ServiceClock;
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
@@ -34,10 +35,6 @@ use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
-
-/// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less
-/// than this after it may still be from the present.
-const DATE_PRECISION: Duration = Duration::from_secs(1);
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
 /// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
@@ -74,80 +71,6 @@ struct Tally {
     future_rows: u64,
     /// Calls read so far plus the service's `total_count` left at the latest request.
     total: Option<u64>,
-}
-
-/// The service's clock, as its responses tell it.
-#[derive(Default)]
-struct ServiceClock {
-    /// Its clock at the pass's first response, rounded up to the second: the pass reads the
-    /// calls stamped before this instant, which holds every change made before it began.
-    horizon: Option<Timestamp>,
-    /// Its latest "now", and when we received it (on tokio's clock, the machine's except
-    /// under a test's `tokio::time::pause`, which moves it instead of waiting).
-    latest: Option<(Timestamp, tokio::time::Instant)>,
-}
-
-/// Said once per process: a service without `Date` headers stays so.
-static NO_DATE_WARNED: AtomicBool = AtomicBool::new(false);
-
-impl ServiceClock {
-    /// Takes a response's `Date` and the stamps of the calls it lists; returns the service's
-    /// "now" for it and the instant from which a stamp is in the future.
-    ///
-    /// The header holds whole seconds, so the service's clock was somewhere in
-    /// `[date, date + 1 s)`: a call stamped in that second proves how far into it, and one
-    /// stamped at or after `date + 1 s` comes from a clock ahead of the service's.
-    fn observe(
-        &mut self,
-        served_at: Option<Timestamp>,
-        stamps: impl Iterator<Item = Timestamp>,
-    ) -> (Timestamp, Timestamp) {
-        let date = served_at.unwrap_or_else(|| {
-            if !NO_DATE_WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    "the service sent no Date header: callsync's own clock bounds passes and caps checkpoints, so a clock behind the service's shows as lag"
-                );
-            }
-            Timestamp::now()
-        });
-        let future = date.saturating_add(DATE_PRECISION);
-        let now = stamps.filter(|at| *at < future).fold(date, Timestamp::max);
-        self.horizon.get_or_insert(future);
-        self.latest = Some((now, tokio::time::Instant::now()));
-        (now, future)
-    }
-
-    /// The service's "now" estimated from its latest answer.
-    fn now(&self) -> Option<Timestamp> {
-        self.latest
-            .map(|(at, received)| at.saturating_add(received.elapsed()))
-    }
-}
-
-/// The one place that decides the checkpoint saved with a page.
-#[derive(Debug, Clone, Copy)]
-struct CheckpointRule {
-    /// The pass read everything from the stored checkpoint on, so it may move it.
-    moves: bool,
-}
-
-impl CheckpointRule {
-    fn new(stored: Option<Timestamp>, start: Timestamp) -> Self {
-        let moves = match stored {
-            Some(cursor) => start <= cursor,
-            None => start == Timestamp::EPOCH,
-        };
-        CheckpointRule { moves }
-    }
-
-    /// How far the checkpoint may move with a page: as far as the walk has read, but never
-    /// past the service's own "now" when it answered. A row stamped in the future (one node's
-    /// clock ahead) would otherwise carry the cursor past calls that change before that
-    /// instant; held at "now", such a row is read again until time catches up with it.
-    /// Never backwards: the sink keeps the later of this and what it has.
-    fn checkpoint(self, walked: Timestamp, service_now: Timestamp) -> Option<Timestamp> {
-        self.moves.then(|| walked.min(service_now))
-    }
 }
 
 /// One pass of one schedule, from its first request to its `sync_runs` row.
@@ -613,120 +536,5 @@ fn row_key(call: &OutboundCall) -> RowKey {
     RowKey {
         uid: call.uid,
         updated_at: call.updated_at,
-    }
-}
-
-/// Rows this pass has already handed to the sink that the walk may list again (those at
-/// or after its position: keyset overlap and tie groups). A re-listed row whose list item is
-/// identical needs neither a detail request nor a write. Pruned as the position advances,
-/// so it holds a tie group at most, whatever the number of calls.
-#[derive(Default)]
-struct RecentRows {
-    rows: HashMap<Uuid, (Timestamp, u64)>,
-}
-
-impl RecentRows {
-    /// The calls not already handed on identical, with their content hashes.
-    fn keep_fresh(
-        &mut self,
-        calls: Vec<OutboundCall>,
-        position: Timestamp,
-    ) -> (Vec<OutboundCall>, Vec<u64>) {
-        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
-        let fresh: Vec<bool> = calls
-            .iter()
-            .zip(&hashes)
-            .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
-            .collect();
-        // Only rows at or after the new position can be listed again.
-        self.rows.retain(|_, (at, _)| *at >= position);
-        for (call, hash) in calls.iter().zip(&hashes) {
-            if call.updated_at >= position {
-                self.rows.insert(call.uid, (call.updated_at, *hash));
-            }
-        }
-        calls
-            .into_iter()
-            .zip(hashes)
-            .zip(fresh)
-            .filter_map(|(kept, fresh)| fresh.then_some(kept))
-            .unzip()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ts(text: &str) -> Timestamp {
-        Timestamp::parse(text).unwrap()
-    }
-
-    #[test]
-    fn the_checkpoint_never_passes_the_services_clock() {
-        let stored = Some(ts("2026-01-01T00:00:00Z"));
-        let rule = CheckpointRule::new(stored, ts("2025-12-31T23:59:55Z"));
-        let now = ts("2026-01-01T00:10:00Z");
-        // A walk behind the service's clock moves the checkpoint to where it read.
-        assert_eq!(
-            rule.checkpoint(ts("2026-01-01T00:05:00Z"), now),
-            Some(ts("2026-01-01T00:05:00Z"))
-        );
-        // A row from the future carried the walk past "now": the checkpoint stays at "now".
-        assert_eq!(rule.checkpoint(ts("2026-01-01T00:10:33Z"), now), Some(now));
-        assert_eq!(rule.checkpoint(ts("2100-01-01T00:00:00Z"), now), Some(now));
-    }
-
-    #[test]
-    fn only_a_pass_that_read_from_the_checkpoint_moves_it() {
-        let stored = Some(ts("2026-01-01T00:00:00Z"));
-        let now = ts("2026-01-02T00:00:00Z");
-        let walked = ts("2026-01-01T12:00:00Z");
-        // A backfill starting after the checkpoint leaves a gap behind it.
-        let later = CheckpointRule::new(stored, ts("2026-01-01T06:00:00Z"));
-        assert_eq!(later.checkpoint(walked, now), None);
-        let first = CheckpointRule::new(None, Timestamp::EPOCH);
-        assert_eq!(first.checkpoint(walked, now), Some(walked));
-        let not_from_the_start = CheckpointRule::new(None, ts("2026-01-01T06:00:00Z"));
-        assert_eq!(not_from_the_start.checkpoint(walked, now), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_horizon_is_the_first_answer_and_now_follows_the_latest() {
-        let mut clock = ServiceClock::default();
-        assert_eq!(clock.now(), None);
-        let first = ts("2026-01-01T00:00:00Z");
-        let none = std::iter::empty();
-        assert_eq!(
-            clock.observe(Some(first), none),
-            (first, ts("2026-01-01T00:00:01Z"))
-        );
-        let second = ts("2026-01-01T00:00:07Z");
-        clock.observe(Some(second), std::iter::empty());
-        // Everything stamped before the first answer's second ended.
-        assert_eq!(clock.horizon, Some(ts("2026-01-01T00:00:01Z")));
-        // Virtual time: "now" follows the latest answer by exactly the time since it came.
-        assert_eq!(clock.now(), Some(second));
-        tokio::time::advance(Duration::from_millis(2_500)).await;
-        assert_eq!(clock.now(), Some(ts("2026-01-01T00:00:09.5Z")));
-        // Without a Date header our own clock stands in.
-        let before = Timestamp::now();
-        let mut own = ServiceClock::default();
-        assert!(own.observe(None, std::iter::empty()).0 >= before);
-    }
-
-    #[test]
-    fn a_stamp_within_the_dates_second_says_how_far_into_it_the_service_was() {
-        let mut clock = ServiceClock::default();
-        let date = ts("2026-01-01T00:00:00Z");
-        let stamps = [
-            ts("2025-12-31T23:59:58Z"),
-            ts("2026-01-01T00:00:00.75Z"),
-            // From a node 33 s ahead: no proof of the service's time.
-            ts("2026-01-01T00:00:33Z"),
-        ];
-        let (now, future) = clock.observe(Some(date), stamps.into_iter());
-        assert_eq!(now, ts("2026-01-01T00:00:00.75Z"));
-        assert_eq!(future, ts("2026-01-01T00:00:01Z"));
     }
 }
