@@ -10,7 +10,7 @@ use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
 use url::Url;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(text.trim())
