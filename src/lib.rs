@@ -64,6 +64,58 @@ pub(crate) fn assert_each_cause_once(err: &dyn std::error::Error) {
     }
 }
 
+/// What kind of failure ended something, for scripts and alerts (`error_kind` on pass lines
+/// and in `--json`): one name per kind, written out only where it is shown ([`Self::as_str`]).
+/// Lives at the root because the API, the engine and the daemon each contribute kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// callsync's own settings.
+    Config,
+    /// No answer: connection, TLS, timeout.
+    Network,
+    /// 401, 403: a credential refused.
+    Auth,
+    /// 404: a schedule or call the service does not know.
+    NotFound,
+    /// 429, or a `Retry-After` beyond the retry budget.
+    RateLimited,
+    /// 5xx, 408.
+    Service,
+    /// An answer callsync cannot use, pages that break the walk's rules, or a request the
+    /// service refused as malformed.
+    Protocol,
+    /// The warehouse (the SQLite file or database, the writer thread).
+    Warehouse,
+    /// Another process holds the schedule.
+    Busy,
+    /// A pass that panicked: a bug in callsync.
+    Panic,
+}
+
+impl ErrorKind {
+    /// The kind as logs, `--json` and scripts spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::Network => "network",
+            ErrorKind::Auth => "auth",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Service => "service",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Warehouse => "warehouse",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Panic => "panic",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The longest error line: far beyond any of callsync's own, short of a flood.
 const ERROR_CHAIN_CHARS: usize = 20_000;
 

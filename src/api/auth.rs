@@ -349,7 +349,7 @@ mod token_tests {
             },
         )
         .await;
-        let client = ApiClient::new(&fake.config(fake.oauth())).unwrap();
+        let client = ApiClient::new(&fake.config(fake.oauth()), &fake.oauth()).unwrap();
         (fake, client)
     }
 
@@ -519,7 +519,7 @@ mod token_tests {
                 |_, _| Reply::ok(call_json()),
             )
             .await;
-            let client = ApiClient::new(&fake.config(fake.oauth())).unwrap();
+            let client = ApiClient::new(&fake.config(fake.oauth()), &fake.oauth()).unwrap();
             let err = client
                 .get_call(CALL_UID, &Counters::default())
                 .await

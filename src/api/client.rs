@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::limiter::Limiter;
 use super::observe::RequestObserver;
 use super::retry::{Counters, RetryPolicy};
-use crate::config::ApiConfig;
+use crate::config::{ApiConfig, AuthConfig};
 use crate::service::MAX_PAGE_SIZE;
 use crate::service::filter::ListFilter;
 use crate::service::models::{BoundedPage, CallPage, OutboundCall, SingleObject};
@@ -58,9 +58,10 @@ pub(super) struct Inner {
 }
 
 impl ApiClient {
-    /// Fails without credentials ([`ApiConfig::credentials`]): every request needs them.
-    pub fn new(config: &ApiConfig) -> Result<Self, ApiError> {
-        let tokens = TokenSource::new(&config.credentials()?);
+    /// A client for `config` that authenticates with `credentials`, resolved by the caller
+    /// ([`ApiConfig::credentials`], which reads the secret files) before the client exists.
+    pub fn new(config: &ApiConfig, credentials: &AuthConfig) -> Result<Self, ApiError> {
+        let tokens = TokenSource::new(credentials);
         // reqwest is built without a default crypto provider (no OpenSSL, no C toolchain beyond
         // a C compiler): install ring once per process. An error means one is installed already.
         let _ = rustls::crypto::ring::default_provider().install_default();

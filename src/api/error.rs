@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 
-use crate::config::ConfigError;
+use crate::ErrorKind;
 use crate::service::models::ErrorBody;
 use crate::untrusted::untrusted_text;
 
@@ -18,10 +18,6 @@ const CAUSE_CHARS: usize = 1000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// The client cannot be built from this configuration (no credentials).
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-
     #[error(
         "cannot set up the HTTPS client: {cause}; check that the machine has a CA certificate store (e.g. the ca-certificates package)"
     )]
@@ -182,26 +178,26 @@ impl ApiError {
     /// call the service does not know), `rate_limited` (429, or a `Retry-After` beyond the
     /// retry budget), `service` (5xx, 408), `protocol` (an answer callsync cannot use, or a
     /// request the service refused as malformed). Retries exhausted are the last failure's.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            ApiError::Config(_) | ApiError::ClientSetup { .. } => "config",
+            ApiError::ClientSetup { .. } => ErrorKind::Config,
             ApiError::Transport { .. } | ApiError::Timeout { .. } | ApiError::Tls { .. } => {
-                "network"
+                ErrorKind::Network
             }
             ApiError::Status { status, .. } => match *status {
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "auth",
-                StatusCode::NOT_FOUND => "not_found",
-                StatusCode::TOO_MANY_REQUESTS => "rate_limited",
-                StatusCode::REQUEST_TIMEOUT => "service",
-                s if s.is_server_error() => "service",
-                _ => "protocol",
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ErrorKind::Auth,
+                StatusCode::NOT_FOUND => ErrorKind::NotFound,
+                StatusCode::TOO_MANY_REQUESTS => ErrorKind::RateLimited,
+                StatusCode::REQUEST_TIMEOUT => ErrorKind::Service,
+                s if s.is_server_error() => ErrorKind::Service,
+                _ => ErrorKind::Protocol,
             },
             ApiError::Decode { .. }
             | ApiError::Protocol { .. }
             | ApiError::TooLarge { .. }
-            | ApiError::Encode { .. } => "protocol",
-            ApiError::PausedBeyondBudget { .. } => "rate_limited",
-            ApiError::RetryAfterBeyondBudget { .. } => "rate_limited",
+            | ApiError::Encode { .. } => ErrorKind::Protocol,
+            ApiError::PausedBeyondBudget { .. } => ErrorKind::RateLimited,
+            ApiError::RetryAfterBeyondBudget { .. } => ErrorKind::RateLimited,
             ApiError::RetriesExhausted { last, .. } => last.kind(),
         }
     }
@@ -220,8 +216,7 @@ impl ApiError {
             ApiError::Decode { cause: source, .. } => {
                 !matches!(source.classify(), serde_json::error::Category::Data)
             }
-            ApiError::Config(_)
-            | ApiError::ClientSetup { .. }
+            ApiError::ClientSetup { .. }
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
             | ApiError::TooLarge { .. }

@@ -126,7 +126,7 @@ async fn a_server_slower_than_the_timeout_is_retried_then_named() {
     let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
     config.request_timeout = Duration::from_millis(200);
     config.retry.max_attempts = 2;
-    let client = ApiClient::new(&config).unwrap();
+    let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
     let counters = Counters::default();
     let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
     let ApiError::RetriesExhausted { attempts, last, .. } = &err else {
@@ -242,7 +242,7 @@ async fn a_response_beyond_the_cap_fails_without_being_read_whole() {
         let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
         config.base_url = Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
         config.max_response_bytes = 1024 * 1024;
-        let client = ApiClient::new(&config).unwrap();
+        let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
         let counters = Counters::default();
         let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
         assert!(
@@ -296,7 +296,7 @@ async fn a_page_with_more_rows_than_asked_is_refused_at_the_first_one_too_many()
 
     // A whole page of 101 rows.
     let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
-    let client = ApiClient::new(&config).unwrap();
+    let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
     let counters = Counters::default();
     let Err(err) = client.list_calls(schedule, &query, &counters).await else {
         panic!("a page of more rows than asked was accepted");
@@ -336,7 +336,7 @@ async fn a_page_with_more_rows_than_asked_is_refused_at_the_first_one_too_many()
     // A regression fails at the timeout, not never.
     config.request_timeout = Duration::from_secs(10);
     config.retry.max_attempts = 1;
-    let client = ApiClient::new(&config).unwrap();
+    let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
     let err = client
         .list_calls(schedule, &query, &Counters::default())
         .await
@@ -355,7 +355,11 @@ async fn a_page_of_as_many_rows_as_asked_is_read() {
         |_, _| Reply::ok(format!(r#"{}],"next_cursor":"x"}}"#, open_page(100))),
     )
     .await;
-    let client = ApiClient::new(&fake.config(AuthConfig::Static(Secret::new("t")))).unwrap();
+    let client = ApiClient::new(
+        &fake.config(AuthConfig::Static(Secret::new("t"))),
+        &AuthConfig::Static(Secret::new("t")),
+    )
+    .unwrap();
     let filter = ListFilter::default();
     let query = ListQuery {
         updated_after: None,
@@ -388,7 +392,7 @@ async fn tls_failures_are_permanent_and_not_retried() {
         let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
         config.base_url = Url::parse(&format!("https://127.0.0.1:{port}")).unwrap();
         config.retry.max_attempts = 5;
-        let client = ApiClient::new(&config).unwrap();
+        let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
         let counters = Counters::default();
         let err = client.get_call(CALL_UID, &counters).await.unwrap_err();
         let ApiError::Tls { detail, .. } = &err else {

@@ -201,7 +201,11 @@ mod tests {
             },
         )
         .await;
-        let client = ApiClient::new(&fake.config(AuthConfig::Static(Secret::new("t")))).unwrap();
+        let client = ApiClient::new(
+            &fake.config(AuthConfig::Static(Secret::new("t"))),
+            &AuthConfig::Static(Secret::new("t")),
+        )
+        .unwrap();
         let new = NewCampaign {
             name: "n".into(),
             kind: "scheduled_call".into(),

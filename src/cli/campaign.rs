@@ -83,7 +83,8 @@ pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
 }
 
 pub(super) fn service_client(config: &Config) -> Result<ApiClient> {
-    ApiClient::new(&config.api).context("cannot set up the service's client")
+    let credentials = config.api.credentials()?;
+    ApiClient::new(&config.api, &credentials).context("cannot set up the service's client")
 }
 
 async fn set_enabled(

@@ -157,7 +157,8 @@ fn describe_source(config: &Config) -> String {
 fn client(config: &Config) -> Result<ApiClient> {
     let mut api = config.api.clone();
     api.retry.max_elapsed = api.retry.max_elapsed.min(RETRY_BUDGET);
-    ApiClient::new(&api).context("cannot set up the service's client")
+    let credentials = api.credentials()?;
+    ApiClient::new(&api, &credentials).context("cannot set up the service's client")
 }
 
 /// The credentials' verdict and, when the list request was sent, its result: it is also the

@@ -6,8 +6,9 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::ErrorKind;
 use crate::sync::{PassReport, PassResult};
-use crate::warehouse::{RunKind, RunOutcome};
+use crate::warehouse::RunKind;
 
 /// One pass, as a script reads it.
 #[derive(Debug, Serialize)]
@@ -51,16 +52,13 @@ impl PassLine {
     fn new(report: &PassReport, dry_run: bool) -> Self {
         let s = &report.stats;
         let error = match &report.result {
-            PassResult::Failed(why) | PassResult::Skipped(why) => Some(why.clone()),
+            PassResult::Failed { error: why, .. } | PassResult::Skipped(why) => Some(why.clone()),
             PassResult::Completed | PassResult::Behind | PassResult::Interrupted => None,
         };
         PassLine {
             schedule_uid: report.schedule,
             kind: report.kind,
-            outcome: report
-                .result
-                .outcome()
-                .map_or("skipped", RunOutcome::as_str),
+            outcome: report.result.label(),
             error,
             dry_run,
             pages: s.pages,
@@ -78,10 +76,7 @@ impl PassLine {
             position: report.position.map(|t| t.to_rfc3339()),
             lag_secs: report.lag_secs,
             slowed_by: report.slowed_by(),
-            error_kind: match report.result {
-                PassResult::Skipped(_) => Some("busy"),
-                _ => report.error_kind,
-            },
+            error_kind: report.result.error_kind().map(ErrorKind::as_str),
             run_id: report.run,
         }
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::{Env, variable_for};
+use super::values::CronSchedule;
 use super::{AuthConfig, Config, ConfigError, DetailsMode, LogFormat, SecretSource};
 
 /// Where a key's value came from.
@@ -118,7 +119,7 @@ pub fn effective(config: &Config, env: &Env) -> Result<Effective, ConfigError> {
     );
     match &config.backup {
         Some(backup) => {
-            entries.add("backup.cron", json!(backup.cron));
+            entries.add("backup.cron", json!(backup.cron.as_str()));
             entries.add("backup.dir", json!(backup.dir.display().to_string()));
             entries.add("backup.keep", json!(backup.keep));
         }
@@ -285,7 +286,7 @@ fn sync(entries: &mut Entries<'_>, config: &Config) {
         .collect();
     entries.add("sync.schedule", Value::Array(named));
     entries.add("sync.lookback_secs", secs(sync.lookback));
-    entries.add("sync.cron", json!(sync.cron));
+    entries.add("sync.cron", json!(sync.cron.as_str()));
     entries.add("sync.page_size", json!(sync.page_size));
     entries.add(
         "sync.details",
@@ -296,7 +297,10 @@ fn sync(entries: &mut Entries<'_>, config: &Config) {
         }),
     );
     entries.add("sync.concurrency", json!(sync.concurrency));
-    entries.add("sync.reconcile_cron", json!(sync.reconcile_cron));
+    entries.add(
+        "sync.reconcile_cron",
+        json!(sync.reconcile_cron.as_ref().map(CronSchedule::as_str)),
+    );
     entries.add(
         "sync.reconcile_window",
         json!(duration(sync.reconcile_window)),

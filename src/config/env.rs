@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// The process environment a configuration is read with; injectable so tests never touch
 /// the real one.

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use super::ConfigError;
 use super::env::{Env, variable_for};
+use super::error::ConfigError;
 
 /// `config`'s error as one line naming the key (and the variable that set it, if one did),
 /// without the crate's "for key `…`" suffix.

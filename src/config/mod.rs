@@ -8,6 +8,7 @@
 
 pub mod effective;
 mod env;
+mod error;
 mod load;
 mod log_filter;
 mod messages;
@@ -29,9 +30,11 @@ use uuid::Uuid;
 use crate::service::ListFilter;
 
 pub use env::Env;
+pub use error::ConfigError;
 pub use load::load_from;
 pub use log_filter::{FilterError, parse_filter};
 pub use secret::{Secret, SecretSource};
+pub use values::CronSchedule;
 
 /// Everything callsync needs, validated.
 #[derive(Debug, Clone)]
@@ -198,7 +201,7 @@ pub struct SyncConfig {
     /// Each pass starts this far before the checkpoint, to catch late commits.
     pub lookback: Duration,
     /// 6-field cron (seconds first), evaluated in UTC.
-    pub cron: String,
+    pub cron: CronSchedule,
     /// Rows per list request, 1..=100.
     pub page_size: u32,
     pub details: DetailsMode,
@@ -206,7 +209,7 @@ pub struct SyncConfig {
     pub concurrency: usize,
     pub filter: ListFilter,
     /// 6-field cron for reconciliation passes; `None` = off.
-    pub reconcile_cron: Option<String>,
+    pub reconcile_cron: Option<CronSchedule>,
     /// Trailing window a reconciliation pass re-reads.
     pub reconcile_window: Duration,
     /// How long a shutdown waits for the pages being written.
@@ -252,43 +255,11 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupConfig {
     /// 6-field cron (seconds first), evaluated in UTC.
-    pub cron: String,
+    pub cron: CronSchedule,
     /// Where the backups go (`callsync-YYYYMMDDTHHMMSSZ.db`).
     pub dir: PathBuf,
     /// How many of them to keep, at least 1.
     pub keep: usize,
-}
-
-/// A configuration problem: one line naming the key (or file) and what is wrong.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error(
-        "config: no configuration file found (looked for {searched}) and no CALLSYNC_* variables set; pass --config PATH or set CALLSYNC_CONFIG"
-    )]
-    NotFound { searched: String },
-    /// The cause is in the message, so it is not also a `source()` (see ARCHITECTURE.md, Errors).
-    #[error("config: cannot read {path}: {cause}")]
-    Read {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
-    /// A problem with the file as a whole: its syntax, or a key it should not have.
-    #[error("config: {}: {problem}", path.display())]
-    File { path: PathBuf, problem: String },
-    #[error("config: {key}: {problem}")]
-    Invalid { key: String, problem: String },
-    /// A `CALLSYNC_*` variable is wrong: an unknown key, or a bad value for its key.
-    #[error("config: {var}: {problem}")]
-    Env { var: String, problem: String },
-}
-
-impl ConfigError {
-    pub fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
-        ConfigError::Invalid {
-            key: key.into(),
-            problem: problem.into(),
-        }
-    }
 }
 
 /// The default search path when no `--config` is given, in order.

@@ -10,8 +10,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::ConfigError;
 use super::env::Env;
+use super::error::ConfigError;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);

@@ -83,7 +83,7 @@ fn defaults_fill_everything_not_given() {
         (c.sync.page_size, c.sync.lookback),
         (100, Duration::from_secs(5))
     );
-    assert_eq!(c.sync.cron, "0 */5 * * * *");
+    assert_eq!(c.sync.cron.as_str(), "0 */5 * * * *");
     assert_eq!(c.sync.details, DetailsMode::Auto);
     assert_eq!((c.sync.concurrency, c.sync.instance.as_deref()), (16, None));
     assert_eq!(c.sync.reconcile_window, Duration::from_secs(7 * 86_400));
@@ -1005,7 +1005,7 @@ fn backup_needs_cron_and_dir_together_and_keeps_7_by_default() {
     assert_eq!(
         c.backup,
         Some(BackupConfig {
-            cron: "0 15 2 * * *".into(),
+            cron: CronSchedule::parse("0 15 2 * * *").unwrap(),
             dir: "/var/backups/callsync".into(),
             keep: 7,
         })

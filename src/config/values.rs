@@ -5,10 +5,12 @@ use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use croner::Cron;
+use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
 use url::Url;
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(text.trim())
@@ -28,9 +30,59 @@ pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     Ok(url)
 }
 
-/// A 6-field cron expression (seconds first), checked with the scheduler's own parser, that
+/// A cron expression parsed once, as the daemon's scheduler reads it; evaluated in UTC.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    text: String,
+    cron: Cron,
+}
+
+impl CronSchedule {
+    /// `text` read with tokio-cron-scheduler's own options — seconds required, and a
+    /// day-of-month and a day-of-week that must both match when both are given — narrowed to
+    /// six fields (no year). The scheduler reads the text again with those options when it
+    /// computes each firing, so what was checked here is what fires.
+    pub fn parse(text: &str) -> Result<Self, CronError> {
+        let cron = CronParser::builder()
+            .seconds(Seconds::Required)
+            .dom_and_dow(true)
+            .year(Year::Disallowed)
+            .build()
+            .parse(text)?;
+        Ok(CronSchedule {
+            text: text.to_owned(),
+            cron,
+        })
+    }
+
+    /// The expression as written (for the scheduler, logs and messages).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// Its first firing after `after`, if it has one.
+    pub fn next_after(&self, after: &DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron.find_next_occurrence(after, false).ok()
+    }
+}
+
+impl PartialEq for CronSchedule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for CronSchedule {}
+
+impl std::fmt::Display for CronSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A 6-field cron expression (seconds first), parsed as the daemon's scheduler parses it, that
 /// fires within a year from now.
-pub(super) fn cron(key: &str, expr: String) -> Result<String, ConfigError> {
+pub(super) fn cron(key: &str, expr: String) -> Result<CronSchedule, ConfigError> {
     cron_at(key, expr, chrono::Utc::now())
 }
 
@@ -39,19 +91,19 @@ pub(super) const CRON_HORIZON_DAYS: i64 = 366;
 
 /// [`cron`] as of `now`. A cron that parses but never fires soon (`0 0 0 30 2 *`, the 30th of
 /// February) would leave the daemon running and syncing nothing after its first pass.
-pub(super) fn cron_at(key: &str, expr: String, now: DateTime<Utc>) -> Result<String, ConfigError> {
-    let parser = CronParser::builder()
-        .seconds(Seconds::Required)
-        .year(Year::Disallowed)
-        .build();
-    let schedule = parser.parse(&expr).map_err(|e| {
+pub(super) fn cron_at(
+    key: &str,
+    expr: String,
+    now: DateTime<Utc>,
+) -> Result<CronSchedule, ConfigError> {
+    let schedule = CronSchedule::parse(&expr).map_err(|e| {
         ConfigError::invalid(
             key,
             format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
         )
     })?;
-    match schedule.find_next_occurrence(&now, false) {
-        Ok(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(expr),
+    match schedule.next_after(&now) {
+        Some(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(schedule),
         _ => Err(ConfigError::invalid(
             key,
             format!(

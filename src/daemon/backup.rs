@@ -143,6 +143,61 @@ fn finish(
     })
 }
 
+/// `[backup]`: a backup on each of its ticks, one at a time, off the daemon's loop (SQLite's
+/// online backup reads in one transaction while passes go on writing).
+pub(super) struct Backups {
+    config: Option<crate::config::BackupConfig>,
+    running: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Backups {
+    pub(super) fn new(config: Option<crate::config::BackupConfig>) -> Self {
+        Backups {
+            config,
+            running: None,
+        }
+    }
+
+    /// Starts a backup of `warehouse`, unless the previous one still runs.
+    pub(super) fn on_tick(&mut self, warehouse: &std::path::Path) {
+        let Some(config) = self.config.clone() else {
+            return;
+        };
+        if self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            tracing::info!("backup tick skipped: the previous backup is still being made");
+            return;
+        }
+        let warehouse = warehouse.to_owned();
+        self.running = Some(tokio::task::spawn_blocking(move || {
+            let at = crate::service::Timestamp::now();
+            match take(&warehouse, &config.dir, config.keep, at) {
+                Ok(taken) => tracing::info!(
+                    path = %taken.path.display(),
+                    bytes = taken.bytes,
+                    calls = taken.contents.calls,
+                    removed = taken.removed.len(),
+                    keep = config.keep,
+                    "scheduled backup made and checked (integrity_check ok)"
+                ),
+                // A person must look: backups are not being made.
+                Err(err) => {
+                    tracing::error!(error = %crate::error_chain(&err), "scheduled backup failed")
+                }
+            }
+        }));
+    }
+
+    /// Waits for a backup being made, `timeout` at most (it cannot be cancelled: a copy
+    /// left half-made is removed by the next one's start).
+    pub(super) async fn finish(&mut self, timeout: std::time::Duration) {
+        if let Some(running) = self.running.take()
+            && tokio::time::timeout(timeout, running).await.is_err()
+        {
+            tracing::warn!("shutdown timeout reached while a scheduled backup was being made");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -437,13 +437,7 @@ impl Metrics {
     /// A pass ended. Its requests were counted as they were answered ([`RequestObserver`]).
     pub fn record(&self, report: &PassReport) {
         let series = &self.series;
-        let result = match report.result {
-            PassResult::Completed => "completed",
-            PassResult::Behind => "behind",
-            PassResult::Interrupted => "interrupted",
-            PassResult::Skipped(_) => "skipped",
-            PassResult::Failed(_) => "failed",
-        };
+        let result = report.result.label();
         let schedule = report.schedule.to_string();
         let label = ScheduleLabel {
             schedule: schedule.clone(),
@@ -462,7 +456,7 @@ impl Metrics {
             series.last_duration.get_or_create(&label).set(secs);
         }
         match report.result {
-            PassResult::Failed(_) => {
+            PassResult::Failed { .. } => {
                 series.failed.get_or_create(&label).inc();
             }
             PassResult::Completed | PassResult::Behind => {
@@ -779,7 +773,6 @@ mod tests {
             lag_secs: Some(1.5),
             duration: Duration::from_millis(42),
             run: None,
-            error_kind: None,
         }
     }
 
@@ -810,7 +803,10 @@ mod tests {
                 let result = match i % 3 {
                     0 => PassResult::Completed,
                     1 => PassResult::Behind,
-                    _ => PassResult::Failed("HTTP 500".into()),
+                    _ => PassResult::Failed {
+                        kind: crate::ErrorKind::Service,
+                        error: "HTTP 500".into(),
+                    },
                 };
                 metrics.record(&report(*s, result));
             }
@@ -866,7 +862,7 @@ mod tests {
     fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
         Health {
             metrics: Arc::new(metrics),
-            clock: TickClock::new("* * * * * *").unwrap(),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: WarehousePlace::of(warehouse),
             postgres: None,
         }
@@ -945,7 +941,7 @@ mod tests {
                 &["incremental"],
                 &Walker::this_process(None),
             )),
-            clock: TickClock::new("* * * * * *").unwrap(),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: WarehousePlace::of(&warehouse),
             postgres: None,
         };

@@ -13,15 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use croner::Cron;
-use croner::parser::{CronParser, Seconds};
 use tokio::sync::{mpsc, oneshot};
 use tokio_cron_scheduler::{Job, JobScheduler};
 use uuid::Uuid;
 
-use crate::sync::PassReport;
-
+use crate::config::CronSchedule;
 use crate::service::Timestamp;
+use crate::sync::PassReport;
 
 /// How late a firing may be before the scheduler counts as stalled.
 pub const STALL_GRACE: Duration = Duration::from_secs(30);
@@ -65,23 +63,21 @@ pub enum SchedulerError {
     },
     #[error("cannot start the scheduler")]
     Start(#[source] tokio_cron_scheduler::JobSchedulerError),
-    #[error("cron {cron:?} cannot be parsed: {reason}")]
-    Cron { cron: String, reason: String },
 }
 
 /// Remembers when sync ticks fired, to tell a stalled scheduler from a quiet one.
 #[derive(Clone)]
 pub struct TickClock {
-    cron: Arc<Cron>,
+    cron: Arc<CronSchedule>,
     last: Arc<Mutex<DateTime<Utc>>>,
 }
 
 impl TickClock {
-    pub fn new(cron: &str) -> Result<Self, SchedulerError> {
-        Ok(TickClock {
-            cron: Arc::new(parse(cron)?),
+    pub fn new(cron: &CronSchedule) -> Self {
+        TickClock {
+            cron: Arc::new(cron.clone()),
             last: Arc::new(Mutex::new(Utc::now())),
-        })
+        }
     }
 
     pub fn fired(&self) {
@@ -97,58 +93,39 @@ impl TickClock {
     pub fn missed(&self, grace: Duration) -> Option<DateTime<Utc>> {
         let last = *self.last.lock().unwrap_or_else(|p| p.into_inner());
         let grace = chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::MAX);
-        let due = self.cron.find_next_occurrence(&last, false).ok()?;
+        let due = self.cron.next_after(&last)?;
         (due + grace < Utc::now()).then_some(due)
     }
-}
-
-/// A cron expression as the daemon reads it: six fields, seconds first.
-fn parse(cron: &str) -> Result<Cron, SchedulerError> {
-    CronParser::builder()
-        .seconds(Seconds::Required)
-        .dom_and_dow(true)
-        .build()
-        .parse(cron)
-        .map_err(|e| SchedulerError::Cron {
-            cron: cron.to_owned(),
-            reason: e.to_string(),
-        })
 }
 
 /// How many times `cron` fired after `since` and up to `now` (UTC, as the daemon runs it),
 /// counted up to `cap`: firings, not seconds, so a cron with quiet hours counts none of
 /// them. For `status`, which tells a daemon that records no passes from a quiet one.
-pub fn firings_between(
-    cron: &str,
-    since: Timestamp,
-    now: Timestamp,
-    cap: u64,
-) -> Result<u64, SchedulerError> {
-    let cron = parse(cron)?;
+pub fn firings_between(cron: &CronSchedule, since: Timestamp, now: Timestamp, cap: u64) -> u64 {
     let utc = |t: Timestamp| i64::try_from(t.unix_nanos()).map(DateTime::from_timestamp_nanos);
     // Beyond chrono's range (after 2262): no firing is counted.
     let (Ok(since), Ok(now)) = (utc(since), utc(now)) else {
-        return Ok(0);
+        return 0;
     };
     let mut count = 0;
     let mut after = since;
     while count < cap {
-        match cron.find_next_occurrence(&after, false) {
-            Ok(next) if next <= now => {
+        match cron.next_after(&after) {
+            Some(next) if next <= now => {
                 count += 1;
                 after = next;
             }
             _ => break,
         }
     }
-    Ok(count)
+    count
 }
 
 /// Starts the cron jobs; each firing sends its tick on `ticks`.
 pub async fn start(
-    sync_cron: &str,
-    reconcile_cron: Option<&str>,
-    backup_cron: Option<&str>,
+    sync_cron: &CronSchedule,
+    reconcile_cron: Option<&CronSchedule>,
+    backup_cron: Option<&CronSchedule>,
     ticks: mpsc::Sender<Tick>,
     clock: TickClock,
 ) -> Result<JobScheduler, SchedulerError> {
@@ -162,7 +139,7 @@ pub async fn start(
         let Some(cron) = cron else { continue };
         let sender = ticks.clone();
         let clock = clock.clone();
-        let job = Job::new_async_tz(cron, Utc, move |_, _| {
+        let job = Job::new_async_tz(cron.as_str(), Utc, move |_, _| {
             let sender = sender.clone();
             let clock = clock.clone();
             Box::pin(async move {
@@ -175,7 +152,7 @@ pub async fn start(
         })
         .map_err(|source| SchedulerError::Job {
             what: tick.key(),
-            cron: cron.to_owned(),
+            cron: cron.to_string(),
             source,
         })?;
         scheduler
@@ -183,7 +160,7 @@ pub async fn start(
             .await
             .map_err(|source| SchedulerError::Job {
                 what: "a job",
-                cron: cron.to_owned(),
+                cron: cron.to_string(),
                 source,
             })?;
     }
@@ -333,9 +310,9 @@ impl Started {
 impl Ticks {
     pub async fn start(
         source: TickSource,
-        sync_cron: &str,
-        reconcile_cron: Option<&str>,
-        backup_cron: Option<&str>,
+        sync_cron: &CronSchedule,
+        reconcile_cron: Option<&CronSchedule>,
+        backup_cron: Option<&CronSchedule>,
         clock: TickClock,
     ) -> Result<Ticks, SchedulerError> {
         let source = match source {
@@ -414,7 +391,7 @@ mod tests {
     use crate::warehouse::RunKind;
 
     fn ended(schedule: Uuid) -> PassReport {
-        crate::daemon::not_started(schedule, RunKind::Incremental)
+        crate::daemon::dispatcher::not_started(schedule, RunKind::Incremental)
     }
 
     /// The daemon's side in order: the start-up pass of `a` ends, then a reconciliation it had
@@ -423,8 +400,8 @@ mod tests {
     async fn the_driver_waits_for_the_pass_a_tick_started_not_for_one_before() {
         let a = Uuid::from_u128(1);
         let (source, mut driver) = TickSource::manual();
-        let clock = TickClock::new("* * * * * *").unwrap();
-        let mut ticks = Ticks::start(source, "* * * * * *", None, None, clock)
+        let clock = TickClock::new(&every_second());
+        let mut ticks = Ticks::start(source, &every_second(), None, None, clock)
             .await
             .unwrap();
         let daemon = tokio::spawn(async move {
@@ -456,8 +433,8 @@ mod tests {
 
     #[test]
     fn firings_are_counted_between_two_instants_not_estimated_from_seconds() {
-        let every_5_min = "0 */5 * * * *";
-        let count = |cron, since, now, cap| firings_between(cron, ts(since), ts(now), cap).unwrap();
+        let every_5_min = &cron("0 */5 * * * *");
+        let count = |cron, since, now, cap| firings_between(cron, ts(since), ts(now), cap);
         // 00:05, 00:10, 00:15; `since` itself is not counted, `now` is.
         assert_eq!(
             count(
@@ -487,7 +464,7 @@ mod tests {
             100
         );
         // Office hours: one firing overnight, not sixteen hours' worth.
-        let office_hours = "0 0 9-17 * * *";
+        let office_hours = &cron("0 0 9-17 * * *");
         assert_eq!(
             count(
                 office_hours,
@@ -497,14 +474,47 @@ mod tests {
             ),
             1
         );
-        assert!(
-            firings_between(
-                "not a cron",
-                ts("2026-01-01T00:00:00Z"),
-                ts("2026-01-01T00:00:00Z"),
-                1
-            )
-            .is_err()
-        );
+    }
+
+    fn cron(text: &str) -> CronSchedule {
+        CronSchedule::parse(text).unwrap()
+    }
+
+    fn every_second() -> CronSchedule {
+        cron("* * * * * *")
+    }
+
+    /// The configuration parses a cron once; tokio-cron-scheduler reads its text again for
+    /// each firing. Both must fire at the same instants — a day of the month with a day of
+    /// the week included, where parsers differ (both must match, or either).
+    #[test]
+    fn a_cron_fires_when_the_configuration_says_it_does() {
+        let from = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        for text in [
+            "0 0 0 13 * FRI",
+            "0 0 0 1 * MON",
+            "0 */5 * * * *",
+            "0 15 2 * * *",
+            "0 0 9-17 * * MON-FRI",
+        ] {
+            let ours = cron(text);
+            let mut job = Job::new_tz(text, Utc, |_, _| {}).unwrap();
+            let theirs = job.job_data().unwrap().schedule().unwrap();
+            let mut at = from;
+            for _ in 0..5 {
+                let next = ours.next_after(&at).unwrap();
+                assert_eq!(
+                    Some(next),
+                    theirs.find_next_occurrence(&at, false).ok(),
+                    "{text} after {at}"
+                );
+                at = next;
+            }
+        }
+        // Friday the 13th, not every Friday and every 13th.
+        let friday_13th = cron("0 0 0 13 * FRI").next_after(&from).unwrap();
+        assert_eq!(friday_13th.to_rfc3339(), "2026-02-13T00:00:00+00:00");
     }
 }

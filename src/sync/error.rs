@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use uuid::Uuid;
 
 use super::cursor::WalkError;
+use crate::ErrorKind;
 use crate::api::ApiError;
 use crate::warehouse::WarehouseError;
 
@@ -48,16 +49,16 @@ impl SyncError {
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
     /// walk's rules), `busy` (another process holds the schedule).
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
             SyncError::Api(err) => err.kind(),
-            SyncError::Walk { .. } => "protocol",
-            SyncError::Busy { .. } => "busy",
-            SyncError::Config(_) => "config",
+            SyncError::Walk { .. } => ErrorKind::Protocol,
+            SyncError::Busy { .. } => ErrorKind::Busy,
+            SyncError::Config(_) => ErrorKind::Config,
             SyncError::Warehouse(_)
             | SyncError::Lock { .. }
             | SyncError::WriterStart(_)
-            | SyncError::WriterGone => "warehouse",
+            | SyncError::WriterGone => ErrorKind::Warehouse,
         }
     }
 }

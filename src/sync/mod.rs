@@ -7,9 +7,12 @@
 //! ends: it reads what had changed by the service's clock when it began. The engine knows
 //! neither clap nor cron: the CLI and the daemon decide when passes run.
 
+mod checkpoint_rule;
 pub mod cursor;
 mod error;
 mod pass;
+mod recent;
+mod service_clock;
 mod sink;
 mod writer;
 
@@ -28,6 +31,7 @@ use crate::warehouse::{
     FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Walker, Warehouse, WarehouseError,
     check_usable,
 };
+use crate::{ErrorKind, error_chain};
 
 pub use error::SyncError;
 pub use sink::{
@@ -157,6 +161,9 @@ impl PassProgress for Quiet {
     fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
 }
 
+/// How a pass ended: the one name for it. Written out only at the edges: the pass's log
+/// line, its `sync_runs` row ([`Self::outcome`], [`Self::stored_error`]), the metrics' and
+/// `--json`'s `outcome` ([`Self::label`]), the status line ([`Display`](std::fmt::Display)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PassResult {
     /// Read everything that had changed (by the service's clock) when the pass began.
@@ -165,22 +172,64 @@ pub enum PassResult {
     /// behind the service's clock with changes already waiting.
     Behind,
     Interrupted,
-    /// Not started: another process holds the schedule's lock (a backfill, say). Nothing
-    /// was read or written, and nothing is wrong with the schedule.
+    /// Not started: another process holds the schedule's lock (a backfill, say), or another
+    /// daemon walked it since the tick. Nothing was read or written, and nothing is wrong
+    /// with the schedule.
     Skipped(String),
-    Failed(String),
+    /// Stopped by a failure: what kind, and the error with its causes on one line.
+    Failed {
+        kind: ErrorKind,
+        error: String,
+    },
 }
 
 impl PassResult {
+    /// The result of a pass that `err` stopped.
+    pub fn failed(err: &SyncError) -> Self {
+        PassResult::Failed {
+            kind: err.kind(),
+            error: error_chain(err),
+        }
+    }
+
     /// How `sync_runs` stores the result; `None` for a pass that never started.
     pub fn outcome(&self) -> Option<RunOutcome> {
         match self {
             PassResult::Completed => Some(RunOutcome::Completed),
             PassResult::Behind => Some(RunOutcome::Behind),
             PassResult::Interrupted => Some(RunOutcome::Interrupted),
-            PassResult::Failed(_) => Some(RunOutcome::Failed),
+            PassResult::Failed { .. } => Some(RunOutcome::Failed),
             PassResult::Skipped(_) => None,
         }
+    }
+
+    /// The result's one-word name, as the metrics label it and `--json` has it in `outcome`:
+    /// the stored outcome's, or `skipped`.
+    pub fn label(&self) -> &'static str {
+        self.outcome().map_or("skipped", RunOutcome::as_str)
+    }
+
+    /// What `sync_runs.error` keeps: why it failed, or that shutdown interrupted it.
+    pub fn stored_error(&self) -> Option<String> {
+        match self {
+            PassResult::Failed { error, .. } => Some(error.clone()),
+            PassResult::Interrupted => Some(INTERRUPTED.to_owned()),
+            PassResult::Completed | PassResult::Behind | PassResult::Skipped(_) => None,
+        }
+    }
+
+    /// What kind of failure stopped the pass (`busy` for a skipped one); `None` otherwise.
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        match self {
+            PassResult::Failed { kind, .. } => Some(*kind),
+            PassResult::Skipped(_) => Some(ErrorKind::Busy),
+            PassResult::Completed | PassResult::Behind | PassResult::Interrupted => None,
+        }
+    }
+
+    /// The pass read everything up to its horizon (it may still have ended behind).
+    pub fn succeeded(&self) -> bool {
+        matches!(self, PassResult::Completed | PassResult::Behind)
     }
 }
 
@@ -191,7 +240,7 @@ impl std::fmt::Display for PassResult {
             PassResult::Behind => f.write_str("behind"),
             PassResult::Interrupted => f.write_str(INTERRUPTED),
             PassResult::Skipped(reason) => write!(f, "skipped: {reason}"),
-            PassResult::Failed(error) => write!(f, "failed: {error}"),
+            PassResult::Failed { error, .. } => write!(f, "failed: {error}"),
         }
     }
 }
@@ -216,14 +265,12 @@ pub struct PassReport {
     /// `sync_runs.id` of the pass's row; `None` when it has none (a dry run, a pass that
     /// never started).
     pub run: Option<i64>,
-    /// What kind of failure a failed pass had ([`SyncError::kind`]); `None` otherwise.
-    pub error_kind: Option<&'static str>,
 }
 
 impl PassReport {
     /// The pass read everything up to its horizon (it may still have ended behind).
     pub fn succeeded(&self) -> bool {
-        matches!(self.result, PassResult::Completed | PassResult::Behind)
+        self.result.succeeded()
     }
 
     /// What held the pass back (`rate limit`, `detail fetches`, `errors and retries`).
@@ -271,8 +318,8 @@ impl PassReport {
             PassResult::Skipped(reason) if quiet_skip => pass_line!(debug, %reason, "pass skipped"),
             // A command's (`sync`, `backfill`): what it was asked to do was not done.
             PassResult::Skipped(reason) => pass_line!(warn, %reason, "pass skipped"),
-            PassResult::Failed(error) => pass_line!(
-                error, error = %error, error_kind = self.error_kind,
+            PassResult::Failed { kind, error } => pass_line!(
+                error, error = %error, error_kind = kind.as_str(),
                 "pass failed; the checkpoint stays at the last committed page"
             ),
         }
@@ -286,7 +333,7 @@ impl Engine {
             return Self::start_postgres(config, &PgTarget::configured(postgres)?);
         }
         // The client first: a configuration it refuses (no credentials) creates no warehouse.
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
         // Before any pass, so BI shows a schedule's name from its first call on.
         let sync = &config.sync;
@@ -306,7 +353,7 @@ impl Engine {
 
     /// [`Engine::start`] into the PostgreSQL warehouse `target` (connected and migrated).
     pub fn start_postgres(config: &Config, target: &PgTarget) -> Result<Engine, SyncError> {
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         let mut warehouse = PgWarehouse::open(target)?;
         let sync = &config.sync;
         warehouse.name_schedules(
@@ -326,7 +373,7 @@ impl Engine {
 
     /// An engine whose passes fetch and count what they would write, and write nothing.
     pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
-        let client = ApiClient::new(&config.api)?;
+        let client = Self::client(config)?;
         if let Some(postgres) = &config.warehouse.postgres {
             let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
                 Ok(warehouse) => Some(Box::new(warehouse) as Box<dyn DryRunSource>),
@@ -342,6 +389,12 @@ impl Engine {
             Box::new(DryRunSink(Some(Box::new(warehouse)))),
             true,
         )
+    }
+
+    /// The service's client, its credentials read first (a missing or empty secret file is
+    /// the configuration's error, not the API's).
+    fn client(config: &Config) -> Result<ApiClient, SyncError> {
+        Ok(ApiClient::new(&config.api, &config.api.credentials()?)?)
     }
 
     /// An engine writing into any destination; `counts_only` when the sink writes nothing.

@@ -15,39 +15,50 @@
 //! clock, not ours, so that skew between the two never becomes lag. Without a `Date` header,
 //! callsync's own clock stands in.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::ops::ControlFlow;
+use std::time::Instant;
 
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
 use super::error::SyncError;
+use super::recent::RecentRows;
+use super::service_clock::ServiceClock;
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
 use crate::api::{ApiClient, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
-use crate::error_chain;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{INTERRUPTED, PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
+use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
-/// The `Date` header has whole seconds (the service's clock, truncated): a row stamped less
-/// than this after it may still be from the present.
-const DATE_PRECISION: Duration = Duration::from_secs(1);
-
-/// How the page loop ended.
-enum WalkEnd {
+/// Why the page loop stopped, when no failure stopped it (a failure is the page step's
+/// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
+/// write settled (at the horizon, `Completed` or `Behind` by the lag then).
+enum Stop {
     /// The walk reached the end of the data, or the user's `until`.
     Finished,
     /// The walk passed the horizon; the service lists changes made after it.
     AtHorizon,
     /// Shutdown was requested; every page handed to the sink was committed.
     Interrupted,
-    Failed(SyncError),
+}
+
+/// The page loop's state between two page steps.
+struct Walk {
+    walker: PageWalker,
+    rule: CheckpointRule,
+    recent: RecentRows,
+    /// The page handed to the sink last, until it commits.
+    in_flight: Option<Pending<PageWrite>>,
+    /// The next page, fetched while the details of the one before were.
+    prefetched: Option<Result<Listed, SyncError>>,
+    /// The next request; `None` once the walk has read to the end of the data.
+    next: Option<PageRequest>,
 }
 
 /// Figures of a pass as it goes.
@@ -60,80 +71,6 @@ struct Tally {
     future_rows: u64,
     /// Calls read so far plus the service's `total_count` left at the latest request.
     total: Option<u64>,
-}
-
-/// The service's clock, as its responses tell it.
-#[derive(Default)]
-struct ServiceClock {
-    /// Its clock at the pass's first response, rounded up to the second: the pass reads the
-    /// calls stamped before this instant, which holds every change made before it began.
-    horizon: Option<Timestamp>,
-    /// Its latest "now", and when we received it (on tokio's clock, the machine's except
-    /// under a test's `tokio::time::pause`, which moves it instead of waiting).
-    latest: Option<(Timestamp, tokio::time::Instant)>,
-}
-
-/// Said once per process: a service without `Date` headers stays so.
-static NO_DATE_WARNED: AtomicBool = AtomicBool::new(false);
-
-impl ServiceClock {
-    /// Takes a response's `Date` and the stamps of the calls it lists; returns the service's
-    /// "now" for it and the instant from which a stamp is in the future.
-    ///
-    /// The header holds whole seconds, so the service's clock was somewhere in
-    /// `[date, date + 1 s)`: a call stamped in that second proves how far into it, and one
-    /// stamped at or after `date + 1 s` comes from a clock ahead of the service's.
-    fn observe(
-        &mut self,
-        served_at: Option<Timestamp>,
-        stamps: impl Iterator<Item = Timestamp>,
-    ) -> (Timestamp, Timestamp) {
-        let date = served_at.unwrap_or_else(|| {
-            if !NO_DATE_WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    "the service sent no Date header: callsync's own clock bounds passes and caps checkpoints, so a clock behind the service's shows as lag"
-                );
-            }
-            Timestamp::now()
-        });
-        let future = date.saturating_add(DATE_PRECISION);
-        let now = stamps.filter(|at| *at < future).fold(date, Timestamp::max);
-        self.horizon.get_or_insert(future);
-        self.latest = Some((now, tokio::time::Instant::now()));
-        (now, future)
-    }
-
-    /// The service's "now" estimated from its latest answer.
-    fn now(&self) -> Option<Timestamp> {
-        self.latest
-            .map(|(at, received)| at.saturating_add(received.elapsed()))
-    }
-}
-
-/// The one place that decides the checkpoint saved with a page.
-#[derive(Debug, Clone, Copy)]
-struct CheckpointRule {
-    /// The pass read everything from the stored checkpoint on, so it may move it.
-    moves: bool,
-}
-
-impl CheckpointRule {
-    fn new(stored: Option<Timestamp>, start: Timestamp) -> Self {
-        let moves = match stored {
-            Some(cursor) => start <= cursor,
-            None => start == Timestamp::EPOCH,
-        };
-        CheckpointRule { moves }
-    }
-
-    /// How far the checkpoint may move with a page: as far as the walk has read, but never
-    /// past the service's own "now" when it answered. A row stamped in the future (one node's
-    /// clock ahead) would otherwise carry the cursor past calls that change before that
-    /// instant; held at "now", such a row is read again until time catches up with it.
-    /// Never backwards: the sink keeps the later of this and what it has.
-    fn checkpoint(self, walked: Timestamp, service_now: Timestamp) -> Option<Timestamp> {
-        self.moves.then(|| walked.min(service_now))
-    }
 }
 
 /// One pass of one schedule, from its first request to its `sync_runs` row.
@@ -150,8 +87,6 @@ struct Pass<'e> {
     position: Option<Timestamp>,
     /// Its `sync_runs` row, once started.
     run: Option<RunId>,
-    /// The kind of the failure that ended it, if one did.
-    error_kind: Option<&'static str>,
 }
 
 impl Engine {
@@ -187,7 +122,6 @@ impl Engine {
             clock: ServiceClock::default(),
             position: None,
             run: None,
-            error_kind: None,
         };
         pass.run().instrument(span).await
     }
@@ -204,13 +138,13 @@ impl Pass<'_> {
                         self.schedule
                     )),
                     Ok(None) => self.recorded().await,
-                    Err(err) => PassResult::Failed(error_chain(&err)),
+                    Err(err) => PassResult::failed(&err),
                 };
                 drop(claim);
                 result
             }
             Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
-            Err(err) => self.failed(&err),
+            Err(err) => PassResult::failed(&err),
         };
         let report = PassReport {
             schedule: self.schedule,
@@ -223,7 +157,6 @@ impl Pass<'_> {
             lag_secs: self.lag_secs(),
             duration: started.elapsed(),
             run: self.run.map(RunId::get),
-            error_kind: self.error_kind,
         };
         report.log(
             self.engine.counts_only,
@@ -262,64 +195,49 @@ impl Pass<'_> {
             .await
         {
             Ok(run) => run,
-            Err(err) => return self.failed(&err),
+            Err(err) => return PassResult::failed(&err),
         };
         if let Some(run) = run {
             tracing::Span::current().record("run", run.get());
             self.run = Some(run);
         }
-        let end = self.walk().await;
-        let (result, error) = self.result(end);
+        let walked = self.walk().await;
+        let result = self.result(walked);
         match run {
-            Some(run) => match self.finish(run, &result, error).await {
+            Some(run) => match self.finish(run, &result).await {
                 Ok(()) => result,
-                Err(err) => self.failed(&err),
+                Err(err) => PassResult::failed(&err),
             },
             None => result,
         }
     }
 
-    /// A failed result, its kind kept for the report.
-    fn failed(&mut self, err: &SyncError) -> PassResult {
-        self.error_kind = Some(err.kind());
-        PassResult::Failed(error_chain(err))
-    }
-
-    /// The typed result of a walk, and the text `sync_runs.error` keeps of it.
-    fn result(&mut self, end: WalkEnd) -> (PassResult, Option<String>) {
-        match end {
-            WalkEnd::Finished => (PassResult::Completed, None),
-            WalkEnd::AtHorizon => {
+    /// The pass's result from how its walk stopped.
+    fn result(&self, walked: Result<Stop, SyncError>) -> PassResult {
+        match walked {
+            Ok(Stop::Finished) => PassResult::Completed,
+            Ok(Stop::AtHorizon) => {
                 let behind = self.engine.settings.behind_after.as_secs_f64();
                 if self.lag_secs().is_some_and(|lag| lag >= behind) {
-                    (PassResult::Behind, None)
+                    PassResult::Behind
                 } else {
-                    (PassResult::Completed, None)
+                    PassResult::Completed
                 }
             }
-            WalkEnd::Interrupted => (PassResult::Interrupted, Some(INTERRUPTED.to_owned())),
-            WalkEnd::Failed(err) => {
-                let text = error_chain(&err);
-                self.error_kind = Some(err.kind());
-                (PassResult::Failed(text.clone()), Some(text))
-            }
+            Ok(Stop::Interrupted) => PassResult::Interrupted,
+            Err(err) => PassResult::failed(&err),
         }
     }
 
     /// Closes the `sync_runs` row; a failure here is the pass's failure.
-    async fn finish(
-        &self,
-        run: RunId,
-        result: &PassResult,
-        error: Option<String>,
-    ) -> Result<(), SyncError> {
+    async fn finish(&self, run: RunId, result: &PassResult) -> Result<(), SyncError> {
         let record = RunRecord {
             outcome: result.outcome().unwrap_or(RunOutcome::Failed),
             stats: self.stats(),
             finished_at: Timestamp::now(),
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
-            error,
+            error: result.stored_error(),
         };
         self.engine
             .writer
@@ -327,132 +245,124 @@ impl Pass<'_> {
             .await
     }
 
-    /// The page loop.
-    async fn walk(&mut self) -> WalkEnd {
+    /// The page loop: page steps until one stops the walk, then the last write settled.
+    async fn walk(&mut self) -> Result<Stop, SyncError> {
         let schedule = self.schedule;
-        let stored = match self
+        let stored = self
             .engine
             .writer
             .call(move |s| s.checkpoint(schedule))
-            .await
-        {
-            Ok(checkpoint) => checkpoint,
-            Err(err) => return WalkEnd::Failed(err),
-        };
-        let engine = self.engine;
-        let settings = &engine.settings;
+            .await?;
+        let settings = &self.engine.settings;
         let start = self.plan.start(stored, settings.lookback);
         let rule = CheckpointRule::new(stored, start);
         tracing::debug!(%start, ?stored, moves_checkpoint = rule.moves, "pass starts");
         self.position = stored;
-        let mut walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
-        let mut recent = RecentRows::default();
-        let mut in_flight: Option<Pending<PageWrite>> = None;
-        // The next page, fetched while the details of the one before were.
-        let mut prefetched: Option<Result<Listed, SyncError>> = None;
-        let mut end = WalkEnd::Finished;
-        let mut next = walker.next_request();
-        while let Some(request) = next.take() {
-            if let Some(stop) = self.stop_before(&walker) {
-                end = stop;
-                break;
+        let walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
+        let mut walk = Walk {
+            next: walker.next_request(),
+            walker,
+            rule,
+            recent: RecentRows::default(),
+            in_flight: None,
+            prefetched: None,
+        };
+        let stopped = loop {
+            match self.page_step(&mut walk).await {
+                Ok(ControlFlow::Continue(())) => {}
+                Ok(ControlFlow::Break(stop)) => break Ok(stop),
+                Err(err) => break Err(err),
             }
-            let listed = match prefetched.take() {
-                Some(listed) => listed,
-                None => tokio::select! {
-                    biased;
-                    () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                    listed = self.fetch_page(&request) => listed,
-                },
-            };
-            let accepted = listed.and_then(|l| self.accept(&request, l, &mut walker, &mut recent));
-            let accepted = match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            };
-            // The next request is known as soon as this page is accepted: it goes out while
-            // this page's details are fetched, so a latency-bound pass keeps the service busy.
-            next = walker.next_request();
-            let ahead = next
-                .as_ref()
-                .filter(|_| self.stop_before(&walker).is_none());
-            let (calls, listed) = tokio::select! {
+        };
+        // The last page handed over is always committed (or its failure reported, unless
+        // the walk failed first).
+        let settled = match walk.in_flight.take() {
+            Some(last) => self.settle(last).await,
+            None => Ok(()),
+        };
+        let stop = stopped?;
+        settled?;
+        Ok(stop)
+    }
+
+    /// One page: fetched (or taken as prefetched), accepted, completed by its details while
+    /// the next page is fetched, and handed to the sink once the page before it committed.
+    async fn page_step(&mut self, walk: &mut Walk) -> Result<ControlFlow<Stop>, SyncError> {
+        let Some(request) = walk.next.take() else {
+            return Ok(ControlFlow::Break(Stop::Finished));
+        };
+        if let Some(stop) = self.stop_before(&walk.walker) {
+            return Ok(ControlFlow::Break(stop));
+        }
+        let listed = match walk.prefetched.take() {
+            Some(listed) => listed,
+            None => tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => { end = WalkEnd::Interrupted; break; }
-                both = futures::future::join(
-                    self.complete(accepted.calls, accepted.content_hashes),
-                    async {
-                        match ahead {
-                            Some(request) => Some(self.fetch_page(request).await),
-                            None => None,
-                        }
-                    },
-                ) => both,
-            };
-            prefetched = listed;
-            let batch = match calls {
-                Ok((calls, content_hashes)) => PageBatch {
-                    schedule: self.schedule,
-                    calls,
-                    content_hashes,
-                    checkpoint: rule.checkpoint(accepted.checkpoint, accepted.service_now),
-                    synced_at: Timestamp::now(),
+                () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
+                listed = self.fetch_page(&request) => listed,
+            },
+        };
+        let accepted = self.accept(&request, listed?, &mut walk.walker, &mut walk.recent)?;
+        // The next request is known as soon as this page is accepted: it goes out while
+        // this page's details are fetched, so a latency-bound pass keeps the service busy.
+        walk.next = walk.walker.next_request();
+        let ahead = walk
+            .next
+            .as_ref()
+            .filter(|_| self.stop_before(&walk.walker).is_none());
+        let (calls, listed) = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
+            both = futures::future::join(
+                self.complete(accepted.calls, accepted.content_hashes),
+                async {
+                    match ahead {
+                        Some(request) => Some(self.fetch_page(request).await),
+                        None => None,
+                    }
                 },
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            };
-            if let Some(previous) = in_flight.take()
-                && let Err(err) = self.settle(previous).await
-            {
-                end = WalkEnd::Failed(err);
-                break;
-            }
-            match self
-                .engine
-                .writer
-                .submit(move |s| s.write_page(&batch))
-                .await
-            {
-                Ok(pending) => in_flight = Some(pending),
-                Err(err) => {
-                    end = WalkEnd::Failed(err);
-                    break;
-                }
-            }
-            let t = &self.tally;
-            self.progress.page(t.pages, t.calls_seen, t.total);
-            if self.cancel.is_cancelled() {
-                end = WalkEnd::Interrupted;
-                break;
-            }
+            ) => both,
+        };
+        walk.prefetched = listed;
+        let (calls, content_hashes) = calls?;
+        let batch = PageBatch {
+            schedule: self.schedule,
+            calls,
+            content_hashes,
+            checkpoint: walk
+                .rule
+                .checkpoint(accepted.checkpoint, accepted.service_now),
+            synced_at: Timestamp::now(),
+        };
+        if let Some(previous) = walk.in_flight.take() {
+            self.settle(previous).await?;
         }
-        // The last page handed over is always committed (or its failure reported).
-        if let Some(last) = in_flight.take()
-            && let Err(err) = self.settle(last).await
-            && !matches!(end, WalkEnd::Failed(_))
-        {
-            end = WalkEnd::Failed(err);
+        let pending = self
+            .engine
+            .writer
+            .submit(move |s| s.write_page(&batch))
+            .await?;
+        walk.in_flight = Some(pending);
+        let t = &self.tally;
+        self.progress.page(t.pages, t.calls_seen, t.total);
+        if self.cancel.is_cancelled() {
+            return Ok(ControlFlow::Break(Stop::Interrupted));
         }
-        end
+        Ok(ControlFlow::Continue(()))
     }
 
     /// Ends the walk once it is past the user's `until` or the pass's horizon.
-    fn stop_before(&self, walker: &PageWalker) -> Option<WalkEnd> {
+    fn stop_before(&self, walker: &PageWalker) -> Option<Stop> {
         let position = walker.position();
         if self.plan.until.is_some_and(|until| position > until) {
-            return Some(WalkEnd::Finished);
+            return Some(Stop::Finished);
         }
         if self
             .clock
             .horizon
             .is_some_and(|horizon| position >= horizon)
         {
-            return Some(WalkEnd::AtHorizon);
+            return Some(Stop::AtHorizon);
         }
         None
     }
@@ -626,120 +536,5 @@ fn row_key(call: &OutboundCall) -> RowKey {
     RowKey {
         uid: call.uid,
         updated_at: call.updated_at,
-    }
-}
-
-/// Rows this pass has already handed to the sink that the walk may list again (those at
-/// or after its position: keyset overlap and tie groups). A re-listed row whose list item is
-/// identical needs neither a detail request nor a write. Pruned as the position advances,
-/// so it holds a tie group at most, whatever the number of calls.
-#[derive(Default)]
-struct RecentRows {
-    rows: HashMap<Uuid, (Timestamp, u64)>,
-}
-
-impl RecentRows {
-    /// The calls not already handed on identical, with their content hashes.
-    fn keep_fresh(
-        &mut self,
-        calls: Vec<OutboundCall>,
-        position: Timestamp,
-    ) -> (Vec<OutboundCall>, Vec<u64>) {
-        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
-        let fresh: Vec<bool> = calls
-            .iter()
-            .zip(&hashes)
-            .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
-            .collect();
-        // Only rows at or after the new position can be listed again.
-        self.rows.retain(|_, (at, _)| *at >= position);
-        for (call, hash) in calls.iter().zip(&hashes) {
-            if call.updated_at >= position {
-                self.rows.insert(call.uid, (call.updated_at, *hash));
-            }
-        }
-        calls
-            .into_iter()
-            .zip(hashes)
-            .zip(fresh)
-            .filter_map(|(kept, fresh)| fresh.then_some(kept))
-            .unzip()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ts(text: &str) -> Timestamp {
-        Timestamp::parse(text).unwrap()
-    }
-
-    #[test]
-    fn the_checkpoint_never_passes_the_services_clock() {
-        let stored = Some(ts("2026-01-01T00:00:00Z"));
-        let rule = CheckpointRule::new(stored, ts("2025-12-31T23:59:55Z"));
-        let now = ts("2026-01-01T00:10:00Z");
-        // A walk behind the service's clock moves the checkpoint to where it read.
-        assert_eq!(
-            rule.checkpoint(ts("2026-01-01T00:05:00Z"), now),
-            Some(ts("2026-01-01T00:05:00Z"))
-        );
-        // A row from the future carried the walk past "now": the checkpoint stays at "now".
-        assert_eq!(rule.checkpoint(ts("2026-01-01T00:10:33Z"), now), Some(now));
-        assert_eq!(rule.checkpoint(ts("2100-01-01T00:00:00Z"), now), Some(now));
-    }
-
-    #[test]
-    fn only_a_pass_that_read_from_the_checkpoint_moves_it() {
-        let stored = Some(ts("2026-01-01T00:00:00Z"));
-        let now = ts("2026-01-02T00:00:00Z");
-        let walked = ts("2026-01-01T12:00:00Z");
-        // A backfill starting after the checkpoint leaves a gap behind it.
-        let later = CheckpointRule::new(stored, ts("2026-01-01T06:00:00Z"));
-        assert_eq!(later.checkpoint(walked, now), None);
-        let first = CheckpointRule::new(None, Timestamp::EPOCH);
-        assert_eq!(first.checkpoint(walked, now), Some(walked));
-        let not_from_the_start = CheckpointRule::new(None, ts("2026-01-01T06:00:00Z"));
-        assert_eq!(not_from_the_start.checkpoint(walked, now), None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_horizon_is_the_first_answer_and_now_follows_the_latest() {
-        let mut clock = ServiceClock::default();
-        assert_eq!(clock.now(), None);
-        let first = ts("2026-01-01T00:00:00Z");
-        let none = std::iter::empty();
-        assert_eq!(
-            clock.observe(Some(first), none),
-            (first, ts("2026-01-01T00:00:01Z"))
-        );
-        let second = ts("2026-01-01T00:00:07Z");
-        clock.observe(Some(second), std::iter::empty());
-        // Everything stamped before the first answer's second ended.
-        assert_eq!(clock.horizon, Some(ts("2026-01-01T00:00:01Z")));
-        // Virtual time: "now" follows the latest answer by exactly the time since it came.
-        assert_eq!(clock.now(), Some(second));
-        tokio::time::advance(Duration::from_millis(2_500)).await;
-        assert_eq!(clock.now(), Some(ts("2026-01-01T00:00:09.5Z")));
-        // Without a Date header our own clock stands in.
-        let before = Timestamp::now();
-        let mut own = ServiceClock::default();
-        assert!(own.observe(None, std::iter::empty()).0 >= before);
-    }
-
-    #[test]
-    fn a_stamp_within_the_dates_second_says_how_far_into_it_the_service_was() {
-        let mut clock = ServiceClock::default();
-        let date = ts("2026-01-01T00:00:00Z");
-        let stamps = [
-            ts("2025-12-31T23:59:58Z"),
-            ts("2026-01-01T00:00:00.75Z"),
-            // From a node 33 s ahead: no proof of the service's time.
-            ts("2026-01-01T00:00:33Z"),
-        ];
-        let (now, future) = clock.observe(Some(date), stamps.into_iter());
-        assert_eq!(now, ts("2026-01-01T00:00:00.75Z"));
-        assert_eq!(future, ts("2026-01-01T00:00:01Z"));
     }
 }

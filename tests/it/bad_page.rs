@@ -114,7 +114,11 @@ async fn a_bad_page_after_committed_pages_keeps_them_and_writes_nothing_of_itsel
     let expected_error = format!(
         "{request}: malformed response (application/json): `{BAD_INSTANT}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): its instant falls outside them"
     );
-    let PassResult::Failed(error) = &reports[0].result else {
+    let PassResult::Failed {
+        kind: callsync::ErrorKind::Protocol,
+        error,
+    } = &reports[0].result
+    else {
         panic!("the broken schedule must fail: {:?}", reports[0]);
     };
     assert!(

@@ -788,7 +788,9 @@ async fn a_file_changed_mid_upload_is_never_sent_past_the_change() {
             (n == 1_900).then(|| "+15551900,Edited,ext-1900,platinum,tomorrow".into())
         }),
     };
-    let client = callsync::api::ApiClient::new(&env.config.api).unwrap();
+    let client =
+        callsync::api::ApiClient::new(&env.config.api, &env.config.api.credentials().unwrap())
+            .unwrap();
     let mut warehouse =
         Warehouse::open(&env.warehouse_path(), env.config.warehouse.busy_timeout).unwrap();
     let err = upload::send(&client, &mut warehouse, &options, &checked, &edit)

@@ -249,12 +249,13 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
         broken_started,
         [true, true, false, true, false, false, false]
     );
-    assert!(
-        daemon
-            .results(s[0])
-            .iter()
-            .all(|r| matches!(r, PassResult::Failed(_)))
-    );
+    assert!(daemon.results(s[0]).iter().all(|r| matches!(
+        r,
+        PassResult::Failed {
+            kind: callsync::ErrorKind::Protocol,
+            ..
+        }
+    )));
     assert!(
         daemon
             .results(s[1])
@@ -388,7 +389,7 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         reports
             .iter()
             .filter(|r| {
-                r.schedule == schedule && matches!(r.result, PassResult::Failed(_)) == failed
+                r.schedule == schedule && matches!(r.result, PassResult::Failed { .. }) == failed
             })
             .count()
     };
@@ -723,10 +724,13 @@ async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
         .await;
     assert_eq!(
         report.result,
-        callsync::sync::PassResult::Failed(format!(
-            "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
-            db.display()
-        ))
+        callsync::sync::PassResult::Failed {
+            kind: callsync::ErrorKind::Warehouse,
+            error: format!(
+                "the warehouse {} was replaced by another file while callsync had it open; restart callsync (systemctl restart callsync) to use the new file (`callsync restore` does this safely)",
+                db.display()
+            )
+        }
     );
     assert!(env.sim.requests().is_empty(), "nothing was read");
     engine.close().await;
@@ -924,7 +928,7 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         std::fs::write(dir.join(name), "old").unwrap();
     }
     env.config.backup = Some(callsync::config::BackupConfig {
-        cron: "0 15 2 * * *".into(),
+        cron: callsync::config::CronSchedule::parse("0 15 2 * * *").unwrap(),
         dir: dir.clone(),
         keep: 2,
     });

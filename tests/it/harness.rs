@@ -310,7 +310,7 @@ pub fn config_for(
             schedules,
             schedule_names: Default::default(),
             lookback: Duration::from_secs(5),
-            cron: "0 */5 * * * *".into(),
+            cron: callsync::config::CronSchedule::parse("0 */5 * * * *").unwrap(),
             page_size: 100,
             details: DetailsMode::Auto,
             concurrency: 4,

@@ -332,7 +332,8 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let listen = socket.local_addr().unwrap();
     drop(socket);
     env.config.metrics.listen = Some(listen);
-    env.config.sync.reconcile_cron = Some("0 0 3 * * *".into());
+    env.config.sync.reconcile_cron =
+        Some(callsync::config::CronSchedule::parse("0 0 3 * * *").unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
         let _ = stopped.await;

@@ -224,7 +224,7 @@ fn tick_number(line: &str) -> Option<u64> {
 fn last_tick_begun(lines: &[String]) -> u64 {
     lines
         .iter()
-        .filter(|l| l.contains("callsync::daemon: tick tick="))
+        .filter(|l| l.contains("callsync::daemon::dispatcher: tick tick="))
         .filter_map(|l| {
             l.split("number=")
                 .nth(1)?

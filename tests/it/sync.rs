@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use callsync::ErrorKind;
 use callsync::config::DetailsMode;
 use callsync::service::Timestamp;
 use callsync::simulator::{
@@ -182,7 +183,11 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly(dest: Dest) {
     let (reports, ()) = tokio::join!(env.pass(&s[1..]), churn);
     match &reports[0].result {
         PassResult::Completed => {}
-        PassResult::Failed(e) => assert!(e.contains("did not settle"), "{e}"),
+        // A group that keeps changing breaks the walk's rules: the walk gives up on it.
+        PassResult::Failed {
+            kind: ErrorKind::Protocol,
+            ..
+        } => {}
         other => panic!("{other:?}"),
     }
     env.config.api.requests_per_second = None;
@@ -355,7 +360,11 @@ async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
         let s = env.schedules();
         env.sim.break_schedule(s[0], Some(bad));
         let reports = env.pass(&s).await;
-        let PassResult::Failed(error) = &reports[0].result else {
+        let PassResult::Failed {
+            kind: ErrorKind::Protocol,
+            error,
+        } = &reports[0].result
+        else {
             panic!(
                 "{bad:?}: the broken schedule must fail, got {:?}",
                 reports[0]

@@ -1,0 +1,45 @@
+//! `RecentRows`: the rows a pass handed to the sink that its walk may list again.
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use crate::service::{OutboundCall, Timestamp};
+
+/// Rows this pass has already handed to the sink that the walk may list again (those at
+/// or after its position: keyset overlap and tie groups). A re-listed row whose list item is
+/// identical needs neither a detail request nor a write. Pruned as the position advances,
+/// so it holds a tie group at most, whatever the number of calls.
+#[derive(Default)]
+pub(super) struct RecentRows {
+    rows: HashMap<Uuid, (Timestamp, u64)>,
+}
+
+impl RecentRows {
+    /// The calls not already handed on identical, with their content hashes.
+    pub(super) fn keep_fresh(
+        &mut self,
+        calls: Vec<OutboundCall>,
+        position: Timestamp,
+    ) -> (Vec<OutboundCall>, Vec<u64>) {
+        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
+        let fresh: Vec<bool> = calls
+            .iter()
+            .zip(&hashes)
+            .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
+            .collect();
+        // Only rows at or after the new position can be listed again.
+        self.rows.retain(|_, (at, _)| *at >= position);
+        for (call, hash) in calls.iter().zip(&hashes) {
+            if call.updated_at >= position {
+                self.rows.insert(call.uid, (call.updated_at, *hash));
+            }
+        }
+        calls
+            .into_iter()
+            .zip(hashes)
+            .zip(fresh)
+            .filter_map(|(kept, fresh)| fresh.then_some(kept))
+            .unzip()
+    }
+}
