@@ -336,15 +336,17 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
     // Taken before the signal: the victim walks nothing after it (SIGKILL), and this test's
     // own clock reading after `kill()` returns can come later than a survivor's takeover on a
     // loaded machine, which would look like an overlap that never was.
+    // Where each survivor's log stood before the signal: a takeover (its pass lines) comes
+    // after it, however fast.
+    let seen: Vec<usize> = daemons.iter().map(|d| d.log_lines().len()).collect();
     let killed_at = Timestamp::now();
     dead.child.kill().await.expect("SIGKILL");
-    // What each survivor's log held when the victim died: the ticks begun by then.
+    // The ticks each survivor had begun once the victim was dead: a takeover comes in the
+    // next one at the latest.
     let before_kill: Vec<(usize, u64)> = daemons
         .iter()
-        .map(|d| {
-            let lines = d.log_lines();
-            (lines.len(), last_tick_begun(&lines))
-        })
+        .zip(seen)
+        .map(|(d, seen)| (seen, last_tick_begun(&d.log_lines())))
         .collect();
     drop(hold);
 
