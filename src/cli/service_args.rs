@@ -57,6 +57,9 @@ pub struct UploadArgs {
     /// others as skipped (without it, such rows stop the upload before anything is sent)
     #[arg(long)]
     pub(super) skip_existing: bool,
+    /// Print the summary (or the dry run's) as one JSON object
+    #[arg(long)]
+    pub(super) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

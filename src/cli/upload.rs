@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use uuid::Uuid;
 
 use super::campaign::{print_line, service_client};
+use super::output::print_out;
 use super::progress::ProgressBar;
 use super::progress::{NoProgress, UploadLog};
 use super::service_args::UploadArgs;
@@ -46,6 +47,17 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     }
     let chunks = checked.rows.div_ceil(MAX_BULK as u64);
     if args.dry_run {
+        if args.json {
+            print_json(&serde_json::json!({
+                "file": shown,
+                "schedule_uid": options.schedule,
+                "schedule_name": config.sync.schedule_names.get(&options.schedule),
+                "dry_run": true,
+                "rows": checked.rows,
+                "chunks_to_send": chunks,
+            }))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         print_line(&format!(
             "{shown}: {} rows checked, all valid; would send {chunks} chunks to schedule {} (dry run: nothing sent)",
             checked.rows, options.schedule
@@ -104,7 +116,12 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     for problem in &summary.refusals {
         let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
     }
-    print_line(&format!("{shown}: {}", describe_summary(&summary)))?;
+    if args.json {
+        let name = config.sync.schedule_names.get(&options.schedule);
+        print_json(&summary_json(&shown, options.schedule, name, &summary))?;
+    } else {
+        print_line(&format!("{shown}: {}", describe_summary(&summary)))?;
+    }
     if summary.rows_refused > 0 {
         bail!(
             "the service refused {} rows of {shown} (the reasons above; a chunk is refused whole, so its other rows were not sent either); the other chunks were sent: fix those rows and run the same upload again — chunks already created are found, not sent twice",
@@ -147,6 +164,45 @@ fn describe_summary(s: &upload::UploadSummary) -> String {
         s.rows_refused,
         chunks(s.chunks_refused),
     )
+}
+
+/// `--json`: what became of every row, as one object with the text summary's counts; a
+/// refused chunk's reasons (also on stderr) in `refusals`, `column` `null` for a whole row's.
+fn summary_json(
+    shown: &str,
+    schedule: Uuid,
+    schedule_name: Option<&String>,
+    s: &upload::UploadSummary,
+) -> serde_json::Value {
+    let refusals: Vec<_> = s
+        .refusals
+        .iter()
+        .map(|p| serde_json::json!({"line": p.line, "column": p.column, "reason": p.reason}))
+        .collect();
+    serde_json::json!({
+        "file": shown,
+        "schedule_uid": schedule,
+        "schedule_name": schedule_name,
+        "dry_run": false,
+        "rows": s.rows,
+        "calls_created": s.calls_created,
+        "chunks_created": s.chunks_created,
+        "rows_found": s.rows_found,
+        "chunks_found": s.chunks_found,
+        "rows_skipped": s.rows_skipped,
+        "rows_refused": s.rows_refused,
+        "chunks_refused": s.chunks_refused,
+        "refusals": refusals,
+    })
+}
+
+/// One JSON object on a line of stdout, as `migrate --json` prints its result; the file's
+/// name and the service's reasons made safe for a terminal.
+fn print_json(value: &serde_json::Value) -> Result<()> {
+    print_out(format_args!(
+        "{}\n",
+        crate::untrusted::json_safe(&value.to_string())
+    ))
 }
 
 /// How often an upload without a terminal logs where it is.

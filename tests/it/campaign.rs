@@ -883,6 +883,114 @@ async fn a_dry_run_needs_no_credentials_and_a_dropped_column_is_not_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_json_is_one_object_of_the_summary_dry_run_refused_and_finished() {
+    // Row 1,005 (chunk 2) has a value the service refuses, as in the refused-chunk test.
+    let text = contacts(2_500, |n| {
+        (n == 1_005).then(|| "+15550001005,Soon,ext-1005,gold,next week".into())
+    });
+    let (env, config, csv, schedule) = upload_env(&text).await;
+    // The schedule named in the configuration: its name comes with its uid.
+    let named = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&format!("schedules = [\"{schedule}\"]"), "schedules = []")
+        .replace(
+            "[log]",
+            &format!("[[sync.schedule]]\nuid = \"{schedule}\"\nname = \"Renewals\"\n\n[log]"),
+        );
+    std::fs::write(&config, named).unwrap();
+    let mut args = upload_args(&schedule, &csv);
+    args.push("--json");
+    let json = |out: &Output| -> serde_json::Value {
+        let text = stdout(out);
+        assert_eq!(text.lines().count(), 1, "one line: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let file = csv.display().to_string();
+
+    let requests_before = env.sim.requests().len();
+    let mut dry = args.clone();
+    dry.push("--dry-run");
+    let out = callsync(&config, &dry).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json(&out),
+        serde_json::json!({
+            "file": file,
+            "schedule_uid": schedule,
+            "schedule_name": "Renewals",
+            "dry_run": true,
+            "rows": 2_500,
+            "chunks_to_send": 3,
+        })
+    );
+    assert_eq!(
+        env.sim.requests().len(),
+        requests_before,
+        "a dry run sends nothing"
+    );
+
+    // A refused chunk: the summary is still the object on stdout (chunks 1 and 3 were
+    // sent), the reasons are in it and on stderr, and the error is the plain line, exit 1.
+    let out = callsync(&config, &args).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 1007, column renewal_at: Invalid custom parameter"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: the service refused 1000 rows of"),
+        "{err}"
+    );
+    assert_eq!(
+        json(&out),
+        serde_json::json!({
+            "file": file,
+            "schedule_uid": schedule,
+            "schedule_name": "Renewals",
+            "dry_run": false,
+            "rows": 2_500,
+            "calls_created": 1_500,
+            "chunks_created": 2,
+            "rows_found": 0,
+            "chunks_found": 0,
+            "rows_skipped": 0,
+            "rows_refused": 1_000,
+            "chunks_refused": 1,
+            "refusals": [{
+                "line": 1_007,
+                "column": "renewal_at",
+                "reason": "Invalid custom parameter: renewal_at must be an ISO 8601 datetime with a timezone (+hh:mm or Z), not \"next week\"",
+            }],
+        })
+    );
+
+    // Fixed and run again: the refused chunk created, the others found; exit 0.
+    std::fs::write(&csv, contacts(2_500, |_| None)).unwrap();
+    let out = callsync(&config, &args).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json(&out),
+        serde_json::json!({
+            "file": file,
+            "schedule_uid": schedule,
+            "schedule_name": "Renewals",
+            "dry_run": false,
+            "rows": 2_500,
+            "calls_created": 1_000,
+            "chunks_created": 1,
+            "rows_found": 1_500,
+            "chunks_found": 2,
+            "rows_skipped": 0,
+            "rows_refused": 0,
+            "chunks_refused": 0,
+            "refusals": [],
+        })
+    );
+    assert_eq!(created_by_external_id(&env, &schedule).len(), 2_500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contacts_already_in_the_schedule_are_refused_or_skipped_never_called_twice() {
     // An earlier list: contacts 0–99.
     let (env, config, csv, schedule) = upload_env(&contacts(100, |_| None)).await;
