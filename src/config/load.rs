@@ -4,10 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use super::env::{CONFIG_VAR, Env};
+use super::error::ConfigError;
 use super::messages::{blame_variable, describe};
 use super::raw::RawConfig;
+use super::types::Config;
 use super::validate::convert;
-use super::{Config, ConfigError, DEFAULT_PATHS};
+
+/// The default search path when no `--config` is given, in order.
+pub const DEFAULT_PATHS: [&str; 2] = ["config/callsync.toml", "/etc/callsync/callsync.toml"];
 
 pub(super) fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
     load_from(path, &Env::from_process()?)

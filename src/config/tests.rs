@@ -1,10 +1,15 @@
 //! One test per rejected key, each asserting the exact one-line message; overrides, secrets,
 //! defaults, and the example file.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use uuid::Uuid;
 
 use super::values::cron_at;
 use super::*;
+use crate::service::ListFilter;
 
 const SCHEDULE: &str = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b11";
 

@@ -16,10 +16,10 @@ use std::time::Duration;
 use rusqlite::Connection;
 use rusqlite::backup::{Backup, StepResult};
 
-use super::Warehouse;
 use super::access::{beside, create_data_file};
 use super::error::{SqlContext, WarehouseError};
 use super::file_lock::{FileLock, LockByte, LockError, LockMode};
+use super::handle::Warehouse;
 use super::schema;
 
 /// What a warehouse file holds, as `backup` and `restore` report it.
@@ -366,7 +366,7 @@ fn file_len(path: &Path) -> Result<u64, WarehouseError> {
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
-    use super::FileIdentity;
+    use super::file_lock::FileIdentity;
     matches!(
         (FileIdentity::of_path(a), FileIdentity::of_path(b)),
         (Ok(Some(a)), Ok(Some(b))) if a == b

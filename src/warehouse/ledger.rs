@@ -7,8 +7,8 @@
 use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
-use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
 use crate::service::Timestamp;
 
 /// Which upload a chunk belongs to, and where it is in the file.

@@ -6,8 +6,8 @@ use rusqlite::types::Value;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
 use super::runs::{RunOutcome, RunStats, WALKER_CHARS, Walker, parse};
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;

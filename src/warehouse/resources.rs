@@ -5,8 +5,8 @@
 use rusqlite::params;
 use uuid::Uuid;
 
-use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
 use crate::service::{Campaign, Schedule, Timestamp};
 
 /// A campaign as the service answered (`?N` parameters: the PostgreSQL warehouse writes

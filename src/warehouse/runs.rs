@@ -6,8 +6,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 

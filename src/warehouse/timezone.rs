@@ -14,8 +14,8 @@ use chrono::{Offset, TimeZone};
 use chrono_tz::Tz;
 use rusqlite::params;
 
-use super::Warehouse;
 use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
 use crate::service::Timestamp;
 
 /// The years whose offsets are kept: the service's calls and their attempts fall in them.

@@ -18,8 +18,8 @@ use rusqlite::{Transaction, TransactionBehavior, params};
 use uuid::Uuid;
 
 use super::error::{SqlContext, WarehouseError};
+use super::handle::{PageWrite, Warehouse};
 use super::rows::{self, CallRow, Summary};
-use super::{PageWrite, Warehouse};
 use crate::service::{Attempt, OutboundCall, Timestamp};
 
 impl Warehouse {

@@ -1,0 +1,241 @@
+//! The typed configuration every other module receives: [`Config`] and its sections, built
+//! once by `validate.rs` from the raw serde mirror.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use url::Url;
+use uuid::Uuid;
+
+use super::error::ConfigError;
+use super::secret::{Secret, SecretSource};
+use super::values::CronSchedule;
+use crate::service::ListFilter;
+
+/// Everything callsync needs, validated.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub api: ApiConfig,
+    pub warehouse: WarehouseConfig,
+    pub sync: SyncConfig,
+    pub log: LogConfig,
+    pub metrics: MetricsConfig,
+    /// `[backup]`; `None` = the daemon makes no backups.
+    pub backup: Option<BackupConfig>,
+    /// The file the configuration was read from, if any.
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// The service's `{base_url}`; `/api/v1/...` is appended.
+    pub base_url: Url,
+    /// `None` when none is configured. Secret files are not read yet: only the commands that
+    /// talk to the service need them, and they ask [`ApiConfig::credentials`] first.
+    pub auth: Option<AuthConfig<SecretSource>>,
+    /// Whole-request timeout.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// The ceiling of the adaptive request rate shared by all schedules; `None` = none.
+    pub requests_per_second: Option<u32>,
+    /// Detail requests in flight at once per schedule.
+    pub detail_concurrency: usize,
+    /// A response body larger than this fails its request instead of filling memory.
+    pub max_response_bytes: u64,
+    /// How long a create whose answer was lost (a timeout, a dropped connection, a 5xx) may
+    /// take to show in the service; see [`ApiConfig::create_settle_window`].
+    pub create_settle: Duration,
+    pub retry: RetryConfig,
+}
+
+impl ApiConfig {
+    /// How long after sending a create whose fate is unknown its result is looked for before
+    /// it counts as not done: `create_settle`, and never less than twice the request timeout,
+    /// since the service may still be working on a request the client gave up on.
+    pub fn create_settle_window(&self) -> Duration {
+        self.create_settle.max(self.request_timeout * 2)
+    }
+
+    /// The credentials with their secret files read, or the configuration error a command
+    /// that talks to the service stops with. `status`, `checkpoint` and `migrate` never call
+    /// this: a BI-group user without the daemon's secret can run them.
+    pub fn credentials(&self) -> Result<AuthConfig, ConfigError> {
+        let auth = self.auth.as_ref().ok_or_else(|| {
+            ConfigError::invalid(
+                "api",
+                "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
+            )
+        })?;
+        Ok(match auth {
+            AuthConfig::Static(token) => AuthConfig::Static(token.read()?),
+            AuthConfig::OAuth(oauth) => AuthConfig::OAuth(OAuthConfig {
+                token_url: oauth.token_url.clone(),
+                client_id: oauth.client_id.clone(),
+                client_secret: oauth.client_secret.read()?,
+                scope: oauth.scope.clone(),
+            }),
+        })
+    }
+}
+
+/// How to authenticate; `S` is a loaded [`Secret`], or in the configuration a
+/// [`SecretSource`] not read yet.
+#[derive(Debug, Clone)]
+pub enum AuthConfig<S = Secret> {
+    /// A static bearer token.
+    Static(S),
+    /// OAuth 2.0 client-credentials grant.
+    OAuth(OAuthConfig<S>),
+}
+
+#[derive(Debug, Clone)]
+pub struct OAuthConfig<S = Secret> {
+    pub token_url: Url,
+    pub client_id: String,
+    pub client_secret: S,
+    pub scope: Option<String>,
+}
+
+/// Loaded credentials as a configuration holds them (tests, benchmarks).
+impl From<AuthConfig> for AuthConfig<SecretSource> {
+    fn from(auth: AuthConfig) -> Self {
+        match auth {
+            AuthConfig::Static(token) => AuthConfig::Static(token.into()),
+            AuthConfig::OAuth(oauth) => AuthConfig::OAuth(OAuthConfig {
+                token_url: oauth.token_url,
+                client_id: oauth.client_id,
+                client_secret: oauth.client_secret.into(),
+                scope: oauth.scope,
+            }),
+        }
+    }
+}
+
+/// Request-level retry limits; every limit explicit (see `api::retry`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryConfig {
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    /// Give up retrying a request after this long.
+    pub max_elapsed: Duration,
+    pub initial_interval: Duration,
+    pub max_interval: Duration,
+    pub multiplier: f64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_attempts: 10,
+            max_elapsed: Duration::from_secs(120),
+            initial_interval: Duration::from_millis(500),
+            max_interval: Duration::from_secs(30),
+            multiplier: 2.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WarehouseConfig {
+    /// The SQLite file; unused when [`WarehouseConfig::postgres`] is set.
+    pub path: PathBuf,
+    /// `warehouse.url`: the warehouse is a PostgreSQL database, not the file at `path`.
+    pub postgres: Option<PostgresConfig>,
+    /// How long a write waits for a lock held by another process.
+    pub busy_timeout: Duration,
+    /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
+    /// latest pass, nor its latest successful one); `None` keeps them all.
+    pub keep_runs: Option<Duration>,
+    /// The zone of the days in views and canned queries (`timezone_offsets`); UTC by default.
+    pub timezone: chrono_tz::Tz,
+}
+
+/// A PostgreSQL warehouse as configured: its libpq URI (which never holds the password) and
+/// where the password is, if anywhere (read when a command connects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    pub url: String,
+    pub password: Option<SecretSource>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailsMode {
+    /// Fetch a call's detail only when a list item lacks attempt children.
+    Auto,
+    /// Fetch every call's detail.
+    Always,
+    /// Never fetch details; attempt children missing from the list are left as they were.
+    Never,
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    /// Every schedule to sync: `sync.schedules`, then `[[sync.schedule]]`, each once.
+    pub schedules: Vec<Uuid>,
+    /// The names `[[sync.schedule]]` gives, for the warehouse's `schedules` table.
+    pub schedule_names: BTreeMap<Uuid, String>,
+    /// Each pass starts this far before the checkpoint, to catch late commits.
+    pub lookback: Duration,
+    /// 6-field cron (seconds first), evaluated in UTC.
+    pub cron: CronSchedule,
+    /// Rows per list request, 1..=100.
+    pub page_size: u32,
+    pub details: DetailsMode,
+    /// Schedules synced at once.
+    pub concurrency: usize,
+    pub filter: ListFilter,
+    /// 6-field cron for reconciliation passes; `None` = off.
+    pub reconcile_cron: Option<CronSchedule>,
+    /// Trailing window a reconciliation pass re-reads.
+    pub reconcile_window: Duration,
+    /// How long a shutdown waits for the pages being written.
+    pub shutdown_timeout: Duration,
+    /// A pass that ends further than this behind the service's clock, with changes already
+    /// waiting, ends `behind`.
+    pub behind_after: Duration,
+    /// The name `sync_runs`, `status` and the metrics give this process's passes (several
+    /// daemons share the schedules); `None`: the host name.
+    pub instance: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// A tracing `EnvFilter` directive such as `info` or `callsync=debug`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    /// `info`, text: for commands that run without a configuration.
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MetricsConfig {
+    /// Prometheus metrics and `/healthz`; `None` = off.
+    pub listen: Option<SocketAddr>,
+}
+
+/// `[backup]`: backups the daemon makes on a cron, checked, the newest `keep` kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupConfig {
+    /// 6-field cron (seconds first), evaluated in UTC.
+    pub cron: CronSchedule,
+    /// Where the backups go (`callsync-YYYYMMDDTHHMMSSZ.db`).
+    pub dir: PathBuf,
+    /// How many of them to keep, at least 1.
+    pub keep: usize,
+}
