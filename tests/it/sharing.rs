@@ -384,6 +384,16 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
         })
     })
     .await;
+    // The pass's row is committed before its line is logged: wait for the lines too.
+    wait_for("every orphan's takeover logged by a survivor", || {
+        orphans.iter().all(|schedule| {
+            daemons
+                .iter()
+                .zip(&before_kill)
+                .any(|(d, (seen, _))| !walked_in_ticks(&d.log_lines(), *seen, *schedule).is_empty())
+        })
+    })
+    .await;
     for schedule in &orphans {
         let takeovers: Vec<(usize, u64)> = daemons
             .iter()
