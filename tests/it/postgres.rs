@@ -258,10 +258,12 @@ fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
         .expect("another schedule is free");
     drop(held);
     let again = second.claim(schedule).unwrap().expect("free once dropped");
-    // The server ends the lock session (as when a daemon dies): the lock goes with it.
+    // The server ends the lock session (as when a daemon dies): the lock goes with it. The
+    // call waits for the session to be gone (its second argument, a patience only a hang
+    // reaches): without it the claim below could run before the server had let the lock go.
     pg::query(
         &db,
-        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'
+        "SELECT pg_terminate_backend(pid, 60000) FROM pg_locks WHERE locktype = 'advisory'
            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     );
     drop((again, other));
