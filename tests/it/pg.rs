@@ -92,6 +92,8 @@ extern "C" fn stop_servers() {
     for (pid, dir) in started {
         // SIGQUIT: immediate shutdown; the data is a test's.
         unsafe { libc::kill(pid as i32, libc::SIGQUIT) };
+        // Teardown at exit, deciding nothing: waits for the server to go (a poll every 20 ms),
+        // and gives up after 10 s rather than hold the test binary's exit on a stuck server.
         let deadline = Instant::now() + Duration::from_secs(10);
         while unsafe { libc::kill(pid as i32, 0) } == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
