@@ -23,6 +23,8 @@
 //! `first-sync`, `idle` and `incremental` run the release binary as a user would;
 //! `BENCH_BINARY` runs them with another build of callsync (an older release, for
 //! BENCHMARKS.md's "before" column) against the same simulator and reference.
+//! `BENCH_PERF=DIR` records each build's first sync under `perf record -g` into
+//! `DIR/BUILD-CALLS.data`.
 
 mod common;
 
@@ -102,13 +104,26 @@ fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::Pat
 fn run_callsync(config: &Path, args: &[&str]) -> (f64, f64) {
     let binary =
         std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
-    run_build(&binary, config, args)
+    run_build(&binary, config, args, None)
 }
 
-/// `BINARY ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB.
-fn run_build(binary: &std::ffi::OsStr, config: &Path, args: &[&str]) -> (f64, f64) {
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "%e %M"])
+/// `BINARY ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB; under
+/// `perf record -F 499 -g -o PROFILE` when a profile is asked for.
+fn run_build(
+    binary: &std::ffi::OsStr,
+    config: &Path,
+    args: &[&str],
+    profile: Option<&Path>,
+) -> (f64, f64) {
+    let mut command = Command::new("/usr/bin/time");
+    command.args(["-f", "%e %M"]);
+    if let Some(out) = profile {
+        command
+            .args(["perf", "record", "-F", "499", "-g", "-o"])
+            .arg(out)
+            .arg("--");
+    }
+    let out = command
         .arg(binary)
         .args(args)
         .arg("--config")
@@ -170,6 +185,15 @@ fn builds() -> Vec<(&'static str, std::ffi::OsString)> {
     builds
 }
 
+/// Where the first sync of `build` at `calls` records its profile, when `BENCH_PERF` names a
+/// directory (`perf report -i DIR/after-300000.data`): the write path's profile comes from the
+/// same run, data and configuration as the figures beside it (at 499 Hz perf costs a few per
+/// cent, so compare a profiled run's times with each other only).
+fn profile_path(build: &str, calls: usize) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("BENCH_PERF")?;
+    Some(Path::new(&dir).join(format!("{build}-{calls}.data")))
+}
+
 /// The data shapes measured (`SHAPES` [eighteen,varied]).
 fn shapes() -> Vec<CallShape> {
     std::env::var("SHAPES")
@@ -217,12 +241,14 @@ async fn first_sync() {
                 let dir = tempfile::tempdir().expect("a temp dir");
                 let warehouse = dir.path().join("callsync.db");
                 let config = write_config(dir.path(), &sim, &warehouse);
-                let (first, rss) = run_build(&binary, &config, &["sync"]);
+                let profile = profile_path(build, calls);
+                let (first, rss) = run_build(&binary, &config, &["sync"], profile.as_deref());
                 let bytes = file_bytes(&warehouse);
                 let uid = schedule.to_string();
-                let (second, rss2) = run_build(&binary, &config, &["backfill", "--schedule", &uid]);
+                let (second, rss2) =
+                    run_build(&binary, &config, &["backfill", "--schedule", &uid], None);
                 let again = last_passes(&warehouse).calls_written;
-                let (incremental, rss3) = run_build(&binary, &config, &["sync"]);
+                let (incremental, rss3) = run_build(&binary, &config, &["sync"], None);
                 let rate = calls as f64 / first;
                 if build == "before" {
                     before_rate = Some(rate);
@@ -330,7 +356,7 @@ async fn incremental() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let warehouse = dir.path().join("callsync.db");
         let config = write_config(dir.path(), &sim, &warehouse);
-        let (first, _) = run_build(&binary, &config, &["sync"]);
+        let (first, _) = run_build(&binary, &config, &["sync"], None);
         let uids: Vec<_> = sim
             .truth(schedule)
             .iter()
@@ -339,7 +365,7 @@ async fn incremental() {
             .map(|c| c.uid)
             .collect();
         sim.touch_calls(&uids);
-        let (took, _) = run_build(&binary, &config, &["sync"]);
+        let (took, _) = run_build(&binary, &config, &["sync"], None);
         let pass = last_passes(&warehouse);
         let page = callsync::service::MAX_PAGE_SIZE as usize;
         println!(

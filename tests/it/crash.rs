@@ -175,17 +175,23 @@ async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
         let k = rng.random_range(1..=MAX_K);
         let within = Duration::from_millis(rng.random_range(0..30));
         let hold = env.sim.hold_list_requests(k);
+        // Its log, so that a pass that ends too early says why.
+        let log_path = env.dir.path().join(format!("round-{round}.log"));
+        let log = std::fs::File::create(&log_path).expect("a log file in the temp dir");
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
             .arg("--config")
             .arg(&config)
             .arg("sync")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("callsync starts");
         tokio::select! {
             () = hold.arrived(k) => {}
-            status = child.wait() => panic!("round {round}: the pass ended ({status:?}) before its list request {k}"),
+            status = child.wait() => panic!(
+                "round {round}: the pass ended ({status:?}) before its list request {k}; its log:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            ),
             () = tokio::time::sleep(PATIENCE) => panic!("round {round}: no list request {k} within {PATIENCE:?}"),
         }
         hold.release(k);
