@@ -52,9 +52,6 @@ use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS, Walker};
 /// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = STALE_TICKS;
 
-/// Every result a pass ends with, so each has a series (at 0) from start-up.
-const RESULTS: [&str; 5] = ["completed", "behind", "failed", "interrupted", "skipped"];
-
 /// Statuses whose request counters exist (at 0) before any request: what alerts and the
 /// dashboard select on.
 const STATUSES_FROM_START: [u16; 2] = [200, 429];
@@ -276,7 +273,8 @@ impl Series {
         }
         for kind in kinds {
             let _ = self.pass_duration.get_or_create(&KindLabel { kind });
-            for result in RESULTS {
+            // Every result a pass ends with, so each has a series (at 0) from start-up.
+            for result in PassResult::labels() {
                 let _ = self.passes.get_or_create(&PassLabels { kind, result });
             }
         }
@@ -821,6 +819,35 @@ mod tests {
         assert_eq!(thousand_total - thousand, one_total - one);
         // README, "Metrics", states these figures.
         assert_eq!((one_total - one, thousand_total), (81, 6081));
+    }
+
+    #[test]
+    fn every_pass_result_has_its_series_from_start_up() {
+        let metrics = Metrics::new(
+            vec![Uuid::from_u128(1)],
+            Names::new(),
+            &["incremental"],
+            &Walker::this_process(None),
+        );
+        let text = metrics.render(Path::new("/nonexistent/w.db"));
+        let results = [
+            PassResult::Completed,
+            PassResult::Behind,
+            PassResult::Interrupted,
+            PassResult::Skipped("another process holds the schedule".into()),
+            PassResult::Failed {
+                kind: crate::ErrorKind::Service,
+                error: "HTTP 500".into(),
+            },
+        ];
+        for result in results {
+            let series = format!(
+                "callsync_passes_total{{kind=\"incremental\",result=\"{}\"}} 0\n",
+                result.label()
+            );
+            assert!(text.contains(&series), "{series} missing from:\n{text}");
+        }
+        assert_eq!(PassResult::labels().count(), 5);
     }
 
     #[test]

@@ -35,8 +35,8 @@ pub use handle::{MigrationReport, PageWrite, Warehouse, check_before_writing, ch
 pub use ledger::{ChunkKey, ChunkState};
 pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
-    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassOutcome, Row, RunSummary, STALE_TICKS,
-    ScheduleStatus, Snapshot, TICKS_COUNTED,
+    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, Row, RunSummary, STALE_TICKS, ScheduleStatus,
+    Snapshot, TICKS_COUNTED,
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker};

@@ -30,8 +30,10 @@ pub struct ScheduleStatus {
     /// `None` without a cursor.
     pub lag_secs: Option<f64>,
     pub last_run: Option<RunSummary>,
-    /// How the latest pass ended; `None` when there has been none.
-    pub last_result: Option<PassOutcome>,
+    /// The latest pass's outcome: `None` when there has been none; `Some(None)` while it has
+    /// not ended (running, or its process died), which `--json` writes as `running`.
+    #[serde(serialize_with = "outcome_or_running")]
+    pub last_result: Option<Option<RunOutcome>>,
     /// When the latest pass that read everything up to its horizon finished (RFC 3339):
     /// `completed` or `behind`.
     pub last_success_at: Option<String>,
@@ -168,33 +170,20 @@ pub struct RunSummary {
     pub host: Option<String>,
     pub instance: Option<String>,
     pub pid: Option<i64>,
-    /// `None` while it runs ([`Self::outcome`] says `Running`).
+    /// How it ended; `None` while it has not: running, or its process died.
     #[serde(skip)]
-    pub outcome: Option<PassOutcome>,
+    pub outcome: Option<RunOutcome>,
 }
 
-/// How a pass recorded in `sync_runs` ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PassOutcome {
-    Completed,
-    /// Read what had changed when it began, but ended far behind with changes waiting.
-    Behind,
-    Failed,
-    /// Stopped by shutdown after committing its pages; the next pass resumes.
-    Interrupted,
-    /// Not finished: still running, or its process died.
-    Running,
-}
-
-impl From<RunOutcome> for PassOutcome {
-    fn from(outcome: RunOutcome) -> Self {
-        match outcome {
-            RunOutcome::Completed => PassOutcome::Completed,
-            RunOutcome::Behind => PassOutcome::Behind,
-            RunOutcome::Interrupted => PassOutcome::Interrupted,
-            RunOutcome::Failed => PassOutcome::Failed,
-        }
+/// `last_result` in `status --json`: the outcome's stored name, `running` for a pass that has
+/// not ended, `null` for none.
+fn outcome_or_running<S: serde::Serializer>(
+    last_result: &Option<Option<RunOutcome>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match last_result {
+        None => serializer.serialize_none(),
+        Some(ended) => serializer.serialize_str(ended.map_or("running", RunOutcome::as_str)),
     }
 }
 
@@ -259,7 +248,7 @@ impl ScheduleStatus {
         } = facts;
         let busy_since = last_run
             .as_ref()
-            .filter(|run| run.outcome() == PassOutcome::Running)
+            .filter(|run| run.outcome.is_none())
             .map(|run| run.started_at.clone());
         ScheduleStatus {
             schedule_uid,
@@ -268,7 +257,7 @@ impl ScheduleStatus {
             checkpoint_moved_at,
             cursor: cursor.map(Timestamp::to_sqlite),
             lag_secs: cursor.map(|c| now.secs_since(c)),
-            last_result: last_run.as_ref().map(RunSummary::outcome),
+            last_result: last_run.as_ref().map(|run| run.outcome),
             slowed_by: last_run
                 .as_ref()
                 .map(RunSummary::slowed_by)
@@ -405,21 +394,21 @@ impl Warehouse {
             .next()
             .transpose()
             .sql(&self.path, "reading the last pass")?;
-        let behind_passes =
-            if last_run.as_ref().and_then(|r| r.outcome) == Some(PassOutcome::Behind) {
-                let mut n = 1;
-                for run in recent {
-                    if run.sql(&self.path, "reading the last passes")?.outcome
-                        != Some(PassOutcome::Behind)
-                    {
-                        break;
-                    }
-                    n += 1;
+        let behind_passes = if last_run.as_ref().and_then(|r| r.outcome) == Some(RunOutcome::Behind)
+        {
+            let mut n = 1;
+            for run in recent {
+                if run.sql(&self.path, "reading the last passes")?.outcome
+                    != Some(RunOutcome::Behind)
+                {
+                    break;
                 }
-                n
-            } else {
-                0
-            };
+                n += 1;
+            }
+            n
+        } else {
+            0
+        };
         let last_success_at: Option<String> = conn
             .query_row(
                 "SELECT max(finished_at) FROM sync_runs
@@ -597,15 +586,10 @@ fn diff_table(table: &str, left: &[Row], right: &[Row], out: &mut Vec<String>) {
 
 fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let finished_at: Option<String> = r.get(2)?;
-    let outcome: Option<String> = r.get(9)?;
-    // A finished pass without a known outcome (written by a newer callsync?) reads as failed
-    // rather than as running for ever.
-    let outcome = finished_at.as_ref().map(|_| {
-        outcome
-            .as_deref()
-            .and_then(RunOutcome::parse)
-            .map_or(PassOutcome::Failed, PassOutcome::from)
-    });
+    let outcome = RunOutcome::of_stored_run(
+        finished_at.is_some(),
+        r.get::<_, Option<String>>(9)?.as_deref(),
+    );
     Ok(RunSummary {
         kind: r.get(0)?,
         started_at: r.get(1)?,
@@ -651,10 +635,6 @@ impl RunSummary {
                 .unwrap_or_default(),
         };
         Some(walker.to_string())
-    }
-
-    pub fn outcome(&self) -> PassOutcome {
-        self.outcome.unwrap_or(PassOutcome::Running)
     }
 
     /// What held the pass back (`rate limit`, `detail fetches`, `errors and retries`).
