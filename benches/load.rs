@@ -27,6 +27,8 @@
 //! `DIR/BUILD-CALLS.data`.
 
 mod common;
+#[path = "common/config.rs"]
+mod config;
 
 use std::path::Path;
 use std::process::Command;
@@ -83,21 +85,8 @@ async fn simulator(schedules: usize, calls: usize, faults: FaultPlan, summary: b
 
 /// A configuration file with callsync's defaults for everything but where to read and write.
 fn write_config(dir: &Path, sim: &Simulator, warehouse: &Path) -> std::path::PathBuf {
-    let schedules: Vec<String> = sim
-        .schedule_uids()
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect();
-    let path = dir.join("callsync.toml");
-    let text = format!(
-        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\npath = \"{}\"\n[sync]\nschedules = [{}]\n[log]\nlevel = \"warn\"\n",
-        sim.base_url(),
-        sim.access_token(),
-        warehouse.display(),
-        schedules.join(", ")
-    );
-    std::fs::write(&path, text).expect("the config is written");
-    path
+    let warehouse = format!("path = \"{}\"", warehouse.display());
+    config::write_config(dir, sim, &warehouse, "", "warn")
 }
 
 /// `callsync ARGS --config CONFIG` in its own process: wall seconds and peak RSS in MiB.

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
 
+#[path = "common/config.rs"]
+mod config;
 #[path = "common/pg.rs"]
 mod pg;
 
@@ -123,25 +125,6 @@ impl Destination {
     }
 }
 
-fn write_config(dir: &Path, sim: &Simulator, destination: &Destination) -> std::path::PathBuf {
-    let schedules: Vec<String> = sim
-        .schedule_uids()
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect();
-    let path = dir.join("callsync.toml");
-    let text = format!(
-        "[api]\nbase_url = \"{}\"\naccess_token = \"{}\"\n[warehouse]\n{}\n[sync]\nschedules = [{}]\ncron = \"{}\"\n[log]\nlevel = \"info\"\n",
-        sim.base_url(),
-        sim.access_token(),
-        destination.config_line(),
-        schedules.join(", "),
-        std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into()),
-    );
-    std::fs::write(&path, text).expect("the config is written");
-    path
-}
-
 /// The peak resident set of process `pid`, in MiB (`VmHWM`).
 fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -170,7 +153,14 @@ fn main() {
         .expect("the simulator starts");
     let dir = tempfile::tempdir().expect("a temp dir");
     let destination = Destination::new(dir.path(), &runtime);
-    let config = write_config(dir.path(), &sim, &destination);
+    let cron = std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into());
+    let config = config::write_config(
+        dir.path(),
+        &sim,
+        &destination.config_line(),
+        &format!("cron = \"{cron}\"\n"),
+        "info",
+    );
     let defaults = callsync::config::load(Some(&config)).expect("the config loads");
     let concurrency = defaults.sync.concurrency;
 

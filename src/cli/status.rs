@@ -80,7 +80,7 @@ pub(super) fn needing_attention(
             Some(name) => format!("{} \"{name}\"", row.schedule_uid),
             None => row.schedule_uid.clone(),
         };
-        if row.last_result == Some(crate::warehouse::PassOutcome::Failed) {
+        if row.last_result.flatten() == Some(crate::warehouse::RunOutcome::Failed) {
             problems.push(format!("schedule {schedule}: its last pass failed"));
         }
         if row.falling_behind {
@@ -187,13 +187,14 @@ mod tests {
 
     #[test]
     fn status_watches_the_configured_schedules_for_failures_and_falling_behind() {
-        let row = |uid: &str, last: Option<crate::warehouse::PassOutcome>, behind: i64| {
+        // A schedule whose latest pass ended `last` (`None`: it has not ended).
+        let row = |uid: &str, last: Option<crate::warehouse::RunOutcome>, behind: i64| {
             crate::warehouse::ScheduleStatus {
                 schedule_uid: uid.to_owned(),
                 cursor: None,
                 lag_secs: None,
                 last_run: None,
-                last_result: last,
+                last_result: Some(last),
                 last_success_at: None,
                 behind_passes: behind,
                 falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
@@ -211,7 +212,7 @@ mod tests {
                 checkpoint_moved_at: None,
             }
         };
-        use crate::warehouse::PassOutcome::*;
+        use crate::warehouse::RunOutcome::*;
         let [a, b, c, d] = [1u128, 2, 3, 4].map(Uuid::from_u128);
         let rows = [
             row(&a.to_string(), Some(Completed), 0),
@@ -233,8 +234,8 @@ mod tests {
             )]
         );
         assert!(needing_attention(&rows, &[a, d]).is_empty());
-        for fine in [Interrupted, Running] {
-            assert!(needing_attention(&[row(&a.to_string(), Some(fine), 0)], &[]).is_empty());
+        for fine in [Some(Interrupted), None] {
+            assert!(needing_attention(&[row(&a.to_string(), fine, 0)], &[]).is_empty());
         }
         let mut stopped = row(&a.to_string(), Some(Completed), 0);
         stopped.ticks_since_last_pass = Some(5);
@@ -247,7 +248,7 @@ mod tests {
         );
         // A running pass (a long reconciliation) is busy, not missing: bad only once late,
         // and named.
-        let mut busy = row(&c.to_string(), Some(Running), 0);
+        let mut busy = row(&c.to_string(), None, 0);
         busy.schedule_name = Some("Renewals".into());
         busy.busy_since = Some("2026-11-25T03:30:00Z".into());
         busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS - 1);

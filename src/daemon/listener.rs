@@ -4,7 +4,7 @@
 //! open, and one more closes the oldest that is not answering a request (a half-sent
 //! request, an idle keep-alive), so `/healthz` answers while a flood of half-open
 //! connections holds the rest. What it refuses or cannot accept is logged once a minute at
-//! most, with a count. Knows nothing of what is served: `metrics.rs` hands it the router.
+//! most, with a count. Knows nothing of what is served: `endpoint.rs` hands it the router.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,6 +15,7 @@
 
 mod backup;
 mod dispatcher;
+mod endpoint;
 mod listener;
 mod metrics;
 mod notify;
@@ -103,7 +104,7 @@ pub async fn run_with(
     // lost) until `run` returns.
     let server = match config.metrics.listen {
         Some(listen) => Some(
-            metrics::serve(
+            endpoint::serve(
                 listen,
                 metrics.clone(),
                 clock.clone(),

@@ -161,6 +161,9 @@ impl PassProgress for Quiet {
     fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
 }
 
+/// The label of a pass that never started ([`PassResult::Skipped`]).
+const SKIPPED: &str = "skipped";
+
 /// How a pass ended: the one name for it. Written out only at the edges: the pass's log
 /// line, its `sync_runs` row ([`Self::outcome`], [`Self::stored_error`]), the metrics' and
 /// `--json`'s `outcome` ([`Self::label`]), the status line ([`Display`](std::fmt::Display)).
@@ -206,7 +209,15 @@ impl PassResult {
     /// The result's one-word name, as the metrics label it and `--json` has it in `outcome`:
     /// the stored outcome's, or `skipped`.
     pub fn label(&self) -> &'static str {
-        self.outcome().map_or("skipped", RunOutcome::as_str)
+        self.outcome().map_or(SKIPPED, RunOutcome::as_str)
+    }
+
+    /// Every name [`Self::label`] gives, for the metrics' series that exist from start-up.
+    pub fn labels() -> impl Iterator<Item = &'static str> {
+        RunOutcome::ALL
+            .into_iter()
+            .map(RunOutcome::as_str)
+            .chain([SKIPPED])
     }
 
     /// What `sync_runs.error` keeps: why it failed, or that shutdown interrupted it.

@@ -23,6 +23,7 @@ mod rows;
 mod runs;
 mod schema;
 mod scratch;
+mod snapshot;
 mod timezone;
 mod upsert;
 
@@ -35,13 +36,14 @@ pub use handle::{MigrationReport, PageWrite, Warehouse, check_before_writing, ch
 pub use ledger::{ChunkKey, ChunkState};
 pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
-    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassOutcome, Row, RunSummary, STALE_TICKS,
-    ScheduleStatus, Snapshot, TICKS_COUNTED,
+    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS, ScheduleStatus,
+    TICKS_COUNTED,
 };
 pub use rows::e164;
 pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 pub use scratch::{CallsByExternalId, SeenExternalIds};
+pub use snapshot::{Row, Snapshot};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,4 @@
-//! Reading the warehouse back: per-schedule status (`callsync status`) and snapshots (tests).
-
-use std::collections::BTreeMap;
+//! Reading the warehouse back: per-schedule status (`callsync status`) and the demo's overview.
 
 use rusqlite::types::Value;
 use serde::Serialize;
@@ -30,8 +28,10 @@ pub struct ScheduleStatus {
     /// `None` without a cursor.
     pub lag_secs: Option<f64>,
     pub last_run: Option<RunSummary>,
-    /// How the latest pass ended; `None` when there has been none.
-    pub last_result: Option<PassOutcome>,
+    /// The latest pass's outcome: `None` when there has been none; `Some(None)` while it has
+    /// not ended (running, or its process died), which `--json` writes as `running`.
+    #[serde(serialize_with = "outcome_or_running")]
+    pub last_result: Option<Option<RunOutcome>>,
     /// When the latest pass that read everything up to its horizon finished (RFC 3339):
     /// `completed` or `behind`.
     pub last_success_at: Option<String>,
@@ -168,49 +168,21 @@ pub struct RunSummary {
     pub host: Option<String>,
     pub instance: Option<String>,
     pub pid: Option<i64>,
-    /// `None` while it runs ([`Self::outcome`] says `Running`).
+    /// How it ended; `None` while it has not: running, or its process died.
     #[serde(skip)]
-    pub outcome: Option<PassOutcome>,
+    pub outcome: Option<RunOutcome>,
 }
 
-/// How a pass recorded in `sync_runs` ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PassOutcome {
-    Completed,
-    /// Read what had changed when it began, but ended far behind with changes waiting.
-    Behind,
-    Failed,
-    /// Stopped by shutdown after committing its pages; the next pass resumes.
-    Interrupted,
-    /// Not finished: still running, or its process died.
-    Running,
-}
-
-impl From<RunOutcome> for PassOutcome {
-    fn from(outcome: RunOutcome) -> Self {
-        match outcome {
-            RunOutcome::Completed => PassOutcome::Completed,
-            RunOutcome::Behind => PassOutcome::Behind,
-            RunOutcome::Interrupted => PassOutcome::Interrupted,
-            RunOutcome::Failed => PassOutcome::Failed,
-        }
+/// `last_result` in `status --json`: the outcome's stored name, `running` for a pass that has
+/// not ended, `null` for none.
+fn outcome_or_running<S: serde::Serializer>(
+    last_result: &Option<Option<RunOutcome>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match last_result {
+        None => serializer.serialize_none(),
+        Some(ended) => serializer.serialize_str(ended.map_or("running", RunOutcome::as_str)),
     }
-}
-
-/// One row: column name → value.
-pub type Row = BTreeMap<String, Value>;
-
-/// Every row of the contract tables (without `synced_at`, which differs between equal
-/// warehouses), sorted by primary key.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
-    pub calls: Vec<Row>,
-    pub call_custom_parameters: Vec<Row>,
-    pub call_attempts: Vec<Row>,
-    pub attempt_outcomes: Vec<Row>,
-    pub attempt_variables: Vec<Row>,
-    pub call_notifications: Vec<Row>,
 }
 
 /// What an analyst looks at first, read from the BI views.
@@ -259,7 +231,7 @@ impl ScheduleStatus {
         } = facts;
         let busy_since = last_run
             .as_ref()
-            .filter(|run| run.outcome() == PassOutcome::Running)
+            .filter(|run| run.outcome.is_none())
             .map(|run| run.started_at.clone());
         ScheduleStatus {
             schedule_uid,
@@ -268,7 +240,7 @@ impl ScheduleStatus {
             checkpoint_moved_at,
             cursor: cursor.map(Timestamp::to_sqlite),
             lag_secs: cursor.map(|c| now.secs_since(c)),
-            last_result: last_run.as_ref().map(RunSummary::outcome),
+            last_result: last_run.as_ref().map(|run| run.outcome),
             slowed_by: last_run
                 .as_ref()
                 .map(RunSummary::slowed_by)
@@ -405,21 +377,21 @@ impl Warehouse {
             .next()
             .transpose()
             .sql(&self.path, "reading the last pass")?;
-        let behind_passes =
-            if last_run.as_ref().and_then(|r| r.outcome) == Some(PassOutcome::Behind) {
-                let mut n = 1;
-                for run in recent {
-                    if run.sql(&self.path, "reading the last passes")?.outcome
-                        != Some(PassOutcome::Behind)
-                    {
-                        break;
-                    }
-                    n += 1;
+        let behind_passes = if last_run.as_ref().and_then(|r| r.outcome) == Some(RunOutcome::Behind)
+        {
+            let mut n = 1;
+            for run in recent {
+                if run.sql(&self.path, "reading the last passes")?.outcome
+                    != Some(RunOutcome::Behind)
+                {
+                    break;
                 }
-                n
-            } else {
-                0
-            };
+                n += 1;
+            }
+            n
+        } else {
+            0
+        };
         let last_success_at: Option<String> = conn
             .query_row(
                 "SELECT max(finished_at) FROM sync_runs
@@ -488,124 +460,14 @@ impl Warehouse {
             now,
         ))
     }
-
-    /// The contract tables' rows, for one schedule or all.
-    pub fn snapshot(&self, schedule: Option<Uuid>) -> Result<Snapshot, WarehouseError> {
-        let filter = schedule.map(|s| s.to_string());
-        let calls_of = "(SELECT id FROM calls WHERE ?1 IS NULL OR schedule_uid = ?1)";
-        let read = |table: &str, parent: &str, order: &str| {
-            self.rows(
-                &format!("SELECT * FROM {table} WHERE {parent} IN {calls_of} ORDER BY {order}"),
-                filter.as_deref(),
-            )
-        };
-        Ok(Snapshot {
-            calls: read("calls", "id", "uid")?,
-            call_custom_parameters: read("call_custom_parameters", "call_id", "call_uid, name")?,
-            call_attempts: read("call_attempts", "call_id", "uid")?,
-            attempt_outcomes: read("attempt_outcomes", "call_id", "uid")?,
-            attempt_variables: read("attempt_variables", "call_id", "uid")?,
-            call_notifications: read("call_notifications", "call_id", "uid")?,
-        })
-    }
-
-    fn rows(&self, sql: &str, schedule: Option<&str>) -> Result<Vec<Row>, WarehouseError> {
-        let mut stmt = self
-            .conn
-            .prepare(sql)
-            .sql(&self.path, "reading a snapshot")?;
-        let names: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
-        stmt.query_map([schedule], |r| {
-            let mut row = Row::new();
-            for (i, name) in names.iter().enumerate() {
-                // Ids are the order rows were inserted in, not content: two warehouses with
-                // the same rows may number them differently.
-                if !matches!(name.as_str(), "synced_at" | "id" | "call_id" | "attempt_id") {
-                    row.insert(name.clone(), r.get::<_, Value>(i)?);
-                }
-            }
-            Ok(row)
-        })
-        .and_then(Iterator::collect)
-        .sql(&self.path, "reading a snapshot")
-    }
-}
-
-impl Snapshot {
-    /// Up to 20 differences, `table key: column: left != right`, for readable test failures.
-    pub fn diff(&self, other: &Snapshot) -> Vec<String> {
-        let tables = [
-            ("calls", &self.calls, &other.calls),
-            (
-                "call_custom_parameters",
-                &self.call_custom_parameters,
-                &other.call_custom_parameters,
-            ),
-            ("call_attempts", &self.call_attempts, &other.call_attempts),
-            (
-                "attempt_outcomes",
-                &self.attempt_outcomes,
-                &other.attempt_outcomes,
-            ),
-            (
-                "attempt_variables",
-                &self.attempt_variables,
-                &other.attempt_variables,
-            ),
-            (
-                "call_notifications",
-                &self.call_notifications,
-                &other.call_notifications,
-            ),
-        ];
-        let mut out = Vec::new();
-        for (table, left, right) in tables {
-            diff_table(table, left, right, &mut out);
-        }
-        out.truncate(20);
-        out
-    }
-}
-
-fn diff_table(table: &str, left: &[Row], right: &[Row], out: &mut Vec<String>) {
-    let key = |row: &Row| {
-        ["uid", "call_uid", "name"]
-            .iter()
-            .filter_map(|k| row.get(*k).map(|v| format!("{v:?}")))
-            .collect::<Vec<_>>()
-            .join("/")
-    };
-    let l: BTreeMap<String, &Row> = left.iter().map(|r| (key(r), r)).collect();
-    let r: BTreeMap<String, &Row> = right.iter().map(|r| (key(r), r)).collect();
-    for (k, lrow) in &l {
-        match r.get(k) {
-            None => out.push(format!("{table} {k}: only on the left")),
-            Some(rrow) => {
-                for (col, lv) in lrow.iter() {
-                    let rv = rrow.get(col);
-                    if rv != Some(lv) {
-                        out.push(format!("{table} {k}: {col}: {lv:?} != {rv:?}"));
-                    }
-                }
-            }
-        }
-    }
-    for k in r.keys().filter(|k| !l.contains_key(*k)) {
-        out.push(format!("{table} {k}: only on the right"));
-    }
 }
 
 fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
     let finished_at: Option<String> = r.get(2)?;
-    let outcome: Option<String> = r.get(9)?;
-    // A finished pass without a known outcome (written by a newer callsync?) reads as failed
-    // rather than as running for ever.
-    let outcome = finished_at.as_ref().map(|_| {
-        outcome
-            .as_deref()
-            .and_then(RunOutcome::parse)
-            .map_or(PassOutcome::Failed, PassOutcome::from)
-    });
+    let outcome = RunOutcome::of_stored_run(
+        finished_at.is_some(),
+        r.get::<_, Option<String>>(9)?.as_deref(),
+    );
     Ok(RunSummary {
         kind: r.get(0)?,
         started_at: r.get(1)?,
@@ -651,10 +513,6 @@ impl RunSummary {
                 .unwrap_or_default(),
         };
         Some(walker.to_string())
-    }
-
-    pub fn outcome(&self) -> PassOutcome {
-        self.outcome.unwrap_or(PassOutcome::Running)
     }
 
     /// What held the pass back (`rate limit`, `detail fetches`, `errors and retries`).

@@ -153,6 +153,14 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
+    /// Every outcome a finished pass is stored with.
+    pub const ALL: [RunOutcome; 4] = [
+        RunOutcome::Completed,
+        RunOutcome::Behind,
+        RunOutcome::Interrupted,
+        RunOutcome::Failed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunOutcome::Completed => "completed",
@@ -162,15 +170,15 @@ impl RunOutcome {
         }
     }
 
-    pub(super) fn parse(text: &str) -> Option<Self> {
-        [
-            RunOutcome::Completed,
-            RunOutcome::Behind,
-            RunOutcome::Interrupted,
-            RunOutcome::Failed,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == text)
+    fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|o| o.as_str() == text)
+    }
+
+    /// How a `sync_runs` row read back ended: `None` while it has not (no `finished_at`:
+    /// running, or its process died). A finished pass without an outcome this callsync knows
+    /// (written by a newer one?) reads as failed rather than as running for ever.
+    pub(super) fn of_stored_run(finished: bool, outcome: Option<&str>) -> Option<Self> {
+        finished.then(|| outcome.and_then(Self::parse).unwrap_or(RunOutcome::Failed))
     }
 }
 

@@ -914,7 +914,7 @@ fn status_reports_runs_checkpoints_and_counts() {
     let s = &status[0];
     assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00.000000Z"));
     assert_eq!(s.lag_secs, Some(6610.5));
-    assert_eq!(s.last_result, Some(PassOutcome::Failed));
+    assert_eq!(s.last_result, Some(Some(RunOutcome::Failed)));
     assert_eq!(
         s.last_success_at.as_deref(),
         Some("2026-01-01T01:00:05.000000Z")
@@ -934,7 +934,7 @@ fn status_reports_runs_checkpoints_and_counts() {
         ),
         (1, 2, 2, 2, 1)
     );
-    assert_eq!(last.outcome(), PassOutcome::Failed);
+    assert_eq!(last.outcome, Some(RunOutcome::Failed));
     let json = serde_json::to_value(&status[0]).unwrap();
     assert_eq!(json["lag_secs"], json!(6610.5));
     assert_eq!(json["last_result"], json!("failed"));
@@ -1120,7 +1120,7 @@ fn status_says_a_schedule_falls_behind_and_why() {
     let one = &w.status_at(ts("2026-01-01T02:00:00Z")).unwrap()[0];
     // One pass behind may be a burst: not yet falling behind.
     assert_eq!((one.behind_passes, one.falling_behind), (1, false));
-    assert_eq!(one.last_result, Some(PassOutcome::Behind));
+    assert_eq!(one.last_result, Some(Some(RunOutcome::Behind)));
     pass(&mut w, RunOutcome::Behind, slow);
     let two = &w.status_at(ts("2026-01-01T02:00:00Z")).unwrap()[0];
     assert_eq!((two.behind_passes, two.falling_behind), (2, true));
@@ -1311,7 +1311,7 @@ fn version_2_passes_get_their_outcome_from_what_they_recorded() {
             .map(|o| o.map(str::to_owned))
     );
     let status = &w.status().unwrap()[0];
-    assert_eq!(status.last_result, Some(PassOutcome::Running));
+    assert_eq!(status.last_result, Some(None), "not ended");
     assert_eq!(
         status.last_success_at.as_deref(),
         Some("2026-01-01T00:00:01.000000Z")

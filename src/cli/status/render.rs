@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::service::Timestamp;
-use crate::warehouse::{LATE_PASS_TICKS, PassOutcome, ScheduleStatus, TICKS_COUNTED};
+use crate::warehouse::{LATE_PASS_TICKS, RunOutcome, ScheduleStatus, TICKS_COUNTED};
 
 /// `callsync status` as a table for a terminal.
 pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
@@ -40,20 +40,20 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
         match &s.last_run {
             Some(run) => {
-                let result = match run.outcome() {
-                    PassOutcome::Behind => format!(
+                let result = match run.outcome {
+                    Some(RunOutcome::Behind) => format!(
                         "BEHIND the service by {:.0}s{}",
                         run.lag_secs.unwrap_or_default(),
                         slowed_by_text(&run.slowed_by())
                     ),
-                    PassOutcome::Running => "running, or the process died".to_owned(),
-                    PassOutcome::Interrupted => {
+                    None => "running, or the process died".to_owned(),
+                    Some(RunOutcome::Interrupted) => {
                         "interrupted by shutdown (the next pass resumes)".to_owned()
                     }
-                    PassOutcome::Failed => {
+                    Some(RunOutcome::Failed) => {
                         format!("FAILED: {}", run.error.as_deref().unwrap_or_default())
                     }
-                    PassOutcome::Completed => "ok".to_owned(),
+                    Some(RunOutcome::Completed) => "ok".to_owned(),
                 };
                 let _ = writeln!(
                     out,
@@ -161,7 +161,7 @@ mod tests {
         }
     }
 
-    fn run(outcome: Option<PassOutcome>, error: Option<&str>) -> RunSummary {
+    fn run(outcome: Option<RunOutcome>, error: Option<&str>) -> RunSummary {
         RunSummary {
             kind: "backfill".into(),
             started_at: "2026-01-01T02:00:00.000000Z".into(),
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn a_failed_pass_shows_its_lag_walker_and_error() {
         let mut s = status(Some("2026-01-01T00:10:00.000000Z"));
-        s.last_run = Some(run(Some(PassOutcome::Failed), Some("HTTP 503")));
+        s.last_run = Some(run(Some(RunOutcome::Failed), Some("HTTP 503")));
         let text = render_status(&[s], ts("2026-01-01T00:11:00Z"));
         assert!(
             text.contains("  cursor       2026-01-01T00:10:00.000000Z  (lag 60s)\n"),
@@ -221,7 +221,7 @@ mod tests {
     fn no_pass_recorded_is_said_from_the_stale_tick_on() {
         let now = ts("2026-01-01T03:00:00Z");
         let mut s = status(None);
-        s.last_run = Some(run(Some(PassOutcome::Completed), None));
+        s.last_run = Some(run(Some(RunOutcome::Completed), None));
         let says = "NO PASS RECORDED";
 
         s.set_ticks_since_last_pass(2);

@@ -21,6 +21,7 @@
 //! - `claim.rs` — one process per schedule: session-level advisory locks.
 //! - `timezone.rs` — `timezone_offsets`, the analyst's days, as the SQLite warehouse keeps them.
 
+mod batch;
 mod claim;
 mod resources;
 mod runs;

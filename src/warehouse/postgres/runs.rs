@@ -9,7 +9,7 @@ use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, instant, micros, wait};
 use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::queries::{PassOutcome, RunSummary, ScheduleStatus, StatusFacts};
+use crate::warehouse::queries::{RunSummary, ScheduleStatus, StatusFacts};
 use crate::warehouse::runs::{
     Checkpoint, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
 };
@@ -344,7 +344,7 @@ impl PgWarehouse {
             .collect::<Result<Vec<_>, _>>()?;
         let behind_passes = runs
             .iter()
-            .take_while(|r| r.outcome() == PassOutcome::Behind)
+            .take_while(|r| r.outcome == Some(RunOutcome::Behind))
             .count() as i64;
         let last_success_at: Option<OffsetDateTime> = wait(self.client().query_one(
             "SELECT max(finished_at) FROM sync_runs
@@ -390,13 +390,11 @@ impl PgWarehouse {
         };
         const STEP: &str = "reading the last passes";
         let finished_at = rfc3339(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?;
-        let outcome: Option<String> = r.column(9, &self.target, STEP)?;
-        let outcome = finished_at.as_ref().map(|_| {
-            outcome
-                .as_deref()
-                .and_then(RunOutcome::parse)
-                .map_or(PassOutcome::Failed, PassOutcome::from)
-        });
+        let outcome = RunOutcome::of_stored_run(
+            finished_at.is_some(),
+            r.column::<Option<String>>(9, &self.target, STEP)?
+                .as_deref(),
+        );
         Ok(RunSummary {
             kind: r.column(0, &self.target, STEP)?,
             started_at: rfc3339(

@@ -1,0 +1,297 @@
+//! The daemon's HTTP endpoints (`[metrics] listen`): `/metrics`, the figures `metrics.rs`
+//! keeps, and `/healthz`, a verdict drawn from them. The connections are `listener.rs`'s.
+//!
+//! `/healthz` fails (503) when a schedule has neither completed a pass nor committed a page
+//! for `STALE_INTERVALS` sync ticks in a row — counted in ticks, not seconds, so a cron with
+//! long quiet hours is not flagged overnight —, when a schedule is falling behind
+//! (`FALLING_BEHIND_PASSES` passes in a row ended behind), when the scheduler itself has
+//! stopped firing, or when the warehouse was deleted, replaced or made read-only (or, on
+//! PostgreSQL, its server does not answer). Ticks a
+//! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
+//! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
+//! schedule is "busy since …", and turns bad only when its running pass is itself late, having
+//! committed no page for `STALE_INTERVALS` sync ticks (ticks it waited for a slot not counted).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::listener;
+use super::metrics::{Busy, Metrics, STALE_INTERVALS};
+use super::scheduler::{STALL_GRACE, TickClock};
+use crate::sync::WarehousePlace;
+use crate::warehouse::FALLING_BEHIND_PASSES;
+use crate::warehouse::postgres::PgTarget;
+
+/// How long a stopping server waits for the responses it is writing.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// The running `/metrics` and `/healthz` server.
+pub struct Server {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Stops taking requests and lets those being answered finish, for `SHUTDOWN_GRACE` at
+    /// most.
+    pub async fn shut_down(self) {
+        self.stop.cancel();
+        if tokio::time::timeout(SHUTDOWN_GRACE, self.task)
+            .await
+            .is_err()
+        {
+            tracing::debug!("the metrics server did not stop within its grace; leaving it");
+        }
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `listen` until [`Server::shut_down`]. `/healthz` checks
+/// `warehouse` itself on every request, so a deleted, replaced or read-only warehouse shows
+/// at once, not only after the next tick; so is a PostgreSQL server (`postgres`) that does
+/// not answer.
+pub async fn serve(
+    listen: SocketAddr,
+    metrics: Arc<Metrics>,
+    clock: TickClock,
+    warehouse: WarehousePlace,
+    postgres: Option<PgTarget>,
+) -> std::io::Result<Server> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(%listen, "serving /metrics and /healthz");
+    let app = Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthz", get(healthz))
+        .with_state(Health {
+            metrics,
+            clock,
+            warehouse,
+            postgres,
+        });
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(listener::serve(
+        listener,
+        app,
+        listener::Limits::DEFAULT,
+        stopped,
+    ));
+    Ok(Server { stop, task })
+}
+
+#[derive(Clone)]
+struct Health {
+    metrics: Arc<Metrics>,
+    clock: TickClock,
+    warehouse: WarehousePlace,
+    /// The PostgreSQL warehouse, asked on every request whether it answers.
+    postgres: Option<PgTarget>,
+}
+
+/// OpenMetrics, as the client library writes it (Prometheus asks for it first).
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics_page(State(health): State<Health>) -> impl IntoResponse {
+    let body = health.metrics.render(health.warehouse.path());
+    ([(header::CONTENT_TYPE, OPENMETRICS)], body)
+}
+
+async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
+    if let Err(lost) = health.warehouse.check() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
+    }
+    if let Some(target) = &health.postgres
+        && let Err(unreachable) = crate::warehouse::postgres::ping(target).await
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{unreachable}\n"));
+    }
+    if let Some(due) = health.clock.missed(STALL_GRACE) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the scheduler has not fired since {due}: no passes are starting\n"),
+        );
+    }
+    let metrics = &health.metrics;
+    let mut problems = String::new();
+    let busy: BTreeMap<Uuid, Busy> = metrics.busy().into_iter().collect();
+    let (late, stale): (Vec<Uuid>, Vec<Uuid>) = metrics
+        .stale()
+        .into_iter()
+        .partition(|s| busy.contains_key(s));
+    if !stale.is_empty() {
+        let list: Vec<String> = stale.iter().map(|s| metrics.display(*s)).collect();
+        let _ = writeln!(
+            problems,
+            "no progress for {STALE_INTERVALS} sync ticks: {}",
+            list.join(", ")
+        );
+    }
+    for schedule in late {
+        let Some(busy) = busy.get(&schedule) else {
+            continue;
+        };
+        let _ = writeln!(
+            problems,
+            "late: {}: its {} pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks",
+            metrics.display(schedule),
+            busy.kind,
+            busy.since.truncated(1_000_000_000).to_rfc3339()
+        );
+    }
+    for (schedule, why) in metrics.falling_behind() {
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(" (slowed by {})", why.join(", "))
+        };
+        let _ = writeln!(
+            problems,
+            "falling behind: {}: {FALLING_BEHIND_PASSES} or more passes in a row ended behind the service's clock{why}",
+            metrics.display(schedule)
+        );
+    }
+    let status = if problems.is_empty() {
+        problems.push_str("ok\n");
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    // What the daemon chose to do is said, never counted against it.
+    for (schedule, busy) in &busy {
+        let doing = if busy.running {
+            "pass running"
+        } else {
+            "pass waiting for a slot (sync.concurrency)"
+        };
+        let _ = writeln!(
+            problems,
+            "busy since {}: {}: {} {doing}",
+            busy.since.truncated(1_000_000_000).to_rfc3339(),
+            metrics.display(*schedule),
+            busy.kind
+        );
+    }
+    (status, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::metrics::{Names, report};
+    use crate::sync::PassResult;
+    use crate::warehouse::{Walker, Warehouse};
+
+    fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
+        Health {
+            metrics: Arc::new(metrics),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
+            warehouse: WarehousePlace::of(warehouse),
+            postgres: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_busy_schedule_is_said_busy_and_bad_only_when_its_running_pass_is_late() {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
+        let (long, waiting) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let names = Names::from([(long, "Renewals".to_owned())]);
+        let metrics = Metrics::new(
+            vec![long, waiting],
+            names,
+            &["incremental", "reconcile"],
+            &Walker::this_process(None),
+        );
+        metrics.pass_started(long, "reconcile");
+        metrics.pass_running(long);
+        // Waits for the slot `long` holds, for as many ticks as it takes.
+        metrics.pass_started(waiting, "incremental");
+        let health = health_of(metrics, &warehouse);
+        let since = |s: Uuid| {
+            let busy: BTreeMap<Uuid, Busy> = health.metrics.busy().into_iter().collect();
+            busy[&s].since.truncated(1_000_000_000).to_rfc3339()
+        };
+        let busy_lines = format!(
+            "busy since {}: Renewals ({long}): reconcile pass running\n\
+             busy since {}: {waiting}: incremental pass waiting for a slot (sync.concurrency)\n",
+            since(long),
+            since(waiting)
+        );
+        // The reconciliation commits a page every tick: healthy, however many ticks it takes.
+        for _ in 0..10 {
+            health.metrics.progressed(long);
+            health.metrics.sync_tick();
+        }
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, format!("ok\n{busy_lines}"))
+        );
+        // Its pages stop: late once STALE_INTERVALS ticks have passed without one.
+        for _ in 0..STALE_INTERVALS - 1 {
+            health.metrics.sync_tick();
+        }
+        assert_eq!(healthz(State(health.clone())).await.0, StatusCode::OK);
+        health.metrics.sync_tick();
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "late: Renewals ({long}): its reconcile pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks\n{busy_lines}",
+                    since(long)
+                )
+            )
+        );
+        // It ends: both schedules are free, the waiting one has not aged meanwhile.
+        health.metrics.record(&report(long, PassResult::Completed));
+        health.metrics.pass_gone(waiting);
+        assert_eq!(
+            healthz(State(health)).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn healthz_checks_the_warehouse_itself_on_every_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let warehouse = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
+        let health = Health {
+            metrics: Arc::new(Metrics::new(
+                vec![Uuid::from_u128(1)],
+                Names::new(),
+                &["incremental"],
+                &Walker::this_process(None),
+            )),
+            clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
+            warehouse: WarehousePlace::of(&warehouse),
+            postgres: None,
+        };
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        // No tick has noticed it yet: the request does.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            healthz(State(health)).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the warehouse {} was deleted while callsync had it open: what it wrote since is lost; restart callsync (systemctl restart callsync) to create a new one, or restore a backup with `callsync restore`\n",
+                    path.display()
+                )
+            )
+        );
+    }
+}
