@@ -105,7 +105,7 @@ pub fn effective(config: &Config, env: &Env) -> Result<Effective, ConfigError> {
     api(&mut entries, config);
     warehouse(&mut entries, config);
     sync(&mut entries, config);
-    entries.add("log.level", json!(config.log.level));
+    entries.add("log.level", json!(config.log.level.as_str()));
     entries.add(
         "log.format",
         json!(match config.log.format {

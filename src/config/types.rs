@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tracing_subscriber::filter::LevelFilter;
 use url::Url;
 use uuid::Uuid;
 
 use super::error::ConfigError;
+use super::log_filter::LogFilter;
 use super::secret::{Secret, SecretSource};
 use super::values::CronSchedule;
 use crate::service::ListFilter;
@@ -208,8 +210,8 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone)]
 pub struct LogConfig {
-    /// A tracing `EnvFilter` directive such as `info` or `callsync=debug`.
-    pub level: String,
+    /// The checked filter, such as `info` or `callsync=debug`.
+    pub level: LogFilter,
     pub format: LogFormat,
 }
 
@@ -217,7 +219,7 @@ impl Default for LogConfig {
     /// `info`, text: for commands that run without a configuration.
     fn default() -> Self {
         LogConfig {
-            level: "info".into(),
+            level: LogFilter::from(LevelFilter::INFO),
             format: LogFormat::Text,
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::env::Env;
+use super::log_filter::LogFilter;
 use super::raw::{
     RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse,
     StringList,
@@ -443,9 +444,9 @@ pub(super) fn filter(raw: RawFilter) -> ListFilter {
 }
 
 pub(super) fn log(raw: RawLog) -> Result<LogConfig, ConfigError> {
-    let level = raw.level.unwrap_or_else(|| "info".into());
-    super::log_filter::parse_filter(&level)
-        .map_err(|problem| ConfigError::invalid("log.level", format!("{level:?} {problem}")))?;
+    let text = raw.level.unwrap_or_else(|| "info".into());
+    let level = LogFilter::parse(&text)
+        .map_err(|problem| ConfigError::invalid("log.level", format!("{text:?} {problem}")))?;
     let format = match raw.format.as_deref().unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
