@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::{Env, variable_for};
+use super::error::ConfigErrorKind;
 use super::values::CronSchedule;
 use super::{AuthConfig, Config, ConfigError, DetailsMode, LogFormat, SecretSource};
 
@@ -360,6 +361,8 @@ fn keys_in_file(path: &Path) -> Result<BTreeSet<String>, ConfigError> {
     })?;
     let table = toml::de::DeTable::parse(&text).map_err(|e| ConfigError::File {
         path: path.to_owned(),
+        key: None,
+        kind: ConfigErrorKind::Syntax,
         problem: format!("changed while it was read: {}", e.message()),
     })?;
     let mut keys = BTreeSet::new();

@@ -23,7 +23,7 @@ mod values;
 use std::path::Path;
 
 pub use env::Env;
-pub use error::ConfigError;
+pub use error::{ConfigError, ConfigErrorKind};
 pub use load::{DEFAULT_PATHS, load_from};
 pub use log_filter::{FilterError, LogFilter};
 pub use secret::{Secret, SecretSource};

@@ -10,7 +10,7 @@ use tracing_subscriber::filter::LevelFilter;
 use url::Url;
 use uuid::Uuid;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind};
 use super::log_filter::LogFilter;
 use super::secret::{Secret, SecretSource};
 use super::values::CronSchedule;
@@ -65,7 +65,8 @@ impl ApiConfig {
     /// this: a BI-group user without the daemon's secret can run them.
     pub fn credentials(&self) -> Result<AuthConfig, ConfigError> {
         let auth = self.auth.as_ref().ok_or_else(|| {
-            ConfigError::invalid(
+            ConfigError::new(
+                ConfigErrorKind::Missing,
                 "api",
                 "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
             )
