@@ -1,7 +1,8 @@
 //! Logging set-up: tracing-subscriber to stderr, readable text or JSON lines.
 //!
-//! The level comes from `[log] level` (or the command line's `-q`/`-v`, which the CLI puts in
-//! its place); `RUST_LOG`, when set, wins. ANSI colours only on a terminal, and never with
+//! The filter comes from `[log] level` (or the command line's `-q`/`-v`, which the CLI puts in
+//! its place), a [`LogFilter`] checked already; `RUST_LOG`, when set, wins, checked here by the
+//! same parser. ANSI colours only on a terminal, and never with
 //! `NO_COLOR`. A progress bar shown with [`show_above`] stays below the log lines. When stderr
 //! is the journal (`$JOURNAL_STREAM` names its device and inode, as systemd sets it), text
 //! lines start with a syslog priority (`<3>` error … `<7>` debug) that journald takes as the
@@ -19,13 +20,12 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::config::{FilterError, LogConfig, LogFormat, parse_filter};
+use crate::config::{FilterError, LogConfig, LogFilter, LogFormat};
 
-/// A bad log filter: a configuration error (exit code 2), named by where it came from.
+/// A bad `RUST_LOG`: a configuration error (exit code 2). (`log.level` and `-q`/`-v` come
+/// as a [`LogFilter`], checked when it was made.)
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    #[error("log.level = {level:?} {problem}")]
-    BadLevel { level: String, problem: FilterError },
     #[error("RUST_LOG={level:?} {problem}; fix or unset RUST_LOG")]
     BadRustLog { level: String, problem: FilterError },
 }
@@ -190,16 +190,10 @@ where
 /// `rust_log` when set and not blank (it wins over the configuration), else `log.level`.
 fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, TelemetryError> {
     match rust_log.filter(|level| !level.trim().is_empty()) {
-        Some(level) => {
-            parse_filter(&level).map_err(|problem| TelemetryError::BadRustLog { level, problem })
-        }
-        None => {
-            let filter = parse_filter(&log.level).map_err(|problem| TelemetryError::BadLevel {
-                level: log.level.clone(),
-                problem,
-            })?;
-            Ok(quiet_dependencies(filter, &log.level))
-        }
+        Some(level) => LogFilter::parse(&level)
+            .map(|filter| filter.env_filter())
+            .map_err(|problem| TelemetryError::BadRustLog { level, problem }),
+        None => Ok(quiet_dependencies(&log.level)),
     }
 }
 
@@ -209,10 +203,11 @@ fn env_filter(log: &LogConfig, rust_log: Option<String>) -> Result<EnvFilter, Te
 /// itself). Each speaks at WARN unless `log.level` names it.
 const CHATTY: [&str; 2] = ["tokio_cron_scheduler", "rusqlite_migration"];
 
-fn quiet_dependencies(mut filter: EnvFilter, level: &str) -> EnvFilter {
+fn quiet_dependencies(level: &LogFilter) -> EnvFilter {
+    let mut filter = level.env_filter();
     for name in CHATTY {
         if let Ok(directive) = format!("{name}=warn").parse()
-            && !level.contains(name)
+            && !level.names_crate(name)
         {
             filter = filter.add_directive(directive);
         }
@@ -248,7 +243,7 @@ mod tests {
     #[test]
     fn the_cron_and_migration_crates_are_quiet_unless_named() {
         let log = |level: &str| LogConfig {
-            level: level.into(),
+            level: LogFilter::parse(level).unwrap(),
             format: LogFormat::Text,
         };
         assert_eq!(
@@ -286,7 +281,7 @@ mod tests {
             "reqwest=debug,hyper_util=trace,rustls=warn",
             "tokio_cron_scheduler=info,rusqlite_migration=info",
         ] {
-            assert!(parse_filter(good).is_ok(), "{good}");
+            assert!(LogFilter::parse(good).is_ok(), "{good}");
         }
         for (bad, target) in [
             ("calsync=info", "calsync"),
@@ -295,7 +290,7 @@ mod tests {
             ("tokio-cron-scheduler=info", "tokio-cron-scheduler"),
         ] {
             assert_eq!(
-                parse_filter(bad).unwrap_err().to_string(),
+                LogFilter::parse(bad).unwrap_err().to_string(),
                 format!(
                     "names the log target {target:?}, which nothing logs under: a target is callsync, callsync::MODULE (MODULE one of api, cli, config, daemon, service, simulator, sync, telemetry, untrusted, upload, warehouse), or a crate callsync is built with (e.g. reqwest, rusqlite, hyper)"
                 ),
@@ -312,19 +307,11 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_filter_names_where_it_came_from_and_init_twice_is_fine() {
-        let bad = LogConfig {
-            level: "info,=[".into(),
+    fn a_bad_rust_log_names_it_and_init_twice_is_fine() {
+        let configured = LogConfig {
+            level: LogFilter::parse("warn,callsync::sync=debug").unwrap(),
             format: LogFormat::Text,
         };
-        let err = env_filter(&bad, None).unwrap_err().to_string();
-        assert!(
-            err.starts_with(
-                "log.level = \"info,=[\" is not a valid filter (e.g. info, debug, callsync=debug): "
-            ),
-            "{err}"
-        );
-        assert_eq!(err.lines().count(), 1, "{err}");
         // RUST_LOG wins, so its mistake is its own, not log.level's.
         let err = env_filter(&LogConfig::default(), Some("foo=[".into()))
             .unwrap_err()
@@ -336,7 +323,9 @@ mod tests {
         assert!(err.ends_with("; fix or unset RUST_LOG"), "{err}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert_eq!(
-            env_filter(&bad, Some("debug".into())).unwrap().to_string(),
+            env_filter(&configured, Some("debug".into()))
+                .unwrap()
+                .to_string(),
             "debug"
         );
         assert_eq!(
@@ -363,7 +352,7 @@ mod tests {
                 "is not a log level: {word:?} is not one of off, error, warn, info, debug, trace (a target needs a level, e.g. callsync=debug)"
             );
             assert_eq!(
-                parse_filter(typo).unwrap_err().to_string(),
+                LogFilter::parse(typo).unwrap_err().to_string(),
                 expected,
                 "{typo}"
             );
@@ -384,10 +373,10 @@ mod tests {
             "[pass]=debug",
             "",
         ] {
-            assert!(parse_filter(good).is_ok(), "{good}");
+            assert!(LogFilter::parse(good).is_ok(), "{good}");
         }
         assert!(matches!(
-            parse_filter("callsync=eror"),
+            LogFilter::parse("callsync=eror"),
             Err(FilterError::Syntax { .. })
         ));
     }

@@ -5,12 +5,13 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{ArgAction, ArgMatches, Args, CommandFactory, Parser, Subcommand};
+use tracing_subscriber::filter::LevelFilter;
 use uuid::Uuid;
 
 use super::service_args::ServiceCommand;
 use super::simulate::SimulateArgs;
 use super::usage::{UsageError, parse_timestamp};
-use crate::config::LogConfig;
+use crate::config::{LogConfig, LogFilter};
 use crate::service::Timestamp;
 
 #[derive(Debug, Parser)]
@@ -58,12 +59,12 @@ pub(super) struct Verbosity {
 
 impl Verbosity {
     /// The level that replaces `log.level`, if any.
-    pub(super) fn level(&self) -> Option<&'static str> {
+    pub(super) fn level(&self) -> Option<LevelFilter> {
         match (self.quiet, self.verbose) {
-            (true, _) => Some("error"),
+            (true, _) => Some(LevelFilter::ERROR),
             (false, 0) => None,
-            (false, 1) => Some("debug"),
-            (false, _) => Some("trace"),
+            (false, 1) => Some(LevelFilter::DEBUG),
+            (false, _) => Some(LevelFilter::TRACE),
         }
     }
 
@@ -72,7 +73,7 @@ impl Verbosity {
         LogConfig {
             level: self
                 .level()
-                .map_or_else(|| log.level.clone(), str::to_owned),
+                .map_or_else(|| log.level.clone(), LogFilter::from),
             ..log.clone()
         }
     }
@@ -336,24 +337,40 @@ mod tests {
             Ok::<_, clap::error::ErrorKind>(cli.verbosity.level())
         };
         assert_eq!(parse(&["callsync", "status"]), Ok(None));
-        assert_eq!(parse(&["callsync", "-q", "status"]), Ok(Some("error")));
-        assert_eq!(parse(&["callsync", "status", "--quiet"]), Ok(Some("error")));
-        assert_eq!(parse(&["callsync", "-v", "sync"]), Ok(Some("debug")));
-        assert_eq!(parse(&["callsync", "sync", "-vv"]), Ok(Some("trace")));
-        assert_eq!(parse(&["callsync", "-v", "sync", "-vv"]), Ok(Some("trace")));
+        let level = |level| Ok(Some(level));
+        assert_eq!(
+            parse(&["callsync", "-q", "status"]),
+            level(LevelFilter::ERROR)
+        );
+        assert_eq!(
+            parse(&["callsync", "status", "--quiet"]),
+            level(LevelFilter::ERROR)
+        );
+        assert_eq!(
+            parse(&["callsync", "-v", "sync"]),
+            level(LevelFilter::DEBUG)
+        );
+        assert_eq!(
+            parse(&["callsync", "sync", "-vv"]),
+            level(LevelFilter::TRACE)
+        );
+        assert_eq!(
+            parse(&["callsync", "-v", "sync", "-vv"]),
+            level(LevelFilter::TRACE)
+        );
         assert_eq!(
             parse(&["callsync", "-q", "-v", "sync"]),
             Err(clap::error::ErrorKind::ArgumentConflict)
         );
         let configured = LogConfig {
-            level: "warn,callsync::sync=debug".into(),
+            level: LogFilter::parse("warn,callsync::sync=debug").unwrap(),
             format: crate::config::LogFormat::Json,
         };
         let quiet = Verbosity {
             quiet: true,
             verbose: 0,
         };
-        assert_eq!(quiet.apply(&configured).level, "error");
+        assert_eq!(quiet.apply(&configured).level.as_str(), "error");
         assert!(matches!(
             quiet.apply(&configured).format,
             crate::config::LogFormat::Json
@@ -362,6 +379,9 @@ mod tests {
             quiet: false,
             verbose: 0,
         };
-        assert_eq!(neither.apply(&configured).level, configured.level);
+        assert_eq!(
+            neither.apply(&configured).level.as_str(),
+            "warn,callsync::sync=debug"
+        );
     }
 }

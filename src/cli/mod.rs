@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{ArgMatches, FromArgMatches};
+use tracing_subscriber::filter::LevelFilter;
 
 use crate::config::{Config, ConfigError, LogConfig};
 use crate::telemetry::{self, TelemetryError};
@@ -97,7 +98,7 @@ fn run(cli: Cli, matches: &ArgMatches) -> Result<ExitCode> {
         }
         Command::Demo { dir, force } => {
             init_logging(&verbosity.apply(&LogConfig {
-                level: "warn".into(),
+                level: LevelFilter::WARN.into(),
                 ..LogConfig::default()
             }))?;
             runtime.block_on(demo::run(&dir, force))?;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::env::{Env, variable_for};
+use super::error::ConfigErrorKind;
 use super::values::CronSchedule;
 use super::{AuthConfig, Config, ConfigError, DetailsMode, LogFormat, SecretSource};
 
@@ -105,7 +106,7 @@ pub fn effective(config: &Config, env: &Env) -> Result<Effective, ConfigError> {
     api(&mut entries, config);
     warehouse(&mut entries, config);
     sync(&mut entries, config);
-    entries.add("log.level", json!(config.log.level));
+    entries.add("log.level", json!(config.log.level.as_str()));
     entries.add(
         "log.format",
         json!(match config.log.format {
@@ -360,6 +361,8 @@ fn keys_in_file(path: &Path) -> Result<BTreeSet<String>, ConfigError> {
     })?;
     let table = toml::de::DeTable::parse(&text).map_err(|e| ConfigError::File {
         path: path.to_owned(),
+        key: None,
+        kind: ConfigErrorKind::Syntax,
         problem: format!("changed while it was read: {}", e.message()),
     })?;
     let mut keys = BTreeSet::new();

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind};
 
 /// The process environment a configuration is read with; injectable so tests never touch
 /// the real one.
@@ -31,6 +31,8 @@ impl Env {
             };
             let value = value.into_string().map_err(|_| ConfigError::Env {
                 var: key.to_owned(),
+                key: None,
+                kind: ConfigErrorKind::NotText,
                 problem: "is not valid UTF-8 text; set it to text or unset it".into(),
             })?;
             vars.insert(key.to_owned(), value);

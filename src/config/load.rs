@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::env::{CONFIG_VAR, Env};
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind};
 use super::messages::{blame_variable, describe};
 use super::raw::RawConfig;
 use super::types::Config;
@@ -34,6 +34,8 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
         Some(path) if path.is_dir() => {
             return Err(ConfigError::File {
                 path: path.clone(),
+                key: None,
+                kind: ConfigErrorKind::Unreadable,
                 problem: format!(
                     "is a directory; pass the configuration file itself (e.g. --config {})",
                     path.join("callsync.toml").display()

@@ -1,5 +1,6 @@
-//! The log filter (`[log] level`, `RUST_LOG`) checked: levels and targets callsync or its
-//! crates log under, so that a typo cannot silence the logs.
+//! The log filter (`[log] level`, `RUST_LOG`, `-q`/`-v`) as a type: [`LogFilter`], built only
+//! by parsing text that names levels and targets callsync or its crates log under (so that a
+//! typo cannot silence the logs), or from a bare level.
 
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
@@ -69,28 +70,86 @@ fn directive_target(directive: &str) -> Option<&str> {
     Some(directive[..end].trim()).filter(|t| !t.is_empty())
 }
 
-/// `text` as a filter: comma-separated directives, each a level (`info`) or a target, span
-/// or field with `=LEVEL` (`callsync::sync=trace`); never a bare word that is not a level,
-/// nor a target nothing logs under ([`known_target`]).
-pub fn parse_filter(text: &str) -> Result<EnvFilter, FilterError> {
-    for directive in text.split(',').map(str::trim) {
-        let names_a_target = directive.contains('=') || directive.contains('[');
-        if !directive.is_empty() && !names_a_target && directive.parse::<LevelFilter>().is_err() {
-            return Err(FilterError::NotALevel {
-                word: directive.to_owned(),
+/// A checked log filter: the directive text as written (what `callsync config` prints) and
+/// the `EnvFilter` it makes. Built only by [`LogFilter::parse`], or from a level
+/// ([`LogFilter::from`] a `LevelFilter`, for `-q`/`-v` and the defaults), so holding one means
+/// it was checked.
+#[derive(Debug, Clone)]
+pub struct LogFilter {
+    text: String,
+    filter: EnvFilter,
+    /// The targets its directives name (`callsync::sync` of `callsync::sync=debug`).
+    targets: Vec<String>,
+}
+
+impl LogFilter {
+    /// `text` as a filter: comma-separated directives, each a level (`info`) or a target, span
+    /// or field with `=LEVEL` (`callsync::sync=trace`); never a bare word that is not a level,
+    /// nor a target nothing logs under ([`known_target`]).
+    pub fn parse(text: &str) -> Result<Self, FilterError> {
+        for directive in text.split(',').map(str::trim) {
+            let names_a_target = directive.contains('=') || directive.contains('[');
+            if !directive.is_empty() && !names_a_target && directive.parse::<LevelFilter>().is_err()
+            {
+                return Err(FilterError::NotALevel {
+                    word: directive.to_owned(),
+                });
+            }
+        }
+        let filter = EnvFilter::try_new(text).map_err(|e| FilterError::Syntax {
+            reason: e.to_string(),
+        })?;
+        let targets: Vec<String> = text
+            .split(',')
+            .filter_map(|d| directive_target(d.trim()))
+            .map(str::to_owned)
+            .collect();
+        if let Some(unknown) = targets.iter().find(|t| !known_target(t)) {
+            return Err(FilterError::UnknownTarget {
+                target: unknown.clone(),
             });
         }
+        Ok(LogFilter {
+            text: text.to_owned(),
+            filter,
+            targets,
+        })
     }
-    let filter = EnvFilter::try_new(text).map_err(|e| FilterError::Syntax {
-        reason: e.to_string(),
-    })?;
-    let targets = text.split(',').filter_map(|d| directive_target(d.trim()));
-    if let Some(unknown) = targets.into_iter().find(|t| !known_target(t)) {
-        return Err(FilterError::UnknownTarget {
-            target: unknown.to_owned(),
-        });
+
+    /// The filter as written (`info`, `warn,callsync::sync=debug`).
+    pub fn as_str(&self) -> &str {
+        &self.text
     }
-    Ok(filter)
+
+    /// The filter to install (a copy: a subscriber takes its own).
+    pub fn env_filter(&self) -> EnvFilter {
+        self.filter.clone()
+    }
+
+    /// Whether a directive names the crate `name` or one of its modules as its target
+    /// (`rusqlite_migration=info`, `tokio_cron_scheduler::job=debug`).
+    pub fn names_crate(&self, name: &str) -> bool {
+        self.targets
+            .iter()
+            .any(|target| target.split("::").next() == Some(name))
+    }
+}
+
+/// Every event at `level` or more severe: `error` for `-q`, `debug` for `-v`.
+impl From<LevelFilter> for LogFilter {
+    fn from(level: LevelFilter) -> Self {
+        LogFilter {
+            text: level.to_string(),
+            filter: EnvFilter::default().add_directive(level.into()),
+            targets: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Display for LogFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 #[cfg(test)]
@@ -113,5 +172,43 @@ mod tests {
         found.sort();
         found.dedup();
         assert_eq!(found, MODULES);
+    }
+
+    /// A filter made from a level is the one its name parses to.
+    #[test]
+    fn a_level_makes_the_filter_its_name_parses_to() {
+        for level in [
+            LevelFilter::OFF,
+            LevelFilter::ERROR,
+            LevelFilter::WARN,
+            LevelFilter::INFO,
+            LevelFilter::DEBUG,
+            LevelFilter::TRACE,
+        ] {
+            let made = LogFilter::from(level);
+            let parsed = LogFilter::parse(&level.to_string()).unwrap();
+            assert_eq!(made.as_str(), parsed.as_str());
+            assert_eq!(
+                made.env_filter().to_string(),
+                parsed.env_filter().to_string()
+            );
+            assert_eq!(made.env_filter().max_level_hint(), Some(level));
+        }
+        assert_eq!(LogFilter::from(LevelFilter::ERROR).as_str(), "error");
+    }
+
+    #[test]
+    fn a_filter_names_a_crate_by_its_directives_targets() {
+        let filter =
+            LogFilter::parse("info,tokio_cron_scheduler::job=debug,[rusqlite_migration]=info")
+                .unwrap();
+        assert!(filter.names_crate("tokio_cron_scheduler"));
+        assert!(!filter.names_crate("tokio"));
+        // A span named like a crate is no target.
+        assert!(!filter.names_crate("rusqlite_migration"));
+        assert_eq!(
+            filter.to_string(),
+            "info,tokio_cron_scheduler::job=debug,[rusqlite_migration]=info"
+        );
     }
 }

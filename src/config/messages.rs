@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::env::{Env, variable_for};
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind as Kind};
 
 /// `config`'s error as one line naming the key (and the variable that set it, if one did),
 /// without the crate's "for key `…`" suffix.
@@ -19,6 +19,8 @@ pub(super) fn describe(
         E::FileParse { cause, .. } => {
             return ConfigError::File {
                 path: file.to_owned(),
+                key: None,
+                kind: Kind::Syntax,
                 problem: syntax_error(&*cause, text),
             };
         }
@@ -43,20 +45,38 @@ pub(super) fn describe(
         return match variable_for(env, &key) {
             Some(var) => ConfigError::Env {
                 var: var.to_owned(),
+                key: Some(key),
+                kind: Kind::UnknownKey,
                 problem,
             },
             None => ConfigError::File {
                 path: file.to_owned(),
+                key: Some(key),
+                kind: Kind::UnknownKey,
                 problem,
             },
         };
     }
+    let kind = kind_of(&problem);
     match key {
-        Some(key) => blame_variable(ConfigError::invalid(key, problem), env),
+        Some(key) => blame_variable(ConfigError::new(kind, key, problem), env),
         None => ConfigError::File {
             path: file.to_owned(),
+            key: None,
+            kind,
             problem,
         },
+    }
+}
+
+/// The kind of a problem `config` or serde reported, by its words once reworded: "expected
+/// an integer, got 0.5" (`raw/strict.rs`, `StringList`, serde's "invalid type" reworded) is a
+/// value of the wrong type; anything else is not one callsync knows.
+fn kind_of(problem: &str) -> Kind {
+    if problem.starts_with("expected ") && problem.contains(", got ") {
+        Kind::WrongType
+    } else {
+        Kind::Other
     }
 }
 
@@ -64,12 +84,14 @@ pub(super) fn describe(
 /// may not even mention the key.
 pub(super) fn blame_variable(err: ConfigError, env: &Env) -> ConfigError {
     match err {
-        ConfigError::Invalid { key, problem } => match variable_for(env, &key) {
+        ConfigError::Invalid { key, kind, problem } => match variable_for(env, &key) {
             Some(var) => ConfigError::Env {
                 var: var.to_owned(),
                 problem: format!("{key}: {problem}"),
+                key: Some(key),
+                kind,
             },
-            None => ConfigError::Invalid { key, problem },
+            None => ConfigError::Invalid { key, kind, problem },
         },
         other => other,
     }

@@ -23,9 +23,9 @@ mod values;
 use std::path::Path;
 
 pub use env::Env;
-pub use error::ConfigError;
+pub use error::{ConfigError, ConfigErrorKind};
 pub use load::{DEFAULT_PATHS, load_from};
-pub use log_filter::{FilterError, parse_filter};
+pub use log_filter::{FilterError, LogFilter};
 pub use secret::{Secret, SecretSource};
 pub use types::{
     ApiConfig, AuthConfig, BackupConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig,

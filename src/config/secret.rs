@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use super::env::Env;
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind as Kind};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -60,17 +60,23 @@ impl SecretSource {
             SecretSource::File { key, path } => (key, path),
         };
         let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::invalid(key.as_str(), format!("cannot read {}: {e}", path.display()))
+            ConfigError::new(
+                Kind::Unreadable,
+                key.as_str(),
+                format!("cannot read {}: {e}", path.display()),
+            )
         })?;
         let value = text.trim();
         if value.is_empty() {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Empty,
                 key.as_str(),
                 format!("{} is empty", path.display()),
             ));
         }
         if is_placeholder(value) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Placeholder,
                 key.as_str(),
                 format!(
                     "{} holds a placeholder, not a secret; write the real one there",
@@ -135,14 +141,16 @@ pub(super) fn secret(
     file: Option<PathBuf>,
 ) -> Result<Option<SecretSource>, ConfigError> {
     match (inline, file) {
-        (Some(_), Some(_)) => Err(ConfigError::invalid(
+        (Some(_), Some(_)) => Err(ConfigError::new(
+            Kind::Conflict,
             key,
             format!("set either {key} or {key}_file, not both"),
         )),
         (Some(value), None) if value.trim().is_empty() => {
-            Err(ConfigError::invalid(key, "is empty"))
+            Err(ConfigError::new(Kind::Empty, key, "is empty"))
         }
-        (Some(value), None) if is_placeholder(&value) => Err(ConfigError::invalid(
+        (Some(value), None) if is_placeholder(&value) => Err(ConfigError::new(
+            Kind::Placeholder,
             key,
             format!(
                 "is a placeholder, not a secret: set the real one, or delete {key} to use {key}_file or the systemd credential"

@@ -6,10 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tracing_subscriber::filter::LevelFilter;
 use url::Url;
 use uuid::Uuid;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind};
+use super::log_filter::LogFilter;
 use super::secret::{Secret, SecretSource};
 use super::values::CronSchedule;
 use crate::service::ListFilter;
@@ -63,7 +65,8 @@ impl ApiConfig {
     /// this: a BI-group user without the daemon's secret can run them.
     pub fn credentials(&self) -> Result<AuthConfig, ConfigError> {
         let auth = self.auth.as_ref().ok_or_else(|| {
-            ConfigError::invalid(
+            ConfigError::new(
+                ConfigErrorKind::Missing,
                 "api",
                 "no credentials: set api.access_token, api.access_token_file, the systemd credential access_token, or an [api.oauth] table",
             )
@@ -208,8 +211,8 @@ pub enum LogFormat {
 
 #[derive(Debug, Clone)]
 pub struct LogConfig {
-    /// A tracing `EnvFilter` directive such as `info` or `callsync=debug`.
-    pub level: String,
+    /// The checked filter, such as `info` or `callsync=debug`.
+    pub level: LogFilter,
     pub format: LogFormat,
 }
 
@@ -217,7 +220,7 @@ impl Default for LogConfig {
     /// `info`, text: for commands that run without a configuration.
     fn default() -> Self {
         LogConfig {
-            level: "info".into(),
+            level: LogFilter::from(LevelFilter::INFO),
             format: LogFormat::Text,
         }
     }

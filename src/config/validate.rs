@@ -9,6 +9,8 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::env::Env;
+use super::error::ConfigErrorKind as Kind;
+use super::log_filter::LogFilter;
 use super::raw::{
     RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse,
     StringList,
@@ -45,7 +47,8 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
                 .listen
                 .map(|text| {
                     text.parse::<SocketAddr>().map_err(|_| {
-                        ConfigError::invalid(
+                        ConfigError::new(
+                            Kind::NotASocketAddress,
                             "metrics.listen",
                             format!("{text:?} is not a socket address such as \"127.0.0.1:29610\""),
                         )
@@ -63,15 +66,18 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
     let keep = bounded("backup.keep", raw.keep, 7, 1..=10_000)?;
     match (raw.cron, raw.dir) {
         (None, None) => Ok(None),
-        (None, Some(_)) => Err(ConfigError::invalid(
+        (None, Some(_)) => Err(ConfigError::new(
+            Kind::Missing,
             "backup.cron",
             "is required with backup.dir (when to back up, e.g. \"0 15 2 * * *\" for 02:15 UTC daily)",
         )),
-        (Some(_), None) => Err(ConfigError::invalid(
+        (Some(_), None) => Err(ConfigError::new(
+            Kind::Missing,
             "backup.dir",
             "is required with backup.cron (the directory the backups go into)",
         )),
-        (Some(_), Some(dir)) if dir.as_os_str().is_empty() => Err(ConfigError::invalid(
+        (Some(_), Some(dir)) if dir.as_os_str().is_empty() => Err(ConfigError::new(
+            Kind::Empty,
             "backup.dir",
             "is empty; name the directory the backups go into",
         )),
@@ -89,7 +95,8 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
 fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, ConfigError> {
     let Some(url) = &raw.url else {
         if raw.password_file.is_some() {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Conflict,
                 "warehouse.password_file",
                 "is the password of a PostgreSQL warehouse: set warehouse.url too, or remove it",
             ));
@@ -97,13 +104,15 @@ fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, Con
         return Ok(None);
     };
     if raw.path.is_some() {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::Conflict,
             "warehouse",
             "set either warehouse.path (an SQLite file) or warehouse.url (PostgreSQL), not both",
         ));
     }
     if url.trim().is_empty() {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::Empty,
             "warehouse.url",
             "is empty; write postgresql://USER@HOST/DBNAME, or remove it to use an SQLite file",
         ));
@@ -127,7 +136,8 @@ pub(super) fn warehouse_path(path: Option<PathBuf>) -> Result<PathBuf, ConfigErr
     match path {
         None => Ok("callsync.db".into()),
         Some(path) if path.as_os_str().to_string_lossy().trim().is_empty() => {
-            Err(ConfigError::invalid(
+            Err(ConfigError::new(
+                Kind::Empty,
                 "warehouse.path",
                 "is empty; name the SQLite file, e.g. \"/var/lib/callsync/callsync.db\"",
             ))
@@ -140,14 +150,16 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
     let base_url = url(
         "api.base_url",
         raw.base_url.as_deref().ok_or_else(|| {
-            ConfigError::invalid(
+            ConfigError::new(
+                Kind::Missing,
                 "api.base_url",
                 "is required (the service's address, e.g. \"https://calls.example.com\")",
             )
         })?,
     )?;
     if base_url.path().trim_end_matches('/').ends_with("/api/v1") {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::BadUrl,
             "api.base_url",
             format!("{base_url} must not end with /api/v1 (callsync appends it)"),
         ));
@@ -155,7 +167,8 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
     let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
     let auth = match (raw.oauth, static_token) {
         (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Conflict,
                 "api",
                 "configure either api.access_token (or access_token_file) or [api.oauth], not both",
             ));
@@ -168,7 +181,8 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
     let defaults = RetryConfig::default();
     let multiplier = retry.multiplier.unwrap_or(defaults.multiplier);
     if !(1.0..=10.0).contains(&multiplier) {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::OutOfRange,
             "api.retry.multiplier",
             format!("{multiplier} is outside 1.0..=10.0"),
         ));
@@ -246,12 +260,12 @@ pub(super) fn oauth_config(
         "api.oauth.token_url",
         raw.token_url
             .as_deref()
-            .ok_or_else(|| ConfigError::invalid("api.oauth.token_url", "is required"))?,
+            .ok_or_else(|| ConfigError::new(Kind::Missing, "api.oauth.token_url", "is required"))?,
     )?;
     let client_id = raw
         .client_id
         .filter(|id| !id.trim().is_empty())
-        .ok_or_else(|| ConfigError::invalid("api.oauth.client_id", "is required"))?;
+        .ok_or_else(|| ConfigError::new(Kind::Missing, "api.oauth.client_id", "is required"))?;
     let client_secret = match secret(
         "api.oauth.client_secret",
         raw.client_secret,
@@ -259,7 +273,8 @@ pub(super) fn oauth_config(
     )? {
         Some(secret) => secret,
         None => credential(env, "client_secret", "api.oauth.client_secret").ok_or_else(|| {
-            ConfigError::invalid(
+            ConfigError::new(
+                Kind::Missing,
                 "api.oauth.client_secret",
                 "is required (inline, client_secret_file, or the systemd credential client_secret)",
             )
@@ -276,7 +291,8 @@ pub(super) fn oauth_config(
 /// `warehouse.timezone`: an IANA name, spelled as the database does (`Europe/Berlin`).
 fn timezone(text: &str) -> Result<chrono_tz::Tz, ConfigError> {
     text.trim().parse().map_err(|_| {
-        ConfigError::invalid(
+        ConfigError::new(
+            Kind::NotATimeZone,
             "warehouse.timezone",
             format!(
                 "{text:?} is not an IANA time zone name (such as \"Europe/Berlin\" or \"UTC\"; `timedatectl list-timezones` lists them, spelled with their capitals)"
@@ -291,7 +307,8 @@ pub(super) fn keep_runs(text: &str) -> Result<Option<Duration>, ConfigError> {
     match text.trim() {
         "forever" | "0" => Ok(None),
         t => duration(KEY, t).map(Some).map_err(|_| {
-            ConfigError::invalid(
+            ConfigError::new(
+                Kind::NotADuration,
                 KEY,
                 format!(
                     "{text:?} is neither a duration from 1s to 3650d (such as 90d or 12h) nor \"forever\" (or 0) to keep every run"
@@ -311,7 +328,8 @@ pub(super) fn schedules(
     for text in listed.map(StringList::into_vec).unwrap_or_default() {
         let uid = schedule_uid("sync.schedules", &text)?;
         if schedules.contains(&uid) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Duplicate,
                 "sync.schedules",
                 format!("{uid} is listed twice"),
             ));
@@ -322,7 +340,11 @@ pub(super) fn schedules(
     for (i, entry) in named.unwrap_or_default().into_iter().enumerate() {
         let key = format!("sync.schedule[{i}]");
         let text = entry.uid.ok_or_else(|| {
-            ConfigError::invalid(&key, "has no uid; give the schedule's uid and its name")
+            ConfigError::new(
+                Kind::Missing,
+                &key,
+                "has no uid; give the schedule's uid and its name",
+            )
         })?;
         let uid = schedule_uid(&format!("{key}.uid"), &text)?;
         let name = entry
@@ -330,19 +352,22 @@ pub(super) fn schedules(
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty())
             .ok_or_else(|| {
-                ConfigError::invalid(
+                ConfigError::new(
+                    Kind::Missing,
                     format!("{key}.name"),
                     format!("{uid} has no name; give it one, or list the uid in sync.schedules"),
                 )
             })?;
         if names.contains_key(&uid) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Duplicate,
                 format!("{key}.uid"),
                 format!("{uid} is listed twice in [[sync.schedule]]; list each schedule once"),
             ));
         }
         if schedules.contains(&uid) {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::Duplicate,
                 format!("{key}.uid"),
                 format!(
                     "{uid} is also in sync.schedules; list each schedule once (here, to name it)"
@@ -356,8 +381,13 @@ pub(super) fn schedules(
 }
 
 pub(super) fn schedule_uid(key: &str, text: &str) -> Result<Uuid, ConfigError> {
-    Uuid::parse_str(text.trim())
-        .map_err(|_| ConfigError::invalid(key, format!("{text:?} is not a schedule uid (a UUID)")))
+    Uuid::parse_str(text.trim()).map_err(|_| {
+        ConfigError::new(
+            Kind::NotAUuid,
+            key,
+            format!("{text:?} is not a schedule uid (a UUID)"),
+        )
+    })
 }
 
 pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
@@ -367,7 +397,8 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
         "always" => DetailsMode::Always,
         "never" => DetailsMode::Never,
         other => {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::NotOneOf,
                 "sync.details",
                 format!("{other:?} is not one of \"auto\", \"always\", \"never\""),
             ));
@@ -414,7 +445,8 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
 fn instance(name: String) -> Result<String, ConfigError> {
     let name = name.trim().to_owned();
     if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::BadName,
             "sync.instance",
             "must be 1 to 64 printable characters".to_owned(),
         ));
@@ -443,14 +475,20 @@ pub(super) fn filter(raw: RawFilter) -> ListFilter {
 }
 
 pub(super) fn log(raw: RawLog) -> Result<LogConfig, ConfigError> {
-    let level = raw.level.unwrap_or_else(|| "info".into());
-    super::log_filter::parse_filter(&level)
-        .map_err(|problem| ConfigError::invalid("log.level", format!("{level:?} {problem}")))?;
+    let text = raw.level.unwrap_or_else(|| "info".into());
+    let level = LogFilter::parse(&text).map_err(|problem| {
+        ConfigError::new(
+            Kind::BadLogFilter,
+            "log.level",
+            format!("{text:?} {problem}"),
+        )
+    })?;
     let format = match raw.format.as_deref().unwrap_or("text") {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
         other => {
-            return Err(ConfigError::invalid(
+            return Err(ConfigError::new(
+                Kind::NotOneOf,
                 "log.format",
                 format!("{other:?} is not one of \"text\", \"json\""),
             ));

@@ -10,19 +10,21 @@ use croner::errors::CronError;
 use croner::parser::{CronParser, Seconds, Year};
 use url::Url;
 
-use super::error::ConfigError;
+use super::error::{ConfigError, ConfigErrorKind as Kind};
 
 pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(text.trim())
-        .map_err(|e| ConfigError::invalid(key, format!("{text:?} is not a URL: {e}")))?;
+        .map_err(|e| ConfigError::new(Kind::BadUrl, key, format!("{text:?} is not a URL: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::BadUrl,
             key,
             format!("{text:?} must be an http:// or https:// URL with a host"),
         ));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(ConfigError::invalid(
+        return Err(ConfigError::new(
+            Kind::BadUrl,
             key,
             format!("{text:?} must not have a query or a fragment"),
         ));
@@ -97,14 +99,16 @@ pub(super) fn cron_at(
     now: DateTime<Utc>,
 ) -> Result<CronSchedule, ConfigError> {
     let schedule = CronSchedule::parse(&expr).map_err(|e| {
-        ConfigError::invalid(
+        ConfigError::new(
+            Kind::BadCron,
             key,
             format!("{expr:?} is not a 6-field cron expression with seconds first (e.g. \"0 */5 * * * *\"): {e}"),
         )
     })?;
     match schedule.next_after(&now) {
         Some(next) if next - now <= chrono::TimeDelta::days(CRON_HORIZON_DAYS) => Ok(schedule),
-        _ => Err(ConfigError::invalid(
+        _ => Err(ConfigError::new(
+            Kind::CronNeverFires,
             key,
             format!(
                 "{expr:?} does not fire within a year of now ({} UTC); check its day and month fields",
@@ -120,7 +124,8 @@ pub(super) const MAX_DURATION_SECS: u64 = 3650 * 86_400;
 /// `90s`, `15m`, `12h`, `7d`.
 pub(super) fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     let bad = || {
-        ConfigError::invalid(
+        ConfigError::new(
+            Kind::NotADuration,
             key,
             format!("{text:?} is not a duration such as 90s, 15m, 12h or 7d"),
         )
@@ -139,7 +144,8 @@ pub(super) fn duration(key: &str, text: &str) -> Result<Duration, ConfigError> {
     match n.checked_mul(unit_secs) {
         Some(0) => Err(bad()),
         Some(secs) if secs <= MAX_DURATION_SECS => Ok(Duration::from_secs(secs)),
-        _ => Err(ConfigError::invalid(
+        _ => Err(ConfigError::new(
+            Kind::OutOfRange,
             key,
             format!("{text:?} is longer than 3650d; to re-read more, use `callsync backfill`"),
         )),
@@ -164,7 +170,8 @@ pub(super) fn bounded<T: TryFrom<i64>>(
 ) -> Result<T, ConfigError> {
     let value = value.unwrap_or(default);
     let outside = || {
-        ConfigError::invalid(
+        ConfigError::new(
+            Kind::OutOfRange,
             key,
             format!("{value} is outside {}..={}", allowed.start(), allowed.end()),
         )

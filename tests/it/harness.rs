@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use callsync::config::{
-    ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
-    RetryConfig, Secret, SyncConfig, WarehouseConfig,
+    ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, MetricsConfig, OAuthConfig, RetryConfig,
+    Secret, SyncConfig, WarehouseConfig,
 };
 use callsync::service::OutboundCall;
 use callsync::simulator::{Simulator, SimulatorOptions};
@@ -321,10 +321,7 @@ pub fn config_for(
             behind_after: Duration::from_secs(120),
             instance: None,
         },
-        log: LogConfig {
-            level: "info".into(),
-            format: LogFormat::Text,
-        },
+        log: LogConfig::default(),
         metrics: MetricsConfig::default(),
         backup: None,
         source: None,
