@@ -1,19 +1,20 @@
 //! callsync: an incremental sync daemon that exports the call results of the Outbound Call
-//! Campaign Service into a local SQLite warehouse.
+//! Campaign Service into a SQLite warehouse (or a PostgreSQL one).
 //!
-//! Layout (dependencies point down only):
+//! Layout, top to bottom (dependencies point down only; ARCHITECTURE.md, "Layers"):
+//! - `cli`: the command line — the only place with clap, anyhow and exit codes;
+//! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
+//!   `daemon`: `callsync run` — cron ticks, no overlapping passes, backoff, shutdown, systemd;
+//! - `sync`: the engine — page walker, pass loop, sinks, single writer;
+//! - `api`: the service over HTTP — client, auth, rate limit and retries; `warehouse`: every
+//!   SQL statement — the SQLite file (schema, page upserts, checkpoints, runs, status, locks)
+//!   and `warehouse::postgres`; `telemetry`: logging set-up; `simulator`: a faithful
+//!   in-process implementation of the service (tests, demo, benches), which product modules
+//!   never import;
 //! - `config`: the validated, typed configuration;
 //! - `service`: what the service's interface says — models, timestamps, filters, limits;
-//! - `api`: the service over HTTP — client, auth, rate limit and retries;
-//! - `warehouse`: the SQLite file — schema, page upserts, checkpoints, runs, status;
-//! - `sync`: the engine — page walker, pass loop, single writer, per-schedule lock;
-//! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
-//! - `daemon`: `callsync run` — cron ticks, no overlapping passes, backoff, shutdown, systemd;
-//! - `cli` and `telemetry`: the command line and logging set-up;
 //! - `untrusted`: text from the service or a file, made safe to show (control characters
-//!   escaped, length capped);
-//! - `simulator`: a faithful in-process implementation of the service (tests, demo, benches);
-//!   product modules never import it.
+//!   escaped, length capped); and this root: [`error_chain`], [`ErrorKind`].
 
 pub mod api;
 pub mod cli;

@@ -1,7 +1,8 @@
-//! `ApiClient`: the two read endpoints the sync needs, over reqwest with rustls.
+//! `ApiClient`: the two read endpoints the sync needs (and `authenticate`, for `check`), over
+//! reqwest with rustls; the write endpoints are `write.rs`'s.
 //!
 //! One method per endpoint. Every request goes through the shared rate limiter, the token
-//! source (one refresh on a 401) and the retry policy; responses become typed models or an
+//! source (one refresh on a 401) and the retry policy (`exchange.rs`); responses become typed models or an
 //! [`ApiError`] naming the request. Only the spec's query parameters are ever sent, URL-encoded
 //! by reqwest (a `+` in a timestamp reaches the server as `%2B`). No sync logic lives here.
 

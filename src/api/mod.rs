@@ -1,6 +1,7 @@
 //! The service's API over HTTP: the client with auth, rate limiting and retries.
 //!
-//! Only this module speaks HTTP; the service's nouns (models, timestamps, filters, limits)
+//! Only this module talks to the service (the daemon's metrics server and the simulator serve
+//! HTTP of their own); the service's nouns (models, timestamps, filters, limits)
 //! are in `service`, shared with the simulator so the two sides cannot drift apart. It knows
 //! nothing of SQLite or of how pages are walked.
 

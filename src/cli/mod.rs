@@ -2,8 +2,9 @@
 //!
 //! Parses arguments, loads the configuration, sets up logging, runs one command and maps the
 //! outcome to an exit code: 0 success, 1 a runtime failure (a schedule failed, the warehouse
-//! could not be opened), 2 a configuration or usage error, 3 `status` found a schedule whose
-//! last pass failed or that is falling behind. Errors print as one line with their causes
+//! could not be opened), 2 a configuration or usage error, 3 `status` found a schedule that
+//! needs attention (its last pass failed, it is falling behind, no pass was recorded lately,
+//! or its running pass is late), 130 a second SIGINT or SIGTERM. Errors print as one line with their causes
 //! (`{:#}`). Output for scripts (`--json`) goes to stdout alone; logs, progress and warnings
 //! go to stderr.
 

@@ -1,4 +1,5 @@
-//! Signals: SIGINT and SIGTERM cancel (a second one exits at once), SIGHUP is refused.
+//! Signals: SIGINT and SIGTERM cancel (a second one exits at once with 130); SIGHUP is logged
+//! and ignored, since the configuration is not reloaded.
 
 use super::progress;
 use anyhow::{Context, Result};

@@ -1,4 +1,4 @@
-//! `callsync service upload`: a contact list checked, then sent in chunks
+//! `callsync upload`: a contact list checked, then sent in chunks
 //! ([`crate::upload`]), its progress shown and what became of every row printed.
 
 use std::io::Write as _;

@@ -50,8 +50,8 @@ pub enum ConfigError {
 pub enum ConfigErrorKind {
     /// No configuration file found and no `CALLSYNC_*` variable set.
     NoConfiguration,
-    /// A file cannot be read (missing, a directory, no permission): the configuration file or
-    /// a secret's.
+    /// A file cannot be read (missing, a directory, no permission): the configuration file, a
+    /// secret's, or the PostgreSQL password file `warehouse.url` leads to.
     Unreadable,
     /// The file is not valid TOML, or holds a number no key could hold.
     Syntax,
@@ -69,7 +69,7 @@ pub enum ConfigErrorKind {
     /// A word that is not one of those its key takes (`sync.details`, `log.format`).
     NotOneOf,
     /// Not a URL callsync can use: unparsable, not http(s) with a host, a query, a fragment,
-    /// or its own `/api/v1`.
+    /// or its own `/api/v1`; a `warehouse.url` libpq would not take, or holding a password.
     BadUrl,
     /// Not a UUID where a schedule's uid goes.
     NotAUuid,
@@ -96,9 +96,6 @@ pub enum ConfigErrorKind {
     Placeholder,
     /// A variable's value that is not UTF-8 text.
     NotText,
-    /// A value a module outside `config` refused when it used it (a PostgreSQL URI libpq would
-    /// not take): see [`ConfigError::invalid`].
-    Unusable,
     /// A problem the `config` crate reported in words callsync does not know.
     Other,
 }
@@ -111,12 +108,6 @@ impl ConfigError {
             kind,
             problem: problem.into(),
         }
-    }
-
-    /// `key`'s value refused by a module that uses it, not by `config`'s checks
-    /// ([`ConfigErrorKind::Unusable`]).
-    pub fn invalid(key: impl Into<String>, problem: impl Into<String>) -> Self {
-        ConfigError::new(ConfigErrorKind::Unusable, key, problem)
     }
 
     /// What kind of problem this is.

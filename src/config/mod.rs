@@ -1,10 +1,13 @@
 //! Configuration: the validated, typed settings every other module receives.
 //!
-//! `load` reads a TOML file (explicit `--config PATH`, else `./config/callsync.toml`, else
-//! `/etc/callsync/callsync.toml`) and `CALLSYNC_<SECTION>__<KEY>` environment overrides into a
-//! raw serde mirror (`raw.rs`), then converts it once into [`Config`] with real types; each
-//! failure is one [`ConfigError`] naming the key and the problem. Secrets (`secret.rs`) are
-//! resolved here and never printed. Other modules never see the raw form.
+//! `load` reads a TOML file (`--config PATH`, else `$CALLSYNC_CONFIG`, else
+//! `./config/callsync.toml`, else `/etc/callsync/callsync.toml`; with none, the variables
+//! alone) and `CALLSYNC_<SECTION>__<KEY>` environment overrides into a raw serde mirror
+//! (`raw.rs`), then converts it once into [`Config`] with real types (`validate.rs`); each
+//! failure is one [`ConfigError`] naming the key, with its [`ConfigErrorKind`]. Secrets
+//! (`secret.rs`) are never printed; where each comes from is decided here, and a secret file
+//! is read only when a command asks for the credentials (`ApiConfig::credentials`). Other
+//! modules never see the raw form.
 
 pub mod effective;
 mod env;

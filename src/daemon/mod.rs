@@ -11,7 +11,7 @@
 //! that the warehouse's path still names the file it writes into and that it can write it:
 //! if it was deleted, replaced or made read-only, the daemon stops the same way, then
 //! returns an error (`/healthz`, which checks it on every request, answers 503 until then). The configuration is read once; restart to change
-//! it (SIGHUP is logged and ignored, see `cli::run_daemon`).
+//! it (SIGHUP is logged and ignored: `cli/signals.rs`).
 
 mod backup;
 mod dispatcher;

@@ -3,9 +3,9 @@
 //! The pass loop (`pass.rs`) and the page walker know nothing of SQLite: they hand a sink a
 //! page of calls with the checkpoint it allows, and ask it for the stored checkpoint and to
 //! record the pass. A sink runs on the writer thread (`writer.rs`), which owns it, so its
-//! methods are synchronous and never run concurrently. Two sinks exist: the warehouse, and a
-//! dry run that counts what the warehouse would write. A second destination (PostgreSQL,
-//! say) is a third implementation; nothing above this file changes.
+//! methods are synchronous and never run concurrently. Three sinks exist: the SQLite
+//! warehouse ([`WarehouseSink`]), the PostgreSQL one ([`PostgresSink`]), and a dry run that
+//! counts what either would write ([`DryRunSink`]); nothing above this file tells them apart.
 //!
 //! A sink's contract: `write_page` stores the calls and moves the checkpoint in one atomic
 //! step (the checkpoint is never ahead of the data), never moves a checkpoint backwards, and

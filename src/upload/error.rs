@@ -1,4 +1,4 @@
-//! What can stop an upload, and one problem with one row.
+//! What can stop an upload ([`UploadError`]); one problem with one row is `problem.rs`'s.
 
 use std::io;
 use std::path::PathBuf;

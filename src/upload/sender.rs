@@ -1,5 +1,5 @@
 //! What sending and looking up need for the whole upload: its methods are the steps of
-//! `send.rs` and the lookups of `existing.rs`.
+//! `send.rs`, the search of `existing.rs` and the lookups of `lookup.rs`.
 
 use super::columns::Columns;
 use super::job::UploadOptions;

@@ -1,4 +1,6 @@
-//! The SQLite warehouse: schema, page writes, checkpoints, runs, and reads for status.
+//! The warehouse: the SQLite file — schema, page writes, checkpoints, runs, reads for status,
+//! backups, the locks on the file, the upload's ledger and scratch tables — and, in
+//! `postgres/`, the same tables on a PostgreSQL server.
 //!
 //! Synchronous rusqlite, no tokio: the sync engine owns one [`Warehouse`] on its writer
 //! thread. Opening sets WAL (readers never block the writer nor see half a page), a busy

@@ -15,6 +15,7 @@
 //! - `tls.rs` — rustls with libpq's sslmode meanings.
 //! - `schema.rs` — versioned migrations (`migrations-postgres/`) under an advisory lock.
 //! - `write.rs` — a page and its checkpoint in one transaction, each table in one statement.
+//! - `batch.rs` — what `write.rs` sends: each table's columns as arrays, its `unnest()` upsert.
 //! - `runs.rs` — checkpoints, `sync_runs`, retention, status.
 //! - `resources.rs` — `campaigns` and `schedules` as the write commands record them.
 //! - `session.rs` — connecting, waiting for answers, errors with their context.

@@ -16,7 +16,7 @@ use std::str::FromStr;
 
 use tokio_postgres::config::{Host, SslMode as WireSslMode};
 
-use crate::config::{ConfigError, PostgresConfig, Secret, SecretSource};
+use crate::config::{ConfigError, ConfigErrorKind, PostgresConfig, Secret, SecretSource};
 
 /// libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,16 @@ pub enum SslMode {
     VerifyFull,
 }
 
-/// Why a `warehouse.url` cannot be used; the config names the key.
+/// Why a `warehouse.url` cannot be used; the configuration error built from it names the key.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct TargetError(pub String);
+pub enum TargetError {
+    /// The URI itself: not a PostgreSQL URI, a password in it, an unknown `sslmode`.
+    #[error("{0}")]
+    Uri(String),
+    /// libpq's password file that the URI or `$PGPASSFILE` names cannot be read.
+    #[error("{0}")]
+    PasswordFile(String),
+}
 
 #[derive(Clone)]
 pub struct PgTarget {
@@ -52,12 +58,12 @@ impl PgTarget {
     /// Parses `url`; `password` from the configuration's password file or credential.
     pub fn parse(url: &str, password: Option<&Secret>) -> Result<PgTarget, TargetError> {
         let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(TargetError(
+            return Err(TargetError::Uri(
                 "not a PostgreSQL URI; write postgresql://USER@HOST/DBNAME, or postgresql://USER@/DBNAME?host=/run/postgresql for a Unix socket".into(),
             ));
         };
         if !matches!(scheme, "postgresql" | "postgres") {
-            return Err(TargetError(format!(
+            return Err(TargetError::Uri(format!(
                 "the URI's scheme is `{}`; write postgresql://USER@HOST/DBNAME",
                 crate::untrusted::untrusted_text(scheme, 40)
             )));
@@ -71,7 +77,7 @@ impl PgTarget {
         if userinfo.is_some_and(|u| u.contains(':'))
             || pairs.iter().any(|(k, _)| k == "password" || k == "passwd")
         {
-            return Err(TargetError(
+            return Err(TargetError::Uri(
                 "the URI holds a password; remove it, and give it in warehouse.password_file, a systemd credential, or a password file (PGPASSFILE, ~/.pgpass)".into(),
             ));
         }
@@ -97,7 +103,7 @@ impl PgTarget {
             format!("postgresql://{location}?{passed}")
         };
         let mut config = tokio_postgres::Config::from_str(&text)
-            .map_err(|e| TargetError(format!("{e}; see libpq's connection URIs")))?;
+            .map_err(|e| TargetError::Uri(format!("{e}; see libpq's connection URIs")))?;
         config.application_name("callsync");
         let unix_only = config
             .get_hosts()
@@ -146,8 +152,13 @@ impl PgTarget {
             .as_ref()
             .map(SecretSource::read)
             .transpose()?;
-        PgTarget::parse(&config.url, password.as_ref())
-            .map_err(|e| ConfigError::invalid("warehouse.url", e.0))
+        PgTarget::parse(&config.url, password.as_ref()).map_err(|err| {
+            let kind = match err {
+                TargetError::Uri(_) => ConfigErrorKind::BadUrl,
+                TargetError::PasswordFile(_) => ConfigErrorKind::Unreadable,
+            };
+            ConfigError::new(kind, "warehouse.url", err.to_string())
+        })
     }
 
     /// `postgresql://user@host:port/dbname`: what logs, errors, status and metrics show.
@@ -185,7 +196,7 @@ fn parse_ssl_mode(value: &str) -> Result<SslMode, TargetError> {
         "verify-ca" => SslMode::VerifyCa,
         "verify-full" => SslMode::VerifyFull,
         other => {
-            return Err(TargetError(format!(
+            return Err(TargetError::Uri(format!(
                 "sslmode `{}` is not one of disable, allow, prefer, require, verify-ca, verify-full",
                 crate::untrusted::untrusted_text(other, 40)
             )));
@@ -238,7 +249,7 @@ fn passfile_password(
             return Ok(None);
         }
         Err(e) => {
-            return Err(TargetError(format!(
+            return Err(TargetError::PasswordFile(format!(
                 "cannot read the password file {}: {e}",
                 path.display()
             )));
@@ -374,5 +385,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("cannot read the password file"), "{err}");
+    }
+
+    #[test]
+    fn the_configured_target_names_its_key_and_the_kind_of_problem() {
+        let configured = |url: &str| {
+            PgTarget::configured(&PostgresConfig {
+                url: url.to_owned(),
+                password: None,
+            })
+            .unwrap_err()
+        };
+        for url in [
+            "mysql://h/d",
+            "postgresql://callsync:hunter2@h/d",
+            "postgresql://h/d?sslmode=sometimes",
+        ] {
+            let err = configured(url);
+            assert_eq!(err.kind(), ConfigErrorKind::BadUrl, "{url}: {err}");
+            assert_eq!(err.key(), Some("warehouse.url"), "{url}");
+        }
+        let err = configured("postgresql://h/d?passfile=/nonexistent/pgpass");
+        assert_eq!(err.kind(), ConfigErrorKind::Unreadable, "{err}");
+        assert_eq!(err.key(), Some("warehouse.url"));
+        assert!(
+            err.to_string().starts_with(
+                "config: warehouse.url: cannot read the password file /nonexistent/pgpass: "
+            ),
+            "{err}"
+        );
     }
 }
