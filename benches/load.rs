@@ -10,8 +10,10 @@
 //!   (`callsync backfill` from the beginning: every call read again, nothing to write), and an
 //!   incremental pass (reads the lookback only). Reference: bare prepared INSERTs of the same
 //!   rows into a new file with callsync's schema (`common::reference`). Reports calls/s, the
-//!   ratio to the reference, the second pass's speed-up and calls written by it, the peak RSS
-//!   of the callsync process and warehouse bytes per call.
+//!   ratio to the reference, the first sync's requests and calls seen (from `sync_runs`), the
+//!   second pass's speed-up and calls written by it, the peak RSS of the callsync process and
+//!   warehouse bytes per call. `TIES` [0] lists tie group sizes: with N > 0 the seeded calls
+//!   share their `updated_at` in runs of N (`SimulatorOptions::tie_group`), each size a row.
 //! - `idle`: a pass over `IDLE_SCHEDULES` [1000] schedules where nothing changed.
 //!   Reference: requests = schedules.
 //! - `incremental`: a pass after 1,000 of `INCR_CALLS` [1000000] calls changed. Reference:
@@ -177,10 +179,16 @@ fn builds() -> Vec<(&'static str, std::ffi::OsString)> {
 /// Where the first sync of `build` at `calls` records its profile, when `BENCH_PERF` names a
 /// directory (`perf report -i DIR/after-300000.data`): the write path's profile comes from the
 /// same run, data and configuration as the figures beside it (at 499 Hz perf costs a few per
-/// cent, so compare a profiled run's times with each other only).
-fn profile_path(build: &str, calls: usize) -> Option<std::path::PathBuf> {
+/// cent, so compare a profiled run's times with each other only). Data in tie groups
+/// (`TIES`) adds their size: `DIR/after-300000-ties300.data`.
+fn profile_path(build: &str, calls: usize, tie_group: usize) -> Option<std::path::PathBuf> {
     let dir = std::env::var_os("BENCH_PERF")?;
-    Some(Path::new(&dir).join(format!("{build}-{calls}.data")))
+    let ties = if tie_group > 0 {
+        format!("-ties{tie_group}")
+    } else {
+        String::new()
+    };
+    Some(Path::new(&dir).join(format!("{build}-{calls}{ties}.data")))
 }
 
 /// The data shapes measured (`SHAPES` [eighteen,varied]).
@@ -202,76 +210,99 @@ async fn first_sync() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let ties: Vec<usize> = std::env::var("TIES")
+        .unwrap_or_else(|_| "0".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
     println!("\n## first-sync: one schedule, release binaries, default configuration\n");
     println!(
-        "References: bare prepared INSERTs of the same rows, 100 calls a transaction, into schema 5 (uid-keyed) and schema 6 (insertion-ordered). × ref 6 and × before: calls/s over the schema 6 reference's and over the before build's, same data, same run.\n"
+        "References: bare prepared INSERTs of the same rows, 100 calls a transaction, into schema 5 (uid-keyed) and schema 6 (insertion-ordered). × ref 6 and × before: calls/s over the schema 6 reference's and over the before build's, same data, same run. ties: calls sharing one updated_at (0: none). requests, calls seen: the first sync's, from sync_runs (a page holds 100 calls).\n"
     );
     println!(
-        "| shape | calls | build | ref 5 calls/s | ref 6 calls/s | first sync s | calls/s | × ref 6 | × before | second pass (all re-read) s | written again | incremental pass s | peak RSS MiB | bytes/call | bytes ÷ ref 5's |"
+        "| shape | calls | ties | build | ref 5 calls/s | ref 6 calls/s | first sync s | calls/s | × ref 6 | × before | requests | calls seen | second pass (all re-read) s | written again | incremental pass s | peak RSS MiB | bytes/call | bytes ÷ ref 5's |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for shape in shapes() {
         for &calls in &sizes {
-            let sim = simulator_shaped(1, calls, shape).await;
-            let schedule = sim.schedule_uids()[0];
-            let truth = sim.truth(schedule);
-            let refs = tempfile::tempdir().expect("a temp dir");
-            let ref5_path = refs.path().join("reference5.db");
-            let ref5 = insert_rate(&ref5_path, &truth, Layout::Uid5);
-            let ref5_bytes = file_bytes(&ref5_path);
-            let _ = std::fs::remove_file(&ref5_path);
-            let ref6_path = refs.path().join("reference6.db");
-            let ref6 = insert_rate(&ref6_path, &truth, Layout::Ordered6);
-            let _ = std::fs::remove_file(&ref6_path);
-            drop(truth);
-            let mut before_rate = None;
-            let mut rows = Vec::new();
-            for (build, binary) in builds() {
-                let dir = tempfile::tempdir().expect("a temp dir");
-                let warehouse = dir.path().join("callsync.db");
-                let config = write_config(dir.path(), &sim, &warehouse);
-                let profile = profile_path(build, calls);
-                let (first, rss) = run_build(&binary, &config, &["sync"], profile.as_deref());
-                let bytes = file_bytes(&warehouse);
-                let uid = schedule.to_string();
-                let (second, rss2) =
-                    run_build(&binary, &config, &["backfill", "--schedule", &uid], None);
-                let again = last_passes(&warehouse).calls_written;
-                let (incremental, rss3) = run_build(&binary, &config, &["sync"], None);
-                let rate = calls as f64 / first;
-                if build == "before" {
-                    before_rate = Some(rate);
-                }
-                rows.push((
-                    build,
-                    first,
-                    rate,
-                    second,
-                    again,
-                    incremental,
-                    rss.max(rss2).max(rss3),
-                    bytes,
-                ));
+            for &tie_group in &ties {
+                first_sync_of(shape, calls, tie_group).await;
             }
-            for (build, first, rate, second, again, incremental, rss, bytes) in rows {
-                let vs_before = before_rate.map_or("".to_owned(), |b| format!("{:.2}", rate / b));
-                println!(
-                    "| {shape:?} | {calls} | {build} | {ref5:.0} | {ref6:.0} | {first:.1} | {rate:.0} | {:.2} | {vs_before} | {second:.1} | {again} | {incremental:.2} | {rss:.0} | {} | {:.2} |",
-                    rate / ref6,
-                    bytes / calls.max(1) as u64,
-                    bytes as f64 / ref5_bytes.max(1) as f64,
-                );
-            }
-            sim.shutdown().await;
         }
     }
+}
+
+/// One row per build of the first-sync table: `calls` calls of `shape` in tie groups of
+/// `tie_group` (0: none), the references measured on the same data.
+async fn first_sync_of(shape: CallShape, calls: usize, tie_group: usize) {
+    let sim = simulator_shaped(1, calls, shape, tie_group).await;
+    let schedule = sim.schedule_uids()[0];
+    let truth = sim.truth(schedule);
+    let refs = tempfile::tempdir().expect("a temp dir");
+    let ref5_path = refs.path().join("reference5.db");
+    let ref5 = insert_rate(&ref5_path, &truth, Layout::Uid5);
+    let ref5_bytes = file_bytes(&ref5_path);
+    let _ = std::fs::remove_file(&ref5_path);
+    let ref6_path = refs.path().join("reference6.db");
+    let ref6 = insert_rate(&ref6_path, &truth, Layout::Ordered6);
+    let _ = std::fs::remove_file(&ref6_path);
+    drop(truth);
+    let mut before_rate = None;
+    let mut rows = Vec::new();
+    for (build, binary) in builds() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let warehouse = dir.path().join("callsync.db");
+        let config = write_config(dir.path(), &sim, &warehouse);
+        let profile = profile_path(build, calls, tie_group);
+        let (first, rss) = run_build(&binary, &config, &["sync"], profile.as_deref());
+        let walked = last_passes(&warehouse);
+        let bytes = file_bytes(&warehouse);
+        let uid = schedule.to_string();
+        let (second, rss2) = run_build(&binary, &config, &["backfill", "--schedule", &uid], None);
+        let again = last_passes(&warehouse).calls_written;
+        let (incremental, rss3) = run_build(&binary, &config, &["sync"], None);
+        let rate = calls as f64 / first;
+        if build == "before" {
+            before_rate = Some(rate);
+        }
+        rows.push((
+            build,
+            first,
+            rate,
+            walked,
+            second,
+            again,
+            incremental,
+            rss.max(rss2).max(rss3),
+            bytes,
+        ));
+    }
+    for (build, first, rate, walked, second, again, incremental, rss, bytes) in rows {
+        let vs_before = before_rate.map_or("".to_owned(), |b| format!("{:.2}", rate / b));
+        println!(
+            "| {shape:?} | {calls} | {tie_group} | {build} | {ref5:.0} | {ref6:.0} | {first:.1} | {rate:.0} | {:.2} | {vs_before} | {} | {} | {second:.1} | {again} | {incremental:.2} | {rss:.0} | {} | {:.2} |",
+            rate / ref6,
+            walked.requests,
+            walked.calls_seen,
+            bytes / calls.max(1) as u64,
+            bytes as f64 / ref5_bytes.max(1) as f64,
+        );
+    }
+    sim.shutdown().await;
 }
 
 fn file_bytes(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
-async fn simulator_shaped(schedules: usize, calls: usize, shape: CallShape) -> Simulator {
+async fn simulator_shaped(
+    schedules: usize,
+    calls: usize,
+    shape: CallShape,
+    tie_group: usize,
+) -> Simulator {
     Simulator::start(
         "127.0.0.1:0".parse().expect("a loopback address"),
         SimulatorOptions {
@@ -279,6 +310,7 @@ async fn simulator_shaped(schedules: usize, calls: usize, shape: CallShape) -> S
             calls_per_schedule: calls,
             seed: 42,
             shape,
+            tie_group,
             ..SimulatorOptions::default()
         },
     )
@@ -340,7 +372,7 @@ async fn incremental() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (build, binary) in builds() {
         // A simulator of its own for each build: both see the same seeded calls and changes.
-        let sim = simulator_shaped(1, calls, shape).await;
+        let sim = simulator_shaped(1, calls, shape, 0).await;
         let schedule = sim.schedule_uids()[0];
         let dir = tempfile::tempdir().expect("a temp dir");
         let warehouse = dir.path().join("callsync.db");

@@ -99,6 +99,7 @@ impl Simulator {
             options.schedules,
             options.calls_per_schedule,
             options.shape,
+            options.tie_group,
         );
         let shared = Arc::new(Shared {
             state: Mutex::new(state),

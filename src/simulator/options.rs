@@ -22,6 +22,11 @@ pub struct SimulatorOptions {
     pub calls_per_schedule: usize,
     /// What the seeded calls carry (children per call).
     pub shape: CallShape,
+    /// Seeded calls stamped in tie groups: each run of this many consecutive calls of a
+    /// schedule, in list order, shares one `updated_at` at a whole second, as a service
+    /// that stamps a bulk upload or a batch job would (`seed::tie_stamps`). 0: none (the
+    /// calls' instants spread over the week, as without it).
+    pub tie_group: usize,
     /// List items' attempts omit `call_outcomes` and `call_attempts_variables`.
     pub summary_list: bool,
     /// Lifetime of tokens from the OAuth endpoint.
@@ -41,6 +46,7 @@ impl Default for SimulatorOptions {
             schedules: 1,
             calls_per_schedule: 100,
             shape: CallShape::Varied,
+            tie_group: 0,
             summary_list: false,
             token_lifetime: Duration::from_secs(3600),
             dialer: None,

@@ -3,7 +3,8 @@
 //!
 //! Fast enough for benchmarks (a million calls in seconds): calls are built directly as
 //! models, spread over the past week with occasional ties, stored as they are made, and
-//! indexed once.
+//! indexed once. With a tie group size, runs of consecutive calls then share one `updated_at`
+//! ([`tie_stamps`]).
 
 use std::time::Duration;
 
@@ -53,7 +54,9 @@ pub struct Seeded {
 }
 
 /// A new campaign with one call flow and `schedules` schedules of `calls` calls each.
-/// Schedules are created enabled, so the dialer works them.
+/// Schedules are created enabled, so the dialer works them. With `tie_group` > 0, each run
+/// of that many consecutive calls of a schedule, in list order, shares one `updated_at`
+/// ([`tie_stamps`]).
 ///
 /// Deterministic: everything comes from one RNG stream seeded with `seed`, uids included, and
 /// every timestamp is the start instant (the simulator's clock) truncated to whole seconds minus
@@ -66,6 +69,7 @@ pub fn populate(
     schedules: usize,
     calls: usize,
     shape: CallShape,
+    tie_group: usize,
 ) -> Seeded {
     let mut rng = StdRng::seed_from_u64(seed);
     let client_secret = format!("secret-{}", rng.random::<u64>());
@@ -92,6 +96,10 @@ pub fn populate(
             let uid = schedule.uid;
             state.add_schedule(schedule);
             seed_calls(state, &mut rng, uid, calls, (week_ago, now), shape);
+            if tie_group > 0 {
+                let stamps = tie_stamps(state.keys_from(uid, Timestamp::EPOCH), tie_group, now);
+                state.restamp(uid, stamps);
+            }
             uid
         })
         .collect();
@@ -228,6 +236,39 @@ fn seed_calls(
     state.insert_generated(schedule, n, calls);
 }
 
+/// The `updated_at` of each call when every run of `size` consecutive calls in list order
+/// (`keys`: `(updated_at, uid)`, sorted) is stamped at once, as a service that stamps a bulk
+/// upload or a batch job would: one instant at a whole second, the run's latest `updated_at`
+/// rounded up, so that no call's `updated_at` falls before its own or its children's times.
+/// A run's stamp is at least a second after the previous run's, so that runs do not merge
+/// into one group, and never after `clock` (a whole second: the service's "now" when seeded),
+/// since nothing is stamped in the future — only calls denser than a run a second near the
+/// clock would make two runs share its second. The runs keep their order; within a run,
+/// the list orders calls by uid.
+pub fn tie_stamps(
+    keys: &[(Timestamp, Uuid)],
+    size: usize,
+    clock: Timestamp,
+) -> Vec<(Uuid, Timestamp)> {
+    const SECOND: Duration = Duration::from_secs(1);
+    let mut previous: Option<Timestamp> = None;
+    let mut stamps = Vec::with_capacity(keys.len());
+    for run in keys.chunks(size.max(1)) {
+        let latest = run.iter().map(|(at, _)| *at).max().unwrap_or(clock);
+        let second = latest.truncated(1_000_000_000);
+        let rounded_up = if second == latest {
+            latest
+        } else {
+            second.saturating_add(SECOND)
+        };
+        let apart = previous.map_or(rounded_up, |p| rounded_up.max(p.saturating_add(SECOND)));
+        let stamp = apart.min(clock).max(latest);
+        previous = Some(stamp);
+        stamps.extend(run.iter().map(|(_, uid)| (*uid, stamp)));
+    }
+    stamps
+}
+
 /// The attempts a call had before `until`, by the dialer's rules: the first minutes to an hour
 /// after creation, each retry some minutes after its cooldown ended, until the call completes
 /// or the next attempt would not have ended yet. Each is stamped when it ended.
@@ -335,4 +376,153 @@ fn eighteen_rows(call: &mut OutboundCall, pace: Pace, until: Timestamp, rng: &mu
     call.status = "completed".into();
     call.progress = Some("completed".into());
     call.attempts_remaining = Some(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::simulator::clock::ManualClock;
+    use crate::simulator::state::Precision;
+
+    /// A clock that does not start on a whole second, as the system clock rarely does.
+    fn clock() -> Timestamp {
+        Timestamp::parse("2026-11-20T10:00:00.123456Z").unwrap()
+    }
+
+    /// The list keys of the one schedule of `calls` calls seeded with `seed` and `tie_group`.
+    fn seeded(shape: CallShape, calls: usize, tie_group: usize) -> (State, Uuid) {
+        let mut state = State::new(Precision::Micros, ManualClock::new(clock()).into());
+        let seeded = populate(&mut state, 7, 1, calls, shape, tie_group);
+        (state, seeded.schedules[0])
+    }
+
+    fn keys(state: &State, schedule: Uuid) -> Vec<(Timestamp, Uuid)> {
+        state.keys_from(schedule, Timestamp::EPOCH).to_vec()
+    }
+
+    /// Every instant a call carries: its own and its children's.
+    fn times_of(call: &OutboundCall) -> Vec<Timestamp> {
+        let mut times = vec![call.created_at];
+        for attempt in call.outbound_call_attempts.iter().flatten() {
+            times.extend(
+                [
+                    attempt.started_at,
+                    attempt.answered_at,
+                    attempt.ended_at,
+                    attempt.created_at,
+                    attempt.updated_at,
+                ]
+                .into_iter()
+                .flatten(),
+            );
+            times.extend(
+                attempt
+                    .call_outcomes
+                    .iter()
+                    .flatten()
+                    .filter_map(|o| o.created_at),
+            );
+            times.extend(
+                attempt
+                    .call_attempts_variables
+                    .iter()
+                    .flatten()
+                    .filter_map(|v| v.created_at),
+            );
+        }
+        times.extend(
+            call.call_notifications
+                .iter()
+                .flatten()
+                .filter_map(|n| n.delivered_at),
+        );
+        times
+    }
+
+    #[test]
+    fn tie_groups_are_runs_of_the_list_of_exactly_their_size_at_whole_seconds() {
+        for shape in [CallShape::Eighteen, CallShape::Varied] {
+            let (spread, schedule) = seeded(shape, 1000, 0);
+            let (tied, tied_schedule) = seeded(shape, 1000, 300);
+            let before = keys(&spread, schedule);
+            let after = keys(&tied, tied_schedule);
+            // Without ties the seeded instants are all different: the groups are the option's.
+            let instants: BTreeSet<Timestamp> = before.iter().map(|(at, _)| *at).collect();
+            assert_eq!(instants.len(), 1000, "{shape:?}");
+            let mut groups: Vec<(Timestamp, usize)> = Vec::new();
+            for (at, _) in &after {
+                match groups.last_mut() {
+                    Some((last, n)) if last == at => *n += 1,
+                    _ => groups.push((*at, 1)),
+                }
+            }
+            let sizes: Vec<usize> = groups.iter().map(|(_, n)| *n).collect();
+            assert_eq!(sizes, [300, 300, 300, 100], "{shape:?}");
+            let second = Timestamp::parse("2026-11-20T10:00:00Z").unwrap();
+            for (at, _) in &groups {
+                assert_eq!(at.truncated(1_000_000_000), *at, "{shape:?}: {at}");
+                assert!(*at <= second, "{shape:?}: {at} is after the clock's second");
+            }
+            // The same calls in the same runs of the list: only the order within a run
+            // (by uid, as the service lists ties) differs.
+            for (run, group) in before.chunks(300).zip(after.chunks(300)) {
+                let run: BTreeSet<Uuid> = run.iter().map(|(_, uid)| *uid).collect();
+                let group: BTreeSet<Uuid> = group.iter().map(|(_, uid)| *uid).collect();
+                assert_eq!(run, group, "{shape:?}");
+            }
+            // Each call stays consistent: stamped at or after its own and its children's
+            // times, as the service would show it (the detail endpoint too).
+            for (at, uid) in &after {
+                let call = &tied.call(uid).unwrap().call;
+                assert_eq!(call.updated_at, *at);
+                let latest = times_of(call).into_iter().max().unwrap();
+                assert!(
+                    latest <= *at,
+                    "{shape:?}: {uid} has a time {latest} after {at}"
+                );
+                let untied = &spread.call(uid).unwrap().call;
+                assert!(
+                    untied.updated_at <= *at,
+                    "{shape:?}: {uid} went back in time"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn tie_stamps_keep_runs_apart_and_never_pass_the_clock() {
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let uid = |n: u128| Uuid::from_u128(n);
+        // Two runs within one second: the second moves a second on.
+        let keys = [
+            (at("2026-11-20T09:00:00.1Z"), uid(1)),
+            (at("2026-11-20T09:00:00.2Z"), uid(2)),
+            (at("2026-11-20T09:00:00.3Z"), uid(3)),
+            (at("2026-11-20T09:00:00.4Z"), uid(4)),
+            (at("2026-11-20T09:00:02Z"), uid(5)),
+        ];
+        let clock = at("2026-11-20T10:00:00Z");
+        assert_eq!(
+            tie_stamps(&keys, 2, clock),
+            [
+                (uid(1), at("2026-11-20T09:00:01Z")),
+                (uid(2), at("2026-11-20T09:00:01Z")),
+                (uid(3), at("2026-11-20T09:00:02Z")),
+                (uid(4), at("2026-11-20T09:00:02Z")),
+                // Already on a whole second, but that is the previous run's: one more.
+                (uid(5), at("2026-11-20T09:00:03Z")),
+            ]
+        );
+        // Runs denser than a second at the clock share its second rather than go past it.
+        let near = [
+            (at("2026-11-20T09:59:59.5Z"), uid(1)),
+            (at("2026-11-20T09:59:59.6Z"), uid(2)),
+        ];
+        assert_eq!(
+            tie_stamps(&near, 1, clock),
+            [(uid(1), clock), (uid(2), clock)]
+        );
+    }
 }

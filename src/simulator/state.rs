@@ -241,6 +241,26 @@ impl State {
         }
     }
 
+    /// Gives calls of `schedule` a new `updated_at` (`(uid, instant)` pairs: the seed's tie
+    /// groups, [`super::seed::tie_stamps`]) and sorts its index once.
+    pub fn restamp(&mut self, schedule: Uuid, stamps: Vec<(Uuid, Timestamp)>) {
+        let Some(s) = self.schedules.get_mut(&schedule) else {
+            return;
+        };
+        for &(uid, at) in &stamps {
+            if let Some(state) = self.calls.get_mut(&uid) {
+                state.call.updated_at = at;
+            }
+        }
+        // The index holds the visible version of every call: read each key again from it.
+        for key in &mut s.index {
+            if let Some(state) = self.calls.get(&key.1) {
+                key.0 = state.call.updated_at;
+            }
+        }
+        s.index.sort_unstable();
+    }
+
     /// Takes up to `n` calls out of the dialer's queue whose time has come, from enabled
     /// schedules whose window (`starts_at` to `ends_at`) holds `now`, a schedule at a time in
     /// turn, each schedule's earliest first. The dialer puts them back with [`Self::requeue`]

@@ -55,6 +55,8 @@ struct Walk {
     recent: RecentRows,
     /// The page handed to the sink last, until it commits.
     in_flight: Option<Pending<PageWrite>>,
+    /// The checkpoint of the page handed to the sink last; `None` before the first.
+    submitted: Option<Option<Timestamp>>,
     /// The next page, fetched while the details of the one before were.
     prefetched: Option<Result<Listed, SyncError>>,
     /// The next request; `None` once the walk has read to the end of the data.
@@ -265,6 +267,7 @@ impl Pass<'_> {
             rule,
             recent: RecentRows::default(),
             in_flight: None,
+            submitted: None,
             prefetched: None,
         };
         let stopped = loop {
@@ -325,13 +328,21 @@ impl Pass<'_> {
         };
         walk.prefetched = listed;
         let (calls, content_hashes) = calls?;
+        let checkpoint = walk
+            .rule
+            .checkpoint(accepted.checkpoint, accepted.service_now);
+        // A page of rows this pass handed over already (a tie group read again, the row at
+        // the cursor) that leaves the checkpoint where the last page put it would be an
+        // empty transaction: it is not written, and the walk goes on while the page before
+        // it commits, instead of waiting for that write to hand over nothing.
+        if calls.is_empty() && walk.submitted == Some(checkpoint) {
+            return self.page_done();
+        }
         let batch = PageBatch {
             schedule: self.schedule,
             calls,
             content_hashes,
-            checkpoint: walk
-                .rule
-                .checkpoint(accepted.checkpoint, accepted.service_now),
+            checkpoint,
             synced_at: Timestamp::now(),
         };
         if let Some(previous) = walk.in_flight.take() {
@@ -343,6 +354,12 @@ impl Pass<'_> {
             .submit(move |s| s.write_page(&batch))
             .await?;
         walk.in_flight = Some(pending);
+        walk.submitted = Some(checkpoint);
+        self.page_done()
+    }
+
+    /// A page step's end: progress shown, and whether to go on.
+    fn page_done(&self) -> Result<ControlFlow<Stop>, SyncError> {
         let t = &self.tally;
         self.progress.page(t.pages, t.calls_seen, t.total);
         if self.cancel.is_cancelled() {

@@ -523,3 +523,119 @@ async fn an_engine_without_credentials_is_refused_before_the_warehouse_exists() 
     }
     assert!(!config.warehouse.path.exists(), "no warehouse created");
 }
+
+/// The warehouse's sink, counting the pages handed to it that would change nothing: no calls,
+/// and the checkpoint the page before it left.
+struct CountingSink {
+    inner: callsync::sync::WarehouseSink,
+    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    empty_in_place: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    last: Option<Option<Timestamp>>,
+}
+
+impl callsync::sync::Sink for CountingSink {
+    fn claim(
+        &self,
+        schedule: uuid::Uuid,
+    ) -> Result<callsync::sync::Claim, callsync::sync::SyncError> {
+        self.inner.claim(schedule)
+    }
+    fn checkpoint(
+        &self,
+        schedule: uuid::Uuid,
+    ) -> Result<Option<Timestamp>, callsync::sync::SyncError> {
+        self.inner.checkpoint(schedule)
+    }
+    fn walked_since(
+        &self,
+        schedule: uuid::Uuid,
+        kind: callsync::warehouse::RunKind,
+        since: Timestamp,
+    ) -> Result<Option<callsync::warehouse::Walker>, callsync::sync::SyncError> {
+        self.inner.walked_since(schedule, kind, since)
+    }
+    fn start_run(
+        &mut self,
+        schedule: uuid::Uuid,
+        kind: callsync::warehouse::RunKind,
+        started_at: Timestamp,
+        walker: &callsync::warehouse::Walker,
+    ) -> Result<Option<callsync::warehouse::RunId>, callsync::sync::SyncError> {
+        self.inner.start_run(schedule, kind, started_at, walker)
+    }
+    fn write_page(
+        &mut self,
+        page: &callsync::sync::PageBatch,
+    ) -> Result<callsync::warehouse::PageWrite, callsync::sync::SyncError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.writes.fetch_add(1, SeqCst);
+        if page.calls.is_empty() && self.last == Some(page.checkpoint) {
+            self.empty_in_place.fetch_add(1, SeqCst);
+        }
+        self.last = Some(page.checkpoint);
+        self.inner.write_page(page)
+    }
+    fn finish_run(
+        &mut self,
+        run: callsync::warehouse::RunId,
+        record: &callsync::warehouse::RunRecord,
+    ) -> Result<(), callsync::sync::SyncError> {
+        self.inner.finish_run(run, record)
+    }
+    fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, callsync::sync::SyncError> {
+        self.inner.forget_runs_before(cutoff)
+    }
+}
+
+#[tokio::test]
+async fn tie_groups_read_again_are_not_written_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    // Seeded calls in tie groups of 300 (3 pages each, ending on a page edge): each group is
+    // scanned up, then down, and left through a probe, re-reading 5 pages of rows this pass
+    // has handed over already. Those pages hold nothing to write and leave the checkpoint
+    // where it was: the walk goes on without handing them to the writer (it used to wait
+    // for the page before to commit, then commit an empty transaction, each time).
+    let env = TestEnv::start(SimulatorOptions {
+        tie_group: 300,
+        ..options(1, 1000)
+    })
+    .await;
+    let s = env.schedules();
+    let writes = Arc::new(AtomicUsize::new(0));
+    let empty_in_place = Arc::new(AtomicUsize::new(0));
+    let warehouse =
+        callsync::warehouse::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .expect("the warehouse opens");
+    let sink = CountingSink {
+        inner: callsync::sync::WarehouseSink(warehouse),
+        writes: writes.clone(),
+        empty_in_place: empty_in_place.clone(),
+        last: None,
+    };
+    let client = callsync::api::ApiClient::new(
+        &env.config.api,
+        &env.config.api.credentials().expect("credentials"),
+    )
+    .expect("a client");
+    let engine = callsync::sync::Engine::with_sink(&env.config, client, Box::new(sink), false)
+        .expect("the engine starts");
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let reports = engine
+        .sync_all(&s, &plan, &tokio_util::sync::CancellationToken::new())
+        .await;
+    engine.close().await;
+    assert!(reports.iter().all(|r| r.succeeded()), "the pass failed");
+    env.assert_matches_truth(&s);
+    let pages = reports[0].stats.pages;
+    assert_eq!(
+        empty_in_place.load(SeqCst),
+        0,
+        "pages written that change nothing"
+    );
+    // The walk: 27 pages (a group of 300: 3 pages up and the page past it, 3 down, the
+    // exit probe, page 1 again from the next group's instant; the last group of 100 ends
+    // the data). Written: the 10 pages with fresh calls and the 3 probes that move the
+    // checkpoint out of a group.
+    assert_eq!((writes.load(SeqCst), pages), (13, 27));
+}
