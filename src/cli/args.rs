@@ -33,8 +33,10 @@ pub struct Cli {
 /// The end of `callsync --help` and of callsync(1): what a script needs besides the options.
 pub(super) const AFTER_HELP: &str = "\
 Exit codes: 0 success; 1 a runtime failure (a pass failed, the warehouse or the service could not \
-be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed or \
-that is falling behind; 130 a second SIGINT or SIGTERM.
+be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed, \
+that is falling behind (2 passes in a row ended behind), of which no pass was recorded for 3 ticks \
+of sync.cron, or whose running pass has not moved its checkpoint for 30 ticks; 130 a second \
+SIGINT or SIGTERM.
 
 Environment: CALLSYNC_<SECTION>__<KEY> sets any configuration key (CALLSYNC_SYNC__PAGE_SIZE=50); \
 RUST_LOG, when set, is the log filter, over -q/-v and log.level; NO_COLOR (any value but an \
@@ -172,7 +174,8 @@ pub(super) enum Command {
     /// Re-read one schedule from a point in time and upsert what it finds
     Backfill(BackfillArgs),
     /// Show each schedule's checkpoint, last pass, lag and row counts; exit code 3 when a
-    /// schedule's last pass failed or it is falling behind
+    /// schedule's last pass failed, it is falling behind, no pass of it was recorded lately, or
+    /// its running pass is late
     Status {
         /// Print JSON instead of a table
         #[arg(long)]
@@ -327,6 +330,30 @@ mod tests {
             let reads = !READS_NO_CONFIG.contains(&sub.get_name());
             assert_eq!(offers, reads, "{}", sub.get_name());
         }
+    }
+
+    /// The help says all four reasons for `status`'s exit 3 (`status::needing_attention`),
+    /// with the thresholds the warehouse decides them by.
+    #[test]
+    fn the_help_gives_every_reason_for_exit_code_3() {
+        use crate::warehouse::{FALLING_BEHIND_PASSES, LATE_PASS_TICKS, STALE_TICKS};
+        let footer = AFTER_HELP.split_whitespace().collect::<Vec<_>>().join(" ");
+        for reason in [
+            "3 `status` found a schedule whose last pass failed,".to_string(),
+            format!("falling behind ({FALLING_BEHIND_PASSES} passes in a row ended behind)"),
+            format!("no pass was recorded for {STALE_TICKS} ticks of sync.cron"),
+            format!("running pass has not moved its checkpoint for {LATE_PASS_TICKS} ticks;"),
+        ] {
+            assert!(footer.contains(&reason), "{reason:?} not in {footer:?}");
+        }
+        let status = command().find_subcommand("status").unwrap().clone();
+        let about = status.get_about().unwrap().to_string();
+        assert!(
+            about.ends_with(
+                "exit code 3 when a schedule's last pass failed, it is falling behind, no pass of it was recorded lately, or its running pass is late"
+            ),
+            "{about}"
+        );
     }
 
     #[test]

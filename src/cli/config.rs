@@ -1,23 +1,176 @@
 //! `callsync config`: the effective configuration, each value with its source, secrets
-//! redacted (`config::effective`).
+//! redacted — computed by `config::effective`, written here as text or JSON.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+use serde_json::{Value, json};
 
 use super::output::print_out;
-use crate::config::{Config, Env, effective};
+use crate::config::effective::{self, Effective};
+use crate::config::{Config, Env};
 
 /// Prints the configuration `config` (loaded already: a configuration error has ended the
 /// command with exit code 2 and `check`'s message) as text, or as JSON with `json`.
 pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
     let shown = effective::effective(config, &Env::from_process()?)?;
     if json {
-        let text = serde_json::to_string_pretty(&effective::to_json(&shown))?;
+        let text = serde_json::to_string_pretty(&to_json(&shown))?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&text)))?;
     } else {
         // Values are JSON text already; a path may still hold a character a terminal acts on.
-        print_out(crate::untrusted::json_safe(&effective::render(&shown)))?;
+        print_out(crate::untrusted::json_safe(&render(&shown)))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The text `callsync config` prints: a comment line naming the file, then `key = value`
+/// lines with the source after `#`, aligned.
+fn render(effective: &Effective) -> String {
+    let mut out = match &effective.file {
+        Some(path) => format!("# configuration file: {}\n", path.display()),
+        None => "# no configuration file: CALLSYNC_* variables and defaults\n".to_owned(),
+    };
+    let assignments: Vec<String> = effective
+        .entries
+        .iter()
+        .map(|entry| {
+            let value = if entry.redacted {
+                "[redacted]".to_owned()
+            } else if entry.value.is_null() {
+                "(not set)".to_owned()
+            } else {
+                entry.value.to_string()
+            };
+            format!("{} = {value}", entry.key)
+        })
+        .collect();
+    let width = assignments
+        .iter()
+        .map(|a| a.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(60);
+    for (assignment, entry) in assignments.iter().zip(&effective.entries) {
+        out.push_str(&format!("{assignment:width$}  # {}\n", entry.source));
+    }
+    out
+}
+
+/// The JSON `callsync config --json` prints: `file`, and `keys`, each with `key`, `value`,
+/// `redacted`, `source` and `origin`.
+fn to_json(effective: &Effective) -> Value {
+    let keys: Vec<Value> = effective
+        .entries
+        .iter()
+        .map(|entry| {
+            json!({
+                "key": entry.key,
+                "value": entry.value,
+                "redacted": entry.redacted,
+                "source": entry.source.kind(),
+                "origin": entry.source.origin(),
+            })
+        })
+        .collect();
+    json!({
+        "file": effective.file.as_ref().map(|p| p.display().to_string()),
+        "keys": keys,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Env {
+        Env {
+            vars: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            credentials_dir: None,
+        }
+    }
+
+    const FILE: &str = r#"
+[api]
+base_url = "http://127.0.0.1:9"
+access_token = "tok-in-the-file-1"
+[sync]
+schedules = ["00000000-0000-4000-8000-000000000001"]
+cron = "0 */2 * * * *"
+"#;
+
+    fn load(text: &str, env: &Env) -> (Effective, PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("callsync.toml");
+        std::fs::write(&path, text).unwrap();
+        let config = crate::config::load_from(Some(&path), env).unwrap();
+        (effective::effective(&config, env).unwrap(), path, dir)
+    }
+
+    #[test]
+    fn the_text_names_each_source_and_the_json_has_fixed_fields() {
+        let env = env(&[("CALLSYNC_LOG__LEVEL", "debug")]);
+        let (shown, path, _dir) = load(FILE, &env);
+        let text = render(&shown);
+        let line = |key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("{key} = ")))
+                .unwrap_or_else(|| panic!("{key} in {text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            text.lines().next().unwrap(),
+            format!("# configuration file: {}", path.display())
+        );
+        assert_eq!(
+            line("log.level"),
+            "log.level = \"debug\" # environment CALLSYNC_LOG__LEVEL"
+        );
+        assert_eq!(
+            line("sync.cron"),
+            format!("sync.cron = \"0 */2 * * * *\" # file {}", path.display())
+        );
+        assert_eq!(
+            line("api.access_token"),
+            format!("api.access_token = [redacted] # file {}", path.display())
+        );
+        assert_eq!(
+            line("metrics.listen"),
+            "metrics.listen = (not set) # default"
+        );
+        let json = to_json(&shown);
+        let level = json["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["key"] == "log.level")
+            .unwrap();
+        assert_eq!(
+            level,
+            &json!({"key": "log.level", "value": "debug", "redacted": false,
+                    "source": "environment", "origin": "CALLSYNC_LOG__LEVEL"})
+        );
+        assert_eq!(json["file"], json!(path.display().to_string()));
+    }
+
+    #[test]
+    fn neither_the_text_nor_the_json_shows_a_secret() {
+        for env in [
+            Env::default(),
+            env(&[("CALLSYNC_API__ACCESS_TOKEN", "tok-in-a-variable-2")]),
+        ] {
+            let (shown, _path, _dir) = load(FILE, &env);
+            for text in [render(&shown), to_json(&shown).to_string()] {
+                assert!(!text.contains("tok-in"), "{text}");
+                assert!(text.contains("api.access_token"), "{text}");
+            }
+        }
+    }
 }

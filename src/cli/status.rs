@@ -61,7 +61,9 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
 }
 
 /// `status`'s exit code when a schedule needs someone: its last pass failed, it is falling
-/// behind, or no pass was recorded for several ticks of `sync.cron`. Not 1, which says `status` itself could not run.
+/// behind, no pass was recorded for several ticks of `sync.cron`, or its running pass has not
+/// moved the checkpoint for many ticks ([`needing_attention`]). Not 1, which says `status`
+/// itself could not run.
 pub(super) const EXIT_ATTENTION: u8 = 3;
 
 /// What is wrong with the schedules `status` watches: those in `sync.schedules`, or every

@@ -5,8 +5,9 @@ use super::scheduler::Tick;
 use crate::sync::PassResult;
 use crate::warehouse::RunKind;
 
-/// Ticks a failing schedule sits out at most.
-const MAX_BACKOFF_TICKS: u32 = 32;
+/// Ticks a failing schedule sits out at most (README, ARCHITECTURE: "1, 3, 7 … up to 31
+/// ticks"): from the 6th failure in a row on.
+const MAX_BACKOFF_TICKS: u32 = 31;
 
 /// Each schedule's place in the daemon.
 #[derive(Debug, Default)]
@@ -88,11 +89,13 @@ impl Slot {
     }
 }
 
-/// Ticks to sit out after `failures` failures in a row: 0, 1, 3, 7 … capped.
+/// Ticks to sit out after `failures` failures in a row: 0, 1, 3, 7 … (2^(failures−1) − 1),
+/// capped at [`MAX_BACKOFF_TICKS`], the only cap.
 fn backoff_ticks(failures: u32) -> u32 {
-    (1u32 << failures.saturating_sub(1).min(5))
-        .saturating_sub(1)
-        .min(MAX_BACKOFF_TICKS)
+    let doubled = 1u32
+        .checked_shl(failures.saturating_sub(1))
+        .unwrap_or(u32::MAX);
+    (doubled - 1).min(MAX_BACKOFF_TICKS)
 }
 
 #[cfg(test)]
@@ -184,5 +187,35 @@ mod tests {
     fn backoff_grows_and_is_capped() {
         let ticks: Vec<u32> = (1..=8).map(backoff_ticks).collect();
         assert_eq!(ticks, vec![0, 1, 3, 7, 15, 31, 31, 31]);
+        // The cap is the constant, reached at the 6th failure, and holds however many follow.
+        assert_eq!(MAX_BACKOFF_TICKS, 31);
+        assert_eq!(backoff_ticks(5), 15);
+        assert_eq!(backoff_ticks(6), MAX_BACKOFF_TICKS);
+        for failures in [7, 31, 32, 33, 1_000, u32::MAX] {
+            assert_eq!(backoff_ticks(failures), MAX_BACKOFF_TICKS, "{failures}");
+        }
+        assert_eq!(backoff_ticks(0), 0);
+    }
+
+    /// At the cap the schedule sits out exactly MAX_BACKOFF_TICKS sync ticks, and the next
+    /// one starts a pass.
+    #[test]
+    fn at_the_cap_a_schedule_sits_out_31_ticks_then_starts() {
+        let mut slot = Slot {
+            failures: 40,
+            running: Some(RunKind::Incremental),
+            ..Slot::default()
+        };
+        slot.on_done(&failed());
+        let mut sat_out = 0;
+        let next = loop {
+            match slot.on_tick(Tick::Sync) {
+                TickDecision::BackingOff { failures: 41, .. } => sat_out += 1,
+                other => break other,
+            }
+        };
+        assert_eq!(sat_out, MAX_BACKOFF_TICKS);
+        assert_eq!(sat_out, 31);
+        assert_eq!(next, TickDecision::Start(RunKind::Incremental));
     }
 }

@@ -1,4 +1,6 @@
-//! The fault plan and the middleware that applies it, logs every request and checks auth.
+//! The middleware every request passes: it applies the fault plan (`FaultPlan`, in
+//! `fault_plan.rs`), answers 401 when `auth.rs` refuses the bearer token, sets `Date` from the
+//! simulator's clock, and logs every request (`RequestRecord`).
 //!
 //! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
 //! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the

@@ -103,10 +103,10 @@ pub enum UploadError {
         #[source]
         source: io::Error,
     },
+    /// The warehouse, the upload's ledger, or its scratch tables in SQLite's temporary
+    /// database ([`WarehouseError::Scratch`]).
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
-    #[error("the temporary table for duplicate external_ids failed")]
-    Scratch(#[from] rusqlite::Error),
 }
 
 fn describe_refusal(problems: &[RowProblem], cause: &ApiError) -> String {
@@ -172,15 +172,6 @@ mod tests {
         assert_eq!(
             says_once(&err, "101 rows"),
             "nothing was sent: the service's list of the schedule's calls cannot be trusted (GET /schedules/x/outbound_calls page 2): page 2 after 2026-01-01T00:00:00Z has 101 rows, more than the 100 asked for"
-        );
-    }
-
-    #[test]
-    fn a_failing_scratch_table_says_what_failed_then_sqlite_once() {
-        let err = UploadError::from(rusqlite::Error::QueryReturnedNoRows);
-        assert_eq!(
-            says_once(&err, "Query returned no rows"),
-            "the temporary table for duplicate external_ids failed: Query returned no rows"
         );
     }
 }

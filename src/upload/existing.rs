@@ -12,8 +12,7 @@ use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::sync::cursor::{PageWalker, RowKey, WalkLimits};
-use crate::warehouse::CallsByExternalId;
-use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
+use crate::warehouse::{CallsByExternalId, ChunkKey, ChunkState, Warehouse, WarehouseError};
 
 /// Refuses the upload, before anything is sent, when a row outside the chunks the ledger
 /// knows has an external_id the schedule already has (a chunk whose every row is there, once
@@ -142,20 +141,20 @@ pub(super) struct InSchedule {
 }
 
 impl InSchedule {
-    pub(super) fn new() -> Result<Self, rusqlite::Error> {
+    pub(super) fn new() -> Result<Self, WarehouseError> {
         Ok(InSchedule {
             scratch: CallsByExternalId::new()?,
             calls: 0,
         })
     }
 
-    pub(super) fn add(&mut self, call: &OutboundCall) -> Result<(), rusqlite::Error> {
+    pub(super) fn add(&mut self, call: &OutboundCall) -> Result<(), WarehouseError> {
         self.scratch.add(call)
     }
 
     /// For each row of the chunk, the calls the schedule has with its external_id (none for
     /// a row without one).
-    pub(super) fn of_chunk(&self, chunk: &Chunk) -> Result<Vec<Vec<Uuid>>, rusqlite::Error> {
+    pub(super) fn of_chunk(&self, chunk: &Chunk) -> Result<Vec<Vec<Uuid>>, WarehouseError> {
         chunk
             .calls
             .iter()

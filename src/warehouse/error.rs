@@ -120,6 +120,17 @@ pub enum WarehouseError {
         step: &'static str,
         cause: rusqlite::Error,
     },
+    /// The upload's scratch tables (`scratch.rs`): SQLite's temporary database, no warehouse
+    /// file to name.
+    #[error(
+        "the upload's temporary table {table} failed to {step}: {}",
+        scratch_problem(cause)
+    )]
+    Scratch {
+        table: &'static str,
+        step: &'static str,
+        cause: rusqlite::Error,
+    },
     #[error(
         "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
     )]
@@ -158,6 +169,21 @@ fn sqlite_problem(err: &rusqlite::Error) -> String {
         _ => return one_line(&err.to_string()),
     };
     format!("{}; {advice}", one_line(&err.to_string()))
+}
+
+/// The scratch tables live in SQLite's temporary directory, not beside the warehouse: what
+/// to do names that directory (SQLite's own search order).
+fn scratch_problem(err: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode as C;
+    match err.sqlite_error_code() {
+        Some(
+            C::DiskFull | C::SystemIoFailure | C::CannotOpen | C::PermissionDenied | C::ReadOnly,
+        ) => format!(
+            "{}; SQLite keeps it in $SQLITE_TMPDIR, else $TMPDIR, else /var/tmp or /tmp: free space there or make it writable (or point SQLITE_TMPDIR at a directory that is), then run the upload again",
+            one_line(&err.to_string())
+        ),
+        _ => one_line(&err.to_string()),
+    }
 }
 
 /// Opening fails mostly on the path or its permissions, so that is the advice by default.

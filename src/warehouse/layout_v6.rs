@@ -237,12 +237,16 @@ struct State {
 }
 
 impl Progress {
+    /// Says nothing at all when there are no rows: a new warehouse runs this migration too
+    /// (every migration from 0), and has nothing to copy.
     fn start(calls: u64, total: u64) -> Progress {
-        tracing::info!(
-            calls,
-            rows = total,
-            "migrating the warehouse to schema 6 (insertion-ordered): copying every row, in one transaction"
-        );
+        if total > 0 {
+            tracing::info!(
+                calls,
+                rows = total,
+                "migrating the warehouse to schema 6 (insertion-ordered): copying every row, in one transaction"
+            );
+        }
         let bar = (total > 0 && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::with_draw_target(
                 Some(total),
@@ -307,7 +311,7 @@ impl Progress {
 
     /// Without a terminal, logs where the migration is every 10 s until `stop` is dropped.
     fn log_until(&self, stop: &std::sync::mpsc::Receiver<()>) {
-        if self.bar.is_some() {
+        if self.bar.is_some() || self.total == 0 {
             return;
         }
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(LOG_EVERY) {
@@ -328,6 +332,9 @@ impl Progress {
     fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
+        }
+        if self.total == 0 {
+            return;
         }
         tracing::info!(
             rows = self.total,

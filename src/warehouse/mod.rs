@@ -11,6 +11,7 @@
 
 mod access;
 mod backup;
+mod children;
 mod error;
 pub mod file_lock;
 mod handle;

@@ -275,6 +275,12 @@ async fn a_migration_with_a_reader_open_runs_under_the_wal_to_the_same_rows() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!log.contains("runs under the WAL"), "{log}");
     assert!(!log.contains(" WARN "), "nothing to warn of: {log}");
+    assert!(
+        log.contains(&format!(
+            "migrating the warehouse to schema 6 (insertion-ordered): copying every row, in one transaction calls={CALLS}"
+        )),
+        "a file with rows says what the copy will take: {log}"
+    );
 
     let reader = rusqlite::Connection::open(&read).expect("a reader");
     let calls: i64 = reader
@@ -295,4 +301,35 @@ async fn a_migration_with_a_reader_open_runs_under_the_wal_to_the_same_rows() {
     assert_eq!(state(&read), state(&alone), "the same rows either way");
     assert_eq!(journal_mode(&alone), "wal");
     assert_eq!(journal_mode(&read), "wal");
+}
+
+/// A new warehouse runs every migration from 0, schema 6's copy included, with nothing to
+/// copy: it says nothing of a copy (nor anything else at INFO); the command's own line says
+/// what was done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_warehouse_is_created_without_a_word_of_a_copy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let warehouse = dir.path().join("callsync.db");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .arg("--config")
+        .arg(config(dir.path(), &warehouse))
+        .arg("migrate")
+        .env("RUST_LOG", "callsync=info")
+        .output()
+        .await
+        .expect("callsync runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(
+            "warehouse {}: schema version 0 -> {}\n",
+            warehouse.display(),
+            callsync::warehouse::latest_version()
+        )
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no log line");
 }
