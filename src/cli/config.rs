@@ -86,13 +86,7 @@ mod tests {
     use super::*;
 
     fn env(vars: &[(&str, &str)]) -> Env {
-        Env {
-            vars: vars
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            credentials_dir: None,
-        }
+        Env::with_vars(vars)
     }
 
     const FILE: &str = r#"

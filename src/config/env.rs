@@ -20,6 +20,18 @@ pub struct Env {
 pub(super) const PREFIX: &str = "CALLSYNC_";
 
 impl Env {
+    /// These variables and no credentials directory: the environment a test loads with.
+    #[cfg(test)]
+    pub fn with_vars(vars: &[(&str, &str)]) -> Env {
+        Env {
+            vars: vars
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            credentials_dir: None,
+        }
+    }
+
     /// The `CALLSYNC_*` variables; one that is not UTF-8 is an error naming it.
     pub fn from_process() -> Result<Self, ConfigError> {
         let mut vars = HashMap::new();

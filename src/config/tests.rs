@@ -2,7 +2,7 @@
 //! message is one line naming the key; a few pin the exact words users see (what failed, on
 //! what, what to do). Overrides, secrets, defaults, and the example file.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,13 +21,7 @@ fn minimal() -> String {
 }
 
 fn env(vars: &[(&str, &str)]) -> Env {
-    Env {
-        vars: vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
-        credentials_dir: None,
-    }
+    Env::with_vars(vars)
 }
 
 fn load_text(text: &str, env: &Env) -> Result<Config, ConfigError> {
