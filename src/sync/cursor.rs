@@ -32,10 +32,27 @@
 //!      scanned down again.
 //!      Pages per scan and downward scans are bounded: a group that will not settle ends
 //!      the pass with an error and the checkpoint stays at `T`.
+//!
+//!   The downward scan and the probe are needed only when rows left or entered the group
+//!   during the upward scan, and a **quiet check** proves, in one request of one row, that
+//!   none did: `updated_after = Q, page_size = 1` answering nothing, where `Q` is the
+//!   service's clock at the group's first page (its `Date` header) minus the late-commit
+//!   window (`sync.lookback`). A row leaving the group is stamped with the time of its
+//!   change, so any change made visible during the scan is stamped at or after `Q`; a row
+//!   entering the group (a late commit) raises `pagination.total_count`, which every page of
+//!   the upward scan must repeat. When both hold, positions did not move under the scan:
+//!   it read the whole group, and its last page is an exit. The check is asked only when
+//!   `Q` is past every row the scan saw (else the group itself answers it), and never
+//!   without a `Date` header or a `total_count`; when it fails the walk scans down as above,
+//!   from the page it had reached. A static group costs its pages, the page past it and the
+//!   check; only a group the service changes while it is read costs the second scan. (A
+//!   call deleted during the scan while another enters the group would fool the counts;
+//!   the service has no deletion, and the downward scan shares that blind spot.)
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use uuid::Uuid;
 
@@ -54,6 +71,26 @@ pub struct PageRequest {
     pub updated_after: Timestamp,
     pub page: u32,
     pub page_size: u32,
+    pub purpose: Purpose,
+}
+
+/// What a request's rows are for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A page of the walk: its rows are the data.
+    Walk,
+    /// A quiet check: whether anything changed since a tie group's first page. Its row, if
+    /// any, is read again by the walk later; the caller need not keep it.
+    QuietCheck,
+}
+
+/// What a response says beside its rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PageFacts {
+    /// `pagination.total_count`: the rows at or after the request's `updated_after`.
+    pub total_count: Option<u64>,
+    /// The service's clock when it answered (its `Date` header: whole seconds, truncated).
+    pub served_at: Option<Timestamp>,
 }
 
 /// What the walker learned from a page.
@@ -133,6 +170,9 @@ impl Default for WalkLimits {
 pub struct PageWalker {
     page_size: u32,
     limits: WalkLimits,
+    /// How much earlier than the service's clock a change may be stamped when it becomes
+    /// visible (the late-commit window): what the quiet check allows for.
+    late_commits: Duration,
     checkpoint: Timestamp,
     state: State,
 }
@@ -143,6 +183,16 @@ enum State {
         cursor: Timestamp,
     },
     Tie(TieWalk),
+    /// The upward scan has read the group up to `page`, whose `rows` go past it: one
+    /// request for anything stamped since `since`. Nothing means nothing moved under the
+    /// scan, and `rows` are the exit; anything means a downward scan, starting with `rows`.
+    QuietCheck {
+        tie: TieWalk,
+        since: Timestamp,
+        page: u32,
+        rows: Vec<RowKey>,
+        full: bool,
+    },
     /// The group has been read but no page showed its last row next to what follows: one
     /// request with another page size, whose page should hold both.
     ExitProbe {
@@ -181,6 +231,19 @@ struct TieWalk {
     down_scans: u32,
     /// The upward scan's previous page, for [`TieWalk::check_page_moves`].
     previous: Option<Repeat>,
+    /// While the upward scan may still end with a quiet check: what it checks.
+    quiet: Option<Quiet>,
+}
+
+/// What a quiet check of a group compares: its first page's facts.
+#[derive(Debug, Clone, Copy)]
+struct Quiet {
+    /// The service's clock at the group's first page, minus the late-commit window: any
+    /// change made visible since is stamped at or after it.
+    since: Timestamp,
+    /// `total_count` of the group's first page; every page of the upward scan repeats it
+    /// unless rows entered the group (or calls before it changed).
+    total_count: u64,
 }
 
 /// A page of an upward scan, and how many page numbers in a row answered with its rows.
@@ -206,11 +269,18 @@ enum Scan {
 }
 
 impl PageWalker {
-    /// A walk of everything updated at or after `start`.
-    pub fn new(start: Timestamp, page_size: u32, limits: WalkLimits) -> Self {
+    /// A walk of everything updated at or after `start`; `late_commits` is how much earlier
+    /// than the service's clock a change may be stamped when it becomes visible.
+    pub fn new(
+        start: Timestamp,
+        page_size: u32,
+        limits: WalkLimits,
+        late_commits: Duration,
+    ) -> Self {
         PageWalker {
             page_size: page_size.clamp(1, MAX_PAGE_SIZE),
             limits,
+            late_commits,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -218,20 +288,22 @@ impl PageWalker {
 
     /// The next request, or `None` when the walk has reached the end of the data.
     pub fn next_request(&self) -> Option<PageRequest> {
-        let (updated_after, page, page_size) = match &self.state {
-            State::Keyset { cursor } => (*cursor, 1, self.page_size),
-            State::Tie(tie) => (tie.at, tie.page, self.page_size),
+        let (updated_after, page, page_size, purpose) = match &self.state {
+            State::Keyset { cursor } => (*cursor, 1, self.page_size, Purpose::Walk),
+            State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
+            State::QuietCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::ExitProbe {
                 tie,
                 page,
                 page_size,
-            } => (tie.at, *page, *page_size),
+            } => (tie.at, *page, *page_size, Purpose::Walk),
             State::Done => return None,
         };
         Some(PageRequest {
             updated_after,
             page,
             page_size,
+            purpose,
         })
     }
 
@@ -240,14 +312,22 @@ impl PageWalker {
         self.checkpoint
     }
 
-    /// Takes the rows returned for [`next_request`](Self::next_request), in the order received.
-    pub fn accept(&mut self, rows: &[RowKey]) -> Result<Accepted, WalkError> {
+    /// Takes the rows returned for [`next_request`](Self::next_request), in the order
+    /// received, and what the response said beside them.
+    pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
         if let Some(request) = self.next_request() {
             validate(&request, rows)?;
             let full = rows.len() == request.page_size as usize;
             self.state = match std::mem::replace(&mut self.state, State::Done) {
-                State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full),
-                State::Tie(tie) => self.after_tie_page(tie, rows, full)?,
+                State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full, facts),
+                State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
+                State::QuietCheck {
+                    tie,
+                    page,
+                    rows: last,
+                    full: last_full,
+                    ..
+                } => self.after_quiet_check(tie, page, &last, last_full, rows, facts)?,
                 State::ExitProbe {
                     tie,
                     page,
@@ -261,7 +341,13 @@ impl PageWalker {
         })
     }
 
-    fn after_keyset_page(&mut self, cursor: Timestamp, rows: &[RowKey], full: bool) -> State {
+    fn after_keyset_page(
+        &mut self,
+        cursor: Timestamp,
+        rows: &[RowKey],
+        full: bool,
+        facts: PageFacts,
+    ) -> State {
         let last = rows.last().map_or(cursor, |r| r.updated_at);
         if !full {
             self.advance(last);
@@ -273,6 +359,13 @@ impl PageWalker {
         }
         // A full page of nothing but `cursor`: it is page 1 of an upward scan of the group.
         let mut tie = TieWalk::new(cursor);
+        tie.quiet = facts
+            .served_at
+            .zip(facts.total_count)
+            .map(|(served_at, total_count)| Quiet {
+                since: served_at.saturating_sub(self.late_commits),
+                total_count,
+            });
         tie.record(rows);
         tie.previous = Some(Repeat {
             page: 1,
@@ -290,12 +383,29 @@ impl PageWalker {
         mut tie: TieWalk,
         rows: &[RowKey],
         full: bool,
+        facts: PageFacts,
     ) -> Result<State, WalkError> {
         if tie.scan == Scan::Up {
             tie.check_page_moves(rows)?;
+            if tie
+                .quiet
+                .is_some_and(|q| facts.total_count != Some(q.total_count))
+            {
+                tie.quiet = None;
+            }
         }
         tie.record(rows);
         tie.pages_in_scan += 1;
+        self.tie_step(tie, rows, full)
+    }
+
+    /// Where the page `rows` (page `tie.page` of the group) leads the walk.
+    fn tie_step(
+        &mut self,
+        mut tie: TieWalk,
+        rows: &[RowKey],
+        full: bool,
+    ) -> Result<State, WalkError> {
         let (at, page) = (tie.at, tie.page);
         let tie_rows = count_at(at, rows);
         let has_tie_row = tie_rows > 0;
@@ -306,9 +416,20 @@ impl PageWalker {
                 Scan::Up if all_tie => tie.page += 1,
                 // Nothing follows the group: end at `T`, which the next pass reads again.
                 Scan::Up if !past_group => return Ok(self.leave(Exit::End(at))),
-                // Rows after `T` exist, so none can enter the group any more: scan down,
-                // starting with this very page.
+                // Rows after `T` exist, so none can enter the group any more. If nothing
+                // changed during the scan it is complete: ask. Else scan down, starting with
+                // this very page.
                 Scan::Up => {
+                    let newest = rows.last().map_or(at, |r| r.updated_at);
+                    if let Some(quiet) = tie.quiet.take().filter(|q| q.since > newest) {
+                        return Ok(State::QuietCheck {
+                            tie,
+                            since: quiet.since,
+                            page,
+                            rows: rows.to_vec(),
+                            full,
+                        });
+                    }
                     tie.start_down_scan(page);
                     continue;
                 }
@@ -365,6 +486,26 @@ impl PageWalker {
             return Err(tie.unsettled());
         }
         Ok(())
+    }
+
+    /// The answer to a quiet check of the group whose upward scan ended with `last`, page
+    /// `page`: nothing stamped since the group's first page means no row left it, and an
+    /// unchanged `total_count` that none entered, so the scan read all of it and `last`
+    /// shows what follows it. Anything else: the downward scan, from `last`.
+    fn after_quiet_check(
+        &mut self,
+        mut tie: TieWalk,
+        page: u32,
+        last: &[RowKey],
+        full: bool,
+        rows: &[RowKey],
+        facts: PageFacts,
+    ) -> Result<State, WalkError> {
+        if rows.is_empty() && facts.total_count.is_none_or(|n| n == 0) {
+            return Ok(self.leave(exit_through(tie.at, last, full)));
+        }
+        tie.start_down_scan(page);
+        self.tie_step(tie, last, full)
     }
 
     fn after_exit_probe(
@@ -464,6 +605,7 @@ impl TieWalk {
             pages_in_scan: 0,
             down_scans: 0,
             previous: None,
+            quiet: None,
         }
     }
 

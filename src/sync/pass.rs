@@ -24,7 +24,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::checkpoint_rule::CheckpointRule;
-use super::cursor::{PageRequest, PageWalker, RowKey, WalkLimits};
+use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::error::SyncError;
 use super::recent::RecentRows;
 use super::service_clock::ServiceClock;
@@ -260,7 +260,12 @@ impl Pass<'_> {
         let rule = CheckpointRule::new(stored, start);
         tracing::debug!(%start, ?stored, moves_checkpoint = rule.moves, "pass starts");
         self.position = stored;
-        let walker = PageWalker::new(start, settings.page_size, WalkLimits::default());
+        let walker = PageWalker::new(
+            start,
+            settings.page_size,
+            WalkLimits::default(),
+            settings.lookback,
+        );
         let mut walk = Walk {
             next: walker.next_request(),
             walker,
@@ -403,21 +408,31 @@ impl Pass<'_> {
         let Listed { page, served_at } = listed;
         let stamps = page.data.iter().map(|c| c.updated_at);
         let (service_now, future) = self.clock.observe(served_at, stamps);
-        if let Some(p) = &page.pagination {
+        let total_count = page.pagination.as_ref().map(|p| p.total_count);
+        let keys: Vec<RowKey> = page.data.iter().map(row_key).collect();
+        // A quiet check's row (if any) is not the walk's yet: the walk reads it in its turn.
+        let data = match request.purpose {
+            Purpose::Walk => page.data,
+            Purpose::QuietCheck => Vec::new(),
+        };
+        if let Some(total_count) = total_count.filter(|_| request.purpose == Purpose::Walk) {
             // What was read before this request, plus what the service says is left.
-            self.tally.total = Some(self.tally.calls_seen + p.total_count);
+            self.tally.total = Some(self.tally.calls_seen + total_count);
         }
         self.tally.pages += 1;
-        self.tally.calls_seen += page.data.len() as u64;
-        self.note_future_rows(&page.data, service_now, future);
-        let keys: Vec<RowKey> = page.data.iter().map(row_key).collect();
-        let accepted = walker.accept(&keys).map_err(|source| {
+        self.tally.calls_seen += data.len() as u64;
+        self.note_future_rows(&data, service_now, future);
+        let facts = PageFacts {
+            total_count,
+            served_at,
+        };
+        let accepted = walker.accept(&keys, facts).map_err(|source| {
             let request = self.describe(request);
             tracing::error!(%request, error = %source, "the service's page cannot be trusted");
             SyncError::Walk { request, source }
         })?;
         self.position = Some(walker.position().min(service_now));
-        let (calls, content_hashes) = recent.keep_fresh(page.data, walker.position());
+        let (calls, content_hashes) = recent.keep_fresh(data, walker.position());
         let mode = self.plan.details;
         self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
         Ok(AcceptedPage {

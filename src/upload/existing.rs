@@ -11,7 +11,7 @@ use super::rows::{Chunk, Rows};
 use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
-use crate::sync::cursor::{PageWalker, RowKey, WalkLimits};
+use crate::sync::cursor::{PageFacts, PageWalker, RowKey, WalkLimits};
 use crate::warehouse::{CallsByExternalId, ChunkKey, ChunkState, Warehouse, WarehouseError};
 
 /// Refuses the upload, before anything is sent, when a row outside the chunks the ledger
@@ -196,7 +196,15 @@ impl Sender<'_> {
             return Ok(known);
         }
         let schedule = self.options.schedule;
-        let mut walker = PageWalker::new(Timestamp::EPOCH, MAX_PAGE_SIZE, WalkLimits::default());
+        // Without quiet checks (no late-commit window, no facts given): a bulk upload is a
+        // tie group, and a call missed here is a person called twice, so every group this
+        // walk meets is read twice, whatever the service says of its clock.
+        let mut walker = PageWalker::new(
+            Timestamp::EPOCH,
+            MAX_PAGE_SIZE,
+            WalkLimits::default(),
+            std::time::Duration::ZERO,
+        );
         let filter = ListFilter::default();
         let mut told = false;
         while let Some(request) = walker.next_request() {
@@ -216,7 +224,7 @@ impl Sender<'_> {
                 })
                 .collect();
             walker
-                .accept(&keys)
+                .accept(&keys, PageFacts::default())
                 .map_err(|source| UploadError::Untrusted {
                     request: ApiClient::describe_list(schedule, &query),
                     source,

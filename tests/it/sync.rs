@@ -591,11 +591,11 @@ impl callsync::sync::Sink for CountingSink {
 async fn tie_groups_read_again_are_not_written_again() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    // Seeded calls in tie groups of 300 (3 pages each, ending on a page edge): each group is
-    // scanned up, then down, and left through a probe, re-reading 5 pages of rows this pass
-    // has handed over already. Those pages hold nothing to write and leave the checkpoint
-    // where it was: the walk goes on without handing them to the writer (it used to wait
-    // for the page before to commit, then commit an empty transaction, each time).
+    // Seeded calls in tie groups of 300 (3 pages each, ending on a page edge): each group's
+    // walk reads its first page again (the exit page of the group before, now from the
+    // group's own instant). That page holds nothing to write and leaves the checkpoint
+    // where it was: the walk goes on without handing it to the writer (it used to wait for
+    // the page before to commit, then commit an empty transaction, each time).
     let env = TestEnv::start(SimulatorOptions {
         tie_group: 300,
         ..options(1, 1000)
@@ -633,9 +633,10 @@ async fn tie_groups_read_again_are_not_written_again() {
         0,
         "pages written that change nothing"
     );
-    // The walk: 27 pages (a group of 300: 3 pages up and the page past it, 3 down, the
-    // exit probe, page 1 again from the next group's instant; the last group of 100 ends
-    // the data). Written: the 10 pages with fresh calls and the 3 probes that move the
-    // checkpoint out of a group.
-    assert_eq!((writes.load(SeqCst), pages), (13, 27));
+    // The walk: 18 pages (the first from the pass's start; a group of 300: page 1 again from
+    // its instant, pages 2 and 3, the page past it and the quiet check, a page of one row
+    // at most; the last group of 100 ends the data with its page 1 again and an empty page 2).
+    // Written: the 10 pages with fresh calls and the 3 quiet checks that move the checkpoint
+    // out of a group.
+    assert_eq!((writes.load(SeqCst), pages), (13, 18));
 }

@@ -3,8 +3,15 @@
 //! The invariant checked everywhere: when a walk ends, every row the service shows with an
 //! `updated_at` before the final checkpoint was seen in exactly that version (so the next
 //! pass, starting at the checkpoint, misses nothing), and the walk ended in bounded requests.
+//!
+//! The model's clock: request `n` is served at `100 + n` seconds, and a change made before
+//! it stamps its rows at that instant (see [`now`]); the seeded data is older. Rows inserted
+//! at an older instant are late commits: they raise the counts, and the lookback covers
+//! the rest. Each walk runs twice where it matters: with the service's facts hidden (the
+//! two-scan walk of every tie group) and shown (a quiet check may end a group's walk).
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -17,6 +24,25 @@ fn at(secs: i64) -> Timestamp {
 
 fn uid(n: u64) -> Uuid {
     Uuid::from_u64_pair(0, n)
+}
+
+/// The model's clock at request `n`, in seconds: what its `Date` says, and the instant a
+/// change made just before the request is stamped with.
+fn now(n: usize) -> i64 {
+    100 + n as i64
+}
+
+/// Whether the model tells the walker its clock and `total_count` beside each page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Facts {
+    Hidden,
+    Shown,
+}
+
+const BOTH: [Facts; 2] = [Facts::Hidden, Facts::Shown];
+
+fn walker(start: Timestamp, page_size: u32) -> PageWalker {
+    PageWalker::new(start, page_size, WalkLimits::default(), Duration::ZERO)
 }
 
 /// The service's list endpoint over an in-memory table: `updated_at >= after`, ordered by
@@ -43,6 +69,11 @@ impl Service {
             let id = uid(self.next_uid.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             self.rows.insert(id, at(secs));
         }
+    }
+
+    /// `pagination.total_count` of a request: its rows on every page.
+    fn count_from(&self, after: Timestamp) -> u64 {
+        self.rows.values().filter(|t| **t >= after).count() as u64
     }
 
     fn list(&self, req: &PageRequest) -> Vec<RowKey> {
@@ -121,6 +152,8 @@ struct Outcome {
     start: Timestamp,
     checkpoint: Timestamp,
     requests: usize,
+    /// Of `requests`, the quiet checks (their rows are not counted as seen).
+    quiet_checks: usize,
     seen: HashMap<Uuid, Timestamp>,
     checkpoints: Vec<Timestamp>,
 }
@@ -130,9 +163,10 @@ fn walk(
     service: &mut Service,
     start: i64,
     page_size: u32,
+    facts: Facts,
     churn: impl FnMut(&mut Service, usize),
 ) -> Result<Outcome, WalkError> {
-    match walk_until_error(service, at(start), page_size, churn) {
+    match walk_until_error(service, at(start), page_size, facts, churn) {
         (out, None) => Ok(out),
         (_, Some(err)) => Err(err),
     }
@@ -144,18 +178,21 @@ fn walk_until_error(
     service: &mut Service,
     start: Timestamp,
     page_size: u32,
+    facts: Facts,
     mut churn: impl FnMut(&mut Service, usize),
 ) -> (Outcome, Option<WalkError>) {
-    let mut walker = PageWalker::new(start, page_size, WalkLimits::default());
+    let mut walker = walker(start, page_size);
     let mut seen = HashMap::new();
     let mut checkpoints = Vec::new();
     let mut requests = 0;
+    let mut quiet_checks = 0;
     let mut error = None;
     while let Some(req) = walker.next_request() {
         if std::env::var_os("WALK_TRACE").is_some() {
             eprintln!("{req:?}");
         }
         churn(service, requests);
+        let served_at = at(now(requests));
         requests += 1;
         assert!(requests < 100_000, "the walk does not end: {req:?}");
         let rows = service.list(&req);
@@ -170,10 +207,21 @@ fn walk_until_error(
                 .collect();
             eprintln!("  n={} -> {secs:?} {ids:?}", requests - 1);
         }
-        for r in &rows {
-            seen.insert(r.uid, r.updated_at);
+        let facts = match facts {
+            Facts::Hidden => PageFacts::default(),
+            Facts::Shown => PageFacts {
+                total_count: Some(service.count_from(req.updated_after)),
+                served_at: Some(served_at),
+            },
+        };
+        if req.purpose == Purpose::QuietCheck {
+            quiet_checks += 1;
+        } else {
+            for r in &rows {
+                seen.insert(r.uid, r.updated_at);
+            }
         }
-        match walker.accept(&rows) {
+        match walker.accept(&rows, facts) {
             Ok(accepted) => checkpoints.push(accepted.checkpoint),
             Err(err) => {
                 error = Some(err);
@@ -185,6 +233,7 @@ fn walk_until_error(
         start,
         checkpoint: walker.position(),
         requests,
+        quiet_checks,
         seen,
         checkpoints,
     };
@@ -207,9 +256,14 @@ fn assert_complete(service: &Service, out: &Outcome) {
     assert!(out.checkpoints.windows(2).all(|w| w[0] <= w[1]));
 }
 
-fn check(groups: &[(i64, usize)], page_size: u32, expected_checkpoint: i64) -> Outcome {
+fn check(
+    groups: &[(i64, usize)],
+    page_size: u32,
+    expected_checkpoint: i64,
+    facts: Facts,
+) -> Outcome {
     let mut service = Service::with_groups(groups);
-    let out = walk(&mut service, 0, page_size, |_, _| {}).unwrap();
+    let out = walk(&mut service, 0, page_size, facts, |_, _| {}).unwrap();
     assert_complete(&service, &out);
     let total: usize = groups.iter().map(|g| g.1).sum();
     assert_eq!(out.seen.len(), total, "every row seen");
@@ -220,72 +274,218 @@ fn check(groups: &[(i64, usize)], page_size: u32, expected_checkpoint: i64) -> O
 #[test]
 fn static_data_of_every_shape() {
     // (groups of (second, rows), page size, final checkpoint)
-    check(&[], 100, 0);
-    check(&[(5, 1)], 100, 5);
-    check(&[(1, 1), (2, 1), (3, 1)], 2, 3);
-    check(&[(1, 40), (2, 60)], 100, 2);
-    check(&[(1, 100)], 100, 1); // one full page, then the tail
-    check(&[(1, 250), (2, 3)], 100, 2); // tie group larger than a page, then more
-    check(&[(1, 200)], 100, 1); // tie group on a page edge at the end of the data
-    check(&[(1, 200), (2, 5)], 100, 2); // tie group on a page edge before more data
-    check(&[(1, 300), (2, 100), (3, 100)], 100, 3); // edges everywhere
-    check(&[(1, 1000)], 100, 1); // one bulk upload
-    check(&[(1, 7), (2, 7), (3, 7)], 1, 3); // page size 1: every row is a tie group
-    check(&[(1, 5), (2, 4)], 2, 2);
+    for facts in BOTH {
+        check(&[], 100, 0, facts);
+        check(&[(5, 1)], 100, 5, facts);
+        check(&[(1, 1), (2, 1), (3, 1)], 2, 3, facts);
+        check(&[(1, 40), (2, 60)], 100, 2, facts);
+        check(&[(1, 100)], 100, 1, facts); // one full page, then the tail
+        check(&[(1, 250), (2, 3)], 100, 2, facts); // tie group larger than a page, then more
+        check(&[(1, 200)], 100, 1, facts); // tie group on a page edge at the end of the data
+        check(&[(1, 200), (2, 5)], 100, 2, facts); // tie group on a page edge before more data
+        check(&[(1, 300), (2, 100), (3, 100)], 100, 3, facts); // edges everywhere
+        check(&[(1, 1000)], 100, 1, facts); // one bulk upload
+        check(&[(1, 7), (2, 7), (3, 7)], 1, 3, facts); // page size 1: every row is a tie group
+        check(&[(1, 5), (2, 4)], 2, 2, facts);
+    }
 }
 
 #[test]
 fn keyset_paging_costs_one_request_per_page() {
     let groups: Vec<(i64, usize)> = (1..=500).map(|s| (s, 1)).collect();
-    let out = check(&groups, 100, 500);
-    // Each page re-reads the row at the cursor: 500 rows need 6 requests, not 5.
-    assert_eq!(out.requests, 6);
+    for facts in BOTH {
+        let out = check(&groups, 100, 500, facts);
+        // Each page re-reads the row at the cursor: 500 rows need 6 requests, not 5.
+        assert_eq!((out.requests, out.quiet_checks), (6, 0));
+    }
 }
 
 #[test]
 fn a_tie_group_costs_two_scans() {
     // The first page (from 0) moves the cursor to the group; then up pages 1..=11, where the
     // group's last rows sit next to what follows; down pages 10..=1; that page was the end.
-    let out = check(&[(1, 1050), (2, 1)], 100, 2);
+    let out = check(&[(1, 1050), (2, 1)], 100, 2, Facts::Hidden);
     assert_eq!(out.requests, 1 + 11 + 10);
     // A group on a page edge: down from page 10, then one probe with another page size.
-    let out = check(&[(1, 1000), (2, 1)], 100, 2);
+    let out = check(&[(1, 1000), (2, 1)], 100, 2, Facts::Hidden);
     assert_eq!(out.requests, 1 + 11 + 10 + 1);
 }
 
 #[test]
-fn rows_leaving_a_tie_group_mid_walk_are_not_stepped_over() {
-    for victim in [0, 50, 99, 100, 150, 199, 249] {
-        let mut service = Service::with_groups(&[(1, 250), (2, 3)]);
-        let out = walk(&mut service, 0, 100, |s, n| {
-            if n == 2 {
-                s.touch_kth_at(1, victim, 9);
+fn a_quiet_tie_group_costs_one_scan_and_a_check() {
+    // Up pages 1..=11 as above, then one quiet check of one row instead of the downward
+    // scan: nothing changed, so page 11 is the exit, even on a page edge (no probe).
+    for group in [1050, 1000] {
+        let out = check(&[(1, group), (2, 1)], 100, 2, Facts::Shown);
+        assert_eq!((out.requests, out.quiet_checks), (1 + 11 + 1, 1), "{group}");
+    }
+    // Groups of three pages, one after the other, as a bulk-loaded history: per group its
+    // page 1 (the exit page of the group before, read again from the group's instant), its
+    // pages 2 and 3, the page past it and the check.
+    let groups: Vec<(i64, usize)> = (1..=10).map(|s| (s, 300)).collect();
+    let out = check(&groups, 100, 10, Facts::Shown);
+    // The last group has nothing after it: its upward scan ends the walk without a check.
+    assert_eq!((out.requests, out.quiet_checks), (1 + 9 * 5 + 4, 9));
+    // Without the facts: per group its pages 1 to 3, the page past it, pages 3 to 1 again
+    // and an exit probe (the group ends on a page edge).
+    let out = check(&groups, 100, 10, Facts::Hidden);
+    assert_eq!(out.requests, 1 + 9 * 8 + 4);
+}
+
+#[test]
+fn a_quiet_check_is_not_asked_when_it_cannot_pass() {
+    // The group's first page was served less than the late-commit window after rows the
+    // scan will reach: the check would list them. The walk scans down straight away.
+    let service = Service::with_groups(&[(1, 250), (2, 3)]);
+    let mut w = PageWalker::new(at(0), 100, WalkLimits::default(), Duration::from_secs(99));
+    let mut requests = 0;
+    while let Some(req) = w.next_request() {
+        assert_eq!(req.purpose, Purpose::Walk);
+        let rows = service.list(&req);
+        let facts = PageFacts {
+            total_count: Some(service.count_from(req.updated_after)),
+            served_at: Some(at(now(requests))),
+        };
+        requests += 1;
+        w.accept(&rows, facts).unwrap();
+    }
+    assert_eq!((requests, w.position()), (1 + 3 + 2, at(2)));
+    // Without a `Date` or without a `total_count`, there is nothing to check against.
+    for facts in [
+        PageFacts {
+            total_count: Some(253),
+            served_at: None,
+        },
+        PageFacts {
+            total_count: None,
+            served_at: Some(at(100)),
+        },
+    ] {
+        let mut w = walker(at(0), 100);
+        while let Some(req) = w.next_request() {
+            assert_eq!(req.purpose, Purpose::Walk);
+            w.accept(&service.list(&req), facts).unwrap();
+        }
+        assert_eq!(w.position(), at(2));
+    }
+}
+
+#[test]
+fn a_quiet_check_that_finds_a_change_scans_down() {
+    // The check answers with a row, or with none but a count: the walk scans down from the
+    // page it had reached, as if no check had been asked.
+    for answer in [Some(at(150)), None] {
+        let service = Service::with_groups(&[(1, 250), (2, 3)]);
+        let mut w = walker(at(1), 100);
+        let facts = |after| PageFacts {
+            total_count: Some(service.count_from(after)),
+            served_at: Some(at(100)),
+        };
+        for page in 1..=3 {
+            let req = w.next_request().unwrap();
+            assert_eq!((req.page, req.purpose), (page, Purpose::Walk));
+            w.accept(&service.list(&req), facts(at(1))).unwrap();
+        }
+        let req = w.next_request().unwrap();
+        assert_eq!(
+            req,
+            PageRequest {
+                updated_after: at(100),
+                page: 1,
+                page_size: 1,
+                purpose: Purpose::QuietCheck
             }
+        );
+        let rows: Vec<RowKey> = answer
+            .map(|t| RowKey {
+                uid: uid(1),
+                updated_at: t,
+            })
+            .into_iter()
+            .collect();
+        let count = PageFacts {
+            total_count: Some(1),
+            served_at: Some(at(101)),
+        };
+        w.accept(&rows, count).unwrap();
+        assert_eq!(w.position(), at(1), "still in the group");
+        let pages: Vec<u32> = std::iter::from_fn(|| {
+            let req = w.next_request()?;
+            w.accept(&service.list(&req), PageFacts::default()).unwrap();
+            Some(req.page)
         })
-        .unwrap();
-        assert_complete(&service, &out);
+        .collect();
+        assert_eq!(pages, [2, 1], "the downward scan, from page 3 already read");
+        assert_eq!(w.position(), at(2));
+    }
+}
+
+#[test]
+fn rows_leaving_a_tie_group_mid_walk_are_not_stepped_over() {
+    for facts in BOTH {
+        for victim in [0, 50, 99, 100, 150, 199, 249] {
+            for when in 1..6 {
+                let mut service = Service::with_groups(&[(1, 250), (2, 3)]);
+                let out = walk(&mut service, 0, 100, facts, |s, n| {
+                    if n == when {
+                        s.touch_kth_at(1, victim, now(n));
+                    }
+                })
+                .unwrap();
+                assert_complete(&service, &out);
+                assert_eq!(
+                    out.seen.len(),
+                    service.rows.len(),
+                    "{facts:?} {victim} {when}"
+                );
+            }
+        }
     }
 }
 
 #[test]
 fn rows_entering_a_tie_group_while_it_is_now_are_not_stepped_over() {
     // The group's instant is still "now" for the first requests, then time moves on.
-    for closes_at in [1, 2, 3, 4, 6] {
-        let mut service = Service::with_groups(&[(1, 250)]);
-        let out = walk(&mut service, 0, 100, |s, n| {
-            if n < closes_at {
-                s.insert(1, 3);
-            } else if n == closes_at {
-                s.insert(2, 1);
+    for facts in BOTH {
+        for closes_at in [1, 2, 3, 4, 6] {
+            let mut service = Service::with_groups(&[(1, 250)]);
+            let out = walk(&mut service, 0, 100, facts, |s, n| {
+                if n < closes_at {
+                    s.insert(1, 3);
+                } else if n == closes_at {
+                    s.insert(2, 1);
+                }
+            })
+            .unwrap();
+            assert_complete(&service, &out);
+            if closes_at <= 2 {
+                // Time moved on before the upward scan reached the group's end.
+                assert_eq!(out.checkpoint, at(2), "closes at request {closes_at}");
+                assert_eq!(out.seen.len(), service.rows.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_late_commit_entering_a_group_under_its_upward_scan_fails_the_quiet_check() {
+    // A row stamped at the group's instant shows while the upward scan is past its
+    // position, a commit later than any window (the model's clock is at 100 s): its stamp
+    // says nothing changed since the group's first page, the count says otherwise, and the
+    // downward scan reads it. (Such a row showing after the scan's last page is beyond any
+    // walk, the downward scan's included: only a lookback that covers it finds it.)
+    for when in 2..4 {
+        let mut service = Service::default();
+        service.insert_uids(1, 100..350);
+        service.insert(2, 3);
+        let out = walk(&mut service, 0, 100, Facts::Shown, |s, n| {
+            if n == when {
+                s.insert_uids(1, [1]);
             }
         })
         .unwrap();
         assert_complete(&service, &out);
-        if closes_at <= 2 {
-            // Time moved on before the upward scan reached the group's end.
-            assert_eq!(out.checkpoint, at(2), "closes at request {closes_at}");
-            assert_eq!(out.seen.len(), service.rows.len());
-        }
+        assert_eq!(out.seen.len(), service.rows.len(), "{when}");
     }
 }
 
@@ -293,25 +493,29 @@ fn rows_entering_a_tie_group_while_it_is_now_are_not_stepped_over() {
 fn a_growing_tail_group_ends_the_walk_at_its_instant() {
     // Nothing follows the group, so it may still be growing: the checkpoint stays at its
     // instant and the next pass reads it again; nothing before it is missed.
-    let mut service = Service::with_groups(&[(1, 150)]);
-    let out = walk(&mut service, 0, 100, |s, _| s.insert(1, 2)).unwrap();
-    assert_complete(&service, &out);
-    assert_eq!(out.checkpoint, at(1));
+    for facts in BOTH {
+        let mut service = Service::with_groups(&[(1, 150)]);
+        let out = walk(&mut service, 0, 100, facts, |s, _| s.insert(1, 2)).unwrap();
+        assert_complete(&service, &out);
+        assert_eq!(out.checkpoint, at(1));
+    }
 }
 
 #[test]
 fn a_group_shrinking_to_the_page_edge_mid_walk() {
-    let mut service = Service::with_groups(&[(1, 203), (2, 10)]);
-    let out = walk(&mut service, 0, 100, |s, n| {
-        if n == 1 {
-            for _ in 0..3 {
-                s.touch_kth_at(1, 0, 3);
+    for facts in BOTH {
+        let mut service = Service::with_groups(&[(1, 203), (2, 10)]);
+        let out = walk(&mut service, 0, 100, facts, |s, n| {
+            if n == 1 {
+                for _ in 0..3 {
+                    s.touch_kth_at(1, 0, now(n));
+                }
             }
-        }
-    })
-    .unwrap();
-    assert_complete(&service, &out);
-    assert_eq!(out.checkpoint, at(3));
+        })
+        .unwrap();
+        assert_complete(&service, &out);
+        assert_eq!(out.checkpoint, at(now(1)));
+    }
 }
 
 #[test]
@@ -325,29 +529,30 @@ fn distrusts_the_service() {
             })
             .collect()
     };
-    let mut w = PageWalker::new(at(5), 2, WalkLimits::default());
+    let none = PageFacts::default();
+    let mut w = walker(at(5), 2);
     assert!(matches!(
-        w.accept(&rows(&[5, 6, 7])),
+        w.accept(&rows(&[5, 6, 7]), none),
         Err(WalkError::PageTooLarge { got: 3, .. })
     ));
-    let mut w = PageWalker::new(at(5), 3, WalkLimits::default());
+    let mut w = walker(at(5), 3);
     assert!(matches!(
-        w.accept(&rows(&[5, 7, 6])),
+        w.accept(&rows(&[5, 7, 6]), none),
         Err(WalkError::OutOfOrder { .. })
     ));
-    let mut w = PageWalker::new(at(5), 3, WalkLimits::default());
+    let mut w = walker(at(5), 3);
     assert!(matches!(
-        w.accept(&rows(&[4, 6])),
+        w.accept(&rows(&[4, 6]), none),
         Err(WalkError::BeforeCursor { .. })
     ));
     // A service that ignores `page` inside a tie group: pages 1, 2 and 3 are the same rows.
-    let mut w = PageWalker::new(at(5), 10, WalkLimits::default());
-    w.accept(&rows(&[5; 10])).unwrap();
+    let mut w = walker(at(5), 10);
+    w.accept(&rows(&[5; 10]), none).unwrap();
     assert_eq!(w.next_request().unwrap().page, 2);
-    w.accept(&rows(&[5; 10])).unwrap();
+    w.accept(&rows(&[5; 10]), none).unwrap();
     assert_eq!(w.next_request().unwrap().page, 3);
     assert_eq!(
-        w.accept(&rows(&[5; 10])),
+        w.accept(&rows(&[5; 10]), none),
         Err(WalkError::PageIgnored {
             after: at(5),
             page: 3,
@@ -355,25 +560,32 @@ fn distrusts_the_service() {
         })
     );
     // With small pages the same happens, caught by the page bound instead.
-    let mut w = PageWalker::new(at(5), 2, WalkLimits::default());
+    let mut w = walker(at(5), 2);
     let err = (0..100)
-        .find_map(|_| w.accept(&rows(&[5, 5])).err())
+        .find_map(|_| w.accept(&rows(&[5, 5]), none).err())
         .expect("bounded");
     assert!(matches!(err, WalkError::TieUnsettled { .. }), "{err}");
 }
 
-/// Runs a walk whose churn happens only before request `when`; once the service stops
-/// changing, the walk must reach the end of the data having seen every row as it now is.
-fn check_settles(service: &mut Service, page_size: u32, churn: impl FnMut(&mut Service, usize)) {
-    let out = walk(service, 0, page_size, churn)
-        .unwrap_or_else(|e| panic!("the walk must complete once churn stops: {e}"));
-    assert_complete(service, &out);
-    assert_eq!(
-        out.seen, service.rows,
-        "every row seen in its final version"
-    );
-    let last = service.rows.values().max().copied().unwrap_or(at(0));
-    assert_eq!(out.checkpoint, last, "the walk reached the end of the data");
+/// Runs a walk of a copy of `service` whose churn stops at some request, with the facts
+/// hidden and shown: once the service stops changing, the walk must reach the end of the
+/// data having seen every row as it now is.
+fn check_settles(service: &Service, page_size: u32, churn: impl Fn(&mut Service, usize)) {
+    for facts in BOTH {
+        let mut service = service.clone();
+        let out = walk(&mut service, 0, page_size, facts, &churn)
+            .unwrap_or_else(|e| panic!("the walk must complete once churn stops ({facts:?}): {e}"));
+        assert_complete(&service, &out);
+        assert_eq!(
+            out.seen, service.rows,
+            "every row seen in its final version ({facts:?})"
+        );
+        let last = service.rows.values().max().copied().unwrap_or(at(0));
+        assert_eq!(
+            out.checkpoint, last,
+            "the walk reached the end of the data ({facts:?})"
+        );
+    }
 }
 
 #[test]
@@ -389,10 +601,10 @@ fn a_group_losing_a_page_or_more_while_walked_completes() {
     ] {
         for from in [Leave::First, Leave::Last, Leave::Spread] {
             for when in 1..30 {
-                let mut service = Service::with_groups(&[(1, group), (2, after)]);
-                check_settles(&mut service, page_size, |s, n| {
+                let service = Service::with_groups(&[(1, group), (2, after)]);
+                check_settles(&service, page_size, |s, n| {
                     if n == when {
-                        s.leave(1, leaving, from, 9);
+                        s.leave(1, leaving, from, now(n));
                     }
                 });
             }
@@ -407,12 +619,12 @@ fn a_group_emptied_during_its_downward_scan_exits_from_page_one() {
     // 15..1 then hold no group row: page 1 shows the group empty next to what follows, an
     // exit. Ignoring them left the exit probe to creep down from position 64, two or three
     // positions a request, until the page bound gave up although nothing changed any more.
-    let mut service = Service::with_groups(&[(2, 65)]);
-    check_settles(&mut service, 4, |s, n| match n {
+    let service = Service::with_groups(&[(2, 65)]);
+    check_settles(&service, 4, |s, n| match n {
         0 => {
-            s.touch_kth_at(2, 0, 100);
+            s.touch_kth_at(2, 0, now(n));
         }
-        19 => s.leave(2, 64, Leave::Spread, 119),
+        19 => s.leave(2, 64, Leave::Spread, now(n)),
         _ => {}
     });
 }
@@ -428,10 +640,10 @@ fn a_group_losing_rows_at_every_step_of_its_walk_completes() {
         (300, 10, 10, 3, 40),
     ] {
         for from in [Leave::First, Leave::Last, Leave::Spread] {
-            let mut service = Service::with_groups(&[(1, group), (2, after)]);
-            check_settles(&mut service, page_size, |s, n| {
+            let service = Service::with_groups(&[(1, group), (2, after)]);
+            check_settles(&service, page_size, |s, n| {
                 if (1..=requests).contains(&n) {
-                    s.leave(1, per_request, from, 100 + n as i64);
+                    s.leave(1, per_request, from, now(n));
                 }
             });
         }
@@ -442,37 +654,40 @@ fn a_group_losing_rows_at_every_step_of_its_walk_completes() {
 fn a_page_of_rows_entering_between_two_requests_is_not_an_ignored_page() {
     // 25 rows at 1 s, still "now". Between pages 1 and 2 of the upward scan, 10 rows enter
     // the group before all of them: page 2 then holds exactly what page 1 held.
-    let mut service = Service::default();
-    service.insert_uids(1, 100..125);
-    let out = walk(&mut service, 0, 10, |s, n| {
-        if n == 2 {
-            s.insert_uids(1, 1..=10);
-        }
-    })
-    .unwrap();
-    assert_complete(&service, &out);
-    assert_eq!(out.checkpoint, at(1));
-    let first_25: HashMap<Uuid, Timestamp> = (100..125).map(|n| (uid(n), at(1))).collect();
-    assert!(first_25.iter().all(|(u, t)| out.seen.get(u) == Some(t)));
+    for facts in BOTH {
+        let mut service = Service::default();
+        service.insert_uids(1, 100..125);
+        let out = walk(&mut service, 0, 10, facts, |s, n| {
+            if n == 2 {
+                s.insert_uids(1, 1..=10);
+            }
+        })
+        .unwrap();
+        assert_complete(&service, &out);
+        assert_eq!(out.checkpoint, at(1));
+        let first_25: HashMap<Uuid, Timestamp> = (100..125).map(|n| (uid(n), at(1))).collect();
+        assert!(first_25.iter().all(|(u, t)| out.seen.get(u) == Some(t)));
+    }
 }
 
 #[test]
 fn the_position_never_moves_back_and_starts_at_the_start() {
-    let w = PageWalker::new(at(42), 100, WalkLimits::default());
+    let w = walker(at(42), 100);
     assert_eq!(w.position(), at(42));
     assert_eq!(
         w.next_request(),
         Some(PageRequest {
             updated_after: at(42),
             page: 1,
-            page_size: 100
+            page_size: 100,
+            purpose: Purpose::Walk,
         })
     );
 }
 
 /// One change to the service, applied before request `n`.
 fn apply(s: &mut Service, n: usize, kind: u8, secs: i64, k: usize) {
-    let now = 100 + n as i64;
+    let now = now(n);
     match kind {
         // an update: the row moves to "now" (later than everything)
         0 => {
@@ -504,9 +719,11 @@ proptest! {
         groups in prop::collection::vec((1i64..8, 1usize..60), 0..6),
         page_size in 1u32..12,
         events in prop::collection::vec((0usize..40, 0u8..4, 1i64..8, 0usize..80), 0..12),
+        shown in any::<bool>(),
     ) {
+        let facts = if shown { Facts::Shown } else { Facts::Hidden };
         let mut service = Service::with_groups(&groups);
-        let result = walk(&mut service, 0, page_size, |s, n| {
+        let result = walk(&mut service, 0, page_size, facts, |s, n| {
             for &(when, kind, secs, k) in &events {
                 if when == n {
                     apply(s, n, kind, secs, k);
@@ -531,9 +748,11 @@ proptest! {
         period in 1usize..3,
         churn_requests in 0usize..300,
         events in prop::collection::vec((0u8..4, 1i64..8, 0usize..30), 1..20),
+        shown in any::<bool>(),
     ) {
+        let facts = if shown { Facts::Shown } else { Facts::Hidden };
         let mut service = Service::with_groups(&groups);
-        let (first, error) = walk_until_error(&mut service, at(0), page_size, |s, n| {
+        let (first, error) = walk_until_error(&mut service, at(0), page_size, facts, |s, n| {
             if n < churn_requests && n % period == 0 {
                 let (kind, secs, k) = events[(n / period) % events.len()];
                 apply(s, n, kind, secs, k);
@@ -544,7 +763,7 @@ proptest! {
             None => {}
             Some(WalkError::TieUnsettled { .. }) => {
                 let (next, error) =
-                    walk_until_error(&mut service, first.checkpoint, page_size, |_, _| {});
+                    walk_until_error(&mut service, first.checkpoint, page_size, facts, |_, _| {});
                 prop_assert!(error.is_none(), "the next walk failed: {error:?}");
                 assert_complete(&service, &next);
                 prop_assert_eq!(
@@ -562,7 +781,7 @@ proptest! {
 #[test]
 fn rows_entering_the_newest_group_before_every_request_with_pages_of_one() {
     let mut service = Service::with_groups(&[(4, 45), (1, 8)]);
-    let (first, error) = walk_until_error(&mut service, at(0), 1, |s, n| {
+    let (first, error) = walk_until_error(&mut service, at(0), 1, Facts::Hidden, |s, n| {
         if n < 126 {
             apply(s, n, 2, 1, 0);
         }
@@ -570,7 +789,8 @@ fn rows_entering_the_newest_group_before_every_request_with_pages_of_one() {
     assert_complete(&service, &first);
     if let Some(error) = error {
         assert!(matches!(error, WalkError::TieUnsettled { .. }), "{error}");
-        let (next, error) = walk_until_error(&mut service, first.checkpoint, 1, |_, _| {});
+        let (next, error) =
+            walk_until_error(&mut service, first.checkpoint, 1, Facts::Hidden, |_, _| {});
         assert!(error.is_none(), "the next walk failed: {error:?}");
         assert_complete(&service, &next);
     }
