@@ -32,22 +32,24 @@
 //!      scanned down again.
 //!      Pages per scan and downward scans are bounded: a group that will not settle ends
 //!      the pass with an error and the checkpoint stays at `T`.
-//!
-//!   The downward scan and the probe are needed only when rows left or entered the group
-//!   during the upward scan, and a **quiet check** proves, in one request of one row, that
-//!   none did: `updated_after = Q, page_size = 1` answering nothing, where `Q` is the
-//!   service's clock at the group's first page (its `Date` header) minus the late-commit
-//!   window (`sync.lookback`). A row leaving the group is stamped with the time of its
-//!   change, so any change made visible during the scan is stamped at or after `Q`; a row
-//!   entering the group (a late commit) raises `pagination.total_count`, which every page of
-//!   the upward scan must repeat. When both hold, positions did not move under the scan:
-//!   it read the whole group, and its last page is an exit. The check is asked only when
-//!   `Q` is past every row the scan saw (else the group itself answers it), and never
-//!   without a `Date` header or a `total_count`; when it fails the walk scans down as above,
-//!   from the page it had reached. A static group costs its pages, the page past it and the
-//!   check; only a group the service changes while it is read costs the second scan. (A
-//!   call deleted during the scan while another enters the group would fool the counts;
-//!   the service has no deletion, and the downward scan shares that blind spot.)
+//! - **Quiet runs** (`run.rs`). The second scan and the probe are there for rows that move
+//!   while a group is read; most groups (a settled bulk upload, history) see none. So a tie
+//!   group is first read as a *run*: page after page of the same query (`updated_after = T`),
+//!   through the group and on through the groups after it, without the second scan and
+//!   without going back to page 1 at each new instant. A run ends at a group boundary (after
+//!   `run_pages` pages, or where few rows share the last instant, as when ties stop) or at
+//!   the end of the data, with a **quiet check**: `updated_after = Q, page_size = 1`
+//!   answering nothing, `Q` being the service's clock at the run's first page (its `Date`)
+//!   minus the late-commit window (`sync.lookback`). A row that left a group during the run
+//!   is stamped at or after `Q`, and one that entered it (a late commit) changes
+//!   `pagination.total_count`, which every page of the run must repeat. Both holding, no
+//!   position moved under the run: it read every row up to its last page, and the
+//!   checkpoint moves to that page's last instant, from which keyset paging resumes. Anything
+//!   else (a change, a `Q` not past the rows read, no `Date` or no `total_count`, more rows
+//!   than counted) falls back: the walk reads again from the checkpoint with the two scans,
+//!   for the rest of the walk. Runs grow (the first ends at its first boundary, the next at
+//!   4, 8 … 32 pages), so a live schedule wastes one short run a pass, and the checkpoint of
+//!   a quiet one trails the pages written by a run at most: a crash replays that run.
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
@@ -56,14 +58,11 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::service::{MAX_PAGE_SIZE, Timestamp};
+pub use page::{PageFacts, RowKey};
+use page::{count_at, uids};
+use run::{Quiet, Run, RunStep};
 
-/// The key of one listed row: all the walker needs to know about it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowKey {
-    pub uid: Uuid,
-    pub updated_at: Timestamp,
-}
+use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
 /// One list request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,18 +78,9 @@ pub struct PageRequest {
 pub enum Purpose {
     /// A page of the walk: its rows are the data.
     Walk,
-    /// A quiet check: whether anything changed since a tie group's first page. Its row, if
-    /// any, is read again by the walk later; the caller need not keep it.
+    /// A quiet check: whether anything changed since a run began. Its row, if any, is read
+    /// by the walk in its turn; the caller need not keep it.
     QuietCheck,
-}
-
-/// What a response says beside its rows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageFacts {
-    /// `pagination.total_count`: the rows at or after the request's `updated_after`.
-    pub total_count: Option<u64>,
-    /// The service's clock when it answered (its `Date` header: whole seconds, truncated).
-    pub served_at: Option<Timestamp>,
 }
 
 /// What the walker learned from a page.
@@ -171,8 +161,13 @@ pub struct PageWalker {
     page_size: u32,
     limits: WalkLimits,
     /// How much earlier than the service's clock a change may be stamped when it becomes
-    /// visible (the late-commit window): what the quiet check allows for.
+    /// visible (the late-commit window): what a quiet check allows for.
     late_commits: Duration,
+    /// Whether tie groups are read as quiet runs; off for the rest of the walk once one
+    /// could not be proven quiet.
+    runs: bool,
+    /// Pages the next run may read before it ends at a group boundary.
+    run_pages: u32,
     checkpoint: Timestamp,
     state: State,
 }
@@ -182,17 +177,16 @@ enum State {
     Keyset {
         cursor: Timestamp,
     },
-    Tie(TieWalk),
-    /// The upward scan has read the group up to `page`, whose `rows` go past it: one
-    /// request for anything stamped since `since`. Nothing means nothing moved under the
-    /// scan, and `rows` are the exit; anything means a downward scan, starting with `rows`.
-    QuietCheck {
-        tie: TieWalk,
-        since: Timestamp,
-        page: u32,
-        rows: Vec<RowKey>,
+    /// Tie groups paged by page number in one query, while nothing moves.
+    Run(Run),
+    /// The run has read up to a page whose last row is at `last`: one request for anything
+    /// stamped since it began. Nothing: the checkpoint moves to `last`. Anything: fall back.
+    RunCheck {
+        run: Run,
+        last: Timestamp,
         full: bool,
     },
+    Tie(TieWalk),
     /// The group has been read but no page showed its last row next to what follows: one
     /// request with another page size, whose page should hold both.
     ExitProbe {
@@ -231,19 +225,6 @@ struct TieWalk {
     down_scans: u32,
     /// The upward scan's previous page, for [`TieWalk::check_page_moves`].
     previous: Option<Repeat>,
-    /// While the upward scan may still end with a quiet check: what it checks.
-    quiet: Option<Quiet>,
-}
-
-/// What a quiet check of a group compares: its first page's facts.
-#[derive(Debug, Clone, Copy)]
-struct Quiet {
-    /// The service's clock at the group's first page, minus the late-commit window: any
-    /// change made visible since is stamped at or after it.
-    since: Timestamp,
-    /// `total_count` of the group's first page; every page of the upward scan repeats it
-    /// unless rows entered the group (or calls before it changed).
-    total_count: u64,
 }
 
 /// A page of an upward scan, and how many page numbers in a row answered with its rows.
@@ -281,6 +262,8 @@ impl PageWalker {
             page_size: page_size.clamp(1, MAX_PAGE_SIZE),
             limits,
             late_commits,
+            runs: true,
+            run_pages: 0,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -290,8 +273,9 @@ impl PageWalker {
     pub fn next_request(&self) -> Option<PageRequest> {
         let (updated_after, page, page_size, purpose) = match &self.state {
             State::Keyset { cursor } => (*cursor, 1, self.page_size, Purpose::Walk),
+            State::Run(run) => (run.after, run.page, self.page_size, Purpose::Walk),
+            State::RunCheck { run, .. } => (run.since(), 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
-            State::QuietCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::ExitProbe {
                 tie,
                 page,
@@ -320,14 +304,15 @@ impl PageWalker {
             let full = rows.len() == request.page_size as usize;
             self.state = match std::mem::replace(&mut self.state, State::Done) {
                 State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full, facts),
-                State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
-                State::QuietCheck {
-                    tie,
-                    page,
-                    rows: last,
-                    full: last_full,
-                    ..
-                } => self.after_quiet_check(tie, page, &last, last_full, rows, facts)?,
+                State::Run(run) => match run.step(rows, full, facts, self.page_size) {
+                    RunStep::Next(run) => State::Run(run),
+                    RunStep::Check { run, last, full } => State::RunCheck { run, last, full },
+                    RunStep::FallBack(after) => self.fall_back(after),
+                },
+                State::RunCheck { run, last, full } => {
+                    self.after_run_check(&run, last, full, rows, facts)
+                }
+                State::Tie(tie) => self.after_tie_page(tie, rows, full)?,
                 State::ExitProbe {
                     tie,
                     page,
@@ -357,15 +342,15 @@ impl PageWalker {
             self.advance(last);
             return State::Keyset { cursor: last };
         }
-        // A full page of nothing but `cursor`: it is page 1 of an upward scan of the group.
+        // A full page of nothing but `cursor`: page 1 of a quiet run, when one may prove
+        // itself (its check must be able to pass: the group older than the late-commit
+        // window), else of an upward scan of the group.
+        if let Some(quiet) =
+            Quiet::of(facts, self.late_commits).filter(|q| self.runs && q.since > cursor)
+        {
+            return State::Run(Run::start(cursor, rows, quiet, self.run_pages));
+        }
         let mut tie = TieWalk::new(cursor);
-        tie.quiet = facts
-            .served_at
-            .zip(facts.total_count)
-            .map(|(served_at, total_count)| Quiet {
-                since: served_at.saturating_sub(self.late_commits),
-                total_count,
-            });
         tie.record(rows);
         tie.previous = Some(Repeat {
             page: 1,
@@ -383,29 +368,12 @@ impl PageWalker {
         mut tie: TieWalk,
         rows: &[RowKey],
         full: bool,
-        facts: PageFacts,
     ) -> Result<State, WalkError> {
         if tie.scan == Scan::Up {
             tie.check_page_moves(rows)?;
-            if tie
-                .quiet
-                .is_some_and(|q| facts.total_count != Some(q.total_count))
-            {
-                tie.quiet = None;
-            }
         }
         tie.record(rows);
         tie.pages_in_scan += 1;
-        self.tie_step(tie, rows, full)
-    }
-
-    /// Where the page `rows` (page `tie.page` of the group) leads the walk.
-    fn tie_step(
-        &mut self,
-        mut tie: TieWalk,
-        rows: &[RowKey],
-        full: bool,
-    ) -> Result<State, WalkError> {
         let (at, page) = (tie.at, tie.page);
         let tie_rows = count_at(at, rows);
         let has_tie_row = tie_rows > 0;
@@ -416,20 +384,9 @@ impl PageWalker {
                 Scan::Up if all_tie => tie.page += 1,
                 // Nothing follows the group: end at `T`, which the next pass reads again.
                 Scan::Up if !past_group => return Ok(self.leave(Exit::End(at))),
-                // Rows after `T` exist, so none can enter the group any more. If nothing
-                // changed during the scan it is complete: ask. Else scan down, starting with
-                // this very page.
+                // Rows after `T` exist, so none can enter the group any more: scan down,
+                // starting with this very page.
                 Scan::Up => {
-                    let newest = rows.last().map_or(at, |r| r.updated_at);
-                    if let Some(quiet) = tie.quiet.take().filter(|q| q.since > newest) {
-                        return Ok(State::QuietCheck {
-                            tie,
-                            since: quiet.since,
-                            page,
-                            rows: rows.to_vec(),
-                            full,
-                        });
-                    }
                     tie.start_down_scan(page);
                     continue;
                 }
@@ -488,26 +445,6 @@ impl PageWalker {
         Ok(())
     }
 
-    /// The answer to a quiet check of the group whose upward scan ended with `last`, page
-    /// `page`: nothing stamped since the group's first page means no row left it, and an
-    /// unchanged `total_count` that none entered, so the scan read all of it and `last`
-    /// shows what follows it. Anything else: the downward scan, from `last`.
-    fn after_quiet_check(
-        &mut self,
-        mut tie: TieWalk,
-        page: u32,
-        last: &[RowKey],
-        full: bool,
-        rows: &[RowKey],
-        facts: PageFacts,
-    ) -> Result<State, WalkError> {
-        if rows.is_empty() && facts.total_count.is_none_or(|n| n == 0) {
-            return Ok(self.leave(exit_through(tie.at, last, full)));
-        }
-        tie.start_down_scan(page);
-        self.tie_step(tie, last, full)
-    }
-
     fn after_exit_probe(
         &mut self,
         mut tie: TieWalk,
@@ -545,6 +482,35 @@ impl PageWalker {
         // The page holds the group's last row next to what follows, or starts at `T` itself
         // (page 1): leave from it.
         Ok(self.leave(exit_through(at, rows, full)))
+    }
+
+    /// The answer to the quiet check of a run that read up to a page ending at `last`.
+    fn after_run_check(
+        &mut self,
+        run: &Run,
+        last: Timestamp,
+        full: bool,
+        rows: &[RowKey],
+        facts: PageFacts,
+    ) -> State {
+        if !run::is_quiet(rows, facts) {
+            return self.fall_back(run.after);
+        }
+        self.run_pages = run::next_run_pages(self.run_pages);
+        self.leave(if full {
+            Exit::Continue(last)
+        } else {
+            Exit::End(last)
+        })
+    }
+
+    /// A run that cannot be proven quiet: read again from where it began (the checkpoint),
+    /// with the two scans, and without runs for the rest of the walk (a service that
+    /// changed once is likely to again, and a run's pages would be read for nothing).
+    fn fall_back(&mut self, after: Timestamp) -> State {
+        tracing::debug!(%after, "a quiet run could not be proven quiet: read again with two scans");
+        self.runs = false;
+        State::Keyset { cursor: after }
     }
 
     fn leave(&mut self, exit: Exit) -> State {
@@ -605,7 +571,6 @@ impl TieWalk {
             pages_in_scan: 0,
             down_scans: 0,
             previous: None,
-            quiet: None,
         }
     }
 
@@ -762,19 +727,12 @@ fn validate(request: &PageRequest, rows: &[RowKey]) -> Result<(), WalkError> {
     Ok(())
 }
 
-fn uids(rows: &[RowKey]) -> Vec<Uuid> {
-    rows.iter().map(|r| r.uid).collect()
-}
-
-/// Rows of the page at `at` (they come first: the page is in order and starts at `at`).
-fn count_at(at: Timestamp, rows: &[RowKey]) -> usize {
-    rows.iter().filter(|r| r.updated_at == at).count()
-}
-
 /// A count of rows as a list position (saturating, which no real group reaches).
 fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+mod page;
+mod run;
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@
 //! [`Engine`] holds the API client and the writer thread that owns the [`Sink`];
 //! [`Engine::run_pass`] runs one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs
 //! several concurrently. The paging decisions are pure (`cursor.rs`); the checkpoint is
-//! committed with each page, so a crash at any instant replays at most one page. Every pass
+//! committed with each page, so a crash at any instant replays at most one page (in tie
+//! groups, one quiet run of at most 32 pages, whose checkpoint moves at its end). Every pass
 //! ends: it reads what had changed by the service's clock when it began. The engine knows
 //! neither clap nor cron: the CLI and the daemon decide when passes run.
 

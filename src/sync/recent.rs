@@ -9,7 +9,7 @@ use crate::service::{OutboundCall, Timestamp};
 /// Rows this pass has already handed to the sink that the walk may list again (those at
 /// or after its position: keyset overlap and tie groups). A re-listed row whose list item is
 /// identical needs neither a detail request nor a write. Pruned as the position advances,
-/// so it holds a tie group at most, whatever the number of calls.
+/// so it holds a tie group or a quiet run (32 pages) at most, whatever the number of calls.
 #[derive(Default)]
 pub(super) struct RecentRows {
     rows: HashMap<Uuid, (Timestamp, u64)>,

@@ -4,7 +4,7 @@
 //! `updated_at` before the final checkpoint was seen in exactly that version (so the next
 //! pass, starting at the checkpoint, misses nothing), and the walk ended in bounded requests.
 //!
-//! The model's clock: request `n` is served at `100 + n` seconds, and a change made before
+//! The model's clock: request `n` is served at `1000 + n` seconds, and a change made before
 //! it stamps its rows at that instant (see [`now`]); the seeded data is older. Rows inserted
 //! at an older instant are late commits: they raise the counts, and the lookback covers
 //! the rest. Each walk runs twice where it matters: with the service's facts hidden (the
@@ -29,7 +29,7 @@ fn uid(n: u64) -> Uuid {
 /// The model's clock at request `n`, in seconds: what its `Date` says, and the instant a
 /// change made just before the request is stamped with.
 fn now(n: usize) -> i64 {
-    100 + n as i64
+    1000 + n as i64
 }
 
 /// Whether the model tells the walker its clock and `total_count` beside each page.
@@ -313,43 +313,78 @@ fn a_tie_group_costs_two_scans() {
 
 #[test]
 fn a_quiet_tie_group_costs_one_scan_and_a_check() {
-    // Up pages 1..=11 as above, then one quiet check of one row instead of the downward
-    // scan: nothing changed, so page 11 is the exit, even on a page edge (no probe).
+    // Pages 1..=11 as above, then one quiet check of one row instead of the downward scan:
+    // nothing changed, so the run read the whole group, even on a page edge (no probe).
     for group in [1050, 1000] {
         let out = check(&[(1, group), (2, 1)], 100, 2, Facts::Shown);
         assert_eq!((out.requests, out.quiet_checks), (1 + 11 + 1, 1), "{group}");
     }
-    // Groups of three pages, one after the other, as a bulk-loaded history: per group its
-    // page 1 (the exit page of the group before, read again from the group's instant), its
-    // pages 2 and 3, the page past it and the check.
-    let groups: Vec<(i64, usize)> = (1..=10).map(|s| (s, 300)).collect();
-    let out = check(&groups, 100, 10, Facts::Shown);
-    // The last group has nothing after it: its upward scan ends the walk without a check.
-    assert_eq!((out.requests, out.quiet_checks), (1 + 9 * 5 + 4, 9));
-    // Without the facts: per group its pages 1 to 3, the page past it, pages 3 to 1 again
-    // and an exit probe (the group ends on a page edge).
-    let out = check(&groups, 100, 10, Facts::Hidden);
-    assert_eq!(out.requests, 1 + 9 * 8 + 4);
 }
 
 #[test]
-fn a_quiet_check_is_not_asked_when_it_cannot_pass() {
-    // The group's first page was served less than the late-commit window after rows the
-    // scan will reach: the check would list them. The walk scans down straight away.
+fn quiet_runs_cross_groups_without_going_back_to_their_first_pages() {
+    // Groups of three pages, one after the other, as a bulk-loaded history. The first run
+    // ends at its first boundary (pages 1 to 3 of the first group, the page past it, the
+    // check); each later run starts again at page 1 of the instant it ended at (a page read
+    // again) and runs to the first boundary past 4, 8, 16 … 32 pages, then a check.
+    let groups: Vec<(i64, usize)> = (1..=10).map(|s| (s, 300)).collect();
+    let out = check(&groups, 100, 10, Facts::Shown);
+    // From 0; 4 pages + check; 4 + check; 10 + check; the last 5 groups and an empty page
+    // (the end of the data) + check.
+    assert_eq!((out.requests, out.quiet_checks), (1 + 5 + 5 + 11 + 17, 4));
+    // Without the facts: per group its pages 1 to 3, the page past it, pages 3 to 1 again
+    // and an exit probe (the group ends on a page edge); the last group ends the data.
+    let out = check(&groups, 100, 10, Facts::Hidden);
+    assert_eq!(out.requests, 1 + 9 * 8 + 4);
+    // 1,000 pages of groups of three pages (10 rows a page, to keep the model quick): each
+    // page once, plus one page and one check a run of 32 pages or so once runs are at their
+    // longest.
+    let groups: Vec<(i64, usize)> = (1..=334).map(|s| (s, 30)).collect();
+    let out = check(&groups, 10, 334, Facts::Shown);
+    let pages = out.requests - out.quiet_checks;
+    assert_eq!((pages, out.quiet_checks), (1 + 1002 + 34, 34));
+}
+
+#[test]
+fn a_run_ends_where_the_ties_stop() {
+    // A group of 250, then one row a second: the run ends on the first page where few rows
+    // share its last instant, and keyset paging goes on from there.
+    let mut groups = vec![(1, 250)];
+    groups.extend((2..=400).map(|s| (s, 1)));
+    let out = check(&groups, 100, 400, Facts::Shown);
+    // From 0; run pages 1 to 3 (page 3: 50 rows at 1 s, then 2..=51 s), the check; keyset
+    // pages from 51 s: 349 rows, one read twice a page, in 4 pages.
+    assert_eq!((out.requests, out.quiet_checks), (1 + 3 + 1 + 4, 1));
+}
+
+#[test]
+fn a_run_is_not_started_or_falls_back_when_its_check_cannot_pass() {
     let service = Service::with_groups(&[(1, 250), (2, 3)]);
-    let mut w = PageWalker::new(at(0), 100, WalkLimits::default(), Duration::from_secs(99));
-    let mut requests = 0;
-    while let Some(req) = w.next_request() {
-        assert_eq!(req.purpose, Purpose::Walk);
-        let rows = service.list(&req);
-        let facts = PageFacts {
-            total_count: Some(service.count_from(req.updated_after)),
-            served_at: Some(at(now(requests))),
-        };
-        requests += 1;
-        w.accept(&rows, facts).unwrap();
-    }
-    assert_eq!((requests, w.position()), (1 + 3 + 2, at(2)));
+    let walk_with = |late_commits: u64| {
+        let mut w = PageWalker::new(
+            at(0),
+            100,
+            WalkLimits::default(),
+            Duration::from_secs(late_commits),
+        );
+        let mut requests = 0;
+        while let Some(req) = w.next_request() {
+            assert_eq!(req.purpose, Purpose::Walk, "no check asked");
+            let facts = PageFacts {
+                total_count: Some(service.count_from(req.updated_after)),
+                served_at: Some(at(now(requests))),
+            };
+            requests += 1;
+            w.accept(&service.list(&req), facts).unwrap();
+        }
+        (requests, w.position())
+    };
+    // The group is within the late-commit window of the service's clock (1001 s - 1000 s):
+    // no run; from 0, pages 1 to 3 up, 2 and 1 down.
+    assert_eq!(walk_with(1000), (1 + 3 + 2, at(2)));
+    // The group is older (1001 s - 999 s = 2 s), the rows after it are not: the run reads the
+    // group, reaches them, cannot ask, and the walk reads the group again with two scans.
+    assert_eq!(walk_with(999), (1 + 3 + 3 + 2, at(2)));
     // Without a `Date` or without a `total_count`, there is nothing to check against.
     for facts in [
         PageFacts {
@@ -362,18 +397,20 @@ fn a_quiet_check_is_not_asked_when_it_cannot_pass() {
         },
     ] {
         let mut w = walker(at(0), 100);
+        let mut requests = 0;
         while let Some(req) = w.next_request() {
             assert_eq!(req.purpose, Purpose::Walk);
             w.accept(&service.list(&req), facts).unwrap();
+            requests += 1;
         }
-        assert_eq!(w.position(), at(2));
+        assert_eq!((requests, w.position()), (1 + 3 + 2, at(2)));
     }
 }
 
 #[test]
-fn a_quiet_check_that_finds_a_change_scans_down() {
-    // The check answers with a row, or with none but a count: the walk scans down from the
-    // page it had reached, as if no check had been asked.
+fn a_quiet_check_that_finds_a_change_falls_back_to_two_scans() {
+    // The check answers with a row, or with none but a count: the walk reads the group
+    // again from its instant, up and down, and asks no more checks.
     for answer in [Some(at(150)), None] {
         let service = Service::with_groups(&[(1, 250), (2, 3)]);
         let mut w = walker(at(1), 100);
@@ -411,13 +448,36 @@ fn a_quiet_check_that_finds_a_change_scans_down() {
         assert_eq!(w.position(), at(1), "still in the group");
         let pages: Vec<u32> = std::iter::from_fn(|| {
             let req = w.next_request()?;
-            w.accept(&service.list(&req), PageFacts::default()).unwrap();
+            assert_eq!(req.purpose, Purpose::Walk);
+            w.accept(&service.list(&req), facts(req.updated_after))
+                .unwrap();
             Some(req.page)
         })
         .collect();
-        assert_eq!(pages, [2, 1], "the downward scan, from page 3 already read");
+        assert_eq!(pages, [1, 2, 3, 2, 1], "the two scans");
         assert_eq!(w.position(), at(2));
     }
+}
+
+#[test]
+fn a_run_over_a_service_ignoring_page_falls_back_to_the_scans_that_name_it() {
+    // Every page number answers page 1: the run sees its previous page again and gives way
+    // to the upward scan, which reports the service.
+    let rows: Vec<RowKey> = (0..10)
+        .map(|n| RowKey {
+            uid: uid(n + 1),
+            updated_at: at(5),
+        })
+        .collect();
+    let facts = PageFacts {
+        total_count: Some(1000),
+        served_at: Some(at(100)),
+    };
+    let mut w = walker(at(5), 10);
+    let err = (0..10)
+        .find_map(|_| w.accept(&rows, facts).err())
+        .expect("caught");
+    assert!(matches!(err, WalkError::PageIgnored { .. }), "{err}");
 }
 
 #[test]
@@ -470,7 +530,7 @@ fn rows_entering_a_tie_group_while_it_is_now_are_not_stepped_over() {
 #[test]
 fn a_late_commit_entering_a_group_under_its_upward_scan_fails_the_quiet_check() {
     // A row stamped at the group's instant shows while the upward scan is past its
-    // position, a commit later than any window (the model's clock is at 100 s): its stamp
+    // position, a commit later than any window (the model's clock is at 1000 s): its stamp
     // says nothing changed since the group's first page, the count says otherwise, and the
     // downward scan reads it. (Such a row showing after the scan's last page is beyond any
     // walk, the downward scan's included: only a lookback that covers it finds it.)
