@@ -196,9 +196,9 @@ impl Sender<'_> {
             return Ok(known);
         }
         let schedule = self.options.schedule;
-        // Without quiet checks (no late-commit window, no facts given): a bulk upload is a
-        // tie group, and a call missed here is a person called twice, so every group this
-        // walk meets is read twice, whatever the service says of its clock.
+        // Without quiet runs (no late-commit window, no facts given): a bulk upload is a tie
+        // group, and a call missed here is a person called twice, so every group this walk
+        // meets is read with the two scans, whatever the service says of its clock.
         let mut walker = PageWalker::new(
             Timestamp::EPOCH,
             MAX_PAGE_SIZE,
