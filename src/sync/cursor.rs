@@ -45,11 +45,14 @@
 //!   `pagination.total_count`, which every page of the run must repeat. Both holding, no
 //!   position moved under the run: it read every row up to its last page, and the
 //!   checkpoint moves to that page's last instant, from which keyset paging resumes. Anything
-//!   else (a change, a `Q` not past the rows read, no `Date` or no `total_count`, more rows
-//!   than counted) falls back: the walk reads again from the checkpoint with the two scans,
-//!   for the rest of the walk. Runs grow (the first ends at its first boundary, the next at
-//!   4, 8 … 32 pages), so a live schedule wastes one short run a pass, and the checkpoint of
-//!   a quiet one trails the pages written by a run at most: a crash replays that run.
+//!   else (a change, a `Q` not past the rows read, more rows than counted, a page repeated)
+//!   falls back: the walk reads again from the checkpoint with the two scans, for the rest of
+//!   the walk; without a `Date` or a `total_count`, or with a group younger than `Q`, no run
+//!   starts. Runs grow (the first ends at its first boundary, the next at 4, 8 … 32 pages),
+//!   so a live schedule wastes one short run a pass, and the checkpoint of a quiet one trails
+//!   the pages written by a run at most: a crash replays that run. (A call deleted during a
+//!   run while another enters it would leave the count unchanged; the service shows no
+//!   deletion, and the two scans share that blind spot.)
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
