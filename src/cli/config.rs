@@ -81,13 +81,7 @@ fn to_json(effective: &Effective) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> Env {
-        Env::with_vars(vars)
-    }
 
     const FILE: &str = r#"
 [api]
@@ -98,18 +92,10 @@ schedules = ["00000000-0000-4000-8000-000000000001"]
 cron = "0 */2 * * * *"
 "#;
 
-    fn load(text: &str, env: &Env) -> (Effective, PathBuf, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("callsync.toml");
-        std::fs::write(&path, text).unwrap();
-        let config = crate::config::load_from(Some(&path), env).unwrap();
-        (effective::effective(&config, env).unwrap(), path, dir)
-    }
-
     #[test]
     fn the_text_names_each_source_and_the_json_has_fixed_fields() {
-        let env = env(&[("CALLSYNC_LOG__LEVEL", "debug")]);
-        let (shown, path, _dir) = load(FILE, &env);
+        let env = Env::with_vars(&[("CALLSYNC_LOG__LEVEL", "debug")]);
+        let (shown, path, _dir) = effective::of_text(FILE, &env);
         let text = render(&shown);
         let line = |key: &str| {
             text.lines()
@@ -158,9 +144,9 @@ cron = "0 */2 * * * *"
     fn neither_the_text_nor_the_json_shows_a_secret() {
         for env in [
             Env::default(),
-            env(&[("CALLSYNC_API__ACCESS_TOKEN", "tok-in-a-variable-2")]),
+            Env::with_vars(&[("CALLSYNC_API__ACCESS_TOKEN", "tok-in-a-variable-2")]),
         ] {
-            let (shown, _path, _dir) = load(FILE, &env);
+            let (shown, _path, _dir) = effective::of_text(FILE, &env);
             for text in [render(&shown), to_json(&shown).to_string()] {
                 assert!(!text.contains("tok-in"), "{text}");
                 assert!(text.contains("api.access_token"), "{text}");

@@ -383,13 +383,24 @@ fn collect_keys(table: &toml::de::DeTable<'_>, prefix: &str, keys: &mut BTreeSet
     }
 }
 
+/// The effective configuration of a file holding `text`, loaded with `env` (for tests here
+/// and in `cli/config.rs`); the temp dir holds the file.
+#[cfg(test)]
+pub(crate) fn of_text(text: &str, env: &Env) -> (Effective, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("callsync.toml");
+    std::fs::write(&path, text).expect("the config file written");
+    let config = super::load_from(Some(&path), env).expect("the config loads");
+    (
+        effective(&config, env).expect("its effective form"),
+        path,
+        dir,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> Env {
-        Env::with_vars(vars)
-    }
 
     const FILE: &str = r#"
 [api]
@@ -407,14 +418,6 @@ name = "Reminders"
 status = ["completed"]
 "#;
 
-    fn load(text: &str, env: &Env) -> (Effective, PathBuf, tempfile::TempDir) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("callsync.toml");
-        std::fs::write(&path, text).unwrap();
-        let config = super::super::load_from(Some(&path), env).unwrap();
-        (effective(&config, env).unwrap(), path, dir)
-    }
-
     fn source_and_value(effective: &Effective, key: &str) -> (Source, Value) {
         let entry = effective.get(key).unwrap_or_else(|| panic!("{key} shown"));
         (entry.source.clone(), entry.value.clone())
@@ -422,12 +425,12 @@ status = ["completed"]
 
     #[test]
     fn file_environment_and_default_each_named_for_nested_keys_and_lists() {
-        let env = env(&[
+        let env = Env::with_vars(&[
             ("CALLSYNC_SYNC__PAGE_SIZE", "50"),
             ("CALLSYNC_API__RETRY__MULTIPLIER", "3"),
             ("CALLSYNC_SYNC__FILTER__PROGRESS", "done,retrying"),
         ]);
-        let (shown, path, _dir) = load(FILE, &env);
+        let (shown, path, _dir) = of_text(FILE, &env);
         let file = Source::File(path.clone());
         let var = |v: &str| Source::Environment(v.to_owned());
         assert_eq!(shown.file, Some(path));
@@ -488,11 +491,11 @@ status = ["completed"]
 
     #[test]
     fn a_variable_wins_over_the_file_and_a_list_from_a_variable_is_split() {
-        let env = env(&[(
+        let env = Env::with_vars(&[(
             "CALLSYNC_SYNC__SCHEDULES",
             "00000000-0000-4000-8000-00000000000a, 00000000-0000-4000-8000-00000000000b",
         )]);
-        let (shown, _path, _dir) = load(FILE, &env);
+        let (shown, _path, _dir) = of_text(FILE, &env);
         assert_eq!(
             source_and_value(&shown, "sync.schedules"),
             (
@@ -507,14 +510,14 @@ status = ["completed"]
 
     #[test]
     fn secrets_show_where_they_come_from_never_their_value() {
-        let (shown, path, _dir) = load(FILE, &Env::default());
+        let (shown, path, _dir) = of_text(FILE, &Env::default());
         let token = shown.get("api.access_token").unwrap();
         assert_eq!(
             (token.redacted, &token.value, &token.source),
             (true, &Value::Null, &Source::File(path))
         );
-        let env = env(&[("CALLSYNC_API__ACCESS_TOKEN", "tok-in-a-variable-2")]);
-        let (shown, _path, _dir) = load(FILE, &env);
+        let env = Env::with_vars(&[("CALLSYNC_API__ACCESS_TOKEN", "tok-in-a-variable-2")]);
+        let (shown, _path, _dir) = of_text(FILE, &env);
         let token = shown.get("api.access_token").unwrap();
         assert_eq!(
             token.source,
@@ -531,7 +534,7 @@ status = ["completed"]
             "[api]\nbase_url = \"http://127.0.0.1:9\"\n[api.oauth]\ntoken_url = \"http://127.0.0.1:9/token\"\nclient_id = \"callsync\"\nclient_secret_file = {:?}\n",
             secret_file.display().to_string()
         );
-        let (shown, path, _dir) = load(&oauth, &Env::default());
+        let (shown, path, _dir) = of_text(&oauth, &Env::default());
         assert_eq!(
             source_and_value(&shown, "api.oauth.client_secret_file"),
             (Source::File(path), json!(secret_file.display().to_string()))
@@ -542,7 +545,7 @@ status = ["completed"]
             credentials_dir: Some(credentials.path().to_owned()),
             ..Env::default()
         };
-        let (shown, _path, _dir) = load("[api]\nbase_url = \"http://127.0.0.1:9\"\n", &env);
+        let (shown, _path, _dir) = of_text("[api]\nbase_url = \"http://127.0.0.1:9\"\n", &env);
         let token = shown.get("api.access_token").unwrap();
         assert_eq!(
             (token.redacted, &token.source),

@@ -182,10 +182,12 @@ enum State {
     },
     /// Tie groups paged by page number in one query, while nothing moves.
     Run(Run),
-    /// The run has read up to a page whose last row is at `last`: one request for anything
-    /// stamped since it began. Nothing: the checkpoint moves to `last`. Anything: fall back.
+    /// A run from `after` has read up to a page whose last row is at `last`: one request for
+    /// anything stamped since `since`. Nothing: the checkpoint moves to `last`. Anything:
+    /// fall back to `after`.
     RunCheck {
-        run: Run,
+        after: Timestamp,
+        since: Timestamp,
         last: Timestamp,
         full: bool,
     },
@@ -277,7 +279,7 @@ impl PageWalker {
         let (updated_after, page, page_size, purpose) = match &self.state {
             State::Keyset { cursor } => (*cursor, 1, self.page_size, Purpose::Walk),
             State::Run(run) => (run.after, run.page, self.page_size, Purpose::Walk),
-            State::RunCheck { run, .. } => (run.since(), 1, 1, Purpose::QuietCheck),
+            State::RunCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
             State::ExitProbe {
                 tie,
@@ -309,12 +311,22 @@ impl PageWalker {
                 State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full, facts),
                 State::Run(run) => match run.step(rows, full, facts, self.page_size) {
                     RunStep::Next(run) => State::Run(run),
-                    RunStep::Check { run, last, full } => State::RunCheck { run, last, full },
+                    RunStep::Check {
+                        after,
+                        since,
+                        last,
+                        full,
+                    } => State::RunCheck {
+                        after,
+                        since,
+                        last,
+                        full,
+                    },
                     RunStep::FallBack(after) => self.fall_back(after),
                 },
-                State::RunCheck { run, last, full } => {
-                    self.after_run_check(&run, last, full, rows, facts)
-                }
+                State::RunCheck {
+                    after, last, full, ..
+                } => self.after_run_check(after, last, full, rows, facts),
                 State::Tie(tie) => self.after_tie_page(tie, rows, full)?,
                 State::ExitProbe {
                     tie,
@@ -487,17 +499,18 @@ impl PageWalker {
         Ok(self.leave(exit_through(at, rows, full)))
     }
 
-    /// The answer to the quiet check of a run that read up to a page ending at `last`.
+    /// The answer to the quiet check of a run from `after` that read up to a page ending at
+    /// `last`.
     fn after_run_check(
         &mut self,
-        run: &Run,
+        after: Timestamp,
         last: Timestamp,
         full: bool,
         rows: &[RowKey],
         facts: PageFacts,
     ) -> State {
         if !run::is_quiet(rows, facts) {
-            return self.fall_back(run.after);
+            return self.fall_back(after);
         }
         self.run_pages = run::next_run_pages(self.run_pages);
         self.leave(if full {

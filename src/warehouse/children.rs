@@ -121,6 +121,12 @@ pub(super) fn write_attempts(
     Ok(())
 }
 
+/// An attempt's outcomes and variables, cleared when the attempt goes and when the service
+/// sends their lists again (mirroring).
+const CLEAR_OUTCOMES: &str = "DELETE FROM attempt_outcomes WHERE call_id = ?1 AND attempt_id = ?2";
+const CLEAR_VARIABLES: &str =
+    "DELETE FROM attempt_variables WHERE call_id = ?1 AND attempt_id = ?2";
+
 /// The attempt whose outcomes or variables are written.
 struct AttemptOf<'a> {
     parent: &'a Parent<'a>,
@@ -149,18 +155,8 @@ fn delete_missing_attempts(
         .filter(|(_, uid)| !keep.contains(uid.as_str()))
     {
         clear(tx, path, "DELETE FROM call_attempts WHERE id = ?1", [id])?;
-        clear(
-            tx,
-            path,
-            "DELETE FROM attempt_outcomes WHERE call_id = ?1 AND attempt_id = ?2",
-            [call_id, *id],
-        )?;
-        clear(
-            tx,
-            path,
-            "DELETE FROM attempt_variables WHERE call_id = ?1 AND attempt_id = ?2",
-            [call_id, *id],
-        )?;
+        clear(tx, path, CLEAR_OUTCOMES, [call_id, *id])?;
+        clear(tx, path, CLEAR_VARIABLES, [call_id, *id])?;
     }
     Ok(())
 }
@@ -176,12 +172,7 @@ fn write_outcomes(
 ) -> Result<(), WarehouseError> {
     let call_id = of.parent.call_id;
     if mirror {
-        clear(
-            tx,
-            path,
-            "DELETE FROM attempt_outcomes WHERE call_id = ?1 AND attempt_id = ?2",
-            [call_id, of.attempt_id],
-        )?;
+        clear(tx, path, CLEAR_OUTCOMES, [call_id, of.attempt_id])?;
     }
     let mut stmt = tx
         .prepare_cached(
@@ -217,12 +208,7 @@ fn write_variables(
 ) -> Result<(), WarehouseError> {
     let call_id = of.parent.call_id;
     if mirror {
-        clear(
-            tx,
-            path,
-            "DELETE FROM attempt_variables WHERE call_id = ?1 AND attempt_id = ?2",
-            [call_id, of.attempt_id],
-        )?;
+        clear(tx, path, CLEAR_VARIABLES, [call_id, of.attempt_id])?;
     }
     let mut stmt = tx
         .prepare_cached(

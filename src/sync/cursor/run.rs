@@ -62,10 +62,11 @@ pub(super) struct Run {
 /// Where a run's page leads.
 pub(super) enum RunStep {
     Next(Run),
-    /// Ask whether anything changed since the run began; `last` is the instant its last
-    /// page ended at, `full` whether data may follow.
+    /// Ask whether anything was stamped since `since`: the run from `after` is over, `last`
+    /// is the instant its last page ended at, `full` whether data may follow.
     Check {
-        run: Run,
+        after: Timestamp,
+        since: Timestamp,
         last: Timestamp,
         full: bool,
     },
@@ -84,11 +85,6 @@ impl Run {
             previous: uids(first),
             pages,
         }
-    }
-
-    /// Where its quiet check starts.
-    pub(super) fn since(&self) -> Timestamp {
-        self.quiet.since
     }
 
     /// Takes page `self.page` of the run.
@@ -126,7 +122,8 @@ impl Run {
             return RunStep::FallBack(self.after);
         }
         RunStep::Check {
-            run: self,
+            after: self.after,
+            since: self.quiet.since,
             last,
             full,
         }
