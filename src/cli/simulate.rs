@@ -9,7 +9,9 @@ use clap::{Args, ValueEnum};
 
 use super::output::print_out;
 use super::signals::cancel_on_signal;
-use crate::simulator::{DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions};
+use crate::simulator::{
+    DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions, TieOrder,
+};
 
 #[derive(Debug, Args)]
 pub(super) struct SimulateArgs {
@@ -48,6 +50,11 @@ pub(super) struct SimulateArgs {
     /// (a late commit)
     #[arg(long, value_name = "MS")]
     pub(super) late_commit_ms: Option<u64>,
+    /// The order of calls sharing an updated_at in an updated_after list, which the spec
+    /// leaves open: by uid (stable), drawn anew for every request (shuffled), or by each
+    /// request's LIMIT, as a top-N sort on updated_at alone (top-n)
+    #[arg(long, value_enum, default_value_t = TieOrderArg::Stable)]
+    pub(super) tie_order: TieOrderArg,
     /// With --dialer: also change calls' children (an outcome, a delivered notification)
     /// without bumping the call's updated_at, as the service may
     #[arg(long, requires = "dialer")]
@@ -94,6 +101,11 @@ impl SimulateArgs {
                 ..DialerOptions::endless(self.time_scale)
             }),
             late_commit: self.late_commit_ms.map(Duration::from_millis),
+            tie_order: match self.tie_order {
+                TieOrderArg::Stable => TieOrder::Stable,
+                TieOrderArg::Shuffled => TieOrder::Shuffled,
+                TieOrderArg::TopN => TieOrder::TopN,
+            },
             faults: FaultPlan {
                 error_5xx_rate: self.fail_rate,
                 rate_429: self.too_many_rate,
@@ -107,6 +119,13 @@ impl SimulateArgs {
             ..SimulatorOptions::default()
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(super) enum TieOrderArg {
+    Stable,
+    Shuffled,
+    TopN,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -24,11 +24,12 @@ mod routes;
 mod seed;
 mod shared;
 mod state;
+mod tie_order;
 mod validate;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,7 @@ pub use fault_plan::{FaultPlan, RequestRecord};
 pub use hold::RequestHold;
 pub use options::{CallShape, DialerOptions, SimulatorOptions};
 pub use state::Precision;
+pub use tie_order::TieOrder;
 
 /// Mixed into the seed for the runtime stream (any constant that is not 0 will do).
 const RUNTIME_STREAM: u64 = 0x7275_6e74_696d_6521;
@@ -110,6 +112,8 @@ impl Simulator {
             summary_list: options.summary_list,
             token_lifetime: options.token_lifetime,
             late_commit: options.late_commit,
+            tie_order: options.tie_order,
+            lists: AtomicU64::new(options.seed.wrapping_mul(0x2545_F491_4F6C_DD1D)),
             clock: options.clock.clone(),
             tokens: Mutex::new(HashMap::new()),
             faults: Mutex::new(options.faults.clone()),

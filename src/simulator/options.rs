@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::clock::SimClock;
 use super::fault_plan::FaultPlan;
 use super::state::Precision;
+use super::tie_order::TieOrder;
 
 /// Every knob; `Default` is a small, well-behaved service on the system clock.
 
@@ -34,6 +35,8 @@ pub struct SimulatorOptions {
     pub dialer: Option<DialerOptions>,
     /// A change becomes visible only this long after the instant it is stamped with.
     pub late_commit: Option<Duration>,
+    /// The order within a tie of an `updated_after` list (`tie_order.rs`).
+    pub tie_order: TieOrder,
     pub faults: FaultPlan,
 }
 
@@ -51,6 +54,7 @@ impl Default for SimulatorOptions {
             token_lifetime: Duration::from_secs(3600),
             dialer: None,
             late_commit: None,
+            tie_order: TieOrder::Stable,
             faults: FaultPlan::default(),
         }
     }

@@ -26,6 +26,7 @@ use super::reply::{
 };
 use super::shared::Shared;
 use super::state::Refusal;
+use super::tie_order;
 use super::validate::{self, Problem};
 use crate::service::{
     BulkCreated, CallPage, ErrorBody, NewSchedule, Pagination, PaginationLinks, Schedule,
@@ -258,7 +259,16 @@ async fn list_calls(
         if !state.schedules.contains_key(&schedule) {
             return Err(not_found_error(format!("schedule {schedule}")));
         }
-        select_page(&state, schedule, &params, shared.summary_list)
+        let request = shared
+            .lists
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        select_page(
+            &state,
+            schedule,
+            &params,
+            shared.summary_list,
+            |skip, size| shared.tie_order.seed(request, skip, size),
+        )
     };
     let (data, total) = page;
     let pagination = pagination(&shared, schedule, &params, total);
@@ -276,16 +286,26 @@ fn select_page(
     schedule: Uuid,
     params: &ListParams,
     summary: bool,
+    tie_seed: impl Fn(usize, usize) -> Option<u64>,
 ) -> (Vec<crate::service::OutboundCall>, u64) {
     let size = params.page_size as usize;
     let skip = (params.page as usize - 1).saturating_mul(size);
     let (total, page) = match params.updated_after {
         // Keyset paging reads from a point in the sorted index: only the page's calls are
         // looked up (a full re-read would otherwise cost the simulator n²/page lookups).
+        // Ties are ordered as the simulator's tie order says: only those the page touches
+        // (or, with filters, every one) are reordered.
         Some(after) => {
             let keys = state.keys_from(schedule, after);
-            let calls = keys.iter().filter_map(|(_, uid)| state.call(uid));
-            page_of(calls, keys.len(), params, skip, size)
+            let seed = tie_seed(skip, size);
+            let (from, until) = if params.filter_is_empty() {
+                (skip, skip.saturating_add(size))
+            } else {
+                (0, keys.len())
+            };
+            let (ordered, start) = tie_order::reorder(keys, from, until, seed);
+            let calls = ordered.iter().filter_map(|(_, uid)| state.call(uid));
+            page_of(calls, keys.len(), params, skip, size, start)
         }
         None => {
             // Without updated_after (not shown by the spec): creation order, then uid.
@@ -296,7 +316,7 @@ fn select_page(
                 .collect();
             all.sort_by_key(|c| (c.call.created_at, c.call.uid));
             let len = all.len();
-            page_of(all.into_iter(), len, params, skip, size)
+            page_of(all.into_iter(), len, params, skip, size, 0)
         }
     };
     let data = page
@@ -315,17 +335,19 @@ fn select_page(
     (data, total)
 }
 
-/// The calls of page `skip / size` among `candidates` (`len` of them before filters) and how
-/// many match the request's filters.
+/// The calls of page `skip / size` among `candidates` (`len` of them before filters, the
+/// first at position `start`) and how many match the request's filters.
 fn page_of<'a>(
     candidates: impl Iterator<Item = &'a super::state::CallState>,
     len: usize,
     params: &ListParams,
     skip: usize,
     size: usize,
+    start: usize,
 ) -> (u64, Vec<&'a super::state::CallState>) {
     if params.filter_is_empty() {
-        return (len as u64, candidates.skip(skip).take(size).collect());
+        let page = candidates.skip(skip.saturating_sub(start)).take(size);
+        return (len as u64, page.collect());
     }
     let mut total = 0;
     let mut page = Vec::with_capacity(size);

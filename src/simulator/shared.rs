@@ -2,7 +2,7 @@
 //! the credentials, the fault plan, the request log.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use super::fault_plan::{FaultPlan, RequestRecord};
 use super::hold;
 use super::mutex::lock;
 use super::state;
+use super::tie_order::TieOrder;
 use crate::service::Timestamp;
 
 /// What handlers share.
@@ -30,6 +31,9 @@ pub(crate) struct Shared {
     pub(super) summary_list: bool,
     pub(super) token_lifetime: Duration,
     pub(super) late_commit: Option<Duration>,
+    pub(super) tie_order: TieOrder,
+    /// List requests answered: a shuffled tie order's seed.
+    pub(super) lists: AtomicU64,
     pub(super) clock: SimClock,
     /// Issued tokens and when they expire.
     pub(super) tokens: Mutex<HashMap<String, Timestamp>>,

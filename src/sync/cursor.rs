@@ -61,8 +61,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+pub use cover::Incomplete;
+use cover::{Cover, CoverStep};
+use page::{Exit, count_at, exit_through, len_u32, uids};
 pub use page::{PageFacts, RowKey};
-use page::{count_at, uids};
 use run::{Quiet, Run, RunStep};
 
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
@@ -139,6 +141,18 @@ pub enum WalkError {
         scans: u32,
         pages: u32,
     },
+    #[error(
+        "only {read} of the {size} calls sharing updated_at {at} could be read: the service orders calls sharing an updated_at differently from one request to the next, and {why}; the checkpoint stays at {at} and the next pass reads the group again"
+    )]
+    GroupIncomplete {
+        at: Timestamp,
+        /// The group's size as the service's pages showed it (the calls read, when no page
+        /// showed its end).
+        size: u32,
+        /// Distinct calls read at `at` in the last window.
+        read: u32,
+        why: Incomplete,
+    },
 }
 
 /// Limits that end a walk which would otherwise not terminate.
@@ -148,6 +162,31 @@ pub struct WalkLimits {
     pub max_tie_scans: u32,
     /// Pages of one scan, beyond those the group needs, before giving up.
     pub max_extra_pages_per_scan: u32,
+    /// Reads of a group under an unstable tie order that something changed under, before
+    /// giving up (`cover.rs`).
+    pub max_cover_windows: u32,
+    /// Sweeps of such a group's pages, each with another page size, per read.
+    pub cover_sweeps: u32,
+}
+
+impl WalkLimits {
+    fn cover(&self) -> cover::Limits {
+        cover::Limits {
+            windows: self.max_cover_windows,
+            sweeps: self.cover_sweeps,
+        }
+    }
+}
+
+impl From<cover::Failure> for WalkError {
+    fn from(f: cover::Failure) -> Self {
+        WalkError::GroupIncomplete {
+            at: f.at,
+            size: f.size,
+            read: f.read,
+            why: f.why,
+        }
+    }
 }
 
 impl Default for WalkLimits {
@@ -155,6 +194,8 @@ impl Default for WalkLimits {
         WalkLimits {
             max_tie_scans: 8,
             max_extra_pages_per_scan: 32,
+            max_cover_windows: 4,
+            cover_sweeps: 16,
         }
     }
 }
@@ -171,6 +212,10 @@ pub struct PageWalker {
     runs: bool,
     /// Pages the next run may read before it ends at a group boundary.
     run_pages: u32,
+    /// Whether the service has shown that it orders ties differently from one request to
+    /// the next: from then on every tie group is covered (`cover.rs`), neither run nor
+    /// scanned, for the rest of the walk.
+    unstable: bool,
     checkpoint: Timestamp,
     state: State,
 }
@@ -192,6 +237,8 @@ enum State {
         full: bool,
     },
     Tie(TieWalk),
+    /// A tie group read again and again until every call of it has shown.
+    Cover(Cover),
     /// The group has been read but no page showed its last row next to what follows: one
     /// request with another page size, whose page should hold both.
     ExitProbe {
@@ -200,15 +247,6 @@ enum State {
         page_size: u32,
     },
     Done,
-}
-
-/// Where the walk goes once a tie group has settled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Exit {
-    /// Nothing after the group: the walk is over, the cursor is this instant.
-    End(Timestamp),
-    /// Keyset paging resumes from this instant (the last row of the page that ended the group).
-    Continue(Timestamp),
 }
 
 #[derive(Debug)]
@@ -230,6 +268,21 @@ struct TieWalk {
     down_scans: u32,
     /// The upward scan's previous page, for [`TieWalk::check_page_moves`].
     previous: Option<Repeat>,
+    /// `total_count` of the group's first page.
+    count: Option<u64>,
+    /// Whether a later page's `total_count` differed from it: rows may have entered the
+    /// group, which shifts positions as an unstable order would.
+    count_moved: bool,
+    /// Whether a page had no `total_count`: nothing tells entering rows from an unstable
+    /// order then.
+    count_unknown: bool,
+    /// Whether the group was older than the late-commit window by the service's clock at
+    /// its first page: no call can enter it any more.
+    closed: bool,
+    /// The uids read at `T` in the current downward scan.
+    down_seen: HashSet<Uuid>,
+    /// The page the current downward scan read last.
+    down_previous: Option<u32>,
 }
 
 /// A page of an upward scan, and how many page numbers in a row answered with its rows.
@@ -269,6 +322,7 @@ impl PageWalker {
             late_commits,
             runs: true,
             run_pages: 0,
+            unstable: false,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -281,6 +335,10 @@ impl PageWalker {
             State::Run(run) => (run.after, run.page, self.page_size, Purpose::Walk),
             State::RunCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
+            State::Cover(cover) if cover.checking => {
+                (cover.check_since(), 1, 1, Purpose::QuietCheck)
+            }
+            State::Cover(cover) => (cover.at, cover.page, cover.page_size(), Purpose::Walk),
             State::ExitProbe {
                 tie,
                 page,
@@ -323,11 +381,22 @@ impl PageWalker {
                         full,
                     },
                     RunStep::FallBack(after) => self.fall_back(after),
+                    RunStep::Unstable(after) => {
+                        self.found_unstable(after);
+                        State::Keyset { cursor: after }
+                    }
                 },
                 State::RunCheck {
                     after, last, full, ..
                 } => self.after_run_check(after, last, full, rows, facts),
-                State::Tie(tie) => self.after_tie_page(tie, rows, full)?,
+                State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
+                State::Cover(cover) => {
+                    match cover.step(rows, facts, self.late_commits, self.limits.cover()) {
+                        CoverStep::Next(cover) => State::Cover(cover),
+                        CoverStep::Done(exit) => self.leave(exit),
+                        CoverStep::Failed(failure) => return Err(failure.into()),
+                    }
+                }
                 State::ExitProbe {
                     tie,
                     page,
@@ -357,15 +426,19 @@ impl PageWalker {
             self.advance(last);
             return State::Keyset { cursor: last };
         }
-        // A full page of nothing but `cursor`: page 1 of a quiet run, when one may prove
-        // itself (its check must be able to pass: the group older than the late-commit
-        // window), else of an upward scan of the group.
+        // A full page of nothing but `cursor`: a group to cover once the service has shown
+        // an unstable tie order; else page 1 of a quiet run, when one may prove itself (its
+        // check must be able to pass: the group older than the late-commit window), else of
+        // an upward scan of the group.
+        if self.unstable {
+            return State::Cover(Cover::new(cursor, 0));
+        }
         if let Some(quiet) =
             Quiet::of(facts, self.late_commits).filter(|q| self.runs && q.since > cursor)
         {
             return State::Run(Run::start(cursor, rows, quiet, self.run_pages));
         }
-        let mut tie = TieWalk::new(cursor);
+        let mut tie = TieWalk::new(cursor, facts, self.late_commits);
         tie.record(rows);
         tie.previous = Some(Repeat {
             page: 1,
@@ -383,9 +456,17 @@ impl PageWalker {
         mut tie: TieWalk,
         rows: &[RowKey],
         full: bool,
+        facts: PageFacts,
     ) -> Result<State, WalkError> {
-        if tie.scan == Scan::Up {
+        let reordered = if tie.scan == Scan::Up {
+            let read_again = tie.read_again_unmoved(rows, facts);
             tie.check_page_moves(rows)?;
+            read_again
+        } else {
+            tie.read_again_out_of_place(rows)
+        };
+        if reordered {
+            return Ok(self.cover(tie.at, len_u32(tie.seen.len())));
         }
         tie.record(rows);
         tie.pages_in_scan += 1;
@@ -398,11 +479,15 @@ impl PageWalker {
             match tie.scan {
                 Scan::Up if all_tie => tie.page += 1,
                 // Nothing follows the group: end at `T`, which the next pass reads again.
-                Scan::Up if !past_group => return Ok(self.leave(Exit::End(at))),
+                Scan::Up if !past_group => {
+                    let size = (page - 1).saturating_mul(self.page_size) + len_u32(tie_rows);
+                    return Ok(self.leave_tie(tie, Exit::End(at), size));
+                }
                 // Rows after `T` exist, so none can enter the group any more: scan down,
                 // starting with this very page.
                 Scan::Up => {
                     tie.start_down_scan(page);
+                    tie.read_again_out_of_place(rows);
                     continue;
                 }
                 Scan::DownSeeking { .. } if rows.is_empty() && page > 1 => {
@@ -440,9 +525,10 @@ impl PageWalker {
             break;
         }
         if tie.scan == Scan::Down && tie.page == 0 {
-            return Ok(match tie.exit {
-                Some(exit) => self.leave(exit),
-                None => probe_exit(tie, self.page_size),
+            return Ok(match (tie.exit, tie.end) {
+                (Some(exit), Some(end)) => self.leave_tie(tie, exit, end),
+                (Some(exit), None) => self.leave(exit),
+                (None, _) => probe_exit(tie, self.page_size),
             });
         }
         self.within_bounds(&tie)?;
@@ -496,7 +582,41 @@ impl PageWalker {
         }
         // The page holds the group's last row next to what follows, or starts at `T` itself
         // (page 1): leave from it.
-        Ok(self.leave(exit_through(at, rows, full)))
+        Ok(self.leave_tie(tie, exit_through(at, rows, full), reached))
+    }
+
+    /// Leaves a scanned tie group that held `size` calls when its end was last seen. With a
+    /// stable tie order the scans read every one of them (the argument above), so fewer
+    /// distinct uids read at `T` prove the order unstable: the group is covered instead.
+    /// At the end of the data (the checkpoint stays at `T`, read again by the next pass) a
+    /// call entering the group under the upward scan is read next time: there a shortfall
+    /// proves nothing unless the count held on every page (a service without counts, which
+    /// the spec always sends, is trusted there).
+    fn leave_tie(&mut self, tie: TieWalk, exit: Exit, size: u32) -> State {
+        let entries_possible =
+            matches!(exit, Exit::End(at) if at == tie.at) && (tie.count_moved || tie.count_unknown);
+        if !entries_possible && len_u32(tie.seen.len()) < size {
+            return self.cover(tie.at, size);
+        }
+        self.leave(exit)
+    }
+
+    /// The service ordered a tie differently between two requests: cover the group at `at`,
+    /// and every tie group after it.
+    fn cover(&mut self, at: Timestamp, known: u32) -> State {
+        self.found_unstable(at);
+        State::Cover(Cover::new(at, known))
+    }
+
+    fn found_unstable(&mut self, at: Timestamp) {
+        if !self.unstable {
+            tracing::warn!(
+                %at,
+                "the service orders calls sharing an updated_at differently from one request to the next: each such group is read until every call of it has shown"
+            );
+        }
+        self.unstable = true;
+        self.runs = false;
     }
 
     /// The answer to the quiet check of a run from `after` that read up to a page ending at
@@ -576,9 +696,18 @@ fn probe_exit(tie: TieWalk, page_size: u32) -> State {
 }
 
 impl TieWalk {
-    fn new(at: Timestamp) -> Self {
+    fn new(at: Timestamp, facts: PageFacts, late_commits: Duration) -> Self {
+        let total_count = facts.total_count;
         TieWalk {
             at,
+            closed: facts
+                .served_at
+                .is_some_and(|date| date.saturating_sub(late_commits) > at),
+            down_seen: HashSet::new(),
+            down_previous: None,
+            count: total_count,
+            count_moved: false,
+            count_unknown: total_count.is_none(),
             seen: HashSet::new(),
             end: None,
             scan: Scan::Up,
@@ -588,6 +717,48 @@ impl TieWalk {
             down_scans: 0,
             previous: None,
         }
+    }
+
+    /// Page `self.page` of the upward scan holds a uid the scan read before, while no call
+    /// can have entered the group (the count unchanged, or the group older than the
+    /// late-commit window): positions only shift right when calls enter, so the service
+    /// ordered the tie differently. A page equal to the previous one is left to
+    /// [`TieWalk::check_page_moves`] (a service ignoring `page`).
+    fn read_again_unmoved(&mut self, rows: &[RowKey], facts: PageFacts) -> bool {
+        match (facts.total_count, self.count) {
+            (Some(now), Some(first)) if now == first => {}
+            (Some(_), Some(_)) => self.count_moved = true,
+            _ => self.count_unknown = true,
+        }
+        let repeated_page = self
+            .previous
+            .as_ref()
+            .is_some_and(|p| p.page != self.page && p.uids == uids(rows));
+        (self.closed || (!self.count_moved && !self.count_unknown))
+            && !repeated_page
+            && rows
+                .iter()
+                .any(|r| r.updated_at == self.at && self.seen.contains(&r.uid))
+    }
+
+    /// Page `self.page`, one step down in a downward scan, holds calls this scan read before
+    /// somewhere else than at its end. With a stable order, a call is read twice in one
+    /// downward scan only because calls below it left, shifting it from the pages above onto
+    /// the end of this one (calls entering shift the other way): the calls read again form
+    /// the tail of the page's rows at `T`. Anything else is an order the service does not
+    /// keep. (Steps up, as the scan seeks the group's end, are not judged: calls entering
+    /// shift read calls onto the start of the next page.)
+    fn read_again_out_of_place(&mut self, rows: &[RowKey]) -> bool {
+        let step_down = self.down_previous.is_some_and(|p| self.page < p);
+        self.down_previous = Some(self.page);
+        let mut tail_started = false;
+        let mut out_of_place = false;
+        for row in rows.iter().filter(|r| r.updated_at == self.at) {
+            let again = !self.down_seen.insert(row.uid);
+            out_of_place |= tail_started && !again;
+            tail_started |= again;
+        }
+        step_down && out_of_place
     }
 
     fn record(&mut self, rows: &[RowKey]) {
@@ -654,6 +825,8 @@ impl TieWalk {
 
     /// A downward scan starting at `top`, looking first for the page where the group ends.
     fn start_down_scan(&mut self, top: u32) {
+        self.down_seen.clear();
+        self.down_previous = None;
         self.down_scans += 1;
         self.scan = Scan::DownSeeking { descended: false };
         self.page = top.max(1);
@@ -696,17 +869,6 @@ fn exit_from(
     Some(exit_through(at, rows, full))
 }
 
-/// Leaving the group from a page that shows its end next to what follows: keyset paging
-/// resumes from the page's last row, or the walk ends there when the page is the last.
-fn exit_through(at: Timestamp, rows: &[RowKey], full: bool) -> Exit {
-    let last = rows.last().map_or(at, |r| r.updated_at);
-    if full {
-        Exit::Continue(last)
-    } else {
-        Exit::End(last)
-    }
-}
-
 fn validate(request: &PageRequest, rows: &[RowKey]) -> Result<(), WalkError> {
     let after = request.updated_after;
     let page = request.page;
@@ -743,11 +905,7 @@ fn validate(request: &PageRequest, rows: &[RowKey]) -> Result<(), WalkError> {
     Ok(())
 }
 
-/// A count of rows as a list position (saturating, which no real group reaches).
-fn len_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
+mod cover;
 mod page;
 mod run;
 #[cfg(test)]

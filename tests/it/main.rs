@@ -29,6 +29,8 @@ mod expected;
 mod postgres;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
+// A service ordering ties differently on every request: every group read whole, or a loud failure.
+mod tie_order;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.

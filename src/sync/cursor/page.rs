@@ -28,3 +28,28 @@ pub(super) fn uids(rows: &[RowKey]) -> Vec<Uuid> {
 pub(super) fn count_at(at: Timestamp, rows: &[RowKey]) -> usize {
     rows.iter().filter(|r| r.updated_at == at).count()
 }
+
+/// Where the walk goes once a tie group has settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exit {
+    /// Nothing after the group: the walk is over, the cursor is this instant.
+    End(Timestamp),
+    /// Keyset paging resumes from this instant (the last row of the page that ended the group).
+    Continue(Timestamp),
+}
+
+/// Leaving the group from a page that shows its end next to what follows: keyset paging
+/// resumes from the page's last row, or the walk ends there when the page is the last.
+pub(super) fn exit_through(at: Timestamp, rows: &[RowKey], full: bool) -> Exit {
+    let last = rows.last().map_or(at, |r| r.updated_at);
+    if full {
+        Exit::Continue(last)
+    } else {
+        Exit::End(last)
+    }
+}
+
+/// A count of rows as a list position (saturating, which no real group reaches).
+pub(super) fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}

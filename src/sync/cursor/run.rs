@@ -1,6 +1,7 @@
 //! A quiet run: tie groups paged by page number in one query while nothing moves, proven
 //! by one small request at its end (see the walker's module doc).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -30,7 +31,7 @@ pub(super) struct Quiet {
     pub(super) since: Timestamp,
     /// `total_count` of the run's first page; every page of the run repeats it unless rows
     /// entered it (or calls before it changed).
-    total_count: u64,
+    pub(super) total_count: u64,
 }
 
 impl Quiet {
@@ -57,6 +58,10 @@ pub(super) struct Run {
     previous: Vec<Uuid>,
     /// Pages after which the run ends at its next group boundary.
     pages: u32,
+    /// Every uid the run has read. The run reads each position of one query's list once;
+    /// with the count unchanged, a uid read twice means the service ordered a tie
+    /// differently from one page to the next, so another call of it was on no page.
+    read: HashSet<Uuid>,
 }
 
 /// Where a run's page leads.
@@ -72,6 +77,10 @@ pub(super) enum RunStep {
     },
     /// The run cannot be proven quiet: read again from this instant (where it began).
     FallBack(Timestamp),
+    /// A call read twice with nothing else moving: the service's order within a tie is not
+    /// stable, so the run's pages did not partition its groups. Read again from this instant
+    /// (where it began), covering each group (`cover.rs`).
+    Unstable(Timestamp),
 }
 
 impl Run {
@@ -84,6 +93,7 @@ impl Run {
             newest: after,
             previous: uids(first),
             pages,
+            read: first.iter().map(|r| r.uid).collect(),
         }
     }
 
@@ -105,6 +115,9 @@ impl Run {
             || (full && current == self.previous)
         {
             return RunStep::FallBack(self.after);
+        }
+        if !rows.iter().all(|r| self.read.insert(r.uid)) {
+            return RunStep::Unstable(self.after);
         }
         let last = rows.last().map_or(self.newest, |r| r.updated_at);
         let boundary = last > self.newest;

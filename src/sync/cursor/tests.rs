@@ -45,17 +45,42 @@ fn walker(start: Timestamp, page_size: u32) -> PageWalker {
     PageWalker::new(start, page_size, WalkLimits::default(), Duration::ZERO)
 }
 
+/// How the model orders calls that share an `updated_at` (the spec promises no order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum TieOrder {
+    /// By uid, the same on every request.
+    #[default]
+    Stable,
+    /// Drawn anew for every request.
+    Shuffled,
+    /// By the request's `LIMIT` (`page × page_size`), as a top-N sort on a non-unique key:
+    /// the same request answers alike, another page or size differently.
+    TopN,
+}
+
+const ORDERS: [TieOrder; 3] = [TieOrder::Stable, TieOrder::Shuffled, TieOrder::TopN];
+
 /// The service's list endpoint over an in-memory table: `updated_at >= after`, ordered by
-/// (updated_at, uid) as a database would, sliced into pages.
+/// `updated_at` and, within a tie, by `order`, sliced into pages.
 #[derive(Clone, Default)]
 struct Service {
     rows: HashMap<Uuid, Timestamp>,
     next_uid: u64,
+    order: TieOrder,
+    /// Requests answered (the shuffled order's seed).
+    served: std::cell::Cell<u64>,
 }
 
 impl Service {
     fn with_groups(groups: &[(i64, usize)]) -> Self {
-        let mut s = Service::default();
+        Self::ordered(groups, TieOrder::Stable)
+    }
+
+    fn ordered(groups: &[(i64, usize)], order: TieOrder) -> Self {
+        let mut s = Service {
+            order,
+            ..Service::default()
+        };
         for &(secs, n) in groups {
             s.insert(secs, n);
         }
@@ -86,7 +111,13 @@ impl Service {
                 updated_at: *t,
             })
             .collect();
-        rows.sort_by_key(|r| (r.updated_at, r.uid));
+        let seed = match self.order {
+            TieOrder::Stable => None,
+            TieOrder::Shuffled => Some(self.served.get()),
+            TieOrder::TopN => Some(u64::from(req.page) * u64::from(req.page_size)),
+        };
+        self.served.set(self.served.get() + 1);
+        rows.sort_by_key(|r| (r.updated_at, tie_rank(r.uid, seed)));
         let size = req.page_size as usize;
         rows.into_iter()
             .skip((req.page as usize - 1) * size)
@@ -139,6 +170,21 @@ impl Service {
     }
 }
 
+/// A uid's place within its tie: the uid itself, or a hash of it with the order's seed.
+fn tie_rank(uid: Uuid, seed: Option<u64>) -> u128 {
+    match seed {
+        None => uid.as_u128(),
+        Some(seed) => {
+            let (hi, lo) = uid.as_u64_pair();
+            let mut x = hi ^ lo.rotate_left(17) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            // splitmix64's finaliser: every input bit moves every output bit.
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            u128::from(x ^ (x >> 31))
+        }
+    }
+}
+
 /// Which rows of a tie group leave it.
 #[derive(Debug, Clone, Copy)]
 enum Leave {
@@ -179,9 +225,24 @@ fn walk_until_error(
     start: Timestamp,
     page_size: u32,
     facts: Facts,
+    churn: impl FnMut(&mut Service, usize),
+) -> (Outcome, Option<WalkError>) {
+    walk_late(service, start, page_size, facts, Duration::ZERO, churn)
+}
+
+/// [`walk_until_error`] with a late-commit window: calls may enter a group stamped that
+/// long before the service's clock.
+fn walk_late(
+    service: &mut Service,
+    start: Timestamp,
+    page_size: u32,
+    facts: Facts,
+    late_commits: Duration,
     mut churn: impl FnMut(&mut Service, usize),
 ) -> (Outcome, Option<WalkError>) {
-    let mut walker = walker(start, page_size);
+    let mut walker = PageWalker::new(start, page_size, WalkLimits::default(), late_commits);
+    // The model's clock goes on from the requests earlier walks made.
+    let clock = usize::try_from(service.served.get()).unwrap();
     let mut seen = HashMap::new();
     let mut checkpoints = Vec::new();
     let mut requests = 0;
@@ -192,7 +253,7 @@ fn walk_until_error(
             eprintln!("{req:?}");
         }
         churn(service, requests);
-        let served_at = at(now(requests));
+        let served_at = at(now(clock + requests));
         requests += 1;
         assert!(requests < 100_000, "the walk does not end: {req:?}");
         let rows = service.list(&req);
@@ -262,7 +323,23 @@ fn check(
     expected_checkpoint: i64,
     facts: Facts,
 ) -> Outcome {
-    let mut service = Service::with_groups(groups);
+    check_ordered(
+        groups,
+        page_size,
+        expected_checkpoint,
+        facts,
+        TieOrder::Stable,
+    )
+}
+
+fn check_ordered(
+    groups: &[(i64, usize)],
+    page_size: u32,
+    expected_checkpoint: i64,
+    facts: Facts,
+    order: TieOrder,
+) -> Outcome {
+    let mut service = Service::ordered(groups, order);
     let out = walk(&mut service, 0, page_size, facts, |_, _| {}).unwrap();
     assert_complete(&service, &out);
     let total: usize = groups.iter().map(|g| g.1).sum();
@@ -287,6 +364,148 @@ fn static_data_of_every_shape() {
         check(&[(1, 1000)], 100, 1, facts); // one bulk upload
         check(&[(1, 7), (2, 7), (3, 7)], 1, 3, facts); // page size 1: every row is a tie group
         check(&[(1, 5), (2, 4)], 2, 2, facts);
+    }
+}
+
+/// Static data of one shape: groups of (second, rows), page size, final checkpoint.
+type Shape = (&'static [(i64, usize)], u32, i64);
+
+/// Static data of every shape.
+const SHAPES: [Shape; 12] = [
+    (&[], 100, 0),
+    (&[(5, 1)], 100, 5),
+    (&[(1, 1), (2, 1), (3, 1)], 2, 3),
+    (&[(1, 40), (2, 60)], 100, 2),
+    (&[(1, 100)], 100, 1),
+    (&[(1, 250), (2, 3)], 100, 2),
+    (&[(1, 200)], 100, 1),
+    (&[(1, 200), (2, 5)], 100, 2),
+    (&[(1, 300), (2, 100), (3, 100)], 100, 3),
+    (&[(1, 1000)], 100, 1),
+    (&[(1, 7), (2, 7), (3, 7)], 1, 3),
+    (&[(1, 5), (2, 4)], 2, 2),
+];
+
+#[test]
+fn every_tie_order_is_read_whole_when_the_service_shows_its_clock_and_counts() {
+    for order in ORDERS {
+        for (groups, page_size, checkpoint) in SHAPES {
+            check_ordered(groups, page_size, checkpoint, Facts::Shown, order);
+        }
+    }
+}
+
+#[test]
+fn an_unstable_tie_order_without_clock_or_counts_fails_loudly_or_holds_the_checkpoint() {
+    for order in [TieOrder::Shuffled, TieOrder::TopN] {
+        for (groups, page_size, _) in SHAPES {
+            let mut service = Service::ordered(groups, order);
+            let (out, error) =
+                walk_until_error(&mut service, at(0), page_size, Facts::Hidden, |_, _| {});
+            assert_complete(&service, &out);
+            match error {
+                // Only a group at the end of the data may end the walk short (its instant is
+                // the checkpoint, read again by the next pass): without counts, calls
+                // entering it cannot be told from an unstable order.
+                None => {
+                    let last = service.rows.values().max().copied();
+                    let unread = service
+                        .rows
+                        .iter()
+                        .filter(|(u, _)| !out.seen.contains_key(u));
+                    assert!(
+                        unread.clone().all(|(_, t)| Some(*t) == last),
+                        "{groups:?} {order:?}"
+                    );
+                    assert!(last.is_none_or(|last| out.checkpoint <= last));
+                }
+                Some(WalkError::GroupIncomplete { why, size, .. }) => {
+                    assert_eq!(why, Incomplete::NoFacts, "{groups:?} {order:?}");
+                    assert!(size > 0);
+                }
+                Some(e) => panic!("{groups:?} {order:?}: unexpected {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn an_unstable_tie_order_costs_sweeps_of_the_group_and_a_check() {
+    // 1,000 calls at one instant, then one: the stable order costs a quiet run (page 1 from
+    // 0, pages 1..=11 of the group, a check). Ordered anew on every request, the run sees a
+    // call twice and the group is covered: sweeps of about 10 pages, each with another page
+    // size, until all 1,000 have shown, then the check.
+    let groups = [(1, 1000), (2, 1)];
+    let stable = check_ordered(&groups, 100, 2, Facts::Shown, TieOrder::Stable);
+    assert_eq!(stable.requests, 1 + 11 + 1);
+    for order in [TieOrder::Shuffled, TieOrder::TopN] {
+        let out = check_ordered(&groups, 100, 2, Facts::Shown, order);
+        assert!(
+            out.requests < 1 + 11 + 16 * 12 + 1,
+            "{order:?}: {} requests",
+            out.requests
+        );
+        assert!(out.quiet_checks >= 1);
+    }
+}
+
+/// A walk whose service clock reads `clock + n` seconds at request `n`, with a late-commit
+/// window of `lookback` seconds: what it saw, and its error.
+fn walk_at_clock(
+    service: &Service,
+    clock: i64,
+    lookback: u64,
+) -> (PageWalker, HashMap<Uuid, Timestamp>, Option<WalkError>) {
+    let mut walker = PageWalker::new(
+        at(0),
+        100,
+        WalkLimits::default(),
+        Duration::from_secs(lookback),
+    );
+    let mut seen = HashMap::new();
+    let mut n = 0;
+    let error = loop {
+        let Some(req) = walker.next_request() else {
+            break None;
+        };
+        let rows = service.list(&req);
+        let facts = PageFacts {
+            total_count: Some(service.count_from(req.updated_after)),
+            served_at: Some(at(clock + n)),
+        };
+        n += 1;
+        assert!(n < 10_000, "the walk does not end");
+        if req.purpose == Purpose::Walk {
+            seen.extend(rows.iter().map(|r| (r.uid, r.updated_at)));
+        }
+        if let Err(e) = walker.accept(&rows, facts) {
+            break Some(e);
+        }
+    };
+    (walker, seen, error)
+}
+
+#[test]
+fn an_unstable_tie_order_is_found_by_an_upward_scan_too() {
+    // A group younger than the late-commit window: no quiet run, an upward scan, which reads
+    // a call twice with the count unchanged. Such a group cannot be proven whole yet: the
+    // walk fails loudly, the checkpoint at the group; once older, it is read whole.
+    for order in [TieOrder::Shuffled, TieOrder::TopN] {
+        let service = Service::ordered(&[(1000, 500), (1001, 1)], order);
+        let (walker, _, error) = walk_at_clock(&service, 1000, 60);
+        match error {
+            Some(WalkError::GroupIncomplete {
+                at: t,
+                why: Incomplete::Young,
+                ..
+            }) => assert_eq!(t, at(1000)),
+            other => panic!("{order:?}: {other:?}"),
+        }
+        assert!(walker.position() <= at(1000));
+        let (walker, seen, error) = walk_at_clock(&service, 2000, 60);
+        assert!(error.is_none(), "{order:?}: {error:?}");
+        assert_eq!(seen.len(), 501, "{order:?}");
+        assert_eq!(walker.position(), at(1001));
     }
 }
 
@@ -551,13 +770,18 @@ fn a_late_commit_entering_a_group_under_its_upward_scan_fails_the_quiet_check() 
 
 #[test]
 fn a_growing_tail_group_ends_the_walk_at_its_instant() {
-    // Nothing follows the group, so it may still be growing: the checkpoint stays at its
-    // instant and the next pass reads it again; nothing before it is missed.
+    // Nothing follows the group, so it may still be growing (its instant within the
+    // late-commit window): the checkpoint stays at its instant and the next pass reads it
+    // again; nothing before it is missed.
     for facts in BOTH {
-        let mut service = Service::with_groups(&[(1, 150)]);
-        let out = walk(&mut service, 0, 100, facts, |s, _| s.insert(1, 2)).unwrap();
+        let mut service = Service::with_groups(&[(1000, 150)]);
+        let late = Duration::from_secs(60);
+        let (out, error) = walk_late(&mut service, at(0), 100, facts, late, |s, _| {
+            s.insert(1000, 2)
+        });
+        assert!(error.is_none(), "{error:?}");
         assert_complete(&service, &out);
-        assert_eq!(out.checkpoint, at(1));
+        assert_eq!(out.checkpoint, at(1000));
     }
 }
 
@@ -768,6 +992,35 @@ fn apply(s: &mut Service, n: usize, kind: u8, secs: i64, k: usize) {
     }
 }
 
+/// After a walk that gave up at `checkpoint`, the service now still: the next walk from there
+/// reads every row at or after it (or, without the service's counts under an unstable
+/// order, fails loudly again, or ends short only at the newest instant, its checkpoint).
+fn assert_next_walk_completes(
+    service: &mut Service,
+    checkpoint: Timestamp,
+    page_size: u32,
+    facts: Facts,
+) {
+    let (next, error) = walk_until_error(service, checkpoint, page_size, facts, |_, _| {});
+    assert_complete(service, &next);
+    let unstable = service.order != TieOrder::Stable;
+    match (facts, error) {
+        (_, None) if !unstable || facts == Facts::Shown => assert_eq!(
+            next.seen.len(),
+            service.rows.values().filter(|t| **t >= checkpoint).count()
+        ),
+        (Facts::Hidden, None) => {}
+        (
+            Facts::Hidden,
+            Some(WalkError::GroupIncomplete {
+                why: Incomplete::NoFacts,
+                ..
+            }),
+        ) if unstable => {}
+        (_, error) => panic!("the next walk failed: {error:?}"),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -780,10 +1033,14 @@ proptest! {
         page_size in 1u32..12,
         events in prop::collection::vec((0usize..40, 0u8..4, 1i64..8, 0usize..80), 0..12),
         shown in any::<bool>(),
+        order in 0usize..3,
     ) {
         let facts = if shown { Facts::Shown } else { Facts::Hidden };
-        let mut service = Service::with_groups(&groups);
-        let result = walk(&mut service, 0, page_size, facts, |s, n| {
+        // Without counts an unstable order cannot be told from calls entering a group:
+        // the walk takes the order as stable there (the spec always sends the counts).
+        let order = if shown { ORDERS[order] } else { TieOrder::Stable };
+        let mut service = Service::ordered(&groups, order);
+        let (out, error) = walk_until_error(&mut service, at(0), page_size, facts, |s, n| {
             for &(when, kind, secs, k) in &events {
                 if when == n {
                     apply(s, n, kind, secs, k);
@@ -792,8 +1049,32 @@ proptest! {
         });
         // (Not "the checkpoint is the newest row": a row stamped "now" after the walk saw
         // the end of the data belongs to the next pass.)
-        let out = result.unwrap_or_else(|e| panic!("churn stopped, yet: {e}"));
         assert_complete(&service, &out);
+        match error {
+            None => {}
+            // An unstable order makes a group that changed under every read of it give up
+            // (or, without counts, fail to prove it): loudly, and the next walk completes.
+            Some(WalkError::GroupIncomplete { why, .. }) if order != TieOrder::Stable => {
+                prop_assert!(why != Incomplete::Young, "{why:?}");
+                assert_next_walk_completes(&mut service, out.checkpoint, page_size, facts);
+            }
+            Some(e) => panic!("churn stopped, yet: {e}"),
+        }
+    }
+
+    /// Static data under any tie order, with the service's clock and counts shown: every
+    /// row is read, in bounded requests.
+    #[test]
+    fn any_tie_order_on_static_data_is_read_whole(
+        groups in prop::collection::vec((1i64..8, 1usize..300), 0..6),
+        page_size in 1u32..120,
+        order in 0usize..3,
+    ) {
+        let mut service = Service::ordered(&groups, ORDERS[order]);
+        let out = walk(&mut service, 0, page_size, Facts::Shown, |_, _| {})
+            .unwrap_or_else(|e| panic!("static data, yet: {e}"));
+        assert_complete(&service, &out);
+        prop_assert_eq!(out.seen.len(), service.rows.len());
     }
 
     /// Heavy churn (a change before every request or two, for up to 300 requests): the walk
@@ -809,9 +1090,11 @@ proptest! {
         churn_requests in 0usize..300,
         events in prop::collection::vec((0u8..4, 1i64..8, 0usize..30), 1..20),
         shown in any::<bool>(),
+        order in 0usize..3,
     ) {
         let facts = if shown { Facts::Shown } else { Facts::Hidden };
-        let mut service = Service::with_groups(&groups);
+        let order = if shown { ORDERS[order] } else { TieOrder::Stable };
+        let mut service = Service::ordered(&groups, order);
         let (first, error) = walk_until_error(&mut service, at(0), page_size, facts, |s, n| {
             if n < churn_requests && n % period == 0 {
                 let (kind, secs, k) = events[(n / period) % events.len()];
@@ -822,14 +1105,11 @@ proptest! {
         match error {
             None => {}
             Some(WalkError::TieUnsettled { .. }) => {
-                let (next, error) =
-                    walk_until_error(&mut service, first.checkpoint, page_size, facts, |_, _| {});
-                prop_assert!(error.is_none(), "the next walk failed: {error:?}");
-                assert_complete(&service, &next);
-                prop_assert_eq!(
-                    next.seen.len(),
-                    service.rows.values().filter(|t| **t >= first.checkpoint).count()
-                );
+                assert_next_walk_completes(&mut service, first.checkpoint, page_size, facts);
+            }
+            Some(WalkError::GroupIncomplete { why, .. }) if order != TieOrder::Stable => {
+                prop_assert!(why != Incomplete::Young, "{why:?}");
+                assert_next_walk_completes(&mut service, first.checkpoint, page_size, facts);
             }
             Some(e) => panic!("unexpected error: {e}"),
         }
