@@ -53,6 +53,25 @@
 //!   the pages written by a run at most: a crash replays that run. (A call deleted during a
 //!   run while another enters it would leave the count unchanged; the service shows no
 //!   deletion, and the two scans share that blind spot.)
+//! - **Unstable tie orders** (`cover.rs`). The spec orders the list by `updated_at` and
+//!   promises nothing within a tie; a service sorting on that key alone may order a tie
+//!   anew on every request, or by each request's `LIMIT`, and then the pages of a group
+//!   need not partition it. Everything above takes a stable order for granted, so the walk
+//!   checks it against the service's own answers wherever a stable order leaves a trace:
+//!   a quiet run reads each position of one query once, so with the count unchanged a uid
+//!   read twice is impossible; so is one read twice by an upward scan while no call can
+//!   enter the group (the count held, or the group older than the late-commit window);
+//!   a downward scan reads a call twice only when calls below it left, shifting it onto
+//!   the *end* of the next page down; and a group left with fewer distinct uids read at
+//!   `T` than the positions its exit page shows at `T` lost a call. Any of these turns the
+//!   walk *unstable* for the rest of its pass: every tie group is then covered — read
+//!   again with other page sizes until as many distinct calls as the group's positions
+//!   have shown, in a window proven quiet — or the walk ends with `GroupIncomplete`
+//!   (naming `T`, the group's size and the calls read) and the checkpoint at `T`. None of
+//!   the checks costs a request on a stable service. What stays unproven: a service
+//!   without `total_count` (the spec always sends it) is trusted to keep its order, and a
+//!   group that changes under every read of an unstable order fails its passes until it
+//!   settles (the checkpoint held: nothing is lost, and the lag shows).
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
