@@ -798,3 +798,66 @@ async fn connections_the_server_closed_are_opened_again() {
     engine.close().await;
     env.assert_matches_truth(&s);
 }
+
+/// A database of another program's tables, and one that does not exist: named as such, with
+/// what to do, and exit code 2 from every command that opens the warehouse (the daemon's
+/// too, so systemd does not restart it for ever); nothing is created in the foreign one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_or_missing_database_is_a_configuration_error() {
+    if !pg::available("postgres::foreign_cli") {
+        return;
+    }
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 5,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let db = env.pg.clone().unwrap();
+    pg::query(&db, "CREATE TABLE invoices (id int)");
+    pg::query(&db, "CREATE VIEW unpaid AS SELECT * FROM invoices");
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let foreign = format!(
+        "{} is a PostgreSQL database of another program, not a callsync warehouse (its schema public holds tables, not callsync's: invoices, unpaid); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (CREATE SCHEMA callsync, then options=-c%20search_path%3Dcallsync in warehouse.url)\n",
+        db.target().display()
+    );
+    for command in [&["sync"][..], &["migrate"], &["status"], &["run"]] {
+        let mut args = vec!["--config", c];
+        args.extend(command);
+        let (code, out, err) = callsync(env.dir.path(), &args).await;
+        assert_eq!(code, 2, "{command:?}: {out}{err}");
+        assert!(err.ends_with(&foreign), "{command:?}: {err}");
+    }
+    let tables = pg::query(
+        &db,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+    );
+    assert_eq!(
+        tables,
+        [[Some("1".to_owned())]],
+        "nothing created beside them"
+    );
+
+    // A database the server does not have.
+    let missing = db
+        .url
+        .replacen(&format!("/{}?", db.name), "/no_such_database?", 1);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&db.url, &missing);
+    std::fs::write(&config, text).unwrap();
+    for command in [&["sync"][..], &["run"]] {
+        let mut args = vec!["--config", c];
+        args.extend(command);
+        let (code, out, err) = callsync(env.dir.path(), &args).await;
+        assert_eq!(code, 2, "{command:?}: {out}{err}");
+        assert!(
+            err.contains("database \"no_such_database\" does not exist (3D000); create the database (createdb, as its owner-to-be), or name an existing one in warehouse.url\n"),
+            "{command:?}: {err}"
+        );
+    }
+}
