@@ -861,3 +861,53 @@ async fn a_foreign_or_missing_database_is_a_configuration_error() {
         );
     }
 }
+
+/// Passes left open by a process that ended are marked interrupted by the next process that
+/// opens the warehouse for writing — only once nothing holds their schedule's claim: a
+/// daemon elsewhere still walking one keeps its row open.
+#[test]
+fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
+    if !pg::available("postgres::interrupted") {
+        return;
+    }
+    use callsync::service::Timestamp;
+    use callsync::warehouse::{RunKind, Walker};
+    let db = pg::database();
+    let (walking, ended) = (Uuid::from_u128(0x51), Uuid::from_u128(0x52));
+    // Another machine's daemon, walking `walking` now.
+    let elsewhere = PgWarehouse::open(&db.target()).unwrap();
+    let held = elsewhere.claim(walking).unwrap().expect("free");
+    let mut w = PgWarehouse::open(&db.target()).unwrap();
+    let walker = Walker {
+        host: "another-host".into(),
+        instance: "another-host".into(),
+        pid: 4242,
+    };
+    for schedule in [walking, ended] {
+        w.start_run(schedule, RunKind::Incremental, Timestamp::now(), &walker)
+            .unwrap();
+    }
+    drop(w);
+    let rows = || {
+        pg::query(
+            &db,
+            "SELECT schedule_uid::text, outcome, error, (finished_at = started_at)::text
+             FROM sync_runs ORDER BY id",
+        )
+    };
+    let marked = |schedule: Uuid| {
+        vec![
+            Some(schedule.to_string()),
+            Some("interrupted".to_owned()),
+            Some(callsync::warehouse::PROCESS_ENDED.to_owned()),
+            Some("true".to_owned()),
+        ]
+    };
+    let open = |schedule: Uuid| vec![Some(schedule.to_string()), None, None, None];
+
+    let _next = PgWarehouse::open(&db.target()).unwrap();
+    assert_eq!(rows(), [open(walking), marked(ended)]);
+    drop(held);
+    let _later = PgWarehouse::open(&db.target()).unwrap();
+    assert_eq!(rows(), [marked(walking), marked(ended)]);
+}
