@@ -278,6 +278,19 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_s_debug_form_hides_it_too() {
+        let config = crate::config::PostgresConfig {
+            url: "postgresql://u:hunter2@h/d".into(),
+            password: None,
+        };
+        let shown = format!("{config:?}");
+        assert!(
+            shown.contains("postgresql://u:[redacted]@h/d") && !shown.contains("hunter2"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn urls_without_a_password_are_shown_as_they_are() {
         for url in [
             "postgresql://callsync@db.example.com:5432/callsync?sslmode=verify-full",

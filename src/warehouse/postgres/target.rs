@@ -1,9 +1,13 @@
-//! `PgTarget`: where the PostgreSQL warehouse is and how to reach it, from a libpq URI.
+//! `PgTarget`: where the PostgreSQL warehouse is and how to reach it, from `warehouse.url`
+//! in either of libpq's forms.
 //!
-//! `postgresql://[user@]host[:port]/dbname[?host=/socket/dir&sslmode=…&sslrootcert=…]`. The
-//! URI never holds the password (one there is refused: the configuration is not a secret's
-//! place); it comes from `warehouse.password_file` or the systemd credential (the caller
-//! passes it), else from libpq's password file (`passfile=` in the URI, `$PGPASSFILE`, or
+//! `postgresql://[user@]host[:port]/dbname[?host=/socket/dir&sslmode=…&sslrootcert=…]`, or
+//! `host=… port=… dbname=… user=… sslmode=…` (`config::pg_url` splits it as libpq does).
+//! The URL never holds the password: one there, in any form tokio-postgres or libpq would
+//! read (after a `/`, percent-encoded, `password=`), is refused before anything else, since
+//! the configuration is not a secret's place. It comes from `warehouse.password_file` or
+//! the systemd credential (the caller passes it), else `$PGPASSWORD` (as libpq: unless
+//! empty), else libpq's password file (`passfile=` in the URL, `$PGPASSFILE`, or
 //! `~/.pgpass`), else none (trust or peer authentication). `sslmode` keeps libpq's meaning:
 //! `disable`; `allow`/`prefer` (TLS when the server offers it, unverified); `require`
 //! (TLS, unverified — verified against `sslrootcert` when one is given, as libpq does);
