@@ -1,5 +1,8 @@
 //! Response bodies read with a cap (a body beyond it fails without being read whole) and
-//! decoded as they arrive: in place when small, streamed through the decoder otherwise.
+//! decoded as they arrive: in place when small (invalid UTF-8 in string values repaired
+//! first, `invalid_utf8.rs`), streamed through the decoder otherwise. A decoding failure
+//! says whether the response's framing vouched for the body arriving whole (`framed`), which
+//! decides whether it is worth asking again (`ApiError::is_transient`).
 
 use serde::de::DeserializeSeed;
 
