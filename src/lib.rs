@@ -85,6 +85,9 @@ pub enum ErrorKind {
     /// An answer callsync cannot use, pages that break the walk's rules, or a request the
     /// service refused as malformed.
     Protocol,
+    /// A response that arrived whole but cannot be read (not JSON, nested too deep, a value
+    /// of the wrong type or shape): asking again brings the same, so it is not retried.
+    BadResponse,
     /// The warehouse (the SQLite file or database, the writer thread).
     Warehouse,
     /// Another process holds the schedule.
@@ -104,6 +107,7 @@ impl ErrorKind {
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::Service => "service",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::BadResponse => "bad_response",
             ErrorKind::Warehouse => "warehouse",
             ErrorKind::Busy => "busy",
             ErrorKind::Panic => "panic",

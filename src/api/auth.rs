@@ -140,6 +140,7 @@ async fn fetch_token(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("no content type")
         .to_owned();
+    let framed = super::body::framed(&response);
     let body = super::body::read_capped(response, TOKEN_RESPONSE_LIMIT, &request).await?;
     if !status.is_success() {
         // A server that echoes the form it was sent would put the client secret into the
@@ -163,6 +164,7 @@ async fn fetch_token(
         serde_json::from_slice(&body).map_err(|source| ApiError::Decode {
             request,
             content_type,
+            framed,
             cause: source,
         })?;
     let lifetime = lifetime(parsed.expires_in.as_ref());

@@ -1,9 +1,13 @@
 //! Response bodies read with a cap (a body beyond it fails without being read whole) and
-//! decoded as they arrive: in place when small, streamed through the decoder otherwise.
+//! decoded as they arrive: in place when small (invalid UTF-8 in string values repaired
+//! first, `invalid_utf8.rs`), streamed through the decoder otherwise. A decoding failure
+//! says whether the response's framing vouched for the body arriving whole (`framed`), which
+//! decides whether it is worth asking again (`ApiError::is_transient`).
 
 use serde::de::DeserializeSeed;
 
 use super::error::ApiError;
+use super::invalid_utf8::{Repaired, repair};
 use crate::service::Timestamp;
 
 /// A successful response whose body has not been read yet.
@@ -11,6 +15,24 @@ pub(super) struct Answer {
     pub(super) content_type: String,
     pub(super) date: Option<Timestamp>,
     pub(super) response: reqwest::Response,
+}
+
+/// Whether `response`'s framing tells where its body ends: a `Content-Length`, chunked
+/// encoding, or HTTP/2. Then a body read to its end without a transport error arrived
+/// whole (hyper fails a body cut short of its framing), and JSON that ends early is the
+/// service's, not the network's. Without framing the body ends where the connection
+/// closed, which a cut connection does too.
+pub(super) fn framed(response: &reqwest::Response) -> bool {
+    let headers = response.headers();
+    response.version() >= reqwest::Version::HTTP_2
+        || headers.contains_key(reqwest::header::CONTENT_LENGTH)
+        || headers
+            .get_all(reqwest::header::TRANSFER_ENCODING)
+            .iter()
+            .any(|v| {
+                v.to_str()
+                    .is_ok_and(|v| v.to_ascii_lowercase().contains("chunked"))
+            })
 }
 
 /// The body, read whole as it arrives (for error bodies and tokens, which are small).
@@ -103,18 +125,47 @@ where
         response,
         ..
     } = answer;
+    let body_framed = framed(&response);
     let mut body = CappedBody::new(response, limit, name)?;
     let mut buffered = bytes::BytesMut::new();
     while buffered.len() <= DECODE_IN_PLACE_BYTES {
         match body.next().await? {
             Some(chunk) => buffered.extend_from_slice(&chunk),
             None => {
-                let decoded = decode_slice(seed, &buffered);
-                return decoded_value(name, &content_type, Ok(decoded));
+                let decoded = decode_in_place(name, seed, &buffered);
+                return decoded_value(name, &content_type, body_framed, Ok(decoded));
             }
         }
     }
-    decode_streaming(name, &content_type, buffered.freeze(), body, seed).await
+    // A body this large is not repaired (`invalid_utf8`): a page of calls is far smaller,
+    // and one byte that is not UTF-8 fails it as unreadable.
+    let received = buffered.freeze();
+    decode_streaming(name, &content_type, body_framed, received, body, seed).await
+}
+
+/// Decodes a whole body, its invalid UTF-8 repaired where harmless; a repair that made it
+/// readable is logged once, naming the objects (calls) it touched.
+fn decode_in_place<T, S>(name: &str, seed: S, body: &[u8]) -> serde_json::Result<T>
+where
+    S: for<'de> DeserializeSeed<'de, Value = T>,
+{
+    let Some(repaired) = repair(body) else {
+        return decode_slice(seed, body);
+    };
+    let decoded = decode_slice(seed, &repaired.body)?;
+    warn_repaired(name, &repaired);
+    Ok(decoded)
+}
+
+fn warn_repaired(name: &str, repaired: &Repaired) {
+    let says = "the service sent text that is not UTF-8: stored with U+FFFD in place of each invalid sequence; report it to the service's operators";
+    let safe = |uid: &str| crate::untrusted::untrusted_text(uid, 64);
+    if repaired.uids.is_empty() {
+        tracing::warn!(request = name, replaced = repaired.replaced, "{says}");
+    }
+    for uid in &repaired.uids {
+        tracing::warn!(request = name, uid = %safe(uid), replaced = repaired.replaced, "{says}");
+    }
 }
 
 fn decode_slice<T, S>(seed: S, body: &[u8]) -> serde_json::Result<T>
@@ -144,6 +195,7 @@ where
 async fn decode_streaming<T, S>(
     name: &str,
     content_type: &str,
+    framed: bool,
     received: bytes::Bytes,
     mut body: CappedBody<'_>,
     seed: S,
@@ -170,17 +222,18 @@ where
     };
     let read: Result<(), ApiError> = tokio::select! {
         read = reading => read,
-        decoded = &mut decoding => return decoded_value(name, content_type, decoded),
+        decoded = &mut decoding => return decoded_value(name, content_type, framed, decoded),
     };
     // A transport failure or a body beyond the cap: what the decoder made of the cut-off
     // body does not matter.
     read?;
-    decoded_value(name, content_type, decoding.await)
+    decoded_value(name, content_type, framed, decoding.await)
 }
 
 fn decoded_value<T>(
     name: &str,
     content_type: &str,
+    framed: bool,
     decoded: Result<serde_json::Result<T>, tokio::task::JoinError>,
 ) -> Result<T, ApiError> {
     let cause = match decoded {
@@ -197,6 +250,7 @@ fn decoded_value<T>(
     Err(ApiError::Decode {
         request: name.to_owned(),
         content_type: content_type.to_owned(),
+        framed,
         cause,
     })
 }

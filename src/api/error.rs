@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use serde_json::error::Category;
 
 use crate::ErrorKind;
 use crate::service::models::ErrorBody;
@@ -69,14 +70,17 @@ pub enum ApiError {
     },
 
     /// serde_json's message quotes what the service sent (an unknown value, a bad uid or
-    /// timestamp), so it is made safe to show; so is the content type, a header's text.
+    /// timestamp), so it is made safe to show; so is the content type, a header's text. The
+    /// kind's name is in the text: `sync_runs.error`, which `status` shows, keeps no other.
     #[error(
-        "{request}: malformed response ({}): {}; if it persists, the service sends data callsync cannot read: report the response to its operators",
+        "{request}: unreadable response (bad_response; {}): {}; the service sent what callsync cannot read, and asking again brings the same: report the response to the service's operators",
         untrusted_text(.content_type, 100), untrusted_text(&.cause.to_string(), CAUSE_CHARS)
     )]
     Decode {
         request: String,
         content_type: String,
+        /// The response's framing vouched that the body arrived whole (`body::framed`).
+        framed: bool,
         cause: serde_json::Error,
     },
 
@@ -176,8 +180,9 @@ impl ApiError {
     /// `config` (callsync's own settings), `network` (no answer: connection, TLS,
     /// timeout), `auth` (401, 403: a credential refused), `not_found` (404: a schedule or
     /// call the service does not know), `rate_limited` (429, or a `Retry-After` beyond the
-    /// retry budget), `service` (5xx, 408), `protocol` (an answer callsync cannot use, or a
-    /// request the service refused as malformed). Retries exhausted are the last failure's.
+    /// retry budget), `service` (5xx, 408), `bad_response` (a body callsync cannot read),
+    /// `protocol` (another answer callsync cannot use, or a request the service refused as
+    /// malformed). Retries exhausted are the last failure's.
     pub fn kind(&self) -> ErrorKind {
         match self {
             ApiError::ClientSetup { .. } => ErrorKind::Config,
@@ -192,19 +197,19 @@ impl ApiError {
                 s if s.is_server_error() => ErrorKind::Service,
                 _ => ErrorKind::Protocol,
             },
-            ApiError::Decode { .. }
-            | ApiError::Protocol { .. }
-            | ApiError::TooLarge { .. }
-            | ApiError::Encode { .. } => ErrorKind::Protocol,
+            ApiError::Decode { .. } => ErrorKind::BadResponse,
+            ApiError::Protocol { .. } | ApiError::TooLarge { .. } | ApiError::Encode { .. } => {
+                ErrorKind::Protocol
+            }
             ApiError::PausedBeyondBudget { .. } => ErrorKind::RateLimited,
             ApiError::RetryAfterBeyondBudget { .. } => ErrorKind::RateLimited,
             ApiError::RetriesExhausted { last, .. } => last.kind(),
         }
     }
 
-    /// Worth another attempt: connection problems, timeouts, truncated or garbled bodies,
-    /// 408, 429 and 5xx. Other 4xx, TLS failures and well-formed-but-wrong bodies are
-    /// permanent.
+    /// Worth another attempt: connection problems, timeouts, bodies that may have been cut
+    /// short, 408, 429 and 5xx. Other 4xx, TLS failures and bodies that arrived whole but
+    /// cannot be read are permanent: the same request brings the same body.
     pub fn is_transient(&self) -> bool {
         match self {
             ApiError::Transport { .. } | ApiError::Timeout { .. } => true,
@@ -213,9 +218,15 @@ impl ApiError {
                     || *status == StatusCode::TOO_MANY_REQUESTS
                     || *status == StatusCode::REQUEST_TIMEOUT
             }
-            ApiError::Decode { cause: source, .. } => {
-                !matches!(source.classify(), serde_json::error::Category::Data)
-            }
+            ApiError::Decode { cause, framed, .. } => match cause.classify() {
+                // Bytes as they were sent (a cut connection garbles none), or values that
+                // are wrong: the service's doing.
+                Category::Syntax | Category::Data => false,
+                // JSON that ends early: a cut connection's doing only when nothing said
+                // where the body ends.
+                Category::Eof => !framed,
+                Category::Io => true,
+            },
             ApiError::ClientSetup { .. }
             | ApiError::Tls { .. }
             | ApiError::Protocol { .. }
@@ -342,16 +353,18 @@ mod tests {
         }
     }
 
-    fn decode(text: &str) -> ApiError {
+    fn decode(text: &[u8], framed: bool) -> ApiError {
         ApiError::Decode {
             request: "GET /x".into(),
             content_type: "application/json".into(),
-            cause: serde_json::from_str::<crate::service::CallPage>(text).unwrap_err(),
+            framed,
+            cause: serde_json::from_slice::<crate::service::CallPage>(text).unwrap_err(),
         }
     }
 
     #[test]
     fn classifies_transient_and_permanent() {
+        let nested = format!("{}{}", "[".repeat(200), "]".repeat(200));
         let cases = [
             (status(500), true),
             (status(502), true),
@@ -361,12 +374,20 @@ mod tests {
             (status(400), false),
             (status(401), false),
             (status(404), false),
-            (decode("{\"data\": ["), true),
-            (decode("<html>"), true),
-            (decode("{\"data\": 5}"), false),
+            // Ends early: cut short, unless the framing said it had all arrived.
+            (decode(b"{\"data\": [", false), true),
+            (decode(b"{\"data\": [", true), false),
+            // Arrived as sent, and unreadable: the same again on every attempt.
+            (decode(b"<html>", false), false),
+            (decode(b"{\"data\": [], \"x\": \"\xff\"}", false), false),
+            (decode(nested.as_bytes(), false), false),
+            (decode(b"{\"data\": 5}", false), false),
         ];
         for (err, transient) in cases {
             assert_eq!(err.is_transient(), transient, "{err}");
+            if let ApiError::Decode { .. } = err {
+                assert_eq!(err.kind(), ErrorKind::BadResponse, "{err}");
+            }
         }
     }
 

@@ -12,6 +12,7 @@ mod error;
 mod exchange;
 #[cfg(test)]
 pub(crate) mod fake;
+mod invalid_utf8;
 mod limiter;
 mod observe;
 mod redact;

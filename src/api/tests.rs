@@ -289,10 +289,10 @@ async fn a_page_with_more_rows_than_asked_is_refused_at_the_first_one_too_many()
     };
     let schedule = Uuid::from_u128(7);
     let expected_start = format!(
-        "{}: malformed response (application/json): more than the 100 rows asked for (page_size) at line 1 column ",
+        "{}: unreadable response (bad_response; application/json): more than the 100 rows asked for (page_size) at line 1 column ",
         ApiClient::describe_list(schedule, &query)
     );
-    let expected_end = "; if it persists, the service sends data callsync cannot read: report the response to its operators";
+    let expected_end = "; the service sent what callsync cannot read, and asking again brings the same: report the response to the service's operators";
 
     // A whole page of 101 rows.
     let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
@@ -414,5 +414,68 @@ async fn tls_failures_are_permanent_and_not_retried() {
             "{what}: one attempt, no retries"
         );
         assert_eq!((counters.requests(), counters.retries()), (1, 0));
+    }
+}
+
+/// A server answering every request with `response` (head and body, as bytes), then
+/// closing the connection; counts the requests.
+async fn fixed_response_server(
+    response: &'static [u8],
+) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let _ = stream.write_all(response).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    (port, requests)
+}
+
+#[tokio::test]
+async fn json_that_ends_early_is_retried_only_when_nothing_said_where_the_body_ends() {
+    let fake = FakeService::start(|_, _| Reply::status(500, ""), |_, _| Reply::ok("")).await;
+    let cases: [(&'static [u8], usize); 3] = [
+        // Its length announced, and all of it sent: the service's own JSON ends early.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n{\"data\": [",
+            1,
+        ),
+        // Chunked, the last chunk sent: the same.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\na\r\n{\"data\": [\r\n0\r\n\r\n",
+            1,
+        ),
+        // Ended by closing the connection, as a cut connection ends it too: retried.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{\"data\": [",
+            3,
+        ),
+    ];
+    for (response, attempts) in cases {
+        let (port, requests) = fixed_response_server(response).await;
+        let mut config = fake.config(AuthConfig::Static(Secret::new("t")));
+        config.base_url = Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+        config.retry.max_attempts = 3;
+        config.retry.initial_interval = Duration::from_millis(1);
+        let client = ApiClient::new(&config, &config.credentials().unwrap()).unwrap();
+        let err = client
+            .get_call(CALL_UID, &Counters::default())
+            .await
+            .unwrap_err();
+        let head = String::from_utf8_lossy(&response[..40]);
+        assert_eq!(err.kind(), crate::ErrorKind::BadResponse, "{head}: {err}");
+        assert_eq!(
+            requests.load(std::sync::atomic::Ordering::SeqCst),
+            attempts,
+            "{head}: {err}"
+        );
     }
 }

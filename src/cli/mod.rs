@@ -16,7 +16,10 @@ use clap::{ArgMatches, FromArgMatches};
 use tracing_subscriber::filter::LevelFilter;
 
 use crate::config::{Config, ConfigError, LogConfig};
+use crate::daemon::DaemonError;
+use crate::sync::SyncError;
 use crate::telemetry::{self, TelemetryError};
+use crate::warehouse::WarehouseError;
 
 mod args;
 mod campaign;
@@ -70,13 +73,18 @@ pub fn main() -> ExitCode {
 }
 
 /// Exit code 2: the configuration, the environment or the command line is wrong, wherever in
-/// the chain of causes that was found (a library error may carry a `ConfigError`).
+/// the chain of causes that was found (a library error may carry a `ConfigError`, which a
+/// transparent variant does not show as a cause of its own, so those are asked).
 fn is_configuration_error(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause.is::<ConfigError>()
             || cause.is::<UsageError>()
             || cause.is::<TelemetryError>()
             || cause.is::<demo::ForeignDirectory>()
+            || (cause.downcast_ref::<SyncError>()).is_some_and(SyncError::is_configuration)
+            || (cause.downcast_ref::<WarehouseError>())
+                .is_some_and(WarehouseError::is_configuration)
+            || (cause.downcast_ref::<DaemonError>()).is_some_and(DaemonError::is_configuration)
     })
 }
 

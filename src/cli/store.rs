@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use super::output::print_out;
+use super::usage::UsageError;
 use crate::config::Config;
 use crate::warehouse::Warehouse;
 
@@ -99,6 +100,9 @@ pub(super) fn backup(
 
 pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> Result<ExitCode> {
     super::destination::refuse_on_postgres(config, "restore")?;
+    if backup.is_dir() {
+        return Err(UsageError(restore_from_directory(backup)).into());
+    }
     let path = &config.warehouse.path;
     let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
     if json {
@@ -135,4 +139,27 @@ pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> 
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `restore DIR` says: a directory is no backup; which file in it to pass, the newest
+/// `.db` file by name (the daemon's `callsync-YYYYMMDDTHHMMSSZ.db` sort by time) when there
+/// is one.
+fn restore_from_directory(dir: &std::path::Path) -> String {
+    let newest = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "db"))
+        .max();
+    let which = match newest {
+        Some(file) => format!(
+            "pass one backup file in it, e.g. the newest: callsync restore {}",
+            file.display()
+        ),
+        None => "it holds no backup (*.db): pass the backup file itself, as `callsync backup PATH` or the daemon (backup.dir, callsync-YYYYMMDDTHHMMSSZ.db) wrote it".to_owned(),
+    };
+    format!(
+        "cannot restore {}: it is a directory, not a backup file; {which}",
+        dir.display()
+    )
 }

@@ -232,7 +232,12 @@ fn warehouse(entries: &mut Entries<'_>, config: &Config) {
     let warehouse = &config.warehouse;
     match &warehouse.postgres {
         Some(postgres) => {
-            entries.add("warehouse.url", json!(postgres.url));
+            // A password in it is refused where it is used; here it is hidden whatever else
+            // is wrong with the URL.
+            entries.add(
+                "warehouse.url",
+                json!(super::pg_url::redacted(&postgres.url)),
+            );
             // The password itself is never configured inline: `warehouse.password_file`,
             // the credential `warehouse_password`, or libpq's password file.
             match &postgres.password {

@@ -15,6 +15,7 @@ mod error;
 mod load;
 mod log_filter;
 mod messages;
+pub mod pg_url;
 mod raw;
 mod secret;
 #[cfg(test)]

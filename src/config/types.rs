@@ -155,12 +155,22 @@ pub struct WarehouseConfig {
     pub timezone: chrono_tz::Tz,
 }
 
-/// A PostgreSQL warehouse as configured: its libpq URI (which never holds the password) and
-/// where the password is, if anywhere (read when a command connects).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A PostgreSQL warehouse as configured: `warehouse.url` as written (a URI or a libpq
+/// connection string; one holding a password is refused where it is used, and `Debug` shows
+/// it redacted) and where the password is, if anywhere (read when a command connects).
+#[derive(Clone, PartialEq, Eq)]
 pub struct PostgresConfig {
     pub url: String,
     pub password: Option<SecretSource>,
+}
+
+impl std::fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &super::pg_url::redacted(&self.url))
+            .field("password", &self.password)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -90,8 +90,8 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
 }
 
 /// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else
-/// the systemd credential `warehouse_password`, else none (libpq's password file, or a server
-/// that asks for none). `url` and `path` together are refused, naming both.
+/// the systemd credential `warehouse_password`, else none (`$PGPASSWORD`, libpq's password
+/// file, or a server that asks for none). `url` and `path` together are refused, naming both.
 fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, ConfigError> {
     let Some(url) = &raw.url else {
         if raw.password_file.is_some() {

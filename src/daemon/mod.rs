@@ -56,6 +56,17 @@ pub enum DaemonError {
     },
 }
 
+impl DaemonError {
+    /// The daemon could not start because the configuration is wrong: exit code 2, which
+    /// systemd does not restart (`RestartPreventExitStatus=2`).
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            DaemonError::Sync(err) => err.is_configuration(),
+            _ => false,
+        }
+    }
+}
+
 /// The kinds of pass the daemon runs: their metrics series exist from start-up.
 fn pass_kinds(config: &Config) -> &'static [&'static str] {
     if config.sync.reconcile_cron.is_some() {

@@ -250,7 +250,8 @@ async fn list_calls(
 ) -> Reply {
     let schedule = parse_uid(&uid, "schedule")?;
     let params = parse_list_query(query.as_deref()).map_err(bad_request)?;
-    if let Some(bad) = shared.broken(schedule) {
+    let broken = shared.broken(schedule);
+    if let Some(bad) = broken.filter(|bad| bad.replaces_the_page()) {
         return Ok(bad.respond());
     }
     let page = {
@@ -272,12 +273,15 @@ async fn list_calls(
     };
     let (data, total) = page;
     let pagination = pagination(&shared, schedule, &params, total);
-    Ok(Json(CallPage {
+    let page = CallPage {
         data,
         pagination: Some(pagination),
         extra: Default::default(),
+    };
+    Ok(match broken {
+        Some(bad) => bad.garble(&page),
+        None => Json(page).into_response(),
     })
-    .into_response())
 }
 
 /// The page's calls and the total number of matches.

@@ -46,6 +46,16 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// The configuration is wrong (`warehouse.url`, its password file, the warehouse it
+    /// names): exit code 2.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            SyncError::Config(_) => true,
+            SyncError::Warehouse(err) => err.is_configuration(),
+            _ => false,
+        }
+    }
+
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
     /// walk's rules), `busy` (another process holds the schedule).
@@ -55,6 +65,7 @@ impl SyncError {
             SyncError::Walk { .. } => ErrorKind::Protocol,
             SyncError::Busy { .. } => ErrorKind::Busy,
             SyncError::Config(_) => ErrorKind::Config,
+            SyncError::Warehouse(err) if err.is_configuration() => ErrorKind::Config,
             SyncError::Warehouse(_)
             | SyncError::Lock { .. }
             | SyncError::WriterStart(_)

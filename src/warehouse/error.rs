@@ -33,6 +33,17 @@ pub enum WarehouseError {
         path.display()
     )]
     NotAWarehouse { path: PathBuf },
+    /// Tables of another program where callsync would create its own: the configuration
+    /// names the wrong database.
+    #[error(
+        "{target} is a PostgreSQL database of another program, not a callsync warehouse (its schema {schema} holds tables, not callsync's: {tables}); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (CREATE SCHEMA callsync, then options=-c%20search_path%3Dcallsync in warehouse.url)"
+    )]
+    NotAPostgresWarehouse {
+        target: String,
+        schema: String,
+        /// The first few, for the message.
+        tables: String,
+    },
     #[error(
         "the warehouse {} has schema version {found}, newer than this callsync knows ({supported}); upgrade callsync",
         path.display()
@@ -135,6 +146,14 @@ pub enum WarehouseError {
         "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
     )]
     PostgresConnect { target: String, cause: String },
+    /// The server would not let callsync in as configured (credentials, a database that does
+    /// not exist): a configuration error, which trying again does not cure.
+    #[error("cannot connect to the warehouse {target}: {cause}; {advice}")]
+    PostgresRefused {
+        target: String,
+        cause: String,
+        advice: &'static str,
+    },
     #[error("warehouse {target}: {step}: {cause}")]
     Postgres {
         target: String,
@@ -150,6 +169,20 @@ pub enum WarehouseError {
         what: &'static str,
         value: String,
     },
+}
+
+impl WarehouseError {
+    /// The configuration names the wrong thing: another program's database, a PostgreSQL
+    /// server that refuses the configured user or database. Exit code 2: running again, or a
+    /// restart by systemd, changes nothing until the configuration does.
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            WarehouseError::NotAWarehouse { .. }
+                | WarehouseError::NotAPostgresWarehouse { .. }
+                | WarehouseError::PostgresRefused { .. }
+        )
+    }
 }
 
 /// SQLite's words and, where the code tells, what to do about it.

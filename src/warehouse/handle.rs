@@ -36,15 +36,18 @@ pub struct MigrationReport {
 }
 
 impl Warehouse {
-    /// Opens or creates the warehouse and applies pending migrations.
+    /// Opens or creates the warehouse, applies pending migrations, and marks the passes
+    /// whose process ended mid-pass interrupted (`interrupted.rs`).
     pub fn open(path: &Path, busy_timeout: Duration) -> Result<Warehouse, WarehouseError> {
         let (conn, in_use, _) = open_locked(path, busy_timeout)?;
-        Ok(Warehouse {
+        let mut warehouse = Warehouse {
             conn,
             path: path.to_owned(),
             in_use: Some(in_use),
             reading: schema::Reading::Shared,
-        })
+        };
+        warehouse.mark_interrupted_runs()?;
+        Ok(warehouse)
     }
 
     /// Opens an existing warehouse read-only (no migration; the schema must be current),

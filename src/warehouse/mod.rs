@@ -15,6 +15,7 @@ mod children;
 mod error;
 pub mod file_lock;
 mod handle;
+mod interrupted;
 mod keys_first;
 mod layout_v6;
 mod ledger;
@@ -43,7 +44,9 @@ pub use queries::{
     TICKS_COUNTED,
 };
 pub use rows::e164;
-pub use runs::{Checkpoint, INTERRUPTED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker};
+pub use runs::{
+    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
 pub use scratch::{CallsByExternalId, SeenExternalIds};
 pub use snapshot::{Row, Snapshot};

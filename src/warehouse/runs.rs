@@ -15,6 +15,13 @@ use crate::untrusted::untrusted_text;
 /// from its last committed page.
 pub const INTERRUPTED: &str = "interrupted by shutdown";
 
+/// The `sync_runs.error` of a pass whose process ended in the middle of it (killed, crashed,
+/// its machine lost), written by the next callsync that opened the warehouse for writing
+/// once nothing held the schedule any more (`interrupted.rs`). Its outcome is `interrupted`,
+/// its `finished_at` its `started_at` (when it ended is not known). Not a pass that walked:
+/// [`Warehouse::walked_since`] passes over it.
+pub const PROCESS_ENDED: &str = "interrupted: its process ended mid-pass (killed or crashed); the next pass resumed from the last committed page";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
     pub schedule_uid: Uuid,
@@ -75,7 +82,7 @@ impl std::fmt::Display for Walker {
 }
 
 /// The machine's host name (`gethostname`), `localhost` if it cannot be read.
-fn host_name() -> String {
+pub(super) fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -269,34 +276,31 @@ impl Warehouse {
 
     /// Who walked `schedule`'s latest pass of `kind`, if that pass began at or after `since`
     /// and finished. The caller holds the schedule's claim, so a latest pass not finished
-    /// is one whose process died: not walked, whatever its start.
+    /// is one whose process died: not walked, whatever its start; nor is one found so
+    /// ([`PROCESS_ENDED`]).
     pub fn walked_since(
         &self,
         schedule: Uuid,
         kind: RunKind,
         since: Timestamp,
     ) -> Result<Option<Walker>, WarehouseError> {
-        type Latest = (
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<u32>,
-        );
+        type Latest = (String, bool, Option<String>, Option<String>, Option<u32>);
         let latest: Option<Latest> = self
             .conn
             .prepare_cached(
-                "SELECT started_at, finished_at, host, instance, pid FROM sync_runs
-                 WHERE schedule_uid = ?1 AND kind = ?2 ORDER BY id DESC LIMIT 1",
+                "SELECT started_at, finished_at IS NOT NULL AND error IS NOT ?3, host, instance,
+                        pid
+                 FROM sync_runs WHERE schedule_uid = ?1 AND kind = ?2 ORDER BY id DESC LIMIT 1",
             )
             .and_then(|mut s| {
-                s.query_row(params![schedule.to_string(), kind.as_str()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })
+                s.query_row(
+                    params![schedule.to_string(), kind.as_str(), PROCESS_ENDED],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                )
                 .optional()
             })
             .sql(&self.path, "reading a schedule's latest pass")?;
-        let Some((started_at, Some(_finished), host, instance, pid)) = latest else {
+        let Some((started_at, true, host, instance, pid)) = latest else {
             return Ok(None);
         };
         if parse(&self.path, &started_at, "sync_runs.started_at")? < since {

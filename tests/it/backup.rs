@@ -120,3 +120,49 @@ async fn migrate_backup_and_restore_print_one_json_object() {
     assert_eq!(restored["calls"], 20);
     assert!(restored["removed"].is_array(), "{restored}");
 }
+
+/// `restore DIR`: a directory is named as one, with the file to pass (the newest backup in
+/// it, when there is one); exit 2, and the warehouse is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_a_directory_says_so_and_which_file_to_pass() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    env.pass_ok(&env.schedules()).await;
+    let backups = env.dir.path().join("backups");
+    std::fs::create_dir(&backups).unwrap();
+    let dir = backups.to_str().unwrap();
+
+    let out = callsync(&["--config", c, "restore", dir]).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: cannot restore {dir}: it is a directory, not a backup file; it holds no backup (*.db): pass the backup file itself, as `callsync backup PATH` or the daemon (backup.dir, callsync-YYYYMMDDTHHMMSSZ.db) wrote it\n"
+        )
+    );
+    for name in [
+        "callsync-20251125T213000Z.db",
+        "callsync-20251126T003000Z.db",
+    ] {
+        let out = callsync(&["--config", c, "backup", &format!("{dir}/{name}")]).await;
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    let out = callsync(&["--config", c, "restore", dir]).await;
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: cannot restore {dir}: it is a directory, not a backup file; pass one backup file in it, e.g. the newest: callsync restore {dir}/callsync-20251126T003000Z.db\n"
+        )
+    );
+    assert_eq!(
+        integrity_and_calls(&env.warehouse_path()),
+        ("ok".to_owned(), 20)
+    );
+}

@@ -112,10 +112,10 @@ async fn a_bad_page_after_committed_pages_keeps_them_and_writes_nothing_of_itsel
         at(199)
     );
     let expected_error = format!(
-        "{request}: malformed response (application/json): `{BAD_INSTANT}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): its instant falls outside them"
+        "{request}: unreadable response (bad_response; application/json): `{BAD_INSTANT}` is not an RFC 3339 timestamp with a zone, within the years 0000 to 9999 in UTC (e.g. 2026-01-31T09:30:00Z): its instant falls outside them"
     );
     let PassResult::Failed {
-        kind: callsync::ErrorKind::Protocol,
+        kind: callsync::ErrorKind::BadResponse,
         error,
     } = &reports[0].result
     else {
@@ -124,7 +124,7 @@ async fn a_bad_page_after_committed_pages_keeps_them_and_writes_nothing_of_itsel
     assert!(
         error.starts_with(&expected_error)
             && error.ends_with(
-                "; if it persists, the service sends data callsync cannot read: report the response to its operators"
+                "; the service sent what callsync cannot read, and asking again brings the same: report the response to the service's operators"
             ),
         "{error}"
     );

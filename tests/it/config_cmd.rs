@@ -145,3 +145,80 @@ async fn a_configuration_error_ends_config_as_it_ends_check() {
         "error: config: sync.page_size: 500 is outside 1..=100\n"
     );
 }
+
+/// A password in `warehouse.url`, in any form libpq or tokio-postgres would read (after a
+/// `/`, percent-encoded, a `password` parameter, a `key=value` string), in a URL otherwise
+/// valid or not: `config` shows the URL without it, as text and JSON; every command that
+/// would use it refuses it with exit 2, naming the key and where the password goes instead,
+/// without showing it; nothing is connected to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_warehouse_url_is_never_shown_and_refused_with_exit_2() {
+    const SECRET: &str = "hun/ter2";
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("callsync.toml");
+    let refusal = "config: warehouse.url: holds a password; remove it, and give the password in warehouse.password_file (or the systemd credential warehouse_password), in libpq's password file (passfile= in the URL, $PGPASSFILE, or ~/.pgpass), or in $PGPASSWORD\n";
+    for (url, shown) in [
+        (
+            "postgresql://callsync:hun/ter2@127.0.0.1:1/warehouse",
+            "postgresql://callsync:[redacted]@127.0.0.1:1/warehouse",
+        ),
+        (
+            "postgresql://callsync:hun%2Fter2@127.0.0.1:1/warehouse",
+            "postgresql://callsync:[redacted]@127.0.0.1:1/warehouse",
+        ),
+        // Invalid besides (a port that is no number, an `@` in the password).
+        (
+            "postgresql://callsync:hun/ter2@x@127.0.0.1:port/warehouse",
+            "postgresql://callsync:[redacted]@127.0.0.1:port/warehouse",
+        ),
+        (
+            "postgresql://127.0.0.1:1/warehouse?user=callsync&pass%77ord=hun/ter2",
+            "postgresql://127.0.0.1:1/warehouse?user=callsync&pass%77ord=[redacted]",
+        ),
+        (
+            "host=127.0.0.1 port=1 password='hun/ter2' dbname=warehouse",
+            "host=127.0.0.1 port=1 password=[redacted] dbname=warehouse",
+        ),
+    ] {
+        std::fs::write(
+            &config,
+            format!(
+                "[api]\nbase_url = \"http://127.0.0.1:9\"\naccess_token = \"t\"\n[warehouse]\nurl = \"{url}\"\n[sync]\nschedules = [\"00000000-0000-4000-8000-000000000001\"]\n"
+            ),
+        )
+        .unwrap();
+        let c = config.to_str().unwrap();
+        let out = callsync(&["--config", c, "config", "--json"]).await;
+        assert_eq!(out.status.code(), Some(0), "{url}: {}", stderr(&out));
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(entry(&json, "warehouse.url")["value"], shown, "{url}");
+        let out = callsync(&["--config", c, "config"]).await;
+        assert_eq!(out.status.code(), Some(0), "{url}: {}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("warehouse.url = \"{shown}\"")),
+            "{url}: {text}"
+        );
+        assert!(!text.contains(SECRET) && !text.contains("ter2"), "{text}");
+        for command in [
+            &["sync"][..],
+            &["status"],
+            &["migrate"],
+            &["run"],
+            &["checkpoint", "show"],
+        ] {
+            let mut args = vec!["--config", c];
+            args.extend(command);
+            let out = callsync(&args).await;
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{url} {command:?}: {}",
+                stderr(&out)
+            );
+            let err = stderr(&out);
+            assert!(err.ends_with(refusal), "{url} {command:?}: {err}");
+            assert!(!err.contains("ter2"), "{err}");
+        }
+    }
+}

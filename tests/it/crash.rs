@@ -109,6 +109,24 @@ fn open_runs_after(env: &TestEnv, after: i64) -> i64 {
     .expect("sync_runs")
 }
 
+/// The `sync_runs` rows still open, and those marked as cut short by their process's end.
+fn open_and_marked(env: &TestEnv) -> (i64, i64) {
+    let sql = "SELECT count(*) FILTER (WHERE finished_at IS NULL),
+                      count(*) FILTER (WHERE outcome = 'interrupted' AND error = $1)
+               FROM sync_runs";
+    let ended = callsync::warehouse::PROCESS_ENDED;
+    if let Some(db) = &env.pg {
+        let n = pg::query(db, &sql.replace("$1", &format!("'{ended}'")));
+        let count = |i: usize| n[0][i].as_deref().unwrap().parse().unwrap();
+        return (count(0), count(1));
+    }
+    let conn = rusqlite::Connection::open(env.warehouse_path()).expect("open");
+    conn.query_row(&sql.replace("$1", "?1"), [ended], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })
+    .expect("sync_runs")
+}
+
 /// The latest `sync_runs` id (0 before any pass, or before the warehouse exists).
 fn latest_run(env: &TestEnv) -> i64 {
     if let Some(db) = &env.pg {
@@ -160,6 +178,8 @@ async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
     .await;
     let config = env.write_config("page_size = 25\n");
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    // Passes killed mid-pass: each is marked interrupted by a later process.
+    let mut cut_short = 0;
     for round in 0..ROUNDS {
         if round > 0 {
             for schedule in env.schedules() {
@@ -199,15 +219,26 @@ async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
         tokio::time::sleep(within).await;
         child.kill().await.expect("SIGKILL");
         drop(hold);
+        let cut = open_runs_after(&env, before);
         assert!(
-            open_runs_after(&env, before) >= 1,
+            cut >= 1,
             "round {round}: the kill (after list request {k}, +{within:?}) landed inside a pass"
         );
+        cut_short += cut;
         for schedule in env.schedules() {
             assert_checkpoint_not_ahead(&env, schedule);
         }
     }
     env.sim.set_dialer_running(false);
+    if let Some(db) = &env.pg {
+        // The server frees a killed process's claims once it notices its connection gone.
+        let claims = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+        crate::harness::wait_for("the killed passes' claims freed", || {
+            pg::query(db, claims) == [[Some("0".to_owned())]]
+        })
+        .await;
+    }
     let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")
         .arg(&config)
@@ -218,4 +249,6 @@ async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
         .expect("callsync runs");
     assert!(status.success());
     env.assert_matches_truth(&env.schedules());
+    // No pass is left open for ever: every one killed was marked by a later process.
+    assert_eq!(open_and_marked(&env), (0, cut_short));
 }

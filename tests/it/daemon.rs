@@ -252,7 +252,7 @@ async fn a_failing_schedule_backs_off_without_holding_up_the_others() {
     assert!(daemon.results(s[0]).iter().all(|r| matches!(
         r,
         PassResult::Failed {
-            kind: callsync::ErrorKind::Protocol,
+            kind: callsync::ErrorKind::BadResponse,
             ..
         }
     )));

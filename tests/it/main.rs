@@ -33,6 +33,8 @@ mod sync;
 mod tie_order;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
+// Bytes the service should not send: a name not UTF-8, a page nested too deep.
+mod bad_bytes;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
 // callsync migrate to schema 6 killed mid-copy: schema 5 stays whole; the next run migrates.

@@ -798,3 +798,116 @@ async fn connections_the_server_closed_are_opened_again() {
     engine.close().await;
     env.assert_matches_truth(&s);
 }
+
+/// A database of another program's tables, and one that does not exist: named as such, with
+/// what to do, and exit code 2 from every command that opens the warehouse (the daemon's
+/// too, so systemd does not restart it for ever); nothing is created in the foreign one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_or_missing_database_is_a_configuration_error() {
+    if !pg::available("postgres::foreign_cli") {
+        return;
+    }
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 5,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let db = env.pg.clone().unwrap();
+    pg::query(&db, "CREATE TABLE invoices (id int)");
+    pg::query(&db, "CREATE VIEW unpaid AS SELECT * FROM invoices");
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let foreign = format!(
+        "{} is a PostgreSQL database of another program, not a callsync warehouse (its schema public holds tables, not callsync's: invoices, unpaid); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (CREATE SCHEMA callsync, then options=-c%20search_path%3Dcallsync in warehouse.url)\n",
+        db.target().display()
+    );
+    for command in [&["sync"][..], &["migrate"], &["status"], &["run"]] {
+        let mut args = vec!["--config", c];
+        args.extend(command);
+        let (code, out, err) = callsync(env.dir.path(), &args).await;
+        assert_eq!(code, 2, "{command:?}: {out}{err}");
+        assert!(err.ends_with(&foreign), "{command:?}: {err}");
+    }
+    let tables = pg::query(
+        &db,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'",
+    );
+    assert_eq!(
+        tables,
+        [[Some("1".to_owned())]],
+        "nothing created beside them"
+    );
+
+    // A database the server does not have.
+    let missing = db
+        .url
+        .replacen(&format!("/{}?", db.name), "/no_such_database?", 1);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&db.url, &missing);
+    std::fs::write(&config, text).unwrap();
+    for command in [&["sync"][..], &["run"]] {
+        let mut args = vec!["--config", c];
+        args.extend(command);
+        let (code, out, err) = callsync(env.dir.path(), &args).await;
+        assert_eq!(code, 2, "{command:?}: {out}{err}");
+        assert!(
+            err.contains("database \"no_such_database\" does not exist (3D000); create the database (createdb, as its owner-to-be), or name an existing one in warehouse.url\n"),
+            "{command:?}: {err}"
+        );
+    }
+}
+
+/// Passes left open by a process that ended are marked interrupted by the next process that
+/// opens the warehouse for writing — only once nothing holds their schedule's claim: a
+/// daemon elsewhere still walking one keeps its row open.
+#[test]
+fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
+    if !pg::available("postgres::interrupted") {
+        return;
+    }
+    use callsync::service::Timestamp;
+    use callsync::warehouse::{RunKind, Walker};
+    let db = pg::database();
+    let (walking, ended) = (Uuid::from_u128(0x51), Uuid::from_u128(0x52));
+    // Another machine's daemon, walking `walking` now.
+    let elsewhere = PgWarehouse::open(&db.target()).unwrap();
+    let held = elsewhere.claim(walking).unwrap().expect("free");
+    let mut w = PgWarehouse::open(&db.target()).unwrap();
+    let walker = Walker {
+        host: "another-host".into(),
+        instance: "another-host".into(),
+        pid: 4242,
+    };
+    for schedule in [walking, ended] {
+        w.start_run(schedule, RunKind::Incremental, Timestamp::now(), &walker)
+            .unwrap();
+    }
+    drop(w);
+    let rows = || {
+        pg::query(
+            &db,
+            "SELECT schedule_uid::text, outcome, error, (finished_at = started_at)::text
+             FROM sync_runs ORDER BY id",
+        )
+    };
+    let marked = |schedule: Uuid| {
+        vec![
+            Some(schedule.to_string()),
+            Some("interrupted".to_owned()),
+            Some(callsync::warehouse::PROCESS_ENDED.to_owned()),
+            Some("true".to_owned()),
+        ]
+    };
+    let open = |schedule: Uuid| vec![Some(schedule.to_string()), None, None, None];
+
+    let _next = PgWarehouse::open(&db.target()).unwrap();
+    assert_eq!(rows(), [open(walking), marked(ended)]);
+    drop(held);
+    let _later = PgWarehouse::open(&db.target()).unwrap();
+    assert_eq!(rows(), [marked(walking), marked(ended)]);
+}

@@ -361,7 +361,7 @@ async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
         env.sim.break_schedule(s[0], Some(bad));
         let reports = env.pass(&s).await;
         let PassResult::Failed {
-            kind: ErrorKind::Protocol,
+            kind: ErrorKind::BadResponse,
             error,
         } = &reports[0].result
         else {

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::service::Timestamp;
-use crate::warehouse::{LATE_PASS_TICKS, RunOutcome, ScheduleStatus, TICKS_COUNTED};
+use crate::warehouse::{LATE_PASS_TICKS, PROCESS_ENDED, RunOutcome, ScheduleStatus, TICKS_COUNTED};
 
 /// `callsync status` as a table for a terminal.
 pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
@@ -47,6 +47,11 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                         slowed_by_text(&run.slowed_by())
                     ),
                     None => "running, or the process died".to_owned(),
+                    Some(RunOutcome::Interrupted)
+                        if run.error.as_deref() == Some(PROCESS_ENDED) =>
+                    {
+                        PROCESS_ENDED.to_owned()
+                    }
                     Some(RunOutcome::Interrupted) => {
                         "interrupted by shutdown (the next pass resumes)".to_owned()
                     }

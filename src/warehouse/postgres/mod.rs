@@ -24,6 +24,7 @@
 
 mod batch;
 mod claim;
+mod interrupted;
 mod resources;
 mod runs;
 mod schema;
@@ -67,11 +68,14 @@ struct Connection {
 }
 
 impl PgWarehouse {
-    /// Connects and applies pending migrations (under the migration lock).
+    /// Connects, applies pending migrations (under the migration lock), and marks the passes
+    /// whose process ended mid-pass interrupted (`interrupted.rs`).
     pub fn open(target: &PgTarget) -> Result<PgWarehouse, WarehouseError> {
         let client = connect(target)?;
         schema::migrate(&client, target)?;
-        Ok(Self::with_client(client, target))
+        let warehouse = Self::with_client(client, target);
+        warehouse.mark_interrupted_runs()?;
+        Ok(warehouse)
     }
 
     /// Connects to a warehouse that must already be at this callsync's version (a read-only

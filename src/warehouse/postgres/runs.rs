@@ -11,7 +11,7 @@ use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::queries::{RunSummary, ScheduleStatus, StatusFacts};
 use crate::warehouse::runs::{
-    Checkpoint, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
+    Checkpoint, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
 };
 
 const READ_CHECKPOINT: &str =
@@ -151,7 +151,7 @@ impl PgWarehouse {
 
     /// Who walked `schedule`'s latest pass of `kind`, if that pass began at or after `since`
     /// and finished (the SQLite warehouse's `walked_since`: the caller holds the schedule's
-    /// claim, so a latest pass not finished is one whose process died).
+    /// claim, so a latest pass not finished is one whose process died; nor is one found so).
     pub fn walked_since(
         &self,
         schedule: Uuid,
@@ -160,9 +160,10 @@ impl PgWarehouse {
     ) -> Result<Option<Walker>, WarehouseError> {
         self.reconnect_if_closed()?;
         let row = wait(self.client().query_opt(
-            "SELECT started_at, finished_at IS NOT NULL, host, instance, pid FROM sync_runs
-             WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
-            &[&schedule, &kind.as_str()],
+            "SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $3, host,
+                    instance, pid
+             FROM sync_runs WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
+            &[&schedule, &kind.as_str(), &PROCESS_ENDED],
         ))
         .pg(&self.target, "reading a schedule's latest pass")?;
         let Some(row) = row else {

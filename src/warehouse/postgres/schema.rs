@@ -1,8 +1,8 @@
 //! Versioned migrations of the PostgreSQL warehouse (`migrations-postgres/NNNN-*.sql`),
 //! applied in order, each in its own transaction, under a session-level advisory lock: two
 //! daemons starting at once never both migrate — the second waits, then finds nothing to do.
-//! The version is the one row of `callsync_schema`; a database without it but with a `calls`
-//! table is another program's, and is refused.
+//! The version is the one row of `callsync_schema`; a database without it but with tables
+//! (or a `calls` table on the search path) is another program's, and is refused.
 
 use include_dir::{Dir, include_dir};
 use tokio_postgres::Client;
@@ -32,24 +32,37 @@ pub fn latest_version() -> usize {
     migrations().len()
 }
 
-/// The version found: `None` for a database without callsync's tables.
+/// The version found: `None` for a database without callsync's tables. A database without
+/// callsync's version table but with tables where callsync would create its own (the first
+/// schema of the search path), or with a `calls` table it would read, is another program's.
 fn found_version(client: &Client, target: &PgTarget) -> Result<Option<usize>, WarehouseError> {
+    const STEP: &str = "identifying the warehouse";
     let row = wait(client.query_one(
-        "SELECT to_regclass('callsync_schema') IS NOT NULL, to_regclass('calls') IS NOT NULL",
+        "SELECT to_regclass('callsync_schema') IS NOT NULL, to_regclass('calls') IS NOT NULL,
+                coalesce(current_schema(), ''),
+                array(SELECT relname::text FROM pg_class
+                      WHERE relnamespace = current_schema()::regnamespace
+                        AND relkind IN ('r', 'p', 'v', 'm', 'f')
+                      ORDER BY relname LIMIT 6)",
         &[],
     ))
-    .pg(target, "identifying the warehouse")?;
-    let (ours, calls): (bool, bool) = (
-        row.column(0, target, "identifying the warehouse")?,
-        row.column(1, target, "identifying the warehouse")?,
-    );
+    .pg(target, STEP)?;
+    let ours: bool = row.column(0, target, STEP)?;
+    let calls: bool = row.column(1, target, STEP)?;
+    let schema: String = row.column(2, target, STEP)?;
+    let mut tables: Vec<String> = row.column(3, target, STEP)?;
     if !ours {
-        if calls {
-            return Err(WarehouseError::NotAWarehouse {
-                path: target.display().into(),
-            });
+        if !calls && tables.is_empty() {
+            return Ok(None);
         }
-        return Ok(None);
+        if tables.is_empty() {
+            tables.push("calls".to_owned());
+        }
+        return Err(WarehouseError::NotAPostgresWarehouse {
+            target: target.display().to_owned(),
+            schema: crate::untrusted::untrusted_text(&schema, 63),
+            tables: crate::untrusted::untrusted_text(&tables.join(", "), 400),
+        });
     }
     let version: i32 = wait(client.query_one("SELECT version FROM callsync_schema", &[]))
         .pg(target, "reading the schema version")?

@@ -70,9 +70,36 @@ pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
     });
     match rx.recv() {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(err)) => Err(connection_error(problem(&err))),
+        Ok(Err(err)) => {
+            Err(refused(target, &err).unwrap_or_else(|| connection_error(problem(&err))))
+        }
         Err(_) => Err(connection_error("the connection task stopped".into())),
     }
+}
+
+/// What to do about a connection the server (or tokio-postgres) refused for what the
+/// configuration says.
+const CREDENTIALS: &str = "check the user in warehouse.url and the server's pg_hba.conf, and give the password, if the server asks for one, in warehouse.password_file (or the systemd credential warehouse_password), in libpq's password file (passfile= in warehouse.url, $PGPASSFILE, ~/.pgpass), or in $PGPASSWORD";
+
+/// The error for a connection refused for what the configuration says — credentials
+/// (SQLSTATE class 28), a database that does not exist (3D000), a password the server asks
+/// for and none was given (tokio-postgres's own `invalid configuration`) — which trying
+/// again will not cure; `None` for another failure (a server down, a network).
+fn refused(target: &PgTarget, err: &tokio_postgres::Error) -> Option<WarehouseError> {
+    let advice = match err.as_db_error().map(|db| db.code().code()) {
+        Some(code) if code.starts_with("28") => CREDENTIALS,
+        Some("3D000") => {
+            "create the database (createdb, as its owner-to-be), or name an existing one in warehouse.url"
+        }
+        // tokio-postgres's kind is not public; its text for this kind is fixed.
+        None if err.to_string() == "invalid configuration" => CREDENTIALS,
+        _ => return None,
+    };
+    Some(WarehouseError::PostgresRefused {
+        target: target.display().to_owned(),
+        cause: problem(err),
+        advice,
+    })
 }
 
 /// Commits of callsync's sessions do not wait for the server's WAL flush

@@ -1,9 +1,13 @@
-//! `PgTarget`: where the PostgreSQL warehouse is and how to reach it, from a libpq URI.
+//! `PgTarget`: where the PostgreSQL warehouse is and how to reach it, from `warehouse.url`
+//! in either of libpq's forms.
 //!
-//! `postgresql://[user@]host[:port]/dbname[?host=/socket/dir&sslmode=…&sslrootcert=…]`. The
-//! URI never holds the password (one there is refused: the configuration is not a secret's
-//! place); it comes from `warehouse.password_file` or the systemd credential (the caller
-//! passes it), else from libpq's password file (`passfile=` in the URI, `$PGPASSFILE`, or
+//! `postgresql://[user@]host[:port]/dbname[?host=/socket/dir&sslmode=…&sslrootcert=…]`, or
+//! `host=… port=… dbname=… user=… sslmode=…` (`config::pg_url` splits it as libpq does).
+//! The URL never holds the password: one there, in any form tokio-postgres or libpq would
+//! read (after a `/`, percent-encoded, `password=`), is refused before anything else, since
+//! the configuration is not a secret's place. It comes from `warehouse.password_file` or
+//! the systemd credential (the caller passes it), else `$PGPASSWORD` (as libpq: unless
+//! empty), else libpq's password file (`passfile=` in the URL, `$PGPASSFILE`, or
 //! `~/.pgpass`), else none (trust or peer authentication). `sslmode` keeps libpq's meaning:
 //! `disable`; `allow`/`prefer` (TLS when the server offers it, unverified); `require`
 //! (TLS, unverified — verified against `sslrootcert` when one is given, as libpq does);
@@ -16,6 +20,7 @@ use std::str::FromStr;
 
 use tokio_postgres::config::{Host, SslMode as WireSslMode};
 
+use crate::config::pg_url::{holds_password, key_value_pairs, key_value_text, percent_decoded};
 use crate::config::{ConfigError, ConfigErrorKind, PostgresConfig, Secret, SecretSource};
 
 /// libpq's `sslmode`.
@@ -31,12 +36,21 @@ pub enum SslMode {
 /// Why a `warehouse.url` cannot be used; the configuration error built from it names the key.
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
-    /// The URI itself: not a PostgreSQL URI, a password in it, an unknown `sslmode`.
+    /// The URL itself: neither a PostgreSQL URI nor a connection string, an unknown
+    /// `sslmode`, or what tokio-postgres refuses.
     #[error("{0}")]
     Uri(String),
+    /// A password in the URL, in any form: never shown, and never used.
+    #[error(
+        "holds a password; remove it, and give the password in warehouse.password_file (or the systemd credential warehouse_password), in libpq's password file (passfile= in the URL, $PGPASSFILE, or ~/.pgpass), or in $PGPASSWORD"
+    )]
+    Password,
     /// libpq's password file that the URI or `$PGPASSFILE` names cannot be read.
     #[error("{0}")]
     PasswordFile(String),
+    /// The `sslrootcert` file cannot be read.
+    #[error("{0}")]
+    RootCert(String),
 }
 
 #[derive(Clone)]
@@ -54,87 +68,124 @@ impl std::fmt::Debug for PgTarget {
     }
 }
 
-impl PgTarget {
-    /// Parses `url`; `password` from the configuration's password file or credential.
-    pub fn parse(url: &str, password: Option<&Secret>) -> Result<PgTarget, TargetError> {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Err(TargetError::Uri(
-                "not a PostgreSQL URI; write postgresql://USER@HOST/DBNAME, or postgresql://USER@/DBNAME?host=/run/postgresql for a Unix socket".into(),
-            ));
+/// The parameters callsync reads itself (tokio-postgres does not know them, or knows fewer
+/// of their values), and the rest of the URL for tokio-postgres.
+#[derive(Debug, Default)]
+struct Split {
+    for_tokio: String,
+    ssl_mode: Option<String>,
+    root_cert: Option<String>,
+    passfile: Option<String>,
+}
+
+impl Split {
+    /// Keeps `key`'s value when it is one of callsync's; `false` otherwise.
+    fn take(&mut self, key: &str, value: String) -> bool {
+        let slot = match key {
+            "sslmode" => &mut self.ssl_mode,
+            "sslrootcert" => &mut self.root_cert,
+            "passfile" => &mut self.passfile,
+            _ => return false,
         };
-        if !matches!(scheme, "postgresql" | "postgres") {
-            return Err(TargetError::Uri(format!(
-                "the URI's scheme is `{}`; write postgresql://USER@HOST/DBNAME",
-                crate::untrusted::untrusted_text(scheme, 40)
-            )));
-        }
+        *slot = Some(value);
+        true
+    }
+}
+
+/// `url` in either of libpq's forms: `postgresql://…` (or `postgres://…`), or `key=value`
+/// pairs; callsync's own parameters taken out, the rest left as written.
+fn split(url: &str) -> Result<Split, TargetError> {
+    let mut split = Split::default();
+    if let Some(rest) = ["postgresql://", "postgres://"]
+        .iter()
+        .find_map(|scheme| url.strip_prefix(scheme))
+    {
         let (location, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let authority = location.split('/').next().unwrap_or_default();
-        let userinfo = authority.rsplit_once('@').map(|(u, _)| u);
-        let pairs: Vec<(String, String)> = url::form_urlencoded::parse(query.as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        // Each pair as written: decoding and encoding again would change what tokio-postgres
+        // reads (`+` is no space to it).
+        let kept: Vec<&str> = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .filter(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                !split.take(&percent_decoded(key), percent_decoded(value))
+            })
             .collect();
-        if userinfo.is_some_and(|u| u.contains(':'))
-            || pairs.iter().any(|(k, _)| k == "password" || k == "passwd")
-        {
-            return Err(TargetError::Uri(
-                "the URI holds a password; remove it, and give it in warehouse.password_file, a systemd credential, or a password file (PGPASSFILE, ~/.pgpass)".into(),
-            ));
-        }
-        let mut ssl_mode = None;
-        let mut root_cert = None;
-        let mut passfile = None;
-        // sslmode, sslrootcert and passfile are read here (tokio-postgres does not know them).
-        let mut passed = url::form_urlencoded::Serializer::new(String::new());
-        for (key, value) in &pairs {
-            match key.as_str() {
-                "sslmode" => ssl_mode = Some(parse_ssl_mode(value)?),
-                "sslrootcert" => root_cert = Some(PathBuf::from(value)),
-                "passfile" => passfile = Some(PathBuf::from(value)),
-                _ => {
-                    passed.append_pair(key, value);
-                }
-            }
-        }
-        let passed = passed.finish();
-        let text = if passed.is_empty() {
-            format!("postgresql://{location}")
-        } else {
-            format!("postgresql://{location}?{passed}")
+        split.for_tokio = match kept.is_empty() {
+            true => format!("postgresql://{location}"),
+            false => format!("postgresql://{location}?{}", kept.join("&")),
         };
-        let mut config = tokio_postgres::Config::from_str(&text)
-            .map_err(|e| TargetError::Uri(format!("{e}; see libpq's connection URIs")))?;
+        return Ok(split);
+    }
+    if let Some((scheme, _)) = url.split_once("://") {
+        return Err(TargetError::Uri(format!(
+            "the URI's scheme is `{}`; write postgresql://USER@HOST/DBNAME",
+            crate::untrusted::untrusted_text(scheme, 40)
+        )));
+    }
+    if !url.contains('=') {
+        return Err(TargetError::Uri(
+            "is neither a PostgreSQL URI nor a connection string; write postgresql://USER@HOST/DBNAME (postgresql://USER@/DBNAME?host=/run/postgresql for a Unix socket), or host=HOST dbname=DBNAME user=USER".into(),
+        ));
+    }
+    let mut kept = key_value_pairs(url).map_err(TargetError::Uri)?;
+    kept.retain(|(key, value)| !split.take(key, value.clone()));
+    split.for_tokio = key_value_text(&kept);
+    Ok(split)
+}
+
+impl PgTarget {
+    /// Parses `url`, a URI or a `key=value` connection string; `password` from the
+    /// configuration's password file or credential, which wins over `$PGPASSWORD`, which wins
+    /// over libpq's password file (as libpq orders them, the URL's own being refused).
+    pub fn parse(url: &str, password: Option<&Secret>) -> Result<PgTarget, TargetError> {
+        Self::parse_with(url, password, std::env::var_os("PGPASSWORD"))
+    }
+
+    /// [`Self::parse`] with `$PGPASSWORD`'s value given.
+    fn parse_with(
+        url: &str,
+        password: Option<&Secret>,
+        pgpassword: Option<std::ffi::OsString>,
+    ) -> Result<PgTarget, TargetError> {
+        // Before anything that could quote the URL.
+        if holds_password(url) {
+            return Err(TargetError::Password);
+        }
+        let split = split(url)?;
+        let mut config = tokio_postgres::Config::from_str(&split.for_tokio).map_err(|e| {
+            TargetError::Uri(format!(
+                "{}; see libpq's connection strings",
+                crate::error_chain(&e)
+            ))
+        })?;
+        if config.get_password().is_some() {
+            return Err(TargetError::Password);
+        }
         config.application_name("callsync");
         let unix_only = config
             .get_hosts()
             .iter()
             .all(|h| matches!(h, Host::Unix(_)));
         // libpq's default is `prefer`; a Unix socket never speaks TLS.
-        let ssl_mode = if unix_only {
-            SslMode::Disable
-        } else {
-            ssl_mode.unwrap_or(SslMode::Prefer)
+        let ssl_mode = match (&split.ssl_mode, unix_only) {
+            (_, true) => SslMode::Disable,
+            (Some(mode), false) => parse_ssl_mode(mode)?,
+            (None, false) => SslMode::Prefer,
         };
         config.ssl_mode(match ssl_mode {
             SslMode::Disable => WireSslMode::Disable,
             SslMode::Prefer => WireSslMode::Prefer,
             _ => WireSslMode::Require,
         });
-        if let Some(root) = &root_cert
-            && root.as_os_str() == "system"
-        {
-            root_cert = None;
-        }
+        let root_cert = split
+            .root_cert
+            .filter(|root| root != "system")
+            .map(PathBuf::from);
         let display = display(&config);
-        match password {
-            Some(secret) => {
-                config.password(secret.expose());
-            }
-            None => {
-                if let Some(found) = passfile_password(&config, passfile.as_deref())? {
-                    config.password(found.expose());
-                }
-            }
+        let passfile = split.passfile.as_deref().map(Path::new);
+        if let Some(found) = password_for(&config, password, pgpassword, passfile)? {
+            config.password(found.expose());
         }
         Ok(PgTarget {
             config,
@@ -152,13 +203,32 @@ impl PgTarget {
             .as_ref()
             .map(SecretSource::read)
             .transpose()?;
-        PgTarget::parse(&config.url, password.as_ref()).map_err(|err| {
-            let kind = match err {
-                TargetError::Uri(_) => ConfigErrorKind::BadUrl,
-                TargetError::PasswordFile(_) => ConfigErrorKind::Unreadable,
-            };
-            ConfigError::new(kind, "warehouse.url", err.to_string())
-        })
+        let target = PgTarget::parse(&config.url, password.as_ref())
+            .and_then(PgTarget::with_readable_root_cert)
+            .map_err(|err| {
+                let kind = match err {
+                    TargetError::Uri(_) | TargetError::Password => ConfigErrorKind::BadUrl,
+                    TargetError::PasswordFile(_) | TargetError::RootCert(_) => {
+                        ConfigErrorKind::Unreadable
+                    }
+                };
+                ConfigError::new(kind, "warehouse.url", err.to_string())
+            })?;
+        Ok(target)
+    }
+
+    /// The target, once its `sslrootcert` is known readable: a file it names that cannot
+    /// be read is the configuration's mistake, found before any connection.
+    fn with_readable_root_cert(self) -> Result<PgTarget, TargetError> {
+        if let Some(path) = &self.root_cert
+            && let Err(e) = std::fs::File::open(path)
+        {
+            return Err(TargetError::RootCert(format!(
+                "cannot read sslrootcert {}: {e}; name a readable PEM file of the CAs to trust, or sslrootcert=system",
+                path.display()
+            )));
+        }
+        Ok(self)
     }
 
     /// `postgresql://user@host:port/dbname`: what logs, errors, status and metrics show.
@@ -223,6 +293,24 @@ fn display(config: &tokio_postgres::Config) -> String {
         hosts.join(","),
         config.get_dbname().unwrap_or_default()
     )
+}
+
+/// The password to send: the configured one, else `$PGPASSWORD` (unless empty, as libpq
+/// reads it), else the password file's for this connection; `None` for a server that asks
+/// for none (trust, peer, certificates). Never logged.
+fn password_for(
+    config: &tokio_postgres::Config,
+    configured: Option<&Secret>,
+    pgpassword: Option<std::ffi::OsString>,
+    passfile: Option<&Path>,
+) -> Result<Option<Secret>, TargetError> {
+    if let Some(secret) = configured {
+        return Ok(Some(secret.clone()));
+    }
+    if let Some(env) = pgpassword.filter(|p| !p.is_empty()) {
+        return Ok(Some(Secret::new(env.to_string_lossy().into_owned())));
+    }
+    passfile_password(config, passfile)
 }
 
 /// The password libpq's password file gives this connection, if any: `passfile`, else
@@ -313,15 +401,88 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_password_in_the_uri_is_refused_without_being_shown() {
+    fn a_password_in_the_url_is_refused_in_every_form_without_being_shown() {
         for url in [
             "postgresql://callsync:hunter2@db.example.com/callsync",
             "postgresql://db.example.com/callsync?password=hunter2",
+            // tokio-postgres reads the user info up to the `@`, past the `/`.
+            "postgresql://callsync:hun/ter2@db.example.com/callsync",
+            "postgresql://callsync:%68unter2@db.example.com/callsync",
+            "postgresql://db.example.com/callsync?pass%77ord=hunter2",
+            "postgres://callsync:hunter2@db.example.com/callsync",
+            "host=db.example.com dbname=callsync password=hunter2",
+            "host=db.example.com password = 'hunter2' dbname=callsync",
+            // Otherwise invalid too: the password is what is named.
+            "postgresql://callsync:hunter2@db.example.com:port/callsync",
+        ] {
+            let err = PgTarget::parse(url, None).unwrap_err();
+            assert!(matches!(err, TargetError::Password), "{url}: {err}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_connection_string_reads_as_its_uri_does() {
+        let from_uri = PgTarget::parse(
+            "postgresql://callsync@db.example.com:6543/dw?sslmode=verify-full&sslrootcert=/etc/ca.pem&options=-c%20statement_timeout%3D5s",
+            None,
+        )
+        .unwrap();
+        let from_pairs = PgTarget::parse(
+            "host=db.example.com port=6543 dbname=dw user=callsync sslmode=verify-full sslrootcert=/etc/ca.pem options='-c statement_timeout=5s'",
+            None,
+        )
+        .unwrap();
+        for t in [&from_uri, &from_pairs] {
+            assert_eq!(t.display(), "postgresql://callsync@db.example.com:6543/dw");
+            assert_eq!(t.ssl_mode(), SslMode::VerifyFull);
+            assert_eq!(t.root_cert.as_deref(), Some(Path::new("/etc/ca.pem")));
+            // Passed to tokio-postgres as written: `%20` a space, not a `+`.
+            assert_eq!(t.config.get_options(), Some("-c statement_timeout=5s"));
+        }
+        for (url, says) in [
+            ("host=h dbname", "`dbname` is not a key=value pair"),
+            ("host=h bogus=1", "unknown option `bogus`"),
+            (
+                "db.example.com/dw",
+                "neither a PostgreSQL URI nor a connection string",
+            ),
         ] {
             let err = PgTarget::parse(url, None).unwrap_err().to_string();
-            assert!(err.contains("holds a password"), "{err}");
-            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains(says), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn pgpassword_comes_after_the_configured_password_and_before_the_password_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(&file, "*:*:*:*:from-file\n").unwrap();
+        let url = format!(
+            "postgresql://bi@db.example.com/dw?passfile={}",
+            file.display()
+        );
+        let password = |configured: Option<&str>, env: Option<&str>| {
+            let configured = configured.map(Secret::new);
+            let t = PgTarget::parse_with(&url, configured.as_ref(), env.map(Into::into)).unwrap();
+            t.config
+                .get_password()
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        };
+        assert_eq!(password(None, None).as_deref(), Some("from-file"));
+        assert_eq!(
+            password(None, Some("from-env")).as_deref(),
+            Some("from-env")
+        );
+        // Set but empty, as libpq reads it: unset.
+        assert_eq!(password(None, Some("")).as_deref(), Some("from-file"));
+        assert_eq!(
+            password(Some("configured"), Some("from-env")).as_deref(),
+            Some("configured")
+        );
+        let t = PgTarget::parse_with(&url, None, Some("from-env".into())).unwrap();
+        assert!(!format!("{t:?}").contains("from-env"));
+        assert!(!t.display().contains("from-env"));
     }
 
     #[test]
@@ -411,6 +572,14 @@ mod tests {
         assert!(
             err.to_string().starts_with(
                 "config: warehouse.url: cannot read the password file /nonexistent/pgpass: "
+            ),
+            "{err}"
+        );
+        let err = configured("postgresql://h/d?sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem");
+        assert_eq!(err.kind(), ConfigErrorKind::Unreadable, "{err}");
+        assert!(
+            err.to_string().starts_with(
+                "config: warehouse.url: cannot read sslrootcert /nonexistent/ca.pem: "
             ),
             "{err}"
         );

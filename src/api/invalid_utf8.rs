@@ -1,0 +1,284 @@
+//! Invalid UTF-8 in the service's text replaced by U+FFFD before the body is decoded, where
+//! that is harmless: inside a string value, and nowhere else.
+//!
+//! serde_json refuses a whole body for one byte that is not UTF-8 (a misspelt name, a
+//! Latin-1 byte from an old system), and the same page comes back on every pass: the
+//! schedule would never get past it. A body that is not UTF-8 is therefore scanned once and
+//! each maximal invalid sequence (`<[u8]>::utf8_chunks`) inside a string *value* becomes
+//! U+FFFD. Why that cannot turn a broken body into a wrong reading of it:
+//! - an invalid sequence never holds an ASCII byte, so every quote, backslash, bracket,
+//!   comma, colon, digit and literal stays where it was: the body's structure is the one the
+//!   service sent;
+//! - outside a string a non-ASCII byte is a syntax error, and U+FFFD is one too: it stays
+//!   unreadable;
+//! - an object's keys are never repaired: two keys differing in an invalid byte would become
+//!   one, and a misspelt `name` key would be read as some other field; a body with such a key
+//!   stays unreadable;
+//! - after a backslash nothing is repaired: the escape was broken, not the text;
+//! - a value that must be a uid, an instant or one of a set of words is refused by its own
+//!   parser when it holds U+FFFD, as it would be with any other wrong character.
+//!
+//! What was replaced is told with the uid of the outermost object around it that has one
+//! (a call, not its attempt), so the log can name the call once.
+
+/// serde_json's recursion limit: a body nested deeper is unreadable whatever its bytes, so
+/// the scan stops following it there (and keeps its memory bounded).
+const MAX_DEPTH: usize = 128;
+
+/// The most bytes of a `uid` value kept for the log (a uuid has 36).
+const UID_BYTES: usize = 64;
+
+/// A body with its invalid UTF-8 replaced where harmless.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Repaired {
+    pub body: Vec<u8>,
+    /// How many invalid sequences became U+FFFD.
+    pub replaced: usize,
+    /// The uids of the outermost objects around them (none when no object there has one).
+    pub uids: Vec<String>,
+}
+
+/// `body` with the invalid UTF-8 of its string values replaced, or `None` when it is valid
+/// UTF-8 (nothing to do) or nothing in it could be repaired (it stays as it is, and the
+/// decoder says why it cannot be read).
+pub(super) fn repair(body: &[u8]) -> Option<Repaired> {
+    if std::str::from_utf8(body).is_ok() {
+        return None;
+    }
+    let mut scan = Scan::default();
+    let mut out = Vec::with_capacity(body.len() + 16);
+    for chunk in body.utf8_chunks() {
+        for &byte in chunk.valid().as_bytes() {
+            scan.step(byte);
+            if scan.too_deep {
+                return None;
+            }
+        }
+        out.extend_from_slice(chunk.valid().as_bytes());
+        if chunk.invalid().is_empty() {
+            continue;
+        }
+        if !scan.in_value_text() {
+            return None;
+        }
+        scan.replaced();
+        out.extend_from_slice("\u{FFFD}".as_bytes());
+    }
+    // Not valid UTF-8, so at least one sequence was replaced.
+    Some(Repaired {
+        body: out,
+        replaced: scan.replaced,
+        uids: scan.uids,
+    })
+}
+
+/// Where the scan is in the body: in a string or not, and the containers around it.
+#[derive(Debug, Default)]
+struct Scan {
+    containers: Vec<Container>,
+    string: Option<Text>,
+    escaped: bool,
+    too_deep: bool,
+    replaced: usize,
+    /// The uids found for the replacements so far, in body order.
+    uids: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Container {
+    object: bool,
+    /// In an object: the next string is a key.
+    expect_key: bool,
+    /// In an object: the last key was `uid`.
+    after_uid_key: bool,
+    uid: Option<String>,
+    /// A replacement directly in this container's strings.
+    repaired_here: bool,
+    /// The uids of repaired objects inside it (the outermost ones with a uid).
+    inner_uids: Vec<String>,
+    /// A repaired container inside it had no uid of its own.
+    repaired_inside: bool,
+}
+
+/// The string being scanned: a key, a value, and whether it is kept (a key, to know `uid`;
+/// the value of a `uid` key, for the log).
+#[derive(Debug)]
+struct Text {
+    key: bool,
+    kept: Option<Vec<u8>>,
+}
+
+impl Scan {
+    fn step(&mut self, byte: u8) {
+        if let Some(text) = &mut self.string {
+            if self.escaped {
+                self.escaped = false;
+            } else if byte == b'\\' {
+                self.escaped = true;
+            } else if byte == b'"' {
+                self.end_string();
+                return;
+            }
+            if let Some(kept) = &mut text.kept
+                && kept.len() < UID_BYTES
+            {
+                kept.push(byte);
+            }
+            return;
+        }
+        match byte {
+            b'"' => self.start_string(),
+            b'{' | b'[' => self.open(byte == b'{'),
+            b'}' | b']' => self.close(),
+            b':' => {
+                if let Some(top) = self.containers.last_mut() {
+                    top.expect_key = false;
+                }
+            }
+            b',' => {
+                if let Some(top) = self.containers.last_mut() {
+                    top.expect_key = top.object;
+                    top.after_uid_key = false;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Inside a string value, not right after its backslash.
+    fn in_value_text(&self) -> bool {
+        self.string.as_ref().is_some_and(|text| !text.key) && !self.escaped
+    }
+
+    fn replaced(&mut self) {
+        self.replaced += 1;
+        if let Some(text) = &mut self.string {
+            // A uid with a byte that is not text is no uid: its parser refuses it anyway.
+            text.kept = None;
+        }
+        if let Some(top) = self.containers.last_mut() {
+            top.repaired_here = true;
+        }
+    }
+
+    fn start_string(&mut self) {
+        let top = self.containers.last();
+        let key = top.is_some_and(|c| c.object && c.expect_key);
+        let kept = (key || top.is_some_and(|c| c.object && c.after_uid_key)).then(Vec::new);
+        self.string = Some(Text { key, kept });
+    }
+
+    fn end_string(&mut self) {
+        let Some(text) = self.string.take() else {
+            return;
+        };
+        let Some(top) = self.containers.last_mut() else {
+            return;
+        };
+        match (text.key, text.kept) {
+            (true, kept) => top.after_uid_key = kept.as_deref() == Some(b"uid"),
+            (false, Some(kept)) => {
+                top.uid = Some(String::from_utf8_lossy(&kept).into_owned());
+            }
+            (false, None) => {}
+        }
+    }
+
+    fn open(&mut self, object: bool) {
+        if self.containers.len() >= MAX_DEPTH {
+            self.too_deep = true;
+            return;
+        }
+        self.containers.push(Container {
+            object,
+            expect_key: object,
+            ..Container::default()
+        });
+    }
+
+    /// Ends a container: what was repaired in it is told to its parent, under its uid when
+    /// it has one (the outermost uid wins).
+    fn close(&mut self) {
+        let Some(closed) = self.containers.pop() else {
+            return;
+        };
+        let repaired = closed.repaired_here || closed.repaired_inside;
+        let (uids, anonymous) = match closed.uid {
+            Some(uid) if repaired || !closed.inner_uids.is_empty() => (vec![uid], false),
+            _ => (closed.inner_uids, repaired),
+        };
+        match self.containers.last_mut() {
+            Some(parent) => {
+                parent.inner_uids.extend(uids);
+                parent.repaired_inside |= anonymous;
+            }
+            None => self.uids.extend(uids),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repaired(body: &[u8]) -> Option<(String, usize, Vec<String>)> {
+        repair(body).map(|r| (String::from_utf8(r.body).unwrap(), r.replaced, r.uids))
+    }
+
+    #[test]
+    fn valid_utf8_is_left_alone() {
+        assert_eq!(repair("{\"name\": \"Zoë\"}".as_bytes()), None);
+    }
+
+    #[test]
+    fn invalid_bytes_in_a_value_become_one_replacement_each_and_name_the_call() {
+        let body =
+            b"{\"data\":[{\"uid\":\"a\",\"name\":\"ok\"},{\"uid\":\"b\",\"info\":{\"first_name\":\"Jos\xe9 \xff\xfe\"},\"attempts\":[{\"uid\":\"c\",\"note\":\"\xc3\"}]}],\"page\":1}";
+        let (text, replaced, uids) = repaired(body).unwrap();
+        assert_eq!(
+            text,
+            "{\"data\":[{\"uid\":\"a\",\"name\":\"ok\"},{\"uid\":\"b\",\"info\":{\"first_name\":\"Jos\u{FFFD} \u{FFFD}\u{FFFD}\"},\"attempts\":[{\"uid\":\"c\",\"note\":\"\u{FFFD}\"}]}],\"page\":1}"
+        );
+        // `\xff\xfe` is two invalid sequences, `\xe9 ` one: three in the name, one in the note.
+        assert_eq!(replaced, 4);
+        // The call's uid, once, not its attempt's.
+        assert_eq!(uids, ["b"]);
+    }
+
+    #[test]
+    fn a_uid_after_the_bad_text_still_names_the_object() {
+        let body = b"{\"data\":{\"name\":\"\xff\",\"uid\":\"late\"}}";
+        let (text, _, uids) = repaired(body).unwrap();
+        assert_eq!(text, "{\"data\":{\"name\":\"\u{FFFD}\",\"uid\":\"late\"}}");
+        assert_eq!(uids, ["late"]);
+        // With no uid anywhere, nothing to name.
+        let (_, replaced, uids) = repaired(b"[\"\xff\"]").unwrap();
+        assert_eq!((replaced, uids), (1, Vec::<String>::new()));
+    }
+
+    #[test]
+    fn nothing_but_a_value_is_repaired() {
+        for body in [
+            // A key: two keys could become one.
+            &b"{\"uid\":\"a\",\"na\xffme\":\"x\"}"[..],
+            // Outside any string.
+            b"{\"uid\":\"a\",\"n\":1\xff}",
+            b"\xff{}",
+            // Right after a backslash: the escape is broken, not the text.
+            b"{\"n\":\"a\\\xff\"}",
+        ] {
+            assert_eq!(repair(body), None, "{}", String::from_utf8_lossy(body));
+        }
+        // An escaped quote does not end the string, so what follows is still its text.
+        let (text, _, _) = repaired(b"{\"n\":\"say \\\"\xff\\\"\"}").unwrap();
+        assert_eq!(text, "{\"n\":\"say \\\"\u{FFFD}\\\"\"}");
+    }
+
+    #[test]
+    fn a_body_nested_beyond_the_decoders_limit_is_not_scanned_further() {
+        let mut body = "[".repeat(MAX_DEPTH + 1).into_bytes();
+        body.extend_from_slice(b"\"\xff\"");
+        body.extend_from_slice("]".repeat(MAX_DEPTH + 1).as_bytes());
+        assert_eq!(repair(&body), None);
+    }
+}

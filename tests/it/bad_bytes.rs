@@ -1,0 +1,149 @@
+//! Bytes the service should not have sent, on the binary: a name with a byte that is not
+//! UTF-8 is stored with U+FFFD and logged once, naming its call, and the pass completes; a
+//! page nested too deep to read fails its pass at once, asked once, as `bad_response`, in
+//! `sync --json` and in `status`.
+
+use callsync::simulator::{BadBody, SimulatorOptions};
+use serde_json::Value;
+
+use crate::cli::{callsync, stderr};
+use crate::harness::TestEnv;
+
+/// stdout's JSON lines, one pass each.
+fn pass_lines(out: &std::process::Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect()
+}
+
+/// The pass line of `schedule`.
+fn line_of(lines: &[Value], schedule: uuid::Uuid) -> &Value {
+    lines
+        .iter()
+        .find(|l| l["schedule_uid"] == schedule.to_string())
+        .unwrap_or_else(|| panic!("no pass line for {schedule}: {lines:?}"))
+}
+
+/// The list requests the simulator received for `schedule`.
+fn list_requests(env: &TestEnv, schedule: uuid::Uuid) -> usize {
+    let path = format!("/api/v1/schedules/{schedule}/outbound_calls");
+    env.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_is_not_utf8_is_stored_with_a_replacement_and_logged_once() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 150,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let mut truth = env.sim.truth(s[0]);
+    truth.sort_by_key(|c| c.updated_at);
+    // Inside the first page, not on its last row: listed once.
+    let misspelt = truth[50].uid;
+    let name = truth[50].outbound_call_info.first_name.clone();
+    assert!(
+        name.as_deref().is_some_and(|n| !n.is_empty()),
+        "a seeded call with a first name: {name:?}"
+    );
+    env.sim
+        .break_schedule(s[0], Some(BadBody::InvalidUtf8Name(misspelt)));
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+
+    let out = callsync(&["--config", c, "sync", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = pass_lines(&out);
+    for schedule in &s {
+        let line = line_of(&lines, *schedule);
+        assert_eq!(
+            (line["outcome"].as_str(), line["retries"].as_u64()),
+            (Some("completed"), Some(0)),
+            "{line}"
+        );
+    }
+    // One WARN line, naming the call.
+    let err = stderr(&out);
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("not UTF-8")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(
+        warned[0].contains(" WARN ") && warned[0].contains(&format!("uid={misspelt}")),
+        "{err}"
+    );
+
+    // The warehouse: the truth, with U+FFFD where the byte was.
+    let mut expected = truth;
+    expected[50].outbound_call_info.first_name = name.map(|n| format!("{n}\u{FFFD}"));
+    env.assert_holds(s[0], &expected);
+    env.assert_holds(s[1], &env.sim.truth(s[1]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_nested_too_deep_fails_its_pass_at_once_as_a_bad_response() {
+    let env = TestEnv::start(SimulatorOptions {
+        schedules: 2,
+        calls_per_schedule: 30,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    env.sim.break_schedule(s[0], Some(BadBody::DeeplyNested));
+    // Five attempts allowed, a few milliseconds apart: none is made.
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+
+    let out = callsync(&["--config", c, "sync", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let lines = pass_lines(&out);
+    let failed = line_of(&lines, s[0]);
+    assert_eq!(
+        (
+            failed["outcome"].as_str(),
+            failed["error_kind"].as_str(),
+            failed["requests"].as_u64(),
+            failed["retries"].as_u64()
+        ),
+        (Some("failed"), Some("bad_response"), Some(1), Some(0)),
+        "{failed}"
+    );
+    let error = failed["error"].as_str().unwrap_or_default().to_owned();
+    let request = format!("GET /api/v1/schedules/{}/outbound_calls?", s[0]);
+    assert!(
+        error.starts_with(&request)
+            && error.contains(
+                ": unreadable response (bad_response; application/json): recursion limit exceeded"
+            ),
+        "{error}"
+    );
+    assert_eq!(list_requests(&env, s[0]), 1, "asked once, never again");
+    assert_eq!(line_of(&lines, s[1])["outcome"], "completed");
+    env.assert_holds(s[0], &[]);
+    env.assert_holds(s[1], &env.sim.truth(s[1]));
+
+    // `status`, as text and as JSON, shows the error with its kind; exit 3.
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["schedule_uid"] == s[0].to_string())
+        .unwrap();
+    assert_eq!(row["last_result"], "failed");
+    assert_eq!(row["last_run"]["error"].as_str(), Some(error.as_str()));
+    let out = callsync(&["--config", c, "status"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("FAILED: {error}")),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
