@@ -64,6 +64,9 @@ fn main() {
 
     let target = admin_target.with_dbname(&ours);
     let mut warehouse = PgWarehouse::open(&target).expect("the warehouse opens");
+    // A page is written only under its schedule's claim, as a pass writes it.
+    let claim = warehouse.claim(schedule).expect("the claim is taken");
+    let _claim = claim.expect("the schedule is free");
     let synced_at = Timestamp::now();
     let started = Instant::now();
     let mut written = 0;

@@ -344,7 +344,7 @@ impl TickTally {
                 self.behind += 1;
             }
             PassResult::Failed { .. } => self.failed += 1,
-            PassResult::Interrupted => self.interrupted += 1,
+            PassResult::Interrupted | PassResult::ClaimLost(_) => self.interrupted += 1,
             PassResult::Skipped(_) => self.elsewhere += 1,
         }
         self.running = self.running.saturating_sub(1);

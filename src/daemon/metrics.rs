@@ -439,7 +439,7 @@ impl Metrics {
             PassResult::Completed | PassResult::Behind => {
                 series.failed.get_or_create(&label).set(0);
             }
-            PassResult::Interrupted | PassResult::Skipped(_) => {}
+            PassResult::Interrupted | PassResult::ClaimLost(_) | PassResult::Skipped(_) => {}
         }
         series.pages.inc_by(report.stats.pages);
         series.calls_written.inc_by(report.stats.calls_written);

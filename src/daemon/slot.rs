@@ -83,7 +83,7 @@ impl Slot {
                 self.failures = 0;
                 self.skip_ticks = 0;
             }
-            PassResult::Interrupted | PassResult::Skipped(_) => {}
+            PassResult::Interrupted | PassResult::ClaimLost(_) | PassResult::Skipped(_) => {}
         }
         self.reconcile_due && self.skip_ticks == 0
     }

@@ -56,6 +56,12 @@ impl SyncError {
         }
     }
 
+    /// This process's claim on the schedule no longer held on the server
+    /// ([`WarehouseError::ClaimLost`]): the pass ends as [`crate::sync::PassResult::ClaimLost`].
+    pub fn lost_claim(&self) -> bool {
+        matches!(self, SyncError::Warehouse(WarehouseError::ClaimLost { .. }))
+    }
+
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
     /// walk's rules), `busy` (another process holds the schedule).

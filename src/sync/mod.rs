@@ -176,6 +176,12 @@ pub enum PassResult {
     /// behind the service's clock with changes already waiting.
     Behind,
     Interrupted,
+    /// Stopped because this process's claim on the schedule no longer held on the server (its
+    /// lock connection was cut, and another process may have claimed the schedule since): the
+    /// page in hand was refused, not written. No failure of the schedule, nor any loss: the
+    /// pages committed before stand, and whoever holds the claim next goes on from the
+    /// checkpoint. Recorded as `interrupted`, with why in `sync_runs.error`.
+    ClaimLost(String),
     /// Not started: another process holds the schedule's lock (a backfill, say), or another
     /// daemon walked it since the tick. Nothing was read or written, and nothing is wrong
     /// with the schedule.
@@ -201,7 +207,7 @@ impl PassResult {
         match self {
             PassResult::Completed => Some(RunOutcome::Completed),
             PassResult::Behind => Some(RunOutcome::Behind),
-            PassResult::Interrupted => Some(RunOutcome::Interrupted),
+            PassResult::Interrupted | PassResult::ClaimLost(_) => Some(RunOutcome::Interrupted),
             PassResult::Failed { .. } => Some(RunOutcome::Failed),
             PassResult::Skipped(_) => None,
         }
@@ -221,20 +227,21 @@ impl PassResult {
             .chain([SKIPPED])
     }
 
-    /// What `sync_runs.error` keeps: why it failed, or that shutdown interrupted it.
+    /// What `sync_runs.error` keeps: why it failed, or what interrupted it.
     pub fn stored_error(&self) -> Option<String> {
         match self {
-            PassResult::Failed { error, .. } => Some(error.clone()),
+            PassResult::Failed { error, .. } | PassResult::ClaimLost(error) => Some(error.clone()),
             PassResult::Interrupted => Some(INTERRUPTED.to_owned()),
             PassResult::Completed | PassResult::Behind | PassResult::Skipped(_) => None,
         }
     }
 
-    /// What kind of failure stopped the pass (`busy` for a skipped one); `None` otherwise.
+    /// What kind of failure stopped the pass (`busy` for a skipped one, and for one whose
+    /// claim was lost); `None` otherwise.
     pub fn error_kind(&self) -> Option<ErrorKind> {
         match self {
             PassResult::Failed { kind, .. } => Some(*kind),
-            PassResult::Skipped(_) => Some(ErrorKind::Busy),
+            PassResult::Skipped(_) | PassResult::ClaimLost(_) => Some(ErrorKind::Busy),
             PassResult::Completed | PassResult::Behind | PassResult::Interrupted => None,
         }
     }
@@ -251,6 +258,7 @@ impl std::fmt::Display for PassResult {
             PassResult::Completed => f.write_str("completed"),
             PassResult::Behind => f.write_str("behind"),
             PassResult::Interrupted => f.write_str(INTERRUPTED),
+            PassResult::ClaimLost(reason) => write!(f, "interrupted: {reason}"),
             PassResult::Skipped(reason) => write!(f, "skipped: {reason}"),
             PassResult::Failed { error, .. } => write!(f, "failed: {error}"),
         }
@@ -324,6 +332,12 @@ impl PassReport {
             PassResult::Interrupted => pass_line!(
                 info,
                 "pass interrupted by shutdown; the next pass resumes from the last committed page"
+            ),
+            // The network's doing (the lock connection was cut), worth a look if it recurs;
+            // nothing for the schedule: it goes on from its checkpoint.
+            PassResult::ClaimLost(reason) => pass_line!(
+                warn, %reason,
+                "pass interrupted: the schedule's claim no longer held; the page in hand was not written"
             ),
             // A daemon sharing the schedules skips every schedule another walks: its tick
             // line counts them, each alone is a detail.

@@ -142,7 +142,7 @@ impl Pass<'_> {
                     Ok(None) => self.recorded().await,
                     Err(err) => PassResult::failed(&err),
                 };
-                drop(claim);
+                self.release(claim).await;
                 result
             }
             Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
@@ -170,6 +170,18 @@ impl Pass<'_> {
     async fn claim(&self) -> Result<Claim, SyncError> {
         let schedule = self.schedule;
         self.engine.writer.call(move |s| s.claim(schedule)).await
+    }
+
+    /// Releases the claim on the writer thread, where it was taken: a release asks the lock
+    /// session (PostgreSQL), a wait an async worker must not make (bounded, but by seconds
+    /// when the session went silent: `warehouse::postgres::LOCK_PATIENCE`).
+    async fn release(&self, claim: Claim) {
+        // When the writer is gone, the job and the claim in it are dropped here.
+        let released = self.engine.writer.call(move |_| {
+            drop(claim);
+            Ok(())
+        });
+        let _ = released.await;
     }
 
     /// Who walked this schedule since the daemon's tick (`PassPlan::unless_walked_since`):
@@ -227,6 +239,7 @@ impl Pass<'_> {
                 }
             }
             Ok(Stop::Interrupted) => PassResult::Interrupted,
+            Err(err) if err.lost_claim() => PassResult::ClaimLost(crate::error_chain(&err)),
             Err(err) => PassResult::failed(&err),
         }
     }

@@ -9,7 +9,12 @@
 //!
 //! A sink's contract: `write_page` stores the calls and moves the checkpoint in one atomic
 //! step (the checkpoint is never ahead of the data), never moves a checkpoint backwards, and
-//! writing the same page twice changes nothing.
+//! writing the same page twice changes nothing. A page commits only while the schedule's
+//! claim holds: on PostgreSQL, whose lock connection a network can cut without a word, each
+//! page's transaction checks the claim's fencing token and fails with
+//! `WarehouseError::ClaimLost` once another process has claimed the schedule (the pass then
+//! ends `PassResult::ClaimLost`); the SQLite warehouse's file locks cannot be lost while
+//! their process lives (`warehouse/locks.rs`).
 
 use uuid::Uuid;
 

@@ -160,6 +160,15 @@ pub enum WarehouseError {
         step: &'static str,
         cause: String,
     },
+    /// This process's claim on a schedule no longer holds on the server: its lock connection
+    /// closed (`taken: false`), or another process claimed the schedule since, which the
+    /// page's fence showed (`taken: true`; `postgres/claim.rs`). The page was not written.
+    #[error("{}", claim_lost(*schedule, target, *taken))]
+    ClaimLost {
+        schedule: uuid::Uuid,
+        target: String,
+        taken: bool,
+    },
     #[error(
         "warehouse {}: {what} holds `{}`, which is not a callsync timestamp",
         path.display(), crate::untrusted::untrusted_text(.value, 100)
@@ -183,6 +192,17 @@ impl WarehouseError {
                 | WarehouseError::PostgresRefused { .. }
         )
     }
+}
+
+fn claim_lost(schedule: uuid::Uuid, target: &str, taken: bool) -> String {
+    let what = if taken {
+        "was claimed by another callsync process after this one's lock on it was lost (its lock connection was cut or closed)"
+    } else {
+        "lost this process's lock with its lock connection"
+    };
+    format!(
+        "schedule {schedule} {what} on the warehouse {target}; the page was not written, and nothing is lost: the pages committed before stand, and the schedule's next pass goes on from its checkpoint"
+    )
 }
 
 /// SQLite's words and, where the code tells, what to do about it.

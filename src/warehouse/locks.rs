@@ -9,6 +9,13 @@
 //! releases the lock when the process dies, even by `kill -9`, so a crash never leaves a
 //! stale lock behind. The daemon and a `backfill` run may share a warehouse; they may not
 //! walk the same schedule at once.
+//!
+//! Unlike the PostgreSQL warehouse's claims (`postgres/claim.rs`), these need no fencing
+//! token: the lock is held by this process's own open file description and the pages go
+//! through the same kernel into the same file, so nothing between holder and file can be
+//! partitioned — the lock is lost only when the process is gone, and its writes with it.
+//! (A warehouse on a network filesystem is not supported: SQLite's own locking is not
+//! reliable there, and neither would these be.)
 
 use std::path::Path;
 

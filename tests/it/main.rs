@@ -57,6 +57,10 @@ mod check;
 mod simulator;
 // Daemons sharing the schedules: 3 processes, one killed mid-pass; walked since the tick.
 mod sharing;
+// A proxy that silences chosen PostgreSQL connections without closing them (a partition).
+mod proxy;
+// Fencing: a lock session cut without a word; no page commits after another's takeover.
+mod fence;
 // callsync run: ticks sent by hand, overlap, backoff, reconciliations, SIGTERM, the crons.
 mod daemon;
 // The systemd units: verify is silent, exposure is low.

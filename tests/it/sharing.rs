@@ -175,16 +175,16 @@ async fn partition_env() -> TestEnv {
 }
 
 /// A `callsync run` child, its stderr (text log lines) in a file.
-struct Daemon {
-    child: tokio::process::Child,
-    pid: u32,
+pub(crate) struct Daemon {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pid: u32,
     log: PathBuf,
 }
 
 impl Daemon {
     /// `callsync run` named `instance` (`CALLSYNC_SYNC__INSTANCE`: one configuration file
     /// for all, each machine its own name).
-    fn spawn(config: &Path, log: PathBuf, instance: &str) -> Daemon {
+    pub(crate) fn spawn(config: &Path, log: PathBuf, instance: &str) -> Daemon {
         let file = std::fs::File::create(&log).expect("log file");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
             .arg("--config")
@@ -202,7 +202,7 @@ impl Daemon {
         Daemon { child, pid, log }
     }
 
-    fn log_lines(&self) -> Vec<String> {
+    pub(crate) fn log_lines(&self) -> Vec<String> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -515,7 +515,7 @@ async fn three_daemons_share_the_schedules_and_survive_a_kill(
 }
 
 /// SIGTERM: the daemons' clean stop.
-fn nix_term(pid: u32) {
+pub(crate) fn nix_term(pid: u32) {
     let pid = i32::try_from(pid).expect("a pid");
     // SAFETY: sending a signal to a child of ours, by its pid.
     let rc = unsafe { libc::kill(pid, libc::SIGTERM) };

@@ -1,44 +1,127 @@
 //! One process per schedule on a PostgreSQL warehouse: a session-level advisory lock per
 //! schedule (`pg_try_advisory_lock`), taken on the process's lock session — one connection
-//! shared by every claim of the process, apart from the writer's. The server releases a
-//! session's locks when its connection ends, so a process killed with SIGKILL, or a machine
-//! lost, frees its schedules as soon as the server notices the connection gone.
+//! shared by every claim of the process, apart from the writer's — and a fencing token that
+//! every page checks inside its own transaction.
 //!
 //! One session for all claims, not one connection per claim: a daemon with 10,000 schedules
 //! walking dozens at once would otherwise hold dozens of connections, and N daemons would
 //! exhaust `max_connections` (100 by default). A session lock is re-entrant within its
-//! session, so the set of schedules held tells a second claim in this process apart. A claim
-//! whose session has died has lost its lock: [`LockSession::still_held`] says so before each
-//! page is written, and the next claim opens a new session.
+//! session, so the set of schedules held tells a second claim in this process apart.
+//!
+//! **Why a lock is not enough: the fence.** The server frees a session's locks when it ends
+//! the session: a process killed with SIGKILL, a machine lost, a `pg_terminate_backend`, or a
+//! connection the network cut (a partition, a NAT's timeout, a failover), once the server's
+//! keepalives give up on it. In that last case the client hears nothing: its socket stays
+//! open, so by its own lights it still holds the lock, while another daemon claims the
+//! schedule and walks it. Calls are last-writer-wins, so a page the first one read before
+//! and commits after would overwrite newer rows behind the new owner's checkpoint. A check
+//! on the client (is the lock connection open?) cannot close that window, and neither can
+//! one on the server made before the page's transaction (the lock may go right after). So
+//! each claim takes a **fencing token**: right after the lock, on the lock session, it bumps
+//! the schedule's `schedule_claims.generation` (migration `0004-claim_fence.sql`) and keeps
+//! the number it got. Every page's transaction, on the writer's connection, begins with
+//! `SELECT generation … FOR SHARE` (`write.rs`) and rolls back unless it is still that
+//! number. The row lock orders the two: a takeover's bump waits for a page transaction that
+//! locked the row first (so that page commits before the new owner reads the checkpoint),
+//! and a page that locks it after the bump sees the new number and is refused. No page of
+//! a process commits after another process claimed its schedule, whatever the network did;
+//! the one refused ends its pass as [`WarehouseError::ClaimLost`], not as a failure (the
+//! pages it committed were its own, and the new owner walks on).
+//!
+//! Taking the lock in the writing session instead (`pg_try_advisory_xact_lock` in each page's
+//! transaction) would need the writer to be the lock session too: the writer's connection is
+//! one for all schedules, and an advisory lock held by the lock session conflicts with the
+//! writer's own. The token costs one row a schedule and one indexed `SELECT` a page.
+//!
+//! **Never waiting on a dead session.** Every query on the lock session is bounded twice: the
+//! server cancels it after [`LOCK_STATEMENT_TIMEOUT`] (`statement_timeout`, so a live but
+//! slow server answers with an error), and the client stops waiting after [`LOCK_PATIENCE`].
+//! A session that does not answer in time, or whose connection broke, is given up: its
+//! connection is closed, its claims count as lost, and the next claim opens a new session.
+//! So a claim, a release, and with them a pass's end and a shutdown, wait on a session the
+//! network cut for at most [`LOCK_PATIENCE`]. The connections keep TCP keepalives
+//! (`session.rs`), so the kernel also notices a dead peer of an idle session.
+//!
+//! The SQLite warehouse needs no token: its claims are OFD locks on the warehouse file
+//! (`warehouse/locks.rs`), held by this process's own descriptor and freed only when the
+//! process ends; the lock and the writes go through one kernel, with nothing between them to
+//! partition (a warehouse on a network filesystem is not supported: SQLite's locking is not
+//! reliable there).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use tokio::task::AbortHandle;
 use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
-use super::session::{PgContext, RowColumn, connect, problem, wait};
+use super::session::{RowColumn, connect_session, pg_error, problem, wait_within};
 use super::target::PgTarget;
 use crate::warehouse::error::WarehouseError;
 
+/// How long the client waits for the lock session to answer a query before it gives the
+/// session up (its claims with it). A claim or a release answers in milliseconds; only a
+/// connection that went silent reaches it. It bounds what a pass's end and a shutdown wait
+/// on a dead lock session.
+pub const LOCK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The server's own bound on a lock-session statement (`statement_timeout`), below
+/// [`LOCK_PATIENCE`]: a server that is alive answers with an error first, and the session is
+/// kept. Only a fence bump waits for anything: a page transaction of the previous owner that
+/// holds the fence row.
+const LOCK_STATEMENT_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// What the lock session calls itself (`pg_stat_activity.application_name`).
+pub const LOCK_SESSION_NAME: &str = "callsync claims";
+
+/// Bumps a schedule's fencing token and returns it (the caller holds the schedule's lock).
+const NEXT_GENERATION: &str = "INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
+     VALUES ($1, 1, now())
+     ON CONFLICT (schedule_uid) DO UPDATE
+       SET generation = schedule_claims.generation + 1, claimed_at = now()
+     RETURNING generation";
+
+/// The fence a page's transaction checks first: the row stays locked (`FOR SHARE`) until the
+/// page commits, so a takeover's bump waits for it, and a page after the bump sees it.
+pub(super) const READ_FENCE: &str =
+    "SELECT generation FROM schedule_claims WHERE schedule_uid = $1 FOR SHARE";
+
 pub(super) struct LockSession {
+    /// The warehouse's target, with the lock session's name and `statement_timeout`.
     target: PgTarget,
     inner: Mutex<Sessions>,
 }
 
 #[derive(Default)]
 struct Sessions {
-    /// The session new claims are taken on; replaced when it has closed.
-    current: Option<Arc<Client>>,
-    /// The schedules this process holds, and the session each lock is on.
-    held: HashMap<Uuid, Arc<Client>>,
+    /// The session new claims are taken on; replaced when it has closed or been given up.
+    current: Option<Arc<Session>>,
+    /// The schedules this process holds: the session each lock is on, and its token.
+    held: HashMap<Uuid, Held>,
+}
+
+struct Held {
+    session: Arc<Session>,
+    generation: i64,
+}
+
+/// One connection that holds advisory locks.
+struct Session {
+    client: Client,
+    /// Ends the connection's task (and so the socket) when the session is given up.
+    task: AbortHandle,
+    given_up: AtomicBool,
 }
 
 /// Proof that this process holds a schedule's advisory lock; released on drop.
 pub struct PgClaim {
     locks: Arc<LockSession>,
     schedule: Uuid,
-    session: Arc<Client>,
+    session: Arc<Session>,
 }
 
 /// The advisory lock key of a schedule: its 128 bits folded into 64.
@@ -47,8 +130,77 @@ pub(super) fn lock_key(schedule: Uuid) -> i64 {
     ((bits >> 64) as u64 ^ bits as u64) as i64
 }
 
+impl Session {
+    fn open(target: &PgTarget) -> Result<Arc<Session>, WarehouseError> {
+        let (client, task) = connect_session(target)?;
+        Ok(Arc::new(Session {
+            client,
+            task,
+            given_up: AtomicBool::new(false),
+        }))
+    }
+
+    /// Whether its locks may still be held: not given up, and its connection not closed.
+    fn alive(&self) -> bool {
+        !self.given_up.load(Ordering::SeqCst) && !self.client.is_closed()
+    }
+
+    /// Closes the connection (the server frees its locks as soon as it hears of it, if it
+    /// has not already) and counts every claim on it as lost.
+    fn give_up(&self) {
+        self.given_up.store(true, Ordering::SeqCst);
+        self.task.abort();
+    }
+
+    /// `query`'s answer within [`LOCK_PATIENCE`]; a session that does not answer in time, or
+    /// whose connection broke, is given up.
+    fn ask<T>(
+        &self,
+        target: &PgTarget,
+        step: &'static str,
+        query: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<Result<T, tokio_postgres::Error>, WarehouseError> {
+        match wait_within(LOCK_PATIENCE, query) {
+            Ok(answer) => {
+                if answer.is_err() && self.client.is_closed() {
+                    self.give_up();
+                }
+                Ok(answer)
+            }
+            Err(_) => {
+                self.give_up();
+                tracing::warn!(
+                    warehouse = target.display(),
+                    step,
+                    "the lock session did not answer within {} s; it is closed, and its claims count as lost",
+                    LOCK_PATIENCE.as_secs()
+                );
+                Err(WarehouseError::Postgres {
+                    target: target.display().to_owned(),
+                    step,
+                    cause: format!(
+                        "the server did not answer within {} s (the connection may have been cut); the lock connection was closed, and the next claim opens another",
+                        LOCK_PATIENCE.as_secs()
+                    ),
+                })
+            }
+        }
+    }
+}
+
 impl LockSession {
     pub(super) fn new(target: PgTarget) -> Self {
+        let mut target = target;
+        target.config.application_name(LOCK_SESSION_NAME);
+        let bound = format!(
+            "-c statement_timeout={}",
+            LOCK_STATEMENT_TIMEOUT.as_millis()
+        );
+        let options = match target.config.get_options() {
+            Some(given) => format!("{bound} {given}"),
+            None => bound,
+        };
+        target.config.options(options);
         LockSession {
             target,
             inner: Mutex::new(Sessions::default()),
@@ -60,93 +212,188 @@ impl LockSession {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// True unless this process claimed `schedule` on a session that has since died.
-    pub(super) fn still_held(&self, schedule: Uuid) -> bool {
-        self.sessions()
-            .held
-            .get(&schedule)
-            .is_none_or(|session| !session.is_closed())
+    /// The session to claim on: the current one, or a new one when it has died.
+    fn current(&self, sessions: &mut Sessions) -> Result<Arc<Session>, WarehouseError> {
+        if let Some(session) = sessions.current.as_ref().filter(|s| s.alive()) {
+            return Ok(session.clone());
+        }
+        let session = Session::open(&self.target)?;
+        sessions.current = Some(session.clone());
+        Ok(session)
     }
-}
 
-impl LockSession {
     /// Takes `schedule`'s lock without waiting; `None` when another session (another process,
-    /// or this one) holds it.
+    /// or this one) holds it, or when the previous owner's page still holds its fence.
     pub(super) fn claim(
         self: &Arc<Self>,
         schedule: Uuid,
     ) -> Result<Option<PgClaim>, WarehouseError> {
-        let locks = self;
-        let mut sessions = locks.sessions();
+        let mut sessions = self.sessions();
         if sessions
             .held
             .get(&schedule)
-            .is_some_and(|session| !session.is_closed())
+            .is_some_and(|held| held.session.alive())
         {
             return Ok(None);
         }
-        let session = match &sessions.current {
-            Some(session) if !session.is_closed() => session.clone(),
-            _ => {
-                let session = Arc::new(connect(&locks.target)?);
-                sessions.current = Some(session.clone());
-                session
+        let Some(session) = self.try_lock(&mut sessions, schedule)? else {
+            return Ok(None);
+        };
+        let generation = match self.next_generation(&session, schedule) {
+            Ok(Some(generation)) => generation,
+            other => {
+                unlock(&self.target, &session, schedule);
+                return other.map(|_| None);
             }
         };
-        let taken: bool =
-            wait(session.query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(schedule)]))
-                .pg(&locks.target, "claiming a schedule")?
-                .column(0, &locks.target, "claiming a schedule")?;
-        if !taken {
-            return Ok(None);
-        }
-        sessions.held.insert(schedule, session.clone());
+        sessions.held.insert(
+            schedule,
+            Held {
+                session: session.clone(),
+                generation,
+            },
+        );
         Ok(Some(PgClaim {
-            locks: locks.clone(),
+            locks: self.clone(),
             schedule,
             session,
         }))
     }
 
-    /// Fails when this process's claim on `schedule` was lost with its session.
-    pub(super) fn check(&self, schedule: Uuid) -> Result<(), WarehouseError> {
-        if self.still_held(schedule) {
-            return Ok(());
+    /// `pg_try_advisory_lock` on the current session; when that session turns out dead on the
+    /// way, once more on a new one. The session the lock was taken on, if it was.
+    fn try_lock(
+        &self,
+        sessions: &mut Sessions,
+        schedule: Uuid,
+    ) -> Result<Option<Arc<Session>>, WarehouseError> {
+        let step = "claiming a schedule";
+        let mut retried = false;
+        loop {
+            let session = self.current(sessions)?;
+            let asked = session.ask(
+                &self.target,
+                step,
+                session
+                    .client
+                    .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(schedule)]),
+            );
+            let answer = match asked {
+                Ok(Ok(row)) => row,
+                Ok(Err(_)) | Err(_) if !session.alive() && !retried => {
+                    retried = true;
+                    continue;
+                }
+                Ok(Err(err)) => return Err(pg_error(&self.target, step, &err)),
+                Err(err) => return Err(err),
+            };
+            let taken: bool = answer.column(0, &self.target, step)?;
+            return Ok(taken.then_some(session));
         }
-        Err(WarehouseError::Postgres {
-            target: self.target.display().to_owned(),
-            step: "checking the schedule's claim",
-            cause: format!(
-                "the connection holding schedule {schedule}'s lock closed, so another callsync may walk it now; this pass stops, the next one claims it again"
-            ),
-        })
     }
+
+    /// Bumps `schedule`'s fencing token on `session`, which holds its lock. `None` when the
+    /// server cancelled the bump (`statement_timeout`): a page transaction of the previous
+    /// owner still holds the fence, and the schedule is as good as busy.
+    fn next_generation(
+        &self,
+        session: &Session,
+        schedule: Uuid,
+    ) -> Result<Option<i64>, WarehouseError> {
+        let step = "taking a schedule's fencing token";
+        match session.ask(
+            &self.target,
+            step,
+            session.client.query_one(NEXT_GENERATION, &[&schedule]),
+        )? {
+            Ok(row) => Ok(Some(row.column(0, &self.target, step)?)),
+            Err(err) if err.code() == Some(&SqlState::QUERY_CANCELED) => {
+                tracing::info!(
+                    %schedule,
+                    "the schedule's previous walker is still committing a page; leaving it for now"
+                );
+                Ok(None)
+            }
+            Err(err) => Err(pg_error(&self.target, step, &err)),
+        }
+    }
+
+    /// The fencing token of this process's claim on `schedule`, for a page's transaction to
+    /// check; an error when this process holds no claim on it, or lost it with its session.
+    pub(super) fn fence(&self, schedule: Uuid) -> Result<i64, WarehouseError> {
+        match self.sessions().held.get(&schedule) {
+            Some(held) if held.session.alive() => Ok(held.generation),
+            Some(_) => Err(WarehouseError::ClaimLost {
+                schedule,
+                target: self.target.display().to_owned(),
+                taken: false,
+            }),
+            None => Err(WarehouseError::Postgres {
+                target: self.target.display().to_owned(),
+                step: "checking the schedule's claim",
+                cause: format!(
+                    "this process holds no claim on schedule {schedule}; a page is written only under its schedule's claim"
+                ),
+            }),
+        }
+    }
+
+    /// Another process claimed `schedule` (its fence moved on): this process's lock is gone,
+    /// so its session has lost it, and every lock on that session with it. The session is
+    /// given up; the next claim opens another.
+    pub(super) fn taken_over(&self, schedule: Uuid) -> WarehouseError {
+        if let Some(held) = self.sessions().held.get(&schedule) {
+            held.session.give_up();
+        }
+        WarehouseError::ClaimLost {
+            schedule,
+            target: self.target.display().to_owned(),
+            taken: true,
+        }
+    }
+}
+
+/// Releases `schedule`'s lock on `session`, within [`LOCK_PATIENCE`]; a session known dead
+/// is not asked (its locks went with it).
+fn unlock(target: &PgTarget, session: &Session, schedule: Uuid) {
+    if !session.alive() {
+        return;
+    }
+    let released = session.ask(
+        target,
+        "releasing a schedule's lock",
+        session
+            .client
+            .execute("SELECT pg_advisory_unlock($1)", &[&lock_key(schedule)]),
+    );
+    let error = match released {
+        Ok(Ok(_)) => return,
+        Ok(Err(err)) => problem(&err),
+        Err(err) => err.to_string(),
+    };
+    tracing::warn!(
+        %schedule,
+        %error,
+        "cannot release a schedule's lock; it goes with the connection"
+    );
 }
 
 impl Drop for PgClaim {
     fn drop(&mut self) {
-        let mut sessions = self.locks.sessions();
-        if sessions
-            .held
-            .get(&self.schedule)
-            .is_some_and(|s| Arc::ptr_eq(s, &self.session))
         {
-            sessions.held.remove(&self.schedule);
+            let mut sessions = self.locks.sessions();
+            if sessions
+                .held
+                .get(&self.schedule)
+                .is_some_and(|held| Arc::ptr_eq(&held.session, &self.session))
+            {
+                sessions.held.remove(&self.schedule);
+            }
         }
-        if self.session.is_closed() {
-            return;
-        }
-        // Synchronous, so that a claim right after this drop finds the lock free.
-        if let Err(err) = wait(
-            self.session
-                .execute("SELECT pg_advisory_unlock($1)", &[&lock_key(self.schedule)]),
-        ) {
-            tracing::warn!(
-                schedule = %self.schedule,
-                error = %problem(&err),
-                "cannot release a schedule's lock; it goes with the connection"
-            );
-        }
+        // Synchronous, so that a claim right after this drop finds the lock free; out of the
+        // mutex, as a claim of this schedule meanwhile on the same session only counts the
+        // re-entrant lock up before this takes it down.
+        unlock(&self.locks.target, &self.session, self.schedule);
     }
 }
 
@@ -160,5 +407,24 @@ mod tests {
         let b = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12").unwrap();
         assert_ne!(lock_key(a), lock_key(b));
         assert_eq!(lock_key(a), lock_key(a));
+    }
+
+    #[test]
+    fn the_lock_session_names_itself_and_bounds_its_statements() {
+        let target = PgTarget::parse(
+            "postgresql://u@/db?host=/run/postgresql&options=-cx%3D1",
+            None,
+        )
+        .unwrap();
+        let locks = LockSession::new(target);
+        assert_eq!(
+            locks.target.config.get_application_name(),
+            Some(LOCK_SESSION_NAME)
+        );
+        assert_eq!(
+            locks.target.config.get_options(),
+            Some("-c statement_timeout=4000 -cx=1")
+        );
+        assert!(LOCK_STATEMENT_TIMEOUT < LOCK_PATIENCE);
     }
 }

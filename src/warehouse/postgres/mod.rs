@@ -19,7 +19,8 @@
 //! - `runs.rs` — checkpoints, `sync_runs`, retention, status.
 //! - `resources.rs` — `campaigns` and `schedules` as the write commands record them.
 //! - `session.rs` — connecting, waiting for answers, errors with their context.
-//! - `claim.rs` — one process per schedule: session-level advisory locks.
+//! - `claim.rs` — one process per schedule: session-level advisory locks, and the fencing
+//!   token each page checks in its own transaction.
 //! - `timezone.rs` — `timezone_offsets`, the analyst's days, as the SQLite warehouse keeps them.
 
 mod batch;
@@ -40,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
-pub use claim::PgClaim;
+pub use claim::{LOCK_PATIENCE, LOCK_SESSION_NAME, PgClaim};
 pub use schema::latest_version;
 pub use session::ping;
 pub use target::{PgTarget, SslMode, TargetError};
@@ -164,10 +165,5 @@ impl PgWarehouse {
     /// or this one) holds it.
     pub fn claim(&self, schedule: Uuid) -> Result<Option<PgClaim>, WarehouseError> {
         self.locks.claim(schedule)
-    }
-
-    /// Fails when this process's claim on `schedule` was lost with its session.
-    fn check_claim(&self, schedule: Uuid) -> Result<(), WarehouseError> {
-        self.locks.check(schedule)
     }
 }

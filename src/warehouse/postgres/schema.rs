@@ -149,9 +149,13 @@ pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>,
     }
     let sql = match found {
         Some(_) => {
+            // The claims' fencing tokens (version 4) are bumped by every claim; a warehouse
+            // of an earlier version gets the table from this role's own migration.
             "SELECT has_table_privilege('calls', 'INSERT, UPDATE, DELETE')
                 AND has_table_privilege('sync_checkpoints', 'INSERT, UPDATE, DELETE')
-                AND has_table_privilege('sync_runs', 'INSERT, UPDATE, DELETE')"
+                AND has_table_privilege('sync_runs', 'INSERT, UPDATE, DELETE')
+                AND CASE WHEN to_regclass('schedule_claims') IS NULL THEN true
+                    ELSE has_table_privilege('schedule_claims', 'SELECT, INSERT, UPDATE') END"
         }
         None => "SELECT has_schema_privilege(current_schema(), 'CREATE')",
     };

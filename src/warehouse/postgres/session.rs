@@ -40,8 +40,37 @@ pub(super) fn wait<F: Future>(future: F) -> F::Output {
     futures::executor::block_on(future)
 }
 
+/// No answer came within the patience given to [`wait_within`].
+#[derive(Debug)]
+pub(super) struct Unanswered;
+
+/// [`wait`], for at most `patience`: a connection the network has cut without a word (a
+/// partition, a NAT's timeout, a failover) never answers, and the kernel may take minutes to
+/// say so, or never does when what went silent is a proxy. The timer runs on [`runtime`], so
+/// this works on any thread, inside another runtime or not.
+pub(super) fn wait_within<F: Future>(
+    patience: Duration,
+    future: F,
+) -> Result<F::Output, Unanswered> {
+    // The runtime exists: a connection was made on it before anything waits on one.
+    let Ok(runtime) = runtime() else {
+        return Err(Unanswered);
+    };
+    let _timers = runtime.enter();
+    futures::executor::block_on(tokio::time::timeout(patience, future)).map_err(|_| Unanswered)
+}
+
 /// Opens a connection to `target`, driven on [`runtime`] until the client is dropped.
 pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
+    connect_session(target).map(|(client, _)| client)
+}
+
+/// [`connect`], with the handle that ends the connection's task: aborting it closes the
+/// socket at once (the server then frees the session's locks as soon as it hears of it), and
+/// `Client::is_closed` turns true.
+pub(super) fn connect_session(
+    target: &PgTarget,
+) -> Result<(Client, tokio::task::AbortHandle), WarehouseError> {
     let connection_error = |cause: String| WarehouseError::PostgresConnect {
         target: target.display().to_owned(),
         cause,
@@ -51,11 +80,12 @@ pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
-    asynchronous_commit(&mut config);
+    session_settings(&mut config);
+    keep_alive(&mut config);
     let runtime =
         runtime().map_err(|e| connection_error(format!("cannot start its runtime: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel();
-    runtime.spawn(async move {
+    let task = runtime.spawn(async move {
         match config.connect(tls).await {
             Ok((client, connection)) => {
                 let _ = tx.send(Ok(client));
@@ -69,7 +99,7 @@ pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
         }
     });
     match rx.recv() {
-        Ok(Ok(client)) => Ok(client),
+        Ok(Ok(client)) => Ok((client, task.abort_handle())),
         Ok(Err(err)) => {
             Err(refused(target, &err).unwrap_or_else(|| connection_error(problem(&err))))
         }
@@ -110,12 +140,61 @@ fn refused(target: &PgTarget, err: &tokio_postgres::Error) -> Option<WarehouseEr
 /// whole and in order, so a lost page loses its checkpoint with it and the next pass reads those
 /// calls from the service again; the checkpoint is never ahead of the data. Options the URI
 /// sets (`options=-c …`) come after, so an operator can set it back.
-fn asynchronous_commit(config: &mut tokio_postgres::Config) {
+///
+/// Two more settings of the server's side come with it, for a connection the network cuts
+/// without a word (a partition, a NAT's timeout, a failover): the server probes an idle
+/// client after [`KEEPALIVE_IDLE`] (`tcp_keepalives_*`; its default is the system's, two
+/// hours), so that a lost daemon's schedule locks are freed for another within a minute, not
+/// hours; and a transaction left idle for a minute is ended
+/// (`idle_in_transaction_session_timeout`): a page's statements follow each other without a
+/// pause, so only a client gone silent mid-page leaves one so long — and its open page would
+/// otherwise hold its schedule's fence (`claim.rs`) against the next owner until then.
+fn session_settings(config: &mut tokio_postgres::Config) {
+    let ours = format!(
+        "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
+         -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
+        KEEPALIVE_IDLE.as_secs(),
+        KEEPALIVE_INTERVAL.as_secs(),
+        KEEPALIVE_RETRIES,
+    );
     let options = match config.get_options() {
-        Some(given) => format!("-c synchronous_commit=off {given}"),
-        None => "-c synchronous_commit=off".to_owned(),
+        Some(given) => format!("{ours} {given}"),
+        None => ours,
     };
     config.options(options);
+}
+
+/// An idle TCP connection is probed after this long without traffic, by both sides.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+/// Then every this long…
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// …and given up after this many probes unanswered: a dead peer is known within 30 s.
+const KEEPALIVE_RETRIES: u32 = 3;
+/// Data sent and not acknowledged for this long ends the connection (`TCP_USER_TIMEOUT`;
+/// Linux's own bound is about 15 minutes of retransmissions).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// TCP keepalives on callsync's connections, and a bound on unacknowledged data, so that the
+/// kernel tells a connection the network cut from a quiet one: libpq's defaults probe after
+/// two hours, and tokio-postgres's, too. Settings the URI gives (`keepalives=0`,
+/// `keepalives_idle=…`, `tcp_user_timeout=…`) win. Unix sockets have no use for them.
+fn keep_alive(config: &mut tokio_postgres::Config) {
+    if !config.get_keepalives() {
+        return;
+    }
+    // tokio-postgres's default, as it cannot say whether the URI set it.
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
 }
 
 /// How long `/healthz` waits for the server to answer.
@@ -284,24 +363,53 @@ mod tests {
 }
 
 #[cfg(test)]
-mod asynchronous_commit_tests {
+mod session_settings_tests {
     use super::*;
+
+    const OURS: &str = "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
+         -c tcp_keepalives_idle=15 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3";
 
     #[test]
     fn commits_do_not_wait_for_the_flush_unless_the_uri_says_so() {
         let mut config: tokio_postgres::Config =
             "postgresql://u@/db?host=/run/postgresql".parse().unwrap();
-        asynchronous_commit(&mut config);
-        assert_eq!(config.get_options(), Some("-c synchronous_commit=off"));
+        session_settings(&mut config);
+        assert_eq!(config.get_options(), Some(OURS));
         let mut config: tokio_postgres::Config =
             "postgresql://u@/db?options=-c%20synchronous_commit%3Don"
                 .parse()
                 .unwrap();
-        asynchronous_commit(&mut config);
+        session_settings(&mut config);
         assert_eq!(
             config.get_options(),
-            Some("-c synchronous_commit=off -c synchronous_commit=on"),
+            Some(format!("{OURS} -c synchronous_commit=on").as_str()),
             "the URI's own setting comes last, and wins"
         );
+    }
+
+    #[test]
+    fn connections_keep_tcp_keepalives_unless_the_uri_says_otherwise() {
+        let mut config: tokio_postgres::Config = "postgresql://u@db.example/db".parse().unwrap();
+        keep_alive(&mut config);
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), KEEPALIVE_IDLE);
+        assert_eq!(config.get_keepalives_interval(), Some(KEEPALIVE_INTERVAL));
+        assert_eq!(config.get_keepalives_retries(), Some(KEEPALIVE_RETRIES));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&TCP_USER_TIMEOUT));
+        let mut config: tokio_postgres::Config =
+            "postgresql://u@db.example/db?keepalives_idle=60&tcp_user_timeout=90"
+                .parse()
+                .unwrap();
+        keep_alive(&mut config);
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(60));
+        assert_eq!(
+            config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(90))
+        );
+        let mut config: tokio_postgres::Config =
+            "postgresql://u@db.example/db?keepalives=0".parse().unwrap();
+        keep_alive(&mut config);
+        assert!(!config.get_keepalives());
+        assert_eq!(config.get_keepalives_interval(), None);
     }
 }

@@ -11,6 +11,10 @@
 //! win: so a call listed twice in a page goes into a second round of statements, and a child
 //! uid repeated within a call keeps its last row (and an attempt's last sent list of outcomes
 //! or variables), which is what the row-by-row writes leave.
+//!
+//! A page is written only under its schedule's claim, and its transaction begins with the
+//! claim's fence (`claim.rs`): a process that lost its claim, even without knowing it, never
+//! commits a page after another process claimed the schedule.
 
 use std::collections::HashMap;
 
@@ -20,8 +24,9 @@ use super::PgWarehouse;
 use super::batch::{
     ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t, upsert_sql,
 };
+use super::claim::READ_FENCE;
 use super::runs::ADVANCE_CHECKPOINT;
-use super::session::{PgContext, micros, wait};
+use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::PageWrite;
 use crate::warehouse::error::WarehouseError;
@@ -51,12 +56,13 @@ impl PgWarehouse {
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
         self.reconnect_if_closed()?;
-        self.check_claim(schedule)?;
+        let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         wait(self.client().batch_execute("BEGIN"))
             .pg(&self.target, "starting a page transaction")?;
         let result = (|| {
+            self.check_fence(schedule, generation)?;
             let stored = self.stored_fingerprints(calls)?;
             let (written, rounds) = plan(calls, &call_rows, stored, schedule);
             let synced_at = synced_at.to_sqlite();
@@ -74,6 +80,29 @@ impl PgWarehouse {
             Ok(written)
         })();
         self.end_transaction(result, "committing a page")
+    }
+
+    /// The page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token is
+    /// still `generation`, the one this process's claim took, and stays so until the page
+    /// commits (the row is locked `FOR SHARE`: another process's claim waits for the commit).
+    /// Else another process has claimed the schedule since, and the page is refused.
+    fn check_fence(&self, schedule: Uuid, generation: i64) -> Result<(), WarehouseError> {
+        let step = "checking the schedule's fence";
+        let statement = self.statement(READ_FENCE, step)?;
+        let current: Option<i64> = wait(self.client().query_opt(&statement, &[&schedule]))
+            .pg(&self.target, step)?
+            .map(|row| row.column(0, &self.target, step))
+            .transpose()?;
+        if current == Some(generation) {
+            return Ok(());
+        }
+        tracing::warn!(
+            %schedule,
+            held = generation,
+            now = ?current,
+            "another process claimed the schedule since this one did; the page is not written"
+        );
+        Err(self.locks.taken_over(schedule))
     }
 
     /// How many of `calls` `write_hashed_page` would write; writes nothing.
