@@ -89,6 +89,9 @@ pub enum ErrorKind {
     Warehouse,
     /// Another process holds the schedule.
     Busy,
+    /// The service's clock, as a pass takes it, is behind the calls it stamps: the walk
+    /// cannot move its checkpoint past them.
+    Clock,
     /// A pass that panicked: a bug in callsync.
     Panic,
 }
@@ -106,6 +109,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::Warehouse => "warehouse",
             ErrorKind::Busy => "busy",
+            ErrorKind::Clock => "clock",
             ErrorKind::Panic => "panic",
         }
     }

@@ -12,6 +12,7 @@ mod error;
 mod exchange;
 #[cfg(test)]
 pub(crate) mod fake;
+mod http_date;
 mod limiter;
 mod observe;
 mod redact;

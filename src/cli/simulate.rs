@@ -74,6 +74,15 @@ pub(super) struct SimulateArgs {
     /// Share of API responses whose connection closes half way through the body (0 to 1)
     #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub(super) truncate_rate: f64,
+    /// The Date header runs this many seconds off the clock that stamps the calls (negative:
+    /// behind it), as a front with a wrong clock sends it
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub(super) date_skew_secs: i64,
 }
 
 impl SimulateArgs {
@@ -102,6 +111,7 @@ impl SimulateArgs {
                 slow_delay: Duration::from_millis(self.slow_ms),
                 truncate_rate: self.truncate_rate,
                 quota_per_second: self.rate_limit,
+                date_skew_secs: self.date_skew_secs,
                 ..FaultPlan::default()
             },
             ..SimulatorOptions::default()

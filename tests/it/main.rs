@@ -29,6 +29,8 @@ mod expected;
 mod postgres;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
+// Clocks that disagree: a service's Date far from ours, calls stamped past it; status's lag bound.
+mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
