@@ -194,3 +194,67 @@ async fn calls_stamped_far_past_the_clock_fail_the_pass_instead_of_stalling_it()
     assert!(unread.iter().all(|c| c.updated_at >= tomorrow));
     env.assert_holds(schedule, &read);
 }
+
+/// `status` exits 3 once a schedule's lag — since the warehouse last held every change of it
+/// — runs more than `sync.max_lag_secs` past the cron tick due to catch up, naming the
+/// schedule and the lag; below the bound, 0. A pass that took two hours to complete leaves
+/// two hours of changes unread (made while it ran); its start is moved back to make one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_3_when_a_schedules_lag_passes_the_bound() {
+    let env = TestEnv::start(SimulatorOptions {
+        calls_per_schedule: 20,
+        seed: 34,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let schedule = env.schedules()[0];
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let out = callsync_with_env(&["--config", c, "sync"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = |vars: &'static [(&'static str, &'static str)]| async move {
+        let out = callsync_with_env(&["--config", c, "status", "--json"], vars).await;
+        let rows: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        (out.status.code(), stderr(&out), rows[0].clone())
+    };
+    let (code, err, row) = status(&[]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(row["over_max_lag"], false, "{row}");
+    let fresh = row["stale_secs"].as_f64().expect("a lag");
+    assert!((0.0..60.0).contains(&fresh), "{row}");
+
+    let two_hours_ago = Timestamp::now().saturating_sub(Duration::from_secs(7200));
+    rusqlite::Connection::open(env.warehouse_path())
+        .expect("the warehouse")
+        .execute(
+            "UPDATE sync_runs SET started_at = ?1",
+            [two_hours_ago.to_sqlite()],
+        )
+        .expect("the pass's start moved back");
+    let (code, err, row) = status(&[]).await;
+    assert_eq!(code, Some(3), "{err}");
+    assert_eq!(row["over_max_lag"], true, "{row}");
+    let lag = row["stale_secs"].as_f64().expect("a lag");
+    assert!((7200.0..7260.0).contains(&lag), "{row}");
+    assert_eq!(
+        err,
+        format!(
+            "attention: schedule {schedule}: lag {lag:.0}s, more than sync.max_lag_secs past the sync.cron tick due to catch up (exit code 3)\n"
+        )
+    );
+    let out = callsync_with_env(&["--config", c, "status"], &[]).await;
+    assert_eq!(out.status.code(), Some(3));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("  LAGGING: the warehouse last held every change of this schedule "),
+        "{text}"
+    );
+
+    // Three hours allowed: 0 again.
+    let (code, err, row) = status(&[("CALLSYNC_SYNC__MAX_LAG_SECS", "10800")]).await;
+    assert_eq!(
+        (code, row["over_max_lag"].clone()),
+        (Some(0), Value::from(false)),
+        "{err}"
+    );
+}
