@@ -223,4 +223,27 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn the_date_skew_is_signed_seconds_into_the_fault_plan() {
+        use clap::FromArgMatches;
+
+        use super::super::args::{Cli, Command, command};
+        let skew = |args: &[&str]| {
+            let matches = command().try_get_matches_from(args).expect("parses");
+            match Cli::from_arg_matches(&matches).expect("a command").command {
+                Command::Simulate(args) => args.options().faults.date_skew_secs,
+                _ => unreachable!("simulate"),
+            }
+        };
+        assert_eq!(skew(&["callsync", "simulate"]), 0);
+        assert_eq!(
+            skew(&["callsync", "simulate", "--date-skew-secs", "-1735689600"]),
+            -1_735_689_600
+        );
+        assert_eq!(
+            skew(&["callsync", "simulate", "--date-skew-secs", "600"]),
+            600
+        );
+    }
 }
