@@ -183,9 +183,10 @@ impl ServiceClock {
                 taken = taken.0.describe(),
                 "the service's Date is further from this machine's clock than sync.max_clock_skew_secs: not trusted; this pass takes {} as the service's clock ({}); check the clocks of both",
                 taken.0.describe(),
-                match taken.0 {
-                    ClockTaken::Date if taken == later => "the calls are stamped past ours",
-                    _ => "the earlier of the two, which the calls are not stamped past",
+                if taken == later {
+                    "the later of the two: calls are stamped further than that past the earlier"
+                } else {
+                    "the earlier of the two: no call is stamped further than that past it"
                 },
             );
         }
