@@ -92,6 +92,9 @@ pub enum ErrorKind {
     Warehouse,
     /// Another process holds the schedule.
     Busy,
+    /// The service's clock, as a pass takes it, is behind the calls it stamps: the walk
+    /// cannot move its checkpoint past them.
+    Clock,
     /// A pass that panicked: a bug in callsync.
     Panic,
 }
@@ -110,6 +113,7 @@ impl ErrorKind {
             ErrorKind::BadResponse => "bad_response",
             ErrorKind::Warehouse => "warehouse",
             ErrorKind::Busy => "busy",
+            ErrorKind::Clock => "clock",
             ErrorKind::Panic => "panic",
         }
     }

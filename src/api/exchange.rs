@@ -2,9 +2,9 @@
 //! refresh on a 401) and the retry policy, and its answer turned into a value or an
 //! [`ApiError`] naming the request.
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HeaderMap, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::de::{DeserializeOwned, DeserializeSeed};
 use url::Url;
@@ -12,6 +12,7 @@ use url::Url;
 use super::body::{Answer, decode, read_capped};
 use super::client::{ApiClient, describe_query};
 use super::error::{ApiError, hint_for};
+use super::http_date::date;
 use super::redact::{excerpt, safe_error_body};
 use super::retry::Counters;
 use crate::service::models::ErrorBody;
@@ -283,20 +284,10 @@ pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
         return Some(Duration::from_secs(secs));
     }
     let at = httpdate::parse_http_date(text).ok()?;
-    let answered = headers
-        .get(DATE)
-        .and_then(|d| d.to_str().ok())
-        .and_then(|d| httpdate::parse_http_date(d.trim()).ok())
-        .unwrap_or(now);
+    let answered = date(headers)
+        .and_then(|at| u64::try_from(at.unix_nanos()).ok())
+        .map_or(now, |nanos| UNIX_EPOCH + Duration::from_nanos(nanos));
     Some(at.duration_since(answered).unwrap_or(Duration::ZERO))
-}
-
-/// The `Date` header (RFC 9110's IMF-fixdate, whole seconds); `None` when absent or unparseable.
-pub(super) fn date(headers: &HeaderMap) -> Option<Timestamp> {
-    let text = headers.get(DATE)?.to_str().ok()?;
-    let at = httpdate::parse_http_date(text.trim()).ok()?;
-    let nanos = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
-    Timestamp::from_unix_nanos(i128::try_from(nanos).ok()?)
 }
 
 fn content_type(headers: &HeaderMap) -> String {

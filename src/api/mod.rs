@@ -13,6 +13,7 @@ mod exchange;
 #[cfg(test)]
 pub(crate) mod fake;
 mod invalid_utf8;
+mod http_date;
 mod limiter;
 mod observe;
 mod redact;

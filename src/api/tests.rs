@@ -11,24 +11,10 @@ use uuid::Uuid;
 use super::fake::{CALL_UID, FakeService, Reply, call_json};
 use crate::api::client::{ApiClient, ListQuery};
 use crate::api::error::ApiError;
-use crate::api::exchange::{date, retry_after, status_error};
+use crate::api::exchange::{retry_after, status_error};
 use crate::api::retry::Counters;
 use crate::config::{AuthConfig, Secret};
 use crate::service::filter::ListFilter;
-use crate::service::timestamp::Timestamp;
-
-#[test]
-fn date_reads_the_http_date() {
-    let mut h = HeaderMap::new();
-    assert_eq!(date(&h), None);
-    h.insert(DATE, "Tue, 24 Nov 2026 10:15:07 GMT".parse().unwrap());
-    assert_eq!(
-        date(&h),
-        Some(Timestamp::parse("2026-11-24T10:15:07Z").unwrap())
-    );
-    h.insert(DATE, "yesterday".parse().unwrap());
-    assert_eq!(date(&h), None);
-}
 
 #[test]
 fn retry_after_reads_seconds_and_http_dates() {

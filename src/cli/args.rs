@@ -34,9 +34,9 @@ pub struct Cli {
 pub(super) const AFTER_HELP: &str = "\
 Exit codes: 0 success; 1 a runtime failure (a pass failed, the warehouse or the service could not \
 be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed, \
-that is falling behind (2 passes in a row ended behind), of which no pass was recorded for 3 ticks \
-of sync.cron, or whose running pass has not moved its checkpoint for 30 ticks; 130 a second \
-SIGINT or SIGTERM.
+that is falling behind (2 passes in a row ended behind), whose lag ran past sync.max_lag_secs, of \
+which no pass was recorded for 3 ticks of sync.cron, or whose running pass has not moved its \
+checkpoint for 30 ticks; 130 a second SIGINT or SIGTERM.
 
 Environment: CALLSYNC_<SECTION>__<KEY> sets any configuration key (CALLSYNC_SYNC__PAGE_SIZE=50); \
 RUST_LOG, when set, is the log filter, over -q/-v and log.level; NO_COLOR (any value but an \
@@ -174,8 +174,8 @@ pub(super) enum Command {
     /// Re-read one schedule from a point in time and upsert what it finds
     Backfill(BackfillArgs),
     /// Show each schedule's checkpoint, last pass, lag and row counts; exit code 3 when a
-    /// schedule's last pass failed, it is falling behind, no pass of it was recorded lately, or
-    /// its running pass is late
+    /// schedule's last pass failed, it is falling behind, its lag is past sync.max_lag_secs, no
+    /// pass of it was recorded lately, or its running pass is late
     Status {
         /// Print JSON instead of a table
         #[arg(long)]
@@ -341,6 +341,7 @@ mod tests {
         for reason in [
             "3 `status` found a schedule whose last pass failed,".to_string(),
             format!("falling behind ({FALLING_BEHIND_PASSES} passes in a row ended behind)"),
+            "whose lag ran past sync.max_lag_secs,".to_string(),
             format!("no pass was recorded for {STALE_TICKS} ticks of sync.cron"),
             format!("running pass has not moved its checkpoint for {LATE_PASS_TICKS} ticks;"),
         ] {
@@ -350,7 +351,7 @@ mod tests {
         let about = status.get_about().unwrap().to_string();
         assert!(
             about.ends_with(
-                "exit code 3 when a schedule's last pass failed, it is falling behind, no pass of it was recorded lately, or its running pass is late"
+                "exit code 3 when a schedule's last pass failed, it is falling behind, its lag is past sync.max_lag_secs, no pass of it was recorded lately, or its running pass is late"
             ),
             "{about}"
         );

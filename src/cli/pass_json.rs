@@ -7,7 +7,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::ErrorKind;
-use crate::sync::{PassReport, PassResult};
+use crate::sync::{ClockTaken, PassReport, PassResult};
 use crate::warehouse::RunKind;
 
 /// One pass, as a script reads it.
@@ -46,6 +46,12 @@ struct PassLine {
     error_kind: Option<&'static str>,
     /// The pass's `sync_runs.id`; null in a dry run or for a pass that never started.
     run_id: Option<i64>,
+    /// Which clock stood for the service's: `date` (its `Date` header) or `local`
+    /// (callsync's own: no `Date`, or one not trusted); null before any response.
+    clock: Option<&'static str>,
+    /// The service's `Date` minus callsync's clock, in seconds, when they were further apart
+    /// than `sync.max_clock_skew_secs` (the `Date` was not trusted); null otherwise.
+    date_skew_secs: Option<f64>,
 }
 
 impl PassLine {
@@ -80,6 +86,8 @@ impl PassLine {
             slowed_by: report.slowed_by(),
             error_kind: report.result.error_kind().map(ErrorKind::as_str),
             run_id: report.run,
+            clock: report.clock.map(ClockTaken::as_str),
+            date_skew_secs: report.date_skew_secs,
         }
     }
 }

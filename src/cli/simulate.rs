@@ -81,6 +81,15 @@ pub(super) struct SimulateArgs {
     /// Share of API responses whose connection closes half way through the body (0 to 1)
     #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub(super) truncate_rate: f64,
+    /// The Date header runs this many seconds off the clock that stamps the calls (negative:
+    /// behind it), as a front with a wrong clock sends it
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub(super) date_skew_secs: i64,
 }
 
 impl SimulateArgs {
@@ -114,6 +123,7 @@ impl SimulateArgs {
                 slow_delay: Duration::from_millis(self.slow_ms),
                 truncate_rate: self.truncate_rate,
                 quota_per_second: self.rate_limit,
+                date_skew_secs: self.date_skew_secs,
                 ..FaultPlan::default()
             },
             ..SimulatorOptions::default()
@@ -231,5 +241,28 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_date_skew_is_signed_seconds_into_the_fault_plan() {
+        use clap::FromArgMatches;
+
+        use super::super::args::{Cli, Command, command};
+        let skew = |args: &[&str]| {
+            let matches = command().try_get_matches_from(args).expect("parses");
+            match Cli::from_arg_matches(&matches).expect("a command").command {
+                Command::Simulate(args) => args.options().faults.date_skew_secs,
+                _ => unreachable!("simulate"),
+            }
+        };
+        assert_eq!(skew(&["callsync", "simulate"]), 0);
+        assert_eq!(
+            skew(&["callsync", "simulate", "--date-skew-secs", "-1735689600"]),
+            -1_735_689_600
+        );
+        assert_eq!(
+            skew(&["callsync", "simulate", "--date-skew-secs", "600"]),
+            600
+        );
     }
 }

@@ -38,6 +38,9 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
     }
     let since = configured_since(config, &warehouse)?;
     count_ticks_since_last_pass(config, &mut rows, now, since)?;
+    for row in &mut rows {
+        row.set_staleness(now, &config.sync.cron, config.sync.max_lag);
+    }
     if let Opened::Sqlite(_) = warehouse {
         warn_if_read_only(&config.warehouse.path);
     }
@@ -61,8 +64,9 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
 }
 
 /// `status`'s exit code when a schedule needs someone: its last pass failed, it is falling
-/// behind, no pass was recorded for several ticks of `sync.cron`, or its running pass has not
-/// moved the checkpoint for many ticks ([`needing_attention`]). Not 1, which says `status`
+/// behind, its warehouse copy is staler than `sync.max_lag_secs` allows, no pass was recorded
+/// for several ticks of `sync.cron`, or its running pass has not moved the checkpoint for
+/// many ticks ([`needing_attention`]). Not 1, which says `status`
 /// itself could not run.
 pub(super) const EXIT_ATTENTION: u8 = 3;
 
@@ -89,6 +93,11 @@ pub(super) fn needing_attention(
             problems.push(format!(
                 "schedule {schedule}: falling behind ({} passes in a row ended behind)",
                 row.behind_passes
+            ));
+        }
+        if let Some(stale) = row.stale_secs.filter(|_| row.over_max_lag) {
+            problems.push(format!(
+                "schedule {schedule}: lag {stale:.0}s, more than sync.max_lag_secs past the sync.cron tick due to catch up"
             ));
         }
         if row.no_recent_pass && row.never_synced {
@@ -212,6 +221,8 @@ mod tests {
                 schedule_name: None,
                 busy_since: None,
                 checkpoint_moved_at: None,
+                stale_secs: None,
+                over_max_lag: false,
             }
         };
         use crate::warehouse::RunOutcome::*;
@@ -260,6 +271,16 @@ mod tests {
             needing_attention(&[busy], &[c]),
             [format!(
                 "schedule {c} \"Renewals\": its running pass has not moved the checkpoint for 30 ticks of sync.cron"
+            )]
+        );
+        let mut lagging = row(&d.to_string(), Some(Completed), 0);
+        lagging.stale_secs = Some(7200.4);
+        assert!(needing_attention(&[lagging.clone()], &[]).is_empty());
+        lagging.over_max_lag = true;
+        assert_eq!(
+            needing_attention(&[lagging], &[]),
+            [format!(
+                "schedule {d}: lag 7200s, more than sync.max_lag_secs past the sync.cron tick due to catch up"
             )]
         );
         let mut never = crate::warehouse::ScheduleStatus::never_synced(b);

@@ -313,6 +313,8 @@ fn sync(entries: &mut Entries<'_>, config: &Config) {
     );
     entries.add("sync.shutdown_timeout_secs", secs(sync.shutdown_timeout));
     entries.add("sync.behind_after", json!(duration(sync.behind_after)));
+    entries.add("sync.max_clock_skew_secs", secs(sync.max_clock_skew));
+    entries.add("sync.max_lag_secs", secs(sync.max_lag));
     entries.add("sync.instance", json!(sync.instance));
     let filter = &sync.filter;
     let lists = [

@@ -113,6 +113,10 @@ pub(super) struct RawSync {
     #[serde(default, deserialize_with = "strict")]
     pub(super) shutdown_timeout_secs: Option<i64>,
     pub(super) behind_after: Option<String>,
+    #[serde(default, deserialize_with = "strict")]
+    pub(super) max_clock_skew_secs: Option<i64>,
+    #[serde(default, deserialize_with = "strict")]
+    pub(super) max_lag_secs: Option<i64>,
     pub(super) instance: Option<String>,
     #[serde(default)]
     pub(super) filter: RawFilter,

@@ -778,7 +778,7 @@ fn errors_from_the_environment_name_the_variable() {
         );
         assert!(!message.contains("TOPSECRET"), "{message}");
     }
-    let sync_keys = "`schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `instance`, `filter`";
+    let sync_keys = "`schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `max_clock_skew_secs`, `max_lag_secs`, `instance`, `filter`";
     assert_eq!(
         env_error_of(&minimal(), &env(&[("CALLSYNC_SYNC__PAGESIZE", "50")])),
         format!(
@@ -933,6 +933,8 @@ fn the_example_file_loads_and_documents_every_key() {
         "reconcile_window",
         "shutdown_timeout_secs",
         "behind_after",
+        "max_clock_skew_secs",
+        "max_lag_secs",
         "instance",
         "level",
         "format",

@@ -208,6 +208,13 @@ pub struct SyncConfig {
     /// A pass that ends further than this behind the service's clock, with changes already
     /// waiting, ends `behind`.
     pub behind_after: Duration,
+    /// A service's `Date` further than this from callsync's own clock is not trusted as the
+    /// service's clock (`sync::service_clock`); calls stamped further than this after the
+    /// clock a pass trusts stop it with an error.
+    pub max_clock_skew: Duration,
+    /// `status` exits 3 for a schedule whose warehouse copy is older than this past the
+    /// `cron` tick due to bring it up to date.
+    pub max_lag: Duration,
     /// The name `sync_runs`, `status` and the metrics give this process's passes (several
     /// daemons share the schedules); `None`: the host name.
     pub instance: Option<String>,

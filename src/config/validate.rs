@@ -437,6 +437,19 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             "sync.behind_after",
             raw.behind_after.as_deref().unwrap_or("2m"),
         )?,
+        // 300 s, as Kerberos allows between clocks that are meant to agree: NTP keeps them
+        // within milliseconds, a `Date` has whole seconds and a response takes a few; a clock
+        // minutes off is broken, not drifting. 5 s at least, for the `Date`'s truncation and
+        // the response's way.
+        max_clock_skew: secs(
+            "sync.max_clock_skew_secs",
+            raw.max_clock_skew_secs,
+            300,
+            5..=86_400,
+        )?,
+        // An hour past the tick due to catch up: a dozen missed ticks of the default cron,
+        // while a burst that one or two passes absorb stays quiet.
+        max_lag: secs("sync.max_lag_secs", raw.max_lag_secs, 3600, 60..=31_536_000)?,
         instance: raw.instance.map(instance).transpose()?,
     })
 }

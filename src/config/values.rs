@@ -11,6 +11,7 @@ use croner::parser::{CronParser, Seconds, Year};
 use url::Url;
 
 use super::error::{ConfigError, ConfigErrorKind as Kind};
+use crate::service::Timestamp;
 
 pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
     let url = Url::parse(text.trim())
@@ -65,6 +66,13 @@ impl CronSchedule {
     /// Its first firing after `after`, if it has one.
     pub fn next_after(&self, after: &DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.cron.find_next_occurrence(after, false).ok()
+    }
+
+    /// [`Self::next_after`] an instant; `None` also beyond chrono's range (after 2262).
+    pub fn first_after(&self, after: Timestamp) -> Option<Timestamp> {
+        let after = DateTime::from_timestamp_nanos(i64::try_from(after.unix_nanos()).ok()?);
+        let next = self.next_after(&after)?.timestamp_nanos_opt()?;
+        Timestamp::from_unix_nanos(i128::from(next))
     }
 }
 

@@ -397,6 +397,8 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         position: None,
         horizon: None,
         lag_secs: None,
+        clock: None,
+        date_skew_secs: None,
         duration: Duration::ZERO,
         run: None,
     }

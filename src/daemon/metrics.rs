@@ -595,6 +595,8 @@ pub(super) fn report(schedule: Uuid, result: PassResult) -> PassReport {
         position: None,
         horizon: None,
         lag_secs: Some(1.5),
+        clock: None,
+        date_skew_secs: None,
         duration: Duration::from_millis(42),
         run: None,
     }

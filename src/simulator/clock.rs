@@ -33,11 +33,13 @@ impl SimClock {
         }
     }
 
-    /// The `Date` header for now (RFC 9110's IMF-fixdate, whole seconds); `None` for an instant
-    /// the format cannot hold (before 1970 or after 9999), which only a test's clock reaches.
-    pub(super) fn http_date(&self) -> Option<HeaderValue> {
+    /// The `Date` header for now, `skew_secs` off (RFC 9110's IMF-fixdate, whole seconds);
+    /// `None` for an instant the format cannot hold (before 1970 or after 9999), which only a
+    /// test's clock or skew reaches.
+    pub(super) fn http_date(&self, skew_secs: i64) -> Option<HeaderValue> {
         const YEAR_10000_SECS: u64 = 253_402_300_800;
-        let secs = u64::try_from(self.now().unix_nanos().div_euclid(1_000_000_000)).ok()?;
+        let now = self.now().unix_nanos().div_euclid(1_000_000_000);
+        let secs = u64::try_from(now.checked_add(i128::from(skew_secs))?).ok()?;
         if secs >= YEAR_10000_SECS {
             return None;
         }
@@ -146,9 +148,10 @@ mod tests {
 
     #[test]
     fn the_date_header_is_the_clock_in_whole_seconds() {
-        let at = |text: &str| {
-            SimClock::from(ManualClock::new(Timestamp::parse(text).unwrap())).http_date()
+        let skewed = |text: &str, skew: i64| {
+            SimClock::from(ManualClock::new(Timestamp::parse(text).unwrap())).http_date(skew)
         };
+        let at = |text: &str| skewed(text, 0);
         assert_eq!(
             at("2026-03-01T12:00:01.999Z").unwrap(),
             "Sun, 01 Mar 2026 12:00:01 GMT"
@@ -158,5 +161,15 @@ mod tests {
             at("9999-12-31T23:59:59Z").unwrap(),
             "Fri, 31 Dec 9999 23:59:59 GMT"
         );
+        // A front whose clock is a day behind, or ahead, of the one that stamps the calls.
+        assert_eq!(
+            skewed("2026-03-01T12:00:01.999Z", -86_400).unwrap(),
+            "Sat, 28 Feb 2026 12:00:01 GMT"
+        );
+        assert_eq!(
+            skewed("2026-03-01T12:00:01.999Z", 86_400).unwrap(),
+            "Mon, 02 Mar 2026 12:00:01 GMT"
+        );
+        assert_eq!(skewed("1970-01-01T00:00:10Z", -11), None);
     }
 }

@@ -25,6 +25,9 @@ pub struct FaultPlan {
     /// A rate limit as a real service has one: requests beyond this many a second (a
     /// second's worth of burst) are answered 429 without `Retry-After`; 0 for none.
     pub quota_per_second: u32,
+    /// The `Date` header runs this many seconds off the clock that stamps the calls
+    /// (negative: behind it), as a front whose clock is wrong sends it; 0 for none.
+    pub date_skew_secs: i64,
 }
 
 /// One request as the simulator saw it.

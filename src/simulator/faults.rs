@@ -40,8 +40,8 @@ pub async fn middleware(
     let query = request.uri().query().unwrap_or_default().to_owned();
     let mut response = handle(&shared, request, next, &path).await;
     // The service's clock when it answered, from the simulator's clock (hyper would put the
-    // machine's): callsync bounds each pass by it.
-    if let Some(date) = shared.clock.http_date() {
+    // machine's): callsync bounds each pass by it. Off by the plan's skew, if any.
+    if let Some(date) = shared.clock.http_date(shared.faults().date_skew_secs) {
         response.headers_mut().insert(header::DATE, date);
     }
     shared.log_request(RequestRecord {

@@ -8,8 +8,10 @@ use std::path::PathBuf;
 use uuid::Uuid;
 
 use super::cursor::WalkError;
+use super::service_clock::ClockTaken;
 use crate::ErrorKind;
 use crate::api::ApiError;
+use crate::service::Timestamp;
 use crate::warehouse::WarehouseError;
 
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,19 @@ pub enum SyncError {
     WriterStart(#[source] std::io::Error),
     #[error("the warehouse writer stopped unexpectedly (see the error logged before this one)")]
     WriterGone,
+    /// Calls stamped so far past the clock the pass takes for the service's that the
+    /// checkpoint, capped at that clock, cannot pass them (`sync/service_clock.rs`).
+    #[error(
+        "schedule {schedule}: calls are stamped up to {stamped} ({ahead_secs:.0} s past the service's clock as this pass takes it, {clock} from {}), further than sync.max_clock_skew_secs; the checkpoint stays at that clock, so calls after them cannot be read until it catches up. Check the clocks of the service (its Date header and its calls' updated_at) and of this machine",
+        taken.describe()
+    )]
+    ClockBehindCalls {
+        schedule: Uuid,
+        clock: Timestamp,
+        taken: ClockTaken,
+        stamped: Timestamp,
+        ahead_secs: f64,
+    },
 }
 
 impl SyncError {
@@ -64,12 +79,14 @@ impl SyncError {
 
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
-    /// walk's rules), `busy` (another process holds the schedule).
+    /// walk's rules), `busy` (another process holds the schedule), `clock` (calls stamped
+    /// past the service's clock further than the walk can go).
     pub fn kind(&self) -> ErrorKind {
         match self {
             SyncError::Api(err) => err.kind(),
             SyncError::Walk { .. } => ErrorKind::Protocol,
             SyncError::Busy { .. } => ErrorKind::Busy,
+            SyncError::ClockBehindCalls { .. } => ErrorKind::Clock,
             SyncError::Config(_) => ErrorKind::Config,
             SyncError::Warehouse(err) if err.is_configuration() => ErrorKind::Config,
             SyncError::Warehouse(_)

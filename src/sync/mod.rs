@@ -35,6 +35,7 @@ use crate::warehouse::{
 use crate::{ErrorKind, error_chain};
 
 pub use error::SyncError;
+pub use service_clock::ClockTaken;
 pub use sink::{
     Claim, DryRunSink, DryRunSource, PageBatch, PostgresSink, Sink, WarehouseSink, lock_schedule,
 };
@@ -281,6 +282,12 @@ pub struct PassReport {
     /// The service's clock at the end minus `position`, in seconds; negative when the
     /// position is ahead of it. Never clamped.
     pub lag_secs: Option<f64>,
+    /// The clock that stood for the service's at the pass's latest response; `None` before
+    /// any.
+    pub clock: Option<ClockTaken>,
+    /// The service's `Date` minus callsync's clock, in seconds, when further apart than
+    /// `sync.max_clock_skew_secs` in this pass (the `Date` was not trusted); `None` otherwise.
+    pub date_skew_secs: Option<f64>,
     pub duration: Duration,
     /// `sync_runs.id` of the pass's row; `None` when it has none (a dry run, a pass that
     /// never started).

@@ -13,7 +13,8 @@
 //! *horizon*: once the walk reaches it, everything that had changed when the pass began has
 //! been read, and the pass stops; calls changed since are the next pass's. The service's
 //! clock, not ours, so that skew between the two never becomes lag. Without a `Date` header,
-//! callsync's own clock stands in.
+//! or with one too far from callsync's own clock to be trusted, `service_clock.rs` says which
+//! clock stands in; a walk held by that clock below the calls it reads ends with an error.
 
 use std::ops::ControlFlow;
 use std::time::Instant;
@@ -27,7 +28,7 @@ use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::error::SyncError;
 use super::recent::RecentRows;
-use super::service_clock::ServiceClock;
+use super::service_clock::{Reading, ServiceClock};
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
@@ -121,7 +122,7 @@ impl Engine {
             progress,
             counters: Counters::for_lane(schedule),
             tally: Tally::default(),
-            clock: ServiceClock::default(),
+            clock: ServiceClock::new(self.settings.max_clock_skew, None),
             position: None,
             run: None,
         };
@@ -157,6 +158,8 @@ impl Pass<'_> {
             position: self.position,
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
+            clock: self.clock.taken(),
+            date_skew_secs: self.clock.distrust().map(|(_, skew)| skew),
             duration: started.elapsed(),
             run: self.run.map(RunId::get),
         };
@@ -273,6 +276,7 @@ impl Pass<'_> {
         let rule = CheckpointRule::new(stored, start);
         tracing::debug!(%start, ?stored, moves_checkpoint = rule.moves, "pass starts");
         self.position = stored;
+        self.clock = ServiceClock::new(settings.max_clock_skew, stored);
         let walker = PageWalker::new(
             start,
             settings.page_size,
@@ -303,7 +307,31 @@ impl Pass<'_> {
         };
         let stop = stopped?;
         settled?;
+        if let Stop::AtHorizon = stop {
+            self.held_by_the_clock(walk.walker.position())?;
+        }
         Ok(stop)
+    }
+
+    /// A walk that stopped at its horizon, `walked` further past the service's clock than
+    /// `sync.max_clock_skew_secs` (calls stamped there), cannot move its checkpoint past that
+    /// clock: pass after pass it would read the same pages and stop. Said, not left silent.
+    fn held_by_the_clock(&self, walked: Timestamp) -> Result<(), SyncError> {
+        let (Some(now), Some(taken)) = (self.clock.now(), self.clock.taken()) else {
+            return Ok(());
+        };
+        if walked <= now.saturating_add(self.clock.max_skew()) {
+            return Ok(());
+        }
+        let err = SyncError::ClockBehindCalls {
+            schedule: self.schedule,
+            clock: now,
+            taken,
+            stamped: walked,
+            ahead_secs: walked.secs_since(now),
+        };
+        tracing::error!(error = %err, "the walk is held by the service's clock");
+        Err(err)
     }
 
     /// One page: fetched (or taken as prefetched), accepted, completed by its details while
@@ -419,8 +447,9 @@ impl Pass<'_> {
         recent: &mut RecentRows,
     ) -> Result<AcceptedPage, SyncError> {
         let Listed { page, served_at } = listed;
-        let stamps = page.data.iter().map(|c| c.updated_at);
-        let (service_now, future) = self.clock.observe(served_at, stamps);
+        let stamps: Vec<Timestamp> = page.data.iter().map(|c| c.updated_at).collect();
+        let reading = self.clock.observe(served_at, Timestamp::now(), &stamps);
+        let service_now = reading.now;
         let total_count = page.pagination.as_ref().map(|p| p.total_count);
         let keys: Vec<RowKey> = page.data.iter().map(row_key).collect();
         // A quiet check's row (if any) is not the walk's yet: the walk reads it in its turn.
@@ -434,10 +463,11 @@ impl Pass<'_> {
         }
         self.tally.pages += 1;
         self.tally.calls_seen += data.len() as u64;
-        self.note_future_rows(&data, service_now, future);
+        self.note_future_rows(&data, reading);
+        // The walk's quiet runs count on the service's clock: a `Date` not trusted is none.
         let facts = PageFacts {
             total_count,
-            served_at,
+            served_at: reading.date,
         };
         let accepted = walker.accept(&keys, facts).map_err(|source| {
             let request = self.describe(request);
@@ -457,12 +487,8 @@ impl Pass<'_> {
     }
 
     /// Counts and reports calls stamped later than the service's own clock.
-    fn note_future_rows(
-        &mut self,
-        calls: &[OutboundCall],
-        service_now: Timestamp,
-        from: Timestamp,
-    ) {
+    fn note_future_rows(&mut self, calls: &[OutboundCall], clock: Reading) {
+        let (service_now, from) = (clock.now, clock.future);
         let future: Vec<&OutboundCall> = calls.iter().filter(|c| c.updated_at >= from).collect();
         if let Some(first) = future.first() {
             self.tally.future_rows += future.len() as u64;

@@ -1,5 +1,7 @@
 //! Reading the warehouse back: per-schedule status (`callsync status`) and the demo's overview.
 
+use std::time::Duration;
+
 use rusqlite::types::Value;
 use serde::Serialize;
 use uuid::Uuid;
@@ -7,6 +9,7 @@ use uuid::Uuid;
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use super::runs::{RunOutcome, RunStats, WALKER_CHARS, Walker, parse};
+use crate::config::CronSchedule;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
@@ -70,6 +73,14 @@ pub struct ScheduleStatus {
     /// When its checkpoint last moved (a page committed), for a running pass's bound.
     #[serde(skip)]
     pub checkpoint_moved_at: Option<Timestamp>,
+    /// Seconds from the moment the warehouse last held every change of the schedule (see
+    /// [`Self::caught_up_at`]) to the time of the status, by this machine's clock: how much
+    /// of the service's recent history it may miss. Unlike `lag_secs` it does not grow while
+    /// nothing changes and passes complete. `None` before such a pass.
+    pub stale_secs: Option<f64>,
+    /// `stale_secs` ran more than `sync.max_lag_secs` past the tick of `sync.cron` due after
+    /// that moment: the passes since fail, end behind or run long. `status` exits 3.
+    pub over_max_lag: bool,
 }
 
 /// A running pass is late — and `status` exits 3 — once this many ticks of `sync.cron` have
@@ -112,6 +123,8 @@ impl ScheduleStatus {
             schedule_name: None,
             busy_since: None,
             checkpoint_moved_at: None,
+            stale_secs: None,
+            over_max_lag: false,
         }
     }
 
@@ -124,6 +137,37 @@ impl ScheduleStatus {
             (Some(_), Some(moved)) => Some(at.max(moved)),
             _ => Some(at),
         }
+    }
+
+    /// When the warehouse last held every change of the schedule the service had made, by
+    /// this machine's clock: the start of its latest pass if that pass completed (it read
+    /// what had changed when it began), the end of one that ended behind less how far behind;
+    /// else (the latest failed, was interrupted or still runs) the end of the latest that
+    /// did either, a bound that forgives that pass's own length.
+    pub fn caught_up_at(&self) -> Option<Timestamp> {
+        let latest = self.last_run.as_ref();
+        let at = |text: &str| Timestamp::parse(text).ok();
+        match latest.and_then(|run| run.outcome) {
+            Some(RunOutcome::Completed) => latest.and_then(|run| at(&run.started_at)),
+            Some(RunOutcome::Behind) => latest.and_then(|run| {
+                let ended = at(run.finished_at.as_deref()?)?;
+                let behind = run.lag_secs.filter(|lag| *lag > 0.0).unwrap_or_default();
+                Some(ended.saturating_sub(Duration::try_from_secs_f64(behind).ok()?))
+            }),
+            _ => self.last_success_at.as_deref().and_then(at),
+        }
+    }
+
+    /// Notes how stale the warehouse's copy is at `now`, and whether more than `max_lag` past
+    /// the first tick of `cron` after it caught up (the tick whose pass should have caught
+    /// up again): a cron with long gaps is not flagged between its ticks.
+    pub fn set_staleness(&mut self, now: Timestamp, cron: &CronSchedule, max_lag: Duration) {
+        let Some(caught_up) = self.caught_up_at() else {
+            return;
+        };
+        self.stale_secs = Some(now.secs_since(caught_up));
+        let due = cron.first_after(caught_up).unwrap_or(caught_up);
+        self.over_max_lag = now > due.saturating_add(max_lag);
     }
 
     /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`]: from
@@ -252,6 +296,8 @@ impl ScheduleStatus {
             never_synced: false,
             last_run,
             last_success_at: last_success_at.map(Timestamp::to_sqlite),
+            stale_secs: None,
+            over_max_lag: false,
             calls,
             attempts,
             outcomes,

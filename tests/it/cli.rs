@@ -93,7 +93,7 @@ async fn a_bad_environment_or_syntax_exits_2_naming_its_source_and_writes_nothin
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
-        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `instance`, `filter`\n"
+        "error: config: CALLSYNC_SYNC__BOGUS: unknown key sync.bogus; expected one of `schedules`, `schedule`, `lookback_secs`, `cron`, `page_size`, `details`, `concurrency`, `reconcile_cron`, `reconcile_window`, `shutdown_timeout_secs`, `behind_after`, `max_clock_skew_secs`, `max_lag_secs`, `instance`, `filter`\n"
     );
 
     let out = callsync_with_env(&["--config", c, "sync"], &[("RUST_LOG", "foo=[")]).await;

@@ -319,6 +319,8 @@ pub fn config_for(
             reconcile_window: Duration::from_secs(7 * 86_400),
             shutdown_timeout: Duration::from_secs(10),
             behind_after: Duration::from_secs(120),
+            max_clock_skew: Duration::from_secs(300),
+            max_lag: Duration::from_secs(3600),
             instance: None,
         },
         log: LogConfig::default(),

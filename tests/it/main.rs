@@ -31,6 +31,8 @@ mod postgres;
 mod sync;
 // A service ordering ties differently on every request: every group read whole, or a loud failure.
 mod tie_order;
+// Clocks that disagree: a service's Date far from ours, calls stamped past it; status's lag bound.
+mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
 // Bytes the service should not send: a name not UTF-8, a page nested too deep.

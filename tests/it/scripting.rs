@@ -20,7 +20,7 @@ fn json_lines(out: &std::process::Output) -> Vec<Value> {
 }
 
 /// The field names README documents for a pass line, in their order.
-const PASS_FIELDS: [&str; 22] = [
+const PASS_FIELDS: [&str; 24] = [
     "schedule_uid",
     "kind",
     "outcome",
@@ -43,6 +43,8 @@ const PASS_FIELDS: [&str; 22] = [
     "slowed_by",
     "error_kind",
     "run_id",
+    "clock",
+    "date_skew_secs",
 ];
 
 /// The latest `sync_runs.id` of each schedule, in order.

@@ -125,6 +125,12 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                 slowed_by_text(&s.slowed_by)
             );
         }
+        if let Some(stale) = s.stale_secs.filter(|_| s.over_max_lag) {
+            let _ = writeln!(
+                out,
+                "  LAGGING: the warehouse last held every change of this schedule {stale:.0}s ago (lag {stale:.0}s), more than sync.max_lag_secs past the sync.cron tick due to catch up: its passes fail, end behind, or run long; see the last pass and the daemon's log (journalctl -u callsync)"
+            );
+        }
         if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
             let _ = writeln!(
                 out,
@@ -261,5 +267,45 @@ mod tests {
             text.contains("  FALLING BEHIND: the last 2 passes ended behind the service (slowed by rate limit, detail fetches); see README, \"Falling behind\"\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_lag_counts_from_the_last_catch_up_and_is_bound_from_the_tick_due_after() {
+        let daily = crate::config::CronSchedule::parse("0 0 2 * * *").unwrap();
+        let bound = std::time::Duration::from_secs(3600);
+        let mut s = status(Some("2026-01-01T01:59:00.000000Z"));
+        // Completed: everything changed before it began (02:00:00) is held.
+        s.last_run = Some(run(Some(RunOutcome::Completed), None));
+        s.set_staleness(ts("2026-01-02T02:59:00Z"), &daily, bound);
+        assert_eq!(
+            (s.stale_secs, s.over_max_lag),
+            (Some(89_940.0), false),
+            "within an hour of the next day's tick"
+        );
+        s.set_staleness(ts("2026-01-02T03:00:01Z"), &daily, bound);
+        assert_eq!(s.stale_secs, Some(90_001.0));
+        assert!(s.over_max_lag);
+        let text = render_status(std::slice::from_ref(&s), ts("2026-01-02T03:00:01Z"));
+        assert!(
+            text.contains("  LAGGING: the warehouse last held every change of this schedule 90001s ago (lag 90001s), more than sync.max_lag_secs past the sync.cron tick due to catch up"),
+            "{text}"
+        );
+        // Behind: held up to its end less its lag; a later failure keeps the last success's
+        // end.
+        let mut behind = run(Some(RunOutcome::Behind), None);
+        behind.lag_secs = Some(30.0);
+        s.last_run = Some(behind);
+        assert_eq!(
+            s.caught_up_at(),
+            Some(ts("2026-01-01T01:59:31Z")),
+            "ended 02:00:01, 30 s behind"
+        );
+        s.last_run = Some(run(Some(RunOutcome::Failed), Some("HTTP 503")));
+        s.last_success_at = Some("2025-12-31T02:00:07.000000Z".into());
+        assert_eq!(s.caught_up_at(), Some(ts("2025-12-31T02:00:07Z")));
+        // No pass has caught up: no lag, no flag.
+        let mut never = status(None);
+        never.set_staleness(ts("2026-01-02T03:00:01Z"), &daily, bound);
+        assert_eq!((never.stale_secs, never.over_max_lag), (None, false));
     }
 }
