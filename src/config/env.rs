@@ -57,7 +57,7 @@ impl Env {
 }
 
 /// `CALLSYNC_*` variables that set no key: switches of callsync's own test suite, CI and
-/// benchmarks (README, "Tests"). Exported in a shell, they are inherited by every callsync the
+/// benchmarks (docs/development.md). Exported in a shell, they are inherited by every callsync the
 /// tests run, which would otherwise refuse them as unknown keys.
 const NOT_CONFIGURATION: [&str; 3] = [
     "CALLSYNC_SKIP_POSTGRES",
