@@ -686,6 +686,11 @@ fn every_configuration_key_the_docs_name_exists() {
                     "the docs name {name}, which neither callsync nor its tools read"
                 ));
             }
+            None if name != "CALLSYNC_CONFIG" && !callsync_ignores(name) => {
+                // Set as the docs say (`CALLSYNC_SKIP_DATASETTE=1 .ci/run`), it is inherited
+                // by every callsync the tests run.
+                failures.push(format!("callsync refuses {name}=1, a switch of its tools"));
+            }
             None => {}
         }
     }
@@ -736,6 +741,21 @@ fn read_by_the_tools(name: &str) -> bool {
                     || text.contains(&format!("${{{name}"))
             })
         })
+}
+
+/// Whether callsync runs with `name=1` in its environment, as with none.
+fn callsync_ignores(name: &str) -> bool {
+    let example = root().join("config/callsync.example.toml");
+    Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .arg("--config")
+        .arg(example)
+        .arg("config")
+        .env(name, "1")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output()
+        .expect("callsync runs")
+        .status
+        .success()
 }
 
 fn whole_configuration_loads(doc: &Path, block: &Block, failures: &mut Vec<String>) {
