@@ -1,5 +1,5 @@
--- The read-only role for BI tools on a PostgreSQL callsync warehouse (README, "When one file
--- is not enough"). callsync's first migration does this itself when the role it connects as
+-- The read-only role for BI tools on a PostgreSQL callsync warehouse (docs/postgres.md,
+-- "Create the role and the database"). callsync's first migration does this itself when the role it connects as
 -- may create roles; otherwise run it once as a superuser, connected to the warehouse's
 -- database (psql -d callsync -f bi-role.sql). Then give each tool a login of its own:
 --   CREATE ROLE metabase LOGIN PASSWORD '…' IN ROLE callsync_reader;

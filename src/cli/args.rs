@@ -18,9 +18,8 @@ use crate::service::Timestamp;
 #[command(
     name = "callsync",
     version,
-    about = "Sync call results from the Outbound Call Campaign Service into a SQLite warehouse",
+    about = "Sync call results from the Outbound Call Campaign Service into a SQLite or PostgreSQL warehouse",
     long_about = None,
-    after_long_help = AFTER_HELP,
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -30,17 +29,103 @@ pub struct Cli {
     pub(super) command: Command,
 }
 
-/// The end of `callsync --help` and of callsync(1): what a script needs besides the options.
-pub(super) const AFTER_HELP: &str = "\
-Exit codes: 0 success; 1 a runtime failure (a pass failed, the warehouse or the service could not \
-be used); 2 a configuration or usage error; 3 `status` found a schedule whose last pass failed, \
-that is falling behind (2 passes in a row ended behind), whose lag ran past sync.max_lag_secs, of \
-which no pass was recorded for 3 ticks of sync.cron, or whose running pass has not moved its \
-checkpoint for 30 ticks; 130 a second SIGINT or SIGTERM.
+/// The exit codes of every command: the end of `callsync --help`, and EXIT STATUS in the man
+/// pages.
+pub(super) const EXIT_CODES: [(&str, &str); 5] = [
+    ("0", "success"),
+    (
+        "1",
+        "a runtime failure (a pass failed, the warehouse or the service could not be used)",
+    ),
+    ("2", "a configuration or usage error"),
+    (
+        "3",
+        "`status` found a schedule whose last pass failed, that is falling behind (2 passes in a \
+         row ended behind), whose lag ran past sync.max_lag_secs, of which no pass was recorded \
+         for 3 ticks of sync.cron, or whose running pass has not moved its checkpoint for 30 ticks",
+    ),
+    ("130", "a second SIGINT or SIGTERM"),
+];
 
-Environment: CALLSYNC_<SECTION>__<KEY> sets any configuration key (CALLSYNC_SYNC__PAGE_SIZE=50); \
-RUST_LOG, when set, is the log filter, over -q/-v and log.level; NO_COLOR (any value but an \
-empty one) turns colours off.";
+/// A variable callsync reads: its name, what it does, and whether only the commands that read
+/// a configuration read it.
+pub(super) struct Variable {
+    pub(super) name: &'static str,
+    pub(super) meaning: &'static str,
+    pub(super) configuration: bool,
+}
+
+/// The environment callsync reads: the end of `callsync --help`, and ENVIRONMENT in the man
+/// pages.
+pub(super) const ENVIRONMENT: [Variable; 9] = [
+    Variable {
+        name: "CALLSYNC_<SECTION>__<KEY>",
+        meaning: "sets any configuration key, over the file (CALLSYNC_SYNC__PAGE_SIZE=50); an \
+                  unknown CALLSYNC_ variable is an error",
+        configuration: true,
+    },
+    Variable {
+        name: "CALLSYNC_CONFIG",
+        meaning: "the configuration file, when --config is not given",
+        configuration: true,
+    },
+    Variable {
+        name: "CREDENTIALS_DIRECTORY",
+        meaning: "systemd's credentials (LoadCredential=): access_token, client_secret and \
+                  warehouse_password are read from it when the configuration gives no other source",
+        configuration: true,
+    },
+    Variable {
+        name: "PGPASSFILE",
+        meaning: "libpq's password file for a PostgreSQL warehouse, when the URI names none \
+                  (else ~/.pgpass, under HOME)",
+        configuration: true,
+    },
+    Variable {
+        name: "SQLITE_TMPDIR",
+        meaning: "where SQLite keeps its temporary files (else TMPDIR, else /var/tmp or /tmp)",
+        configuration: true,
+    },
+    Variable {
+        name: "RUST_LOG",
+        meaning: "when set, the log filter, over -q/-v and log.level",
+        configuration: false,
+    },
+    Variable {
+        name: "NO_COLOR",
+        meaning: "any value but an empty one turns colours off",
+        configuration: false,
+    },
+    Variable {
+        name: "JOURNAL_STREAM",
+        meaning: "set by systemd: when it names stderr, log lines carry a syslog priority and no \
+                  timestamp",
+        configuration: false,
+    },
+    Variable {
+        name: "NOTIFY_SOCKET, WATCHDOG_USEC",
+        meaning: "set by systemd for `callsync run` (Type=notify, WatchdogSec=): READY, STATUS, \
+                  STOPPING and the watchdog's pings go there",
+        configuration: true,
+    },
+];
+
+/// The end of `callsync --help`: what a script needs besides the options.
+pub(super) fn after_help() -> String {
+    let codes: Vec<String> = EXIT_CODES
+        .iter()
+        .map(|(code, meaning)| format!("{code} {meaning}"))
+        .collect();
+    let variables: Vec<String> = ENVIRONMENT
+        .iter()
+        .map(|variable| format!("{} {}", variable.name, variable.meaning))
+        .collect();
+    format!(
+        "Exit codes: {}.\n\nEnvironment: {}.",
+        codes.join("; "),
+        variables.join("; ")
+    )
+}
 
 /// `-q` and `-v`: the log level for this run, over `log.level`; `RUST_LOG` still wins.
 #[derive(Debug, Args)]
@@ -95,7 +180,7 @@ pub(super) const CONFIG: &str = "config";
 /// PATH sync`, `callsync sync --config PATH`, `callsync checkpoint show --config PATH`).
 /// Completions and the man page are generated from it.
 pub fn command() -> clap::Command {
-    let mut command = Cli::command().arg(config_arg(CONFIG_BEFORE).help(
+    let mut command = Cli::command().after_long_help(after_help()).arg(config_arg(CONFIG_BEFORE).help(
         "Configuration file, for the commands that read one [default: ./config/callsync.toml, then /etc/callsync/callsync.toml]",
     ));
     let readers: Vec<String> = command
@@ -164,7 +249,7 @@ pub(super) enum Command {
         /// Fetch and report what would be written; write nothing
         #[arg(long)]
         dry_run: bool,
-        /// Print one JSON object per pass on stdout (JSON Lines; see README, "Scripts")
+        /// Print one JSON object per pass on stdout (JSON Lines; see docs/commands.md, "Pass lines")
         #[arg(long)]
         json: bool,
     },
@@ -224,7 +309,7 @@ pub(super) enum Command {
     Simulate(SimulateArgs),
     #[command(flatten)]
     Service(ServiceCommand),
-    /// Print a shell completion script (install it as README's "Shell completions" says)
+    /// Print a shell completion script (install it as docs/operate.md's "Shell completions" says)
     Completions {
         /// The shell the script is for
         #[arg(value_enum)]
@@ -309,7 +394,7 @@ pub(super) struct BackfillArgs {
     /// Stop after calls updated at this instant (RFC 3339, any offset) [default: now]
     #[arg(long, value_name = "RFC3339", value_parser = parse_timestamp)]
     pub(super) until: Option<Timestamp>,
-    /// Print the pass as one JSON object on stdout (see README, "Scripts"); a progress bar,
+    /// Print the pass as one JSON object on stdout (see docs/commands.md, "Pass lines"); a progress bar,
     /// on a terminal, stays on stderr
     #[arg(long)]
     pub(super) json: bool,
@@ -337,7 +422,10 @@ mod tests {
     #[test]
     fn the_help_gives_every_reason_for_exit_code_3() {
         use crate::warehouse::{FALLING_BEHIND_PASSES, LATE_PASS_TICKS, STALE_TICKS};
-        let footer = AFTER_HELP.split_whitespace().collect::<Vec<_>>().join(" ");
+        let footer = after_help()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         for reason in [
             "3 `status` found a schedule whose last pass failed,".to_string(),
             format!("falling behind ({FALLING_BEHIND_PASSES} passes in a row ended behind)"),
@@ -355,6 +443,25 @@ mod tests {
             ),
             "{about}"
         );
+    }
+
+    /// `--help` and the man page say what callsync writes into: either warehouse.
+    #[test]
+    fn the_help_names_both_warehouses() {
+        let about = command().get_about().expect("an about").to_string();
+        assert!(
+            about.ends_with("into a SQLite or PostgreSQL warehouse"),
+            "{about}"
+        );
+        let footer = after_help();
+        for variable in [
+            "CALLSYNC_CONFIG",
+            "CREDENTIALS_DIRECTORY",
+            "RUST_LOG",
+            "NO_COLOR",
+        ] {
+            assert!(footer.contains(variable), "{variable} not in {footer}");
+        }
     }
 
     #[test]

@@ -192,7 +192,7 @@ fn render(o: &Overview, path: &Path) -> String {
     let _ = write!(
         out,
         "\nOpen the warehouse:\n  sqlite3 {db} 'SELECT status, progress, count(*) FROM call_results GROUP BY 1, 2'\n  \
-         datasette {db} --metadata contrib/datasette/metadata.json   (pip install datasette; from callsync's repository)\nThe tables and views are described in README.md, \"The warehouse\".\n"
+         datasette {db} --metadata contrib/datasette/metadata.json   (pip install datasette; from callsync's repository)\nThe views and example queries are in docs/analyse.md; every table in docs/warehouse.md.\n"
     );
     out
 }

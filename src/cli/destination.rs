@@ -26,7 +26,7 @@ pub(super) fn postgres(config: &Config) -> Result<Option<PgTarget>> {
 pub(super) fn refuse_on_postgres(config: &Config, command: &str) -> Result<()> {
     if config.warehouse.postgres.is_some() {
         return Err(UsageError(format!(
-            "`callsync {command}` copies an SQLite warehouse file; this configuration's warehouse is PostgreSQL (warehouse.url): use pg_dump and pg_restore (README, \"When one file is not enough\")"
+            "`callsync {command}` copies an SQLite warehouse file; this configuration's warehouse is PostgreSQL (warehouse.url): use pg_dump and pg_restore (docs/postgres.md, \"Backups\")"
         ))
         .into());
     }

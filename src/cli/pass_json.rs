@@ -1,5 +1,5 @@
 //! `sync --json` and `backfill --json`: one JSON object per pass, one per line (JSON Lines).
-//! The field names are a contract documented in README ("Scripts"): fields may be added,
+//! The field names are a contract documented in docs/commands.md ("Pass lines"): fields may be added,
 //! none renamed or removed.
 
 use anyhow::{Context, Result};

@@ -57,12 +57,14 @@ impl Env {
 }
 
 /// `CALLSYNC_*` variables that set no key: switches of callsync's own test suite, CI and
-/// benchmarks (README, "Tests"). Exported in a shell, they are inherited by every callsync the
+/// benchmarks (docs/development.md). Exported in a shell, they are inherited by every callsync the
 /// tests run, which would otherwise refuse them as unknown keys.
-const NOT_CONFIGURATION: [&str; 3] = [
+const NOT_CONFIGURATION: [&str; 5] = [
     "CALLSYNC_SKIP_POSTGRES",
     "CALLSYNC_REQUIRE_ADVISORIES",
     "CALLSYNC_BENCH_POSTGRES",
+    "CALLSYNC_SKIP_DATASETTE",
+    "CALLSYNC_CI_CACHE",
 ];
 
 /// Whether the variable `name` is read as configuration: `CALLSYNC_*`, but for the few that

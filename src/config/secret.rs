@@ -111,7 +111,7 @@ const PLACEHOLDER_WORDS: [&str; 16] = [
 
 /// A value an example or a template left for the operator to replace: sent as a token it
 /// only earns 401s at run time, and it would win over the systemd credential. The rule (in
-/// README, "Secrets"): anything in angle brackets (`<token>`); or, case and punctuation
+/// docs/operate.md, "Secrets"): anything in angle brackets (`<token>`); or, case and punctuation
 /// ignored, nothing but `x`s (`xxx`, `xxxx-xxxx`) or no letter or digit at all (`...`, `***`);
 /// or one of [`PLACEHOLDER_WORDS`]. Whole values only, so a random token is never refused.
 pub fn is_placeholder(value: &str) -> bool {

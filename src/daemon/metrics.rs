@@ -43,7 +43,7 @@ const ERROR_KINDS: [&str; 3] = ["transport", "client_error", "server_error"];
 /// `last_pass_duration_seconds` and `lag_seconds` (from its first pass). Counted by a test.
 #[cfg_attr(
     not(test),
-    expect(dead_code, reason = "the figure a test and README state")
+    expect(dead_code, reason = "the figure a test and docs/monitor.md state")
 )]
 pub const SERIES_PER_SCHEDULE: usize = 6;
 
@@ -649,7 +649,7 @@ mod tests {
         assert_eq!(thousand, 1000 * SERIES_PER_SCHEDULE);
         // Nothing else grows with the schedules: passes and durations are labelled by kind.
         assert_eq!(thousand_total - thousand, one_total - one);
-        // README, "Metrics", states these figures.
+        // docs/monitor.md, "Series per schedule", states these figures.
         assert_eq!((one_total - one, thousand_total), (81, 6081));
     }
 

@@ -5,7 +5,7 @@ use super::scheduler::Tick;
 use crate::sync::PassResult;
 use crate::warehouse::RunKind;
 
-/// Ticks a failing schedule sits out at most (README, ARCHITECTURE: "1, 3, 7 … up to 31
+/// Ticks a failing schedule sits out at most (docs/troubleshooting.md, ARCHITECTURE.md: "1, 3, 7 … up to 31
 /// ticks"): from the 6th failure in a row on.
 const MAX_BACKOFF_TICKS: u32 = 31;
 

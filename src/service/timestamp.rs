@@ -6,8 +6,8 @@
 //! fraction comes in groups of three digits (none, milli, micro, nano) with trailing zero
 //! groups dropped, so the service's precision is kept; and the warehouse's form, RFC 3339 in
 //! UTC with exactly six fraction digits (`2026-01-31T09:30:00.250000Z`): fixed width, so text
-//! order is time order, and a `Z`, so every BI tool reads a UTC instant (README, "The
-//! warehouse": pandas, Grafana and SQLite's date functions were tried).
+//! order is time order, and a `Z`, so every BI tool reads a UTC instant (docs/analyse.md,
+//! "Timestamps": pandas, Grafana and SQLite's date functions were tried).
 
 use std::fmt;
 use std::str::FromStr;

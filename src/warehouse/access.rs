@@ -71,7 +71,7 @@ pub fn unwritable_for_owner(path: &Path) -> Option<String> {
 }
 
 /// The mode a new warehouse is created with, before the umask: its owner reads and writes, its
-/// group (the BI readers, README "BI users") reads, others nothing: it holds names and phone
+/// group (the BI readers, docs/operate.md, "BI users") reads, others nothing: it holds names and phone
 /// numbers. SQLite gives its `-wal` and `-shm` the database file's mode exactly.
 pub(super) const NEW_WAREHOUSE_MODE: u32 = 0o640;
 

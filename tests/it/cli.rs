@@ -991,7 +991,7 @@ fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
         .spawn()
         .expect("callsync starts");
     let stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    // What `sed -n '/^\[api\]/,$p'` cuts out, as the README's walk-through does; read in a
+    // What `sed -n '/^\[api\]/,$p'` cuts out, as docs/walkthrough.md does; read in a
     // thread, so that an output without it fails the test instead of hanging it.
     let (cut, config) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -3,7 +3,7 @@
 //! as it is, read with plain SQL. A mapping bug (a wrong column, a wrong summary) shows up as
 //! a difference instead of being made identically on both sides.
 //!
-//! The mapping is the README's table contract: timestamps as SQLite UTC text
+//! The mapping is the table contract of docs/warehouse.md: timestamps as SQLite UTC text
 //! `YYYY-MM-DD HH:MM:SS[.fraction]`, booleans as 0/1, JSON of unknown shape as JSON text, the
 //! per-call summary columns derived from the children.
 
@@ -379,7 +379,7 @@ fn expected_tables(schedule: Uuid, calls: &[OutboundCall]) -> Vec<Table> {
     tables
 }
 
-/// The summary columns, as the README defines them: the last attempt is the one that
+/// The summary columns, as docs/warehouse.md defines them: the last attempt is the one that
 /// started last (by `started_at`, else `created_at`, then list position); outcome names are
 /// distinct, in attempt order.
 fn summarise(row: &mut Row, attempts: &[&Json], notifications: usize) {

@@ -87,3 +87,6 @@ mod config_cmd;
 mod terminal;
 // contrib/: the alerting rules and the dashboard select series exported from start-up.
 mod monitoring;
+// README.md, ARCHITECTURE.md and docs/: command lines, keys, links and figures that cannot drift,
+// and the blocks that run.
+mod docs;

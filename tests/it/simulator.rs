@@ -1311,7 +1311,7 @@ async fn unauthorized_answers_carry_a_bearer_challenge_and_the_scheme_is_case_in
     );
 }
 
-/// The rules every call history follows, seeded or dialled (README, "The simulator"), at
+/// The rules every call history follows, seeded or dialled (docs/simulator.md, "The dialer"), at
 /// `scale` real seconds per nominal second or slower.
 fn assert_lifelike(calls: &[OutboundCall], now: Timestamp, scale: f64) {
     let span = |secs: i64| Duration::from_nanos((secs as f64 * scale * 1e9).round() as u64);

@@ -1,8 +1,8 @@
 //! The systemd units: `systemd-analyze verify` prints nothing (it only warns on unknown keys,
-//! so silence is the check) — with its man page check on, as on a fresh install without
-//! callsync's man page —, and `security --offline` scores 2.0 or less; the sysusers.d file
-//! creates the user and group. Run where the tools are installed; elsewhere the test says so
-//! and checks the units' text.
+//! so silence is the check) — with its man page check on, after `callsync man --out` has
+//! installed the pages the units' `Documentation=` names, as README's steps do —, and
+//! `security --offline` scores 2.0 or less; the sysusers.d file creates the user and group.
+//! Run where the tools are installed; elsewhere the test says so and checks the units' text.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,8 +67,17 @@ fn units_declare_what_the_operator_relies_on() {
         !daemon.contains("DynamicUser"),
         "BI readers need a fixed group"
     );
-    // verify runs man(1) for a man: link, and fails where the page is not installed.
-    assert!(!daemon.contains("Documentation=man:"));
+    // `systemctl help` shows man: links only (a file: link is "Can't show").
+    let documentation = |unit: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix("Documentation="))
+            .flat_map(|l| l.split_whitespace().map(str::to_owned))
+            .collect()
+    };
+    assert!(
+        documentation(&daemon).contains(&"man:callsync(1)".to_owned()),
+        "{daemon}"
+    );
     let backfill = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/callsync-backfill@.service"),
     )
@@ -82,6 +91,16 @@ fn units_declare_what_the_operator_relies_on() {
             backfill.contains(line),
             "callsync-backfill@.service lacks {line:?}"
         );
+    }
+    for unit in [&daemon, &backfill] {
+        let links = documentation(unit);
+        assert!(!links.is_empty(), "{unit}");
+        for link in links {
+            assert!(
+                link.starts_with("man:"),
+                "{link}: systemctl help cannot show it"
+            );
+        }
     }
 }
 
@@ -137,10 +156,32 @@ fn systemd_analyze_verify_is_silent_and_exposure_is_low() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // The pages the units name, installed as README's steps install them: verify runs
+    // `man` for each man: link and fails on a page man cannot find.
+    let man_path = dir.path().join("man");
+    let installed = Command::new(env!("CARGO_BIN_EXE_callsync"))
+        .arg("man")
+        .arg("--out")
+        .arg(man_path.join("man1"))
+        .output()
+        .expect("callsync man runs");
+    assert!(installed.status.success(), "{installed:?}");
+    let man_available = Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !man_available {
+        eprintln!("man is not installed: verify's check of the Documentation= pages skipped");
+    }
     for unit in units_in(dir.path()) {
         let out = Command::new("systemd-analyze")
             .arg("verify")
+            .arg(format!(
+                "--man={}",
+                if man_available { "yes" } else { "no" }
+            ))
             .arg(&unit)
+            .env("MANPATH", &man_path)
             .output()
             .expect("systemd-analyze runs");
         let printed = format!(
@@ -169,4 +210,57 @@ fn systemd_analyze_verify_is_silent_and_exposure_is_low() {
             .unwrap_or_else(|| panic!("no exposure score in:\n{text}"));
         assert!(score <= 2.0, "{}: exposure {score}", unit.display());
     }
+}
+
+/// Where the example configuration's scheduled backups and README's warehouse go, callsync may
+/// write under the daemon's unit: `ProtectSystem=strict` leaves it its `StateDirectory=` and
+/// `ReadWritePaths=` alone. And the unit says what it writes into.
+#[test]
+fn the_documented_paths_are_writable_under_the_unit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let daemon = std::fs::read_to_string(root.join("systemd/callsync.service")).unwrap();
+    assert!(daemon.contains("ProtectSystem=strict\n"));
+    let setting = |name: &str| -> Vec<String> {
+        daemon
+            .lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .flat_map(|v| v.split_whitespace().map(str::to_owned))
+            .collect()
+    };
+    let writable: Vec<String> = setting("StateDirectory=")
+        .iter()
+        .map(|d| format!("/var/lib/{d}/"))
+        .chain(setting("ReadWritePaths=").iter().map(|d| format!("{d}/")))
+        .collect();
+    let value_of = |text: &str, key: &str| -> String {
+        text.lines()
+            .map(|l| l.trim_start_matches(['#', ' ']))
+            .find_map(|l| l.strip_prefix(&format!("{key} = \"")))
+            .and_then(|v| v.split('"').next())
+            .unwrap_or_else(|| panic!("no {key}"))
+            .to_owned()
+    };
+    let example = std::fs::read_to_string(root.join("config/callsync.example.toml")).unwrap();
+    let backup = example
+        .split("\n[backup]\n")
+        .nth(1)
+        .expect("a [backup] section");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    for (what, path) in [
+        ("the example's [backup] dir", value_of(backup, "dir")),
+        ("README's warehouse.path", value_of(&readme, "path")),
+    ] {
+        assert!(
+            writable.iter().any(|w| path.starts_with(w.as_str())),
+            "{what} {path} is read-only under callsync.service (writable: {writable:?})"
+        );
+    }
+    let description = daemon
+        .lines()
+        .find_map(|l| l.strip_prefix("Description="))
+        .expect("a Description=");
+    assert!(
+        description.contains("SQLite or PostgreSQL"),
+        "{description}"
+    );
 }

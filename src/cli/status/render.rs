@@ -120,7 +120,7 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         if s.falling_behind {
             let _ = writeln!(
                 out,
-                "  FALLING BEHIND: the last {} passes ended behind the service{}; see README, \"Falling behind\"",
+                "  FALLING BEHIND: the last {} passes ended behind the service{}; see docs/monitor.md, \"Falling behind\"",
                 s.behind_passes,
                 slowed_by_text(&s.slowed_by)
             );
@@ -264,7 +264,7 @@ mod tests {
         s.slowed_by = vec!["rate limit".into(), "detail fetches".into()];
         let text = render_status(&[s], ts("2026-01-01T02:00:00Z"));
         assert!(
-            text.contains("  FALLING BEHIND: the last 2 passes ended behind the service (slowed by rate limit, detail fetches); see README, \"Falling behind\"\n"),
+            text.contains("  FALLING BEHIND: the last 2 passes ended behind the service (slowed by rate limit, detail fetches); see docs/monitor.md, \"Falling behind\"\n"),
             "{text}"
         );
     }

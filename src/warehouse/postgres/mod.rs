@@ -1,5 +1,5 @@
 //! The PostgreSQL warehouse: the SQLite warehouse's tables and views on a server, natively
-//! typed, for several BI tools and several daemons (README, "When one file is not enough").
+//! typed, for several BI tools and several daemons (docs/postgres.md).
 //!
 //! It lives in `warehouse/` because only the warehouse speaks SQL; it shares the SQLite
 //! warehouse's model → row translation (`rows.rs`) and its status types, and keeps its own SQL:

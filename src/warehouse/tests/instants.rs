@@ -250,7 +250,7 @@ fn sqlite_reads_the_stored_form_as_the_same_instant() {
     assert!(ordered);
 }
 
-/// The day of each instant in the warehouse's zone, by the SQL README and the canned
+/// The day of each instant in the warehouse's zone, by the SQL docs/analyse.md and the canned
 /// queries use.
 fn local_days(w: &Warehouse, instants: &[&str]) -> Vec<String> {
     instants

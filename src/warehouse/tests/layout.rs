@@ -164,7 +164,7 @@ fn one_calls_rows_are_found_without_scanning_a_child_table() {
         "SELECT * FROM outcome_results WHERE call_uid = 'x'",
         "SELECT * FROM call_results WHERE call_uid = 'x'",
         "SELECT * FROM call_results WHERE call_id = 1",
-        // Joins by id, as README shows them.
+        // Joins by id, as docs/warehouse.md shows them.
         "SELECT * FROM call_results AS r JOIN call_custom_parameters AS p USING (call_id)
          WHERE r.call_uid = 'x'",
         "SELECT * FROM attempt_outcomes AS o JOIN call_attempts AS a ON a.id = o.attempt_id
