@@ -12,8 +12,8 @@ mod error;
 mod exchange;
 #[cfg(test)]
 pub(crate) mod fake;
-mod invalid_utf8;
 mod http_date;
+mod invalid_utf8;
 mod limiter;
 mod observe;
 mod redact;
