@@ -869,13 +869,19 @@ async fn the_daemon_forgets_passes_older_than_keep_runs() {
     let gone = Uuid::from_u128(0x60e);
     env.create_warehouse();
     let conn = rusqlite::Connection::open(env.warehouse_path()).expect("warehouse opens");
+    // Unfinished passes: one of a live process of this machine (init's id), which may still
+    // be running; one of a process that is gone, which the daemon marks interrupted when it
+    // opens the warehouse.
+    let here = callsync::warehouse::Walker::this_process(None).host;
     conn.execute_batch(&format!(
-        "INSERT INTO sync_runs (schedule_uid, kind, started_at, finished_at, outcome) VALUES
-           ('{schedule}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed'),
-           ('{schedule}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'failed'),
-           ('{schedule}', 'backfill',    '2020-01-03 00:00:00', NULL, NULL),
-           ('{gone}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed'),
-           ('{gone}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'completed');"
+        "INSERT INTO sync_runs (schedule_uid, kind, started_at, finished_at, outcome, host, pid)
+         VALUES
+           ('{schedule}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed', NULL, NULL),
+           ('{schedule}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'failed', NULL, NULL),
+           ('{schedule}', 'backfill',    '2020-01-03 00:00:00', NULL, NULL, '{here}', 1),
+           ('{schedule}', 'backfill',    '2020-01-04 00:00:00', NULL, NULL, 'gone-host', 7),
+           ('{gone}', 'incremental', '2020-01-01 00:00:00', '2020-01-01 00:00:01', 'completed', NULL, NULL),
+           ('{gone}', 'incremental', '2020-01-02 00:00:00', '2020-01-02 00:00:01', 'completed', NULL, NULL);"
     ))
     .expect("old passes inserted");
     let old_passes = || -> Vec<(String, String)> {
@@ -893,12 +899,13 @@ async fn the_daemon_forgets_passes_older_than_keep_runs() {
     // The start-up pass, after which retention runs in its task.
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
-    wait_for("the old passes to be forgotten", || old_passes().len() < 5).await;
+    wait_for("the old passes to be forgotten", || old_passes().len() < 6).await;
     daemon.stop().await;
     assert_eq!(
         old_passes(),
         [
-            // A pass whose process died is never forgotten: it may still be running.
+            // A pass that may still be running is never forgotten; one marked interrupted
+            // (its process gone) is, as any finished pass.
             (schedule.to_string(), "2020-01-03 00:00:00".to_owned()),
             (gone.to_string(), "2020-01-02 00:00:00".to_owned()),
         ]
