@@ -323,15 +323,13 @@ impl Pass<'_> {
         if walked <= now.saturating_add(self.clock.max_skew()) {
             return Ok(());
         }
-        let err = SyncError::ClockBehindCalls {
+        Err(SyncError::ClockBehindCalls {
             schedule: self.schedule,
             clock: now,
             taken,
             stamped: walked,
             ahead_secs: walked.secs_since(now),
-        };
-        tracing::error!(error = %err, "the walk is held by the service's clock");
-        Err(err)
+        })
     }
 
     /// One page: fetched (or taken as prefetched), accepted, completed by its details while
