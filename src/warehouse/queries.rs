@@ -140,22 +140,26 @@ impl ScheduleStatus {
     }
 
     /// When the warehouse last held every change of the schedule the service had made, by
-    /// this machine's clock: the start of its latest pass if that pass completed (it read
-    /// what had changed when it began), the end of one that ended behind less how far behind;
-    /// else (the latest failed, was interrupted or still runs) the end of the latest that
-    /// did either, a bound that forgives that pass's own length.
+    /// this machine's clock: the start of its latest pass if that was an incremental pass
+    /// that completed (it read what had changed when it began), the end of one that ended
+    /// behind less how far behind; else (the latest failed, was interrupted, still runs, or
+    /// was a backfill or reconciliation, which read a range) the end of the latest pass that
+    /// succeeded, a bound that forgives that pass's own length.
     pub fn caught_up_at(&self) -> Option<Timestamp> {
-        let latest = self.last_run.as_ref();
         let at = |text: &str| Timestamp::parse(text).ok();
-        match latest.and_then(|run| run.outcome) {
-            Some(RunOutcome::Completed) => latest.and_then(|run| at(&run.started_at)),
-            Some(RunOutcome::Behind) => latest.and_then(|run| {
-                let ended = at(run.finished_at.as_deref()?)?;
+        let latest = self
+            .last_run
+            .as_ref()
+            .filter(|run| run.kind == "incremental");
+        let caught_up = match latest.and_then(|run| Some((run, run.outcome?))) {
+            Some((run, RunOutcome::Completed)) => at(&run.started_at),
+            Some((run, RunOutcome::Behind)) => run.finished_at.as_deref().and_then(at).map(|end| {
                 let behind = run.lag_secs.filter(|lag| *lag > 0.0).unwrap_or_default();
-                Some(ended.saturating_sub(Duration::try_from_secs_f64(behind).ok()?))
+                end.saturating_sub(Duration::try_from_secs_f64(behind).unwrap_or_default())
             }),
-            _ => self.last_success_at.as_deref().and_then(at),
-        }
+            _ => None,
+        };
+        caught_up.or_else(|| self.last_success_at.as_deref().and_then(at))
     }
 
     /// Notes how stale the warehouse's copy is at `now`, and whether more than `max_lag` past

@@ -273,9 +273,13 @@ mod tests {
     fn the_lag_counts_from_the_last_catch_up_and_is_bound_from_the_tick_due_after() {
         let daily = crate::config::CronSchedule::parse("0 0 2 * * *").unwrap();
         let bound = std::time::Duration::from_secs(3600);
+        let incremental = |outcome, error| RunSummary {
+            kind: "incremental".into(),
+            ..run(Some(outcome), error)
+        };
         let mut s = status(Some("2026-01-01T01:59:00.000000Z"));
         // Completed: everything changed before it began (02:00:00) is held.
-        s.last_run = Some(run(Some(RunOutcome::Completed), None));
+        s.last_run = Some(incremental(RunOutcome::Completed, None));
         s.set_staleness(ts("2026-01-02T02:59:00Z"), &daily, bound);
         assert_eq!(
             (s.stale_secs, s.over_max_lag),
@@ -292,7 +296,7 @@ mod tests {
         );
         // Behind: held up to its end less its lag; a later failure keeps the last success's
         // end.
-        let mut behind = run(Some(RunOutcome::Behind), None);
+        let mut behind = incremental(RunOutcome::Behind, None);
         behind.lag_secs = Some(30.0);
         s.last_run = Some(behind);
         assert_eq!(
@@ -300,8 +304,11 @@ mod tests {
             Some(ts("2026-01-01T01:59:31Z")),
             "ended 02:00:01, 30 s behind"
         );
-        s.last_run = Some(run(Some(RunOutcome::Failed), Some("HTTP 503")));
+        s.last_run = Some(incremental(RunOutcome::Failed, Some("HTTP 503")));
         s.last_success_at = Some("2025-12-31T02:00:07.000000Z".into());
+        assert_eq!(s.caught_up_at(), Some(ts("2025-12-31T02:00:07Z")));
+        // A backfill read a range, not everything up to its start: the last success's end.
+        s.last_run = Some(run(Some(RunOutcome::Completed), None));
         assert_eq!(s.caught_up_at(), Some(ts("2025-12-31T02:00:07Z")));
         // No pass has caught up: no lag, no flag.
         let mut never = status(None);
