@@ -58,10 +58,12 @@ pub(super) struct Run {
     previous: Vec<Uuid>,
     /// Pages after which the run ends at its next group boundary.
     pages: u32,
-    /// Every uid the run has read. The run reads each position of one query's list once;
-    /// with the count unchanged, a uid read twice means the service ordered a tie
-    /// differently from one page to the next, so another call of it was on no page.
-    read: HashSet<Uuid>,
+    /// Every (uid, instant) the run has read. The run reads each position of one query's
+    /// list once; with the count unchanged, a call read twice at one instant means the
+    /// service ordered a tie differently from one page to the next, so another call of it
+    /// was on no page. (A call read again at a later instant changed meanwhile: the quiet
+    /// check finds that.)
+    read: HashSet<(Uuid, Timestamp)>,
 }
 
 /// Where a run's page leads.
@@ -93,7 +95,7 @@ impl Run {
             newest: after,
             previous: uids(first),
             pages,
-            read: first.iter().map(|r| r.uid).collect(),
+            read: first.iter().map(|r| (r.uid, r.updated_at)).collect(),
         }
     }
 
@@ -116,7 +118,7 @@ impl Run {
         {
             return RunStep::FallBack(self.after);
         }
-        if !rows.iter().all(|r| self.read.insert(r.uid)) {
+        if !rows.iter().all(|r| self.read.insert((r.uid, r.updated_at))) {
             return RunStep::Unstable(self.after);
         }
         let last = rows.last().map_or(self.newest, |r| r.updated_at);

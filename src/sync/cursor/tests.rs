@@ -1135,3 +1135,21 @@ fn rows_entering_the_newest_group_before_every_request_with_pages_of_one() {
         assert_complete(&service, &next);
     }
 }
+
+/// Found by `heavy_churn_may_unsettle_a_walk_but_the_next_completes` (shrunk): a call of a
+/// quiet run's group changes under the run and is read again at its new instant, further on
+/// in the same query. That is a change (the check finds it), not an unstable order.
+#[test]
+fn a_call_read_again_at_a_later_instant_in_a_run_is_no_unstable_order() {
+    let mut service = Service::with_groups(&[(4, 9)]);
+    let (out, error) = walk_until_error(&mut service, at(0), 3, Facts::Shown, |s, n| {
+        if n == 0 {
+            s.insert(now(0), 1);
+        }
+        if n == 4 {
+            s.touch_kth_at(4, 0, now(n));
+        }
+    });
+    assert!(error.is_none(), "{error:?}");
+    assert_complete(&service, &out);
+}
