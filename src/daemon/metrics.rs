@@ -118,6 +118,15 @@ struct Series {
     failed: Family<ScheduleLabel, Gauge>,
     warehouse_size: Gauge,
     wal_size: Gauge,
+    backups: BackupSeries,
+}
+
+/// `[backup]`'s series, registered only when the daemon makes backups.
+#[derive(Default)]
+struct BackupSeries {
+    last_success: FloatGauge,
+    failures: Counter,
+    size: Gauge,
 }
 
 impl Series {
@@ -142,6 +151,7 @@ impl Series {
             failed: Family::default(),
             warehouse_size: Gauge::default(),
             wal_size: Gauge::default(),
+            backups: BackupSeries::default(),
         };
         registry.register(
             "build",
@@ -340,6 +350,49 @@ impl Metrics {
             series,
             schedules,
             names,
+        }
+    }
+
+    /// The daemon makes scheduled backups (`[backup]`): their series exist from now on,
+    /// starting from `newest`, the newest backup already in the directory (its time and size),
+    /// so a restart does not look like a missed backup; 0 when there is none.
+    pub fn with_backups(mut self, newest: Option<(Timestamp, u64)>) -> Self {
+        let backups = &self.series.backups;
+        let registry = &mut self.series.registry;
+        registry.register_with_unit(
+            "backup_last_success_timestamp",
+            "When the latest scheduled backup was made and checked (at start-up: the newest in backup.dir; 0: none)",
+            Unit::Seconds,
+            backups.last_success.clone(),
+        );
+        registry.register(
+            "backup_failures",
+            "Scheduled backups that failed (copy, check or directory)",
+            backups.failures.clone(),
+        );
+        registry.register_with_unit(
+            "backup_size",
+            "Size of the latest scheduled backup made and checked",
+            Unit::Bytes,
+            backups.size.clone(),
+        );
+        if newest.is_some() {
+            self.backup_ended(newest);
+        }
+        self
+    }
+
+    /// A scheduled backup ended: made and checked at `at` with `bytes`, or failed (`None`).
+    pub fn backup_ended(&self, made: Option<(Timestamp, u64)>) {
+        let backups = &self.series.backups;
+        match made {
+            Some((at, bytes)) => {
+                backups.last_success.set(seconds(at));
+                backups.size.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+            None => {
+                backups.failures.inc();
+            }
         }
     }
 

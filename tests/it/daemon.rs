@@ -18,7 +18,7 @@ use callsync::sync::{PassReport, PassResult};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::harness::{PATIENCE, TestEnv, wait_for};
+use crate::harness::{PATIENCE, TestEnv, wait_for, wait_for_value};
 
 struct Run {
     kind: String,
@@ -932,8 +932,33 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         dir: dir.clone(),
         keep: 2,
     });
+    let listen = free_port();
+    env.config.metrics.listen = Some(listen);
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
+    // From start-up: the newest backup already there (2020-01-02, 3 bytes), no failure.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let scrape = || async {
+        let text = (http.get(format!("http://{listen}/metrics")).send().await)
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+                .parse::<f64>()
+                .unwrap()
+        };
+        [
+            value("callsync_backup_last_success_timestamp_seconds"),
+            value("callsync_backup_size_bytes"),
+            value("callsync_backup_failures_total"),
+        ]
+    };
+    assert_eq!(scrape().await, [1_577_923_200.0, 3.0, 0.0]);
     assert_eq!(daemon.send(Tick::Backup).await, Vec::<Uuid>::new());
     let names = || {
         let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -948,7 +973,22 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         !names().contains(&"callsync-20200101T000000Z.db".to_owned())
     })
     .await;
+    // The series say it once the backup task has told them (after its removals).
+    let seen = wait_for_value("the backup's series", || async {
+        Some(scrape().await).filter(|seen| seen[0] > 1.7e9)
+    })
+    .await;
+    // A backup that cannot be made: the directory is now a file.
+    std::fs::rename(&dir, dir.with_extension("kept")).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    assert_eq!(daemon.send(Tick::Backup).await, Vec::<Uuid>::new());
+    let failed = wait_for_value("the failed backup counted", || async {
+        Some(scrape().await).filter(|failed| failed[2] == 1.0)
+    })
+    .await;
     daemon.stop().await;
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(dir.with_extension("kept"), &dir).unwrap();
     let names = names();
     assert_eq!(names.len(), 3, "{names:?}");
     assert_eq!(names[0], "README");
@@ -960,4 +1000,8 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
     );
     let contents = callsync::warehouse::verify_backup(&dir.join(new)).expect("a good backup");
     assert_eq!(contents.calls, 100);
+    let size = std::fs::metadata(dir.join(new)).unwrap().len() as f64;
+    assert_eq!(seen[1..], [size, 0.0]);
+    // A failure leaves the last success and its size as they were.
+    assert_eq!(failed, [seen[0], size, 1.0]);
 }

@@ -307,10 +307,12 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let rule_exprs = rule_expressions(&rules);
     assert_eq!(rule_exprs.len(), rules.matches("- alert:").count());
     let alerted: BTreeSet<String> = rule_exprs.iter().flat_map(|e| metric_names(e)).collect();
-    assert!(
-        alerted.contains("callsync_last_success_timestamp_seconds"),
-        "{alerted:?}"
-    );
+    for series in [
+        "callsync_last_success_timestamp_seconds",
+        "callsync_backup_last_success_timestamp_seconds",
+    ] {
+        assert!(alerted.contains(series), "{series} not in {alerted:?}");
+    }
     let shown: BTreeSet<String> = dashboard_expressions(&dashboard)
         .iter()
         .flat_map(|e| metric_names(e))
@@ -334,6 +336,12 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     env.config.metrics.listen = Some(listen);
     env.config.sync.reconcile_cron =
         Some(callsync::config::CronSchedule::parse("0 0 3 * * *").unwrap());
+    // Backups on, none made yet: their series exist from start-up too (CallsyncBackupStale).
+    env.config.backup = Some(callsync::config::BackupConfig {
+        cron: callsync::config::CronSchedule::parse("0 15 2 * * *").unwrap(),
+        dir: env.dir.path().join("backups"),
+        keep: 7,
+    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
         let _ = stopped.await;
@@ -379,6 +387,14 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
         exposition.contains("callsync_passes_total{kind=\"reconcile\",result=\"failed\"} 0"),
         "{exposition}"
     );
+    // No backup in backup.dir yet: none made, none failed.
+    for line in [
+        "callsync_backup_last_success_timestamp_seconds 0.0\n",
+        "callsync_backup_failures_total 0\n",
+        "callsync_backup_size_bytes 0\n",
+    ] {
+        assert!(exposition.contains(line), "{line} missing:\n{exposition}");
+    }
     // Per configured schedule, from start-up.
     for schedule in env.schedules() {
         for line in [
@@ -421,4 +437,37 @@ fn metric_names_are_found_whole() {
         ),
         BTreeSet::from(["callsync_last_success_timestamp_seconds".to_owned()])
     );
+}
+
+#[test]
+fn last_backup_age_says_never_when_there_is_no_backup() {
+    let dashboard = dashboard();
+    let panel = panel(&dashboard, "Last backup age");
+    let defaults = &panel["fieldConfig"]["defaults"];
+    assert_eq!(defaults["unit"], "s");
+    assert_eq!(defaults["mappings"][0]["options"]["-1"]["text"], "never");
+    let expr = panel["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$instance", ".*");
+    let backup = |instance: &str| {
+        format!(
+            "callsync_backup_last_success_timestamp_seconds{{instance=\"{instance}\",job=\"callsync\"}}"
+        )
+    };
+    let series = [(backup("a:1"), "400x20"), (backup("b:1"), "0x20")];
+    let series: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    let evaluated = promtool_evaluates(
+        &expr,
+        &series,
+        &[
+            ("{instance=\"a:1\",job=\"callsync\"}", 560.0),
+            ("{instance=\"b:1\",job=\"callsync\"}", -1.0),
+        ],
+    );
+    if !evaluated {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: the no-backup query was checked by its mapping only (apt-get install prometheus)"
+        );
+    }
 }

@@ -170,3 +170,38 @@ fn systemd_analyze_verify_is_silent_and_exposure_is_low() {
         assert!(score <= 2.0, "{}: exposure {score}", unit.display());
     }
 }
+
+/// Under `ProtectSystem=strict` the daemon may write only in its `StateDirectory` (and any
+/// `ReadWritePaths`): the example's `[backup] dir` must be one of them, or every scheduled
+/// backup of an operator who uncomments it fails.
+#[test]
+fn the_examples_backup_dir_is_writable_under_the_units_sandbox() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unit = std::fs::read_to_string(root.join("systemd/callsync.service")).unwrap();
+    let writable: Vec<String> = unit
+        .lines()
+        .filter_map(|line| {
+            if let Some(state) = line.strip_prefix("StateDirectory=") {
+                Some(format!("/var/lib/{state}/"))
+            } else {
+                line.strip_prefix("ReadWritePaths=")
+                    .map(|p| format!("{}/", p.trim_end_matches('/')))
+            }
+        })
+        .collect();
+    assert!(unit.contains("ProtectSystem=strict\n"));
+    let example = std::fs::read_to_string(root.join("config/callsync.example.toml")).unwrap();
+    let backup = example
+        .split("\n[backup]\n")
+        .nth(1)
+        .expect("a [backup] section");
+    let dir = backup
+        .lines()
+        .find_map(|l| l.strip_prefix("# dir = \""))
+        .and_then(|rest| rest.split('"').next())
+        .expect("an example backup dir");
+    assert!(
+        writable.iter().any(|w| dir.starts_with(w.as_str())),
+        "{dir} is outside {writable:?}"
+    );
+}
