@@ -153,6 +153,10 @@ pub trait PassProgress: Send + Sync {
     fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>);
     /// A page of `schedule` and its checkpoint were committed.
     fn committed(&self, _schedule: Uuid) {}
+    /// A request of the pass of `schedule` was answered (a list page, or a call's detail):
+    /// the pass is moving, even while it commits nothing (a reconciliation finding nothing
+    /// new, detail fetches under a rate limit).
+    fn answered(&self, _schedule: Uuid) {}
 }
 
 /// No progress display.

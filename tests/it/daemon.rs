@@ -1005,3 +1005,93 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
     // A failure leaves the last success and its size as they were.
     assert_eq!(failed, [seen[0], size, 1.0]);
 }
+
+/// `/healthz` during a slow reconciliation: its pages commit nothing (nothing changed), but its
+/// requests are answered, and a quiet stretch is judged against the pass's own slowest so far.
+/// Each step waits for an event — a list request held, then let through —, never an instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_but_moving_reconciliation_is_healthy_and_late_only_past_its_own_cadence() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 100,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    env.config.sync.page_size = 10;
+    env.config.sync.reconcile_window = Duration::from_secs(3650 * 86_400);
+    let listen = free_port();
+    env.config.metrics.listen = Some(listen);
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let health = || async {
+        let answer = http
+            .get(format!("http://{listen}/healthz"))
+            .send()
+            .await
+            .unwrap();
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    };
+    let hold = env.sim.hold_list_requests(1);
+    let held = &hold;
+    let arrived = move |n| async move {
+        tokio::time::timeout(PATIENCE, held.arrived(n))
+            .await
+            .expect("the reconciliation asks for its next page");
+    };
+    assert_eq!(daemon.send(Tick::Reconcile).await, s);
+    arrived(1).await;
+    // Its first page held for 3 sync ticks: the first finds the start-up pass's completion
+    // (progress since the tick before), the next two nothing: quiet, but not for long.
+    for _ in 0..3 {
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+    }
+    assert_eq!(health().await.0, 200);
+    // Pages answered one a tick, none committed (nothing changed): moving, so healthy, for
+    // more ticks than a schedule without progress is given.
+    for page in 1..=4 {
+        hold.release(page);
+        arrived(page + 1).await;
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+        let (status, text) = health().await;
+        assert_eq!(status, 200, "page {page}: {text}");
+        assert!(text.starts_with("ok\nbusy since "), "{text}");
+    }
+    // The details of the four pages read (10 each) have all been asked for: from here on
+    // nothing of the pass moves while its fifth page is held (their last answers may still
+    // count for the first quiet tick).
+    // Its fifth page held: quiet from here (once the last details answered have counted).
+    // Its slowest stretch was 2 ticks, so it is late only past 2 × 2 + 1 = 5 quiet ticks,
+    // not at 3; the first 503 says so.
+    let mut late = None;
+    for _ in 0..12 {
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+        let (status, text) = health().await;
+        if status == 503 {
+            late = Some(text);
+            break;
+        }
+        assert_eq!(status, 200, "{text}");
+    }
+    let text = late.expect("late once quiet for long enough");
+    assert!(
+        text.starts_with(&format!(
+            "late: {}: its reconcile pass, running since ",
+            s[0]
+        )) && text.contains(
+            ", has had no request answered and no page committed for 5 sync ticks (its slowest stretch before: 2)\n"
+        ),
+        "{text}"
+    );
+    drop(hold);
+    daemon
+        .until("the reconciliation", |reports| {
+            reports.iter().any(|r| r.kind.as_str() == "reconcile")
+        })
+        .await;
+    assert_eq!(health().await, (200, "ok\n".to_owned()));
+    daemon.stop().await;
+    env.assert_matches_truth(&s);
+}

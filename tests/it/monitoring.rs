@@ -471,3 +471,61 @@ fn last_backup_age_says_never_when_there_is_no_backup() {
         );
     }
 }
+
+/// The `expr` of the rule named `alert` in the rules file.
+fn alert_expression(alert: &str) -> String {
+    let rules = std::fs::read_to_string(contrib("prometheus/callsync-alerts.yml")).unwrap();
+    let at = rules
+        .find(&format!("- alert: {alert}\n"))
+        .unwrap_or_else(|| panic!("no alert {alert}"));
+    rule_expressions(&rules[at..]).remove(0)
+}
+
+/// An hour-long reconciliation that still moves does not fire CallsyncNoRecentSuccess; one
+/// that stopped moving, or a schedule with no pass running, does.
+#[test]
+fn no_recent_success_spares_a_long_pass_that_moves() {
+    let expr = alert_expression("CallsyncNoRecentSuccess");
+    // At 960 s, no success since start-up (0) for all three: a runs a pass that answered a
+    // request at 900 s; b's running pass last moved at 60 s; c runs none.
+    let labels = |s: &str| format!("{{instance=\"d:1\",job=\"callsync\",schedule=\"{s}\"}}");
+    let series: Vec<(String, &str)> = [("a", "900x20"), ("b", "60x20"), ("c", "0x20")]
+        .iter()
+        .flat_map(|(s, progress)| {
+            [
+                (
+                    format!(
+                        "callsync_schedule_info{}",
+                        labels(s).replace('}', ",name=\"\"}")
+                    ),
+                    "1x20",
+                ),
+                (
+                    format!("callsync_last_success_timestamp_seconds{}", labels(s)),
+                    "0x20",
+                ),
+                (
+                    format!("callsync_pass_progress_timestamp_seconds{}", labels(s)),
+                    *progress,
+                ),
+            ]
+        })
+        .collect();
+    let series: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    // The threshold as written is an hour: shifted by the evaluation's 960 s, as promtool
+    // evaluates from 0. Only b and c fire.
+    let expr = expr.replace("> 3600", "> 900");
+    let evaluated = promtool_evaluates(
+        &expr,
+        &series,
+        &[
+            ("{job=\"callsync\",schedule=\"b\"}", 960.0),
+            ("{job=\"callsync\",schedule=\"c\"}", 960.0),
+        ],
+    );
+    if !evaluated {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: CallsyncNoRecentSuccess was not evaluated (apt-get install prometheus)"
+        );
+    }
+}
