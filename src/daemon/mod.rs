@@ -36,7 +36,10 @@ use backup::Backups;
 use dispatcher::Dispatcher;
 
 pub use backup::{BackupError, check_dir as check_backup_dir};
-pub use scheduler::{SchedulerError, Tick, TickDriver, TickSource, firings_between};
+pub use scheduler::{
+    SchedulerError, Tick, TickDriver, TickSource, firings_between, nth_firing_after,
+};
+pub use slot::backoff_ticks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {

@@ -240,6 +240,10 @@ impl Pass<'_> {
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
             error: result.stored_error(),
+            error_kind: match &result {
+                PassResult::Failed { kind, .. } => Some(*kind),
+                _ => None,
+            },
         };
         self.engine
             .writer

@@ -194,6 +194,8 @@ pub struct RunRecord {
     pub lag_secs: Option<f64>,
     /// Why it failed (or that it was interrupted); `None` otherwise.
     pub error: Option<String>,
+    /// What kind of failure stopped it; `None` unless it failed.
+    pub error_kind: Option<crate::ErrorKind>,
 }
 
 impl Warehouse {
@@ -340,7 +342,7 @@ impl Warehouse {
                 "UPDATE sync_runs SET finished_at = ?2, pages = ?3, calls_seen = ?4,
                    calls_written = ?5, requests = ?6, retries = ?7, error = ?8, outcome = ?9,
                    horizon = ?10, lag_secs = ?11, detail_requests = ?12, rate_limited = ?13,
-                   throttled_secs = ?14, future_rows = ?15
+                   throttled_secs = ?14, future_rows = ?15, error_kind = ?16
                  WHERE id = ?1",
             )
             .and_then(|mut s| {
@@ -360,6 +362,7 @@ impl Warehouse {
                     n(stats.rate_limited),
                     stats.throttled_ms as f64 / 1000.0,
                     n(stats.future_rows),
+                    record.error_kind.map(crate::ErrorKind::as_str),
                 ])
             })
             .sql(&self.path, "recording the end of a pass")?;

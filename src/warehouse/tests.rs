@@ -1034,6 +1034,7 @@ fn record(
         horizon: None,
         lag_secs: None,
         error: error.map(str::to_owned),
+        error_kind: (outcome == RunOutcome::Failed).then_some(crate::ErrorKind::Service),
     }
 }
 
