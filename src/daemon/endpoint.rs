@@ -30,6 +30,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::exposition;
 use super::listener;
 use super::metrics::{Busy, Metrics, STALE_INTERVALS, Stale};
 use super::scheduler::{STALL_GRACE, TickClock};
@@ -102,12 +103,24 @@ struct Health {
     postgres: Option<PgTarget>,
 }
 
-/// OpenMetrics, as the client library writes it (Prometheus asks for it first).
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn metrics_page(State(health): State<Health>) -> impl IntoResponse {
+/// OpenMetrics when the scrape asks for it (Prometheus does, first), else the text format
+/// 0.0.4 (`promtool check metrics`, curl, older scrapers).
+async fn metrics_page(
+    State(health): State<Health>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     let body = health.metrics.render(health.warehouse.path());
-    ([(header::CONTENT_TYPE, OPENMETRICS)], body)
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    if exposition::wants_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, exposition::OPENMETRICS)], body)
+    } else {
+        (
+            [(header::CONTENT_TYPE, exposition::TEXT)],
+            exposition::to_text_format(&body),
+        )
+    }
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {

@@ -16,6 +16,7 @@
 mod backup;
 mod dispatcher;
 mod endpoint;
+mod exposition;
 mod listener;
 mod metrics;
 mod notify;

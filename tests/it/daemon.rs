@@ -434,22 +434,36 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         ok_requests as f64
     );
     assert!(value("callsync_warehouse_size_bytes") > 0.0);
+    // The version and the commit built (git's, where the build had git).
+    let revision = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or("unknown".to_owned(), |out| {
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        });
     assert_eq!(
         value(&format!(
-            "callsync_build_info{{version=\"{}\"}}",
+            "callsync_build_info{{version=\"{}\",revision=\"{revision}\"}}",
             env!("CARGO_PKG_VERSION")
         )),
         1.0
     );
-    // Which daemon this is, once (an info series), as sync_runs names its passes.
+    // Which daemon this is, once (an info series), as sync_runs names its passes: no
+    // `instance` (Prometheus' own label), no pid (a new series at every restart).
     let walker = callsync::warehouse::Walker::this_process(None);
     assert_eq!(
         value(&format!(
-            "callsync_daemon_info{{host=\"{}\",instance=\"{}\",pid=\"{}\"}}",
-            walker.host, walker.instance, walker.pid
+            "callsync_daemon_info{{host=\"{}\",daemon=\"{}\"}}",
+            walker.host, walker.instance
         )),
         1.0
     );
+    assert!(value("process_start_time_seconds") > 1.7e9);
+    assert!(value("process_resident_memory_bytes") > 0.0);
+    assert!(value("process_open_fds") > 0.0);
     assert!(
         value(&format!(
             "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",

@@ -290,6 +290,40 @@ fn last_success_age_says_never_for_a_schedule_that_never_synced_not_56_years() {
     }
 }
 
+/// What Prometheus 2.x sends as `Accept` when it scrapes.
+const PROMETHEUS_ACCEPTS: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `promtool check metrics` on a raw scrape: its parser and its lint (counters' `_total`,
+/// units, no `info` type). Skipped, loudly, where Prometheus is not installed.
+fn promtool_checks_metrics(exposition: &str) {
+    use std::io::Write as _;
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: `promtool check metrics` was NOT run on the scrape (apt-get install prometheus)"
+        );
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "promtool check metrics:\n{}{}\n{exposition}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The names of the samples in an exposition (histograms' `_bucket`, `_sum`, `_count`).
 fn exported(exposition: &str) -> BTreeSet<String> {
     exposition
@@ -349,16 +383,47 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let deadline = Instant::now() + PATIENCE;
-    let exposition = loop {
-        if let Ok(response) = http.get(format!("http://{listen}/metrics")).send().await {
-            break response.text().await.unwrap();
+    let scrape = |accept: &'static str| {
+        http.get(format!("http://{listen}/metrics"))
+            .header("accept", accept)
+            .send()
+    };
+    let answer = loop {
+        if let Ok(response) = scrape(PROMETHEUS_ACCEPTS).await {
+            break response;
         }
         assert!(Instant::now() < deadline, "/metrics never answered");
         // Polling interval under the patience above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    assert_eq!(
+        answer.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let exposition = answer.text().await.unwrap();
+    assert!(exposition.ends_with("# EOF\n"), "{exposition}");
+    // The text format, for a scraper that asks for it (promtool, older Prometheus).
+    let answer = scrape("text/plain;version=0.0.4").await.unwrap();
+    assert_eq!(
+        answer.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = answer.text().await.unwrap();
     stop.send(()).unwrap();
     daemon.await.unwrap().unwrap();
+    assert!(
+        !text.contains("# EOF") && !text.contains(" info\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE callsync_build_info gauge\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "{text}"
+    );
+    promtool_checks_metrics(&text);
 
     assert!(
         exposition
