@@ -1,16 +1,18 @@
-//! The revision `callsync_build_info{revision}` names: `$CALLSYNC_REVISION` when set (a
-//! packager building outside git), else `git rev-parse --short=12 HEAD`, else "unknown".
+//! The revision `callsync_build_info{revision}` names: `$BUILD_REVISION` when set (a packager
+//! building outside git), else `git rev-parse --short=12 HEAD`, else "unknown". Given to the
+//! crate as `BUILD_GIT_REVISION`: no `CALLSYNC_` name, which cargo also sets when it runs the
+//! tests' binaries and the configuration would read as a key.
 
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=CALLSYNC_REVISION");
-    let revision = std::env::var("CALLSYNC_REVISION")
+    println!("cargo:rerun-if-env-changed=BUILD_REVISION");
+    let revision = std::env::var("BUILD_REVISION")
         .ok()
         .filter(|r| !r.trim().is_empty())
         .or_else(git_revision)
         .unwrap_or_else(|| "unknown".to_owned());
-    println!("cargo:rustc-env=CALLSYNC_REVISION={}", revision.trim());
+    println!("cargo:rustc-env=BUILD_GIT_REVISION={}", revision.trim());
 }
 
 /// HEAD's abbreviated commit; asks cargo to build again when HEAD or its branch moves.

@@ -165,7 +165,7 @@ impl Series {
             "The running callsync's version and the revision it was built from (always 1)",
             Info::new(vec![
                 ("version", env!("CARGO_PKG_VERSION")),
-                ("revision", env!("CALLSYNC_REVISION")),
+                ("revision", env!("BUILD_GIT_REVISION")),
             ]),
         );
         registry.register(
