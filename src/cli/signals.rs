@@ -15,7 +15,9 @@ pub(super) fn cancel_on_signal() -> Result<CancellationToken> {
     let token = cancel.clone();
     tokio::spawn(async move {
         signals.recv().await;
-        tracing::warn!(
+        // INFO: a stop asked for (systemctl stop, a restart) is no warning; a second signal,
+        // which cuts a page short, is.
+        tracing::info!(
             "shutting down: finishing the pages being written (signal again to exit now)"
         );
         token.cancel();

@@ -375,7 +375,7 @@ fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
     let busy = metrics.busy().len();
     let under_way = match busy {
         0 => String::new(),
-        n => format!("; {n} passes under way"),
+        n => format!("; {} under way", crate::counted(n as u64, "pass", "passes")),
     };
     format!(
         "last pass: {} {} {}, {} calls written{under_way}",

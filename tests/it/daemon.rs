@@ -286,12 +286,16 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_and_loses_nothing() {
     .await;
     let config =
         env.write_config("page_size = 20\ncron = \"0 0 * * * *\"\nshutdown_timeout_secs = 60\n");
+    // Logged at log.level = "warn" (write_config's): what an operator's `-p warning` shows.
+    let log_path = env.dir.path().join("run.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")
         .arg(&config)
         .arg("run")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("callsync starts");
     wait_for("a pass of every schedule to be under way", || {
@@ -320,6 +324,11 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_and_loses_nothing() {
         .expect("exits")
         .expect("exit status");
     assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
+    // A stop asked for is no warning (every restart would show under `journalctl -p
+    // warning`); the ignored SIGHUP is one.
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!logged.contains("shutting down"), "{logged}");
+    assert!(logged.contains("SIGHUP ignored"), "{logged}");
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
         let last = runs.last().expect("a pass ran");

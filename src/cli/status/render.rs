@@ -93,10 +93,9 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         if let Some(b) = s.backing_off.as_ref().filter(|_| s.is_backing_off()) {
             let _ = writeln!(
                 out,
-                "  BACKING OFF  after {} failed passes in a row the daemon sits out {} {} of sync.cron: next try at {}",
+                "  BACKING OFF  after {} failed passes in a row the daemon sits out {} of sync.cron: next try at {}",
                 b.failures,
-                b.ticks,
-                plural(b.ticks, "tick", "ticks"),
+                crate::counted(b.ticks, "tick", "ticks"),
                 b.next_try_at
             );
         }
@@ -149,11 +148,6 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
     }
     out
-}
-
-/// `one` for 1, else `many`.
-fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
-    if n == 1 { one } else { many }
 }
 
 fn slowed_by_text(reasons: &[String]) -> String {
