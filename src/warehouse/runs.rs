@@ -74,14 +74,10 @@ impl std::fmt::Display for Walker {
     }
 }
 
-/// The machine's host name (`gethostname`), `localhost` if it cannot be read.
+/// The machine's host name (uname's node name), `localhost` if it is empty or not UTF-8.
 fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    match std::str::from_utf8(&buf[..end]) {
-        Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+    match rustix::system::uname().nodename().to_str() {
+        Ok(name) if !name.is_empty() => name.to_owned(),
         _ => "localhost".to_owned(),
     }
 }
