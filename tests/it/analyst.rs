@@ -249,6 +249,35 @@ fn calls_per_custom_parameter_value(truth: &Truth, days: &Days) -> Vec<Row> {
         .collect()
 }
 
+/// Every custom-parameter name of the real calls created in `days`: calls with it, distinct
+/// values, the smallest value (as text, as SQLite orders it).
+fn custom_parameter_names(truth: &Truth, days: &Days) -> Vec<Row> {
+    let mut names: BTreeMap<String, (usize, BTreeSet<String>)> = BTreeMap::new();
+    for (_, call) in truth.real_calls() {
+        if !days.hold(Some(&day(call.created_at))) {
+            continue;
+        }
+        for name in call.outbound_call_info.custom_parameters.keys() {
+            let value = parameter(call, name).expect("the parameter is there");
+            let entry = names.entry(name.clone()).or_default();
+            entry.0 += 1;
+            entry.1.insert(value);
+        }
+    }
+    let mut rows: Vec<_> = names.into_iter().collect();
+    rows.sort_by(|(n1, (c1, _)), (n2, (c2, _))| c2.cmp(c1).then(n1.cmp(n2)));
+    rows.into_iter()
+        .map(|(name, (calls, values))| {
+            vec![
+                ("parameter", Cell::Text(Some(name))),
+                ("calls", count(calls)),
+                ("distinct_values", count(values.len())),
+                ("example", Cell::Text(values.first().cloned())),
+            ]
+        })
+        .collect()
+}
+
 /// The value of `call`'s parameter `name`, as the warehouse stores it.
 fn parameter(call: &OutboundCall, name: &str) -> Option<String> {
     call.outbound_call_info
@@ -346,7 +375,7 @@ fn calls_with_custom_parameters(truth: &Truth, days: &Days) -> Vec<Row> {
 type Answer = fn(&Truth, &Days) -> Vec<Row>;
 
 /// Every canned query, and the function that computes its answer from the truth.
-const EXPECTED: [(&str, Answer); 5] = [
+const EXPECTED: [(&str, Answer); 6] = [
     (
         "answer_rate_per_schedule_per_day",
         answer_rate_per_schedule_per_day,
@@ -356,6 +385,7 @@ const EXPECTED: [(&str, Answer); 5] = [
         "calls_per_custom_parameter_value",
         calls_per_custom_parameter_value,
     ),
+    ("custom_parameter_names", custom_parameter_names),
     ("time_to_first_answer", time_to_first_answer),
     ("calls_with_custom_parameters", calls_with_custom_parameters),
 ];
@@ -569,6 +599,7 @@ async fn every_canned_query_answers_what_the_simulators_truth_says() {
                 "time_to_first_answer"
                     | "outcomes_by_attempt_number"
                     | "calls_per_custom_parameter_value"
+                    | "custom_parameter_names"
             ) {
                 assert!(
                     kept > 0 && kept < all,
