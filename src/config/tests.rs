@@ -1340,3 +1340,27 @@ fn an_empty_variable_switches_a_files_key_off() {
         super::effective::Source::Environment("CALLSYNC_METRICS__LISTEN".into())
     );
 }
+
+#[test]
+fn a_named_schedule_may_say_its_campaign() {
+    let other = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b12";
+    let campaign = "c0ffee00-0000-4000-8000-000000000001";
+    let text = format!(
+        "[api]\nbase_url = \"https://calls.example.com\"\naccess_token = \"tok\"\n\
+         [[sync.schedule]]\nuid = \"{SCHEDULE}\"\nname = \"Renewals\"\ncampaign = \"{campaign}\"\n\
+         [[sync.schedule]]\nuid = \"{other}\"\nname = \"Winback\"\n"
+    );
+    let c = load_text(&text, &Env::default()).unwrap();
+    assert_eq!(
+        c.sync.schedule_campaigns,
+        BTreeMap::from([(
+            Uuid::parse_str(SCHEDULE).unwrap(),
+            Uuid::parse_str(campaign).unwrap()
+        )])
+    );
+    let err = load_text(&text.replace(campaign, "spring-2026"), &Env::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config: sync.schedule[0].campaign: \"spring-2026\" is not a campaign uid (a UUID)"
+    );
+}

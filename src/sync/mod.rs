@@ -358,6 +358,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
         // The analyst's days: the offsets of `warehouse.timezone` (rewritten only on a change).
         warehouse.set_timezone(config.warehouse.timezone)?;
         let place = WarehousePlace::of(&warehouse);
@@ -377,6 +378,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
         warehouse.set_timezone(config.warehouse.timezone)?;
         let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
         // Not a file: nothing to check between ticks; errors and logs name the database.

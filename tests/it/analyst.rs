@@ -690,3 +690,53 @@ fn strings(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params
         .collect::<Result<_, _>>()
         .expect("reads")
 }
+
+both!(
+    a_schedules_campaign_comes_from_the_configuration,
+    a_schedules_campaign_comes_from_the_configuration
+);
+
+/// The service has no endpoint that says which campaign a schedule belongs to: a
+/// `[[sync.schedule]] campaign` is stored in `schedules.campaign_uid`, so "per campaign"
+/// questions can be answered for schedules callsync did not create.
+async fn a_schedules_campaign_comes_from_the_configuration(dest: crate::harness::Dest) {
+    let mut env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 5,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
+    .await;
+    let s = env.schedules();
+    let campaign = Uuid::from_u128(0xca);
+    env.config.sync.schedule_names = BTreeMap::from([(s[0], "Renewals".to_owned())]);
+    env.config.sync.schedule_campaigns = BTreeMap::from([(s[0], campaign)]);
+    env.pass_ok(&s).await;
+    let sql = "SELECT uid, campaign_uid, config_name FROM schedules ORDER BY uid";
+    let rows: Vec<Vec<Option<String>>> = match &env.pg {
+        None => {
+            let conn = rusqlite::Connection::open(env.warehouse_path()).unwrap();
+            let mut stmt = conn.prepare(sql).unwrap();
+            stmt.query_map([], |r| Ok(vec![r.get(0)?, r.get(1)?, r.get(2)?]))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        }
+        Some(db) => crate::pg::admin(
+            crate::pg::server(),
+            &db.name,
+            &format!("SELECT uid::text, campaign_uid::text, config_name FROM ({sql}) AS s"),
+        )
+        .unwrap(),
+    };
+    assert_eq!(
+        rows,
+        [vec![
+            Some(s[0].to_string()),
+            Some(campaign.to_string()),
+            Some("Renewals".to_owned())
+        ]]
+    );
+}

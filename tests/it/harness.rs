@@ -328,6 +328,7 @@ pub fn config_for(
         sync: SyncConfig {
             schedules,
             schedule_names: Default::default(),
+            schedule_campaigns: Default::default(),
             lookback: Duration::from_secs(5),
             cron: callsync::config::CronSchedule::parse("0 */5 * * * *").unwrap(),
             page_size: 100,

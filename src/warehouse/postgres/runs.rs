@@ -241,6 +241,24 @@ impl PgWarehouse {
         .pg(&self.target, "forgetting old passes")
     }
 
+    /// The configuration's campaigns of schedules, into `schedules.campaign_uid` (see the
+    /// SQLite warehouse's `set_schedule_campaigns`). One statement.
+    pub fn set_schedule_campaigns(
+        &mut self,
+        campaigns: impl IntoIterator<Item = (Uuid, Uuid)>,
+    ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        let (schedules, campaigns): (Vec<Uuid>, Vec<Uuid>) = campaigns.into_iter().unzip();
+        wait(self.client().execute(
+            "INSERT INTO schedules (uid, campaign_uid)
+             SELECT * FROM unnest($1::uuid[], $2::uuid[])
+             ON CONFLICT (uid) DO UPDATE SET campaign_uid = excluded.campaign_uid",
+            &[&schedules, &campaigns],
+        ))
+        .pg(&self.target, "recording a schedule's campaign")?;
+        Ok(())
+    }
+
     /// The configuration's schedule names, into `schedules.config_name` (see the SQLite
     /// warehouse's `name_schedules`). One transaction.
     pub fn name_schedules<'a>(
