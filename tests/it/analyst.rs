@@ -26,6 +26,9 @@ const PARAMETER: &str = "plan";
 const PARAMETER_2: &str = "region";
 const PARAMETER_3: &str = "no-such-parameter";
 
+/// The outcomes `outcomes_per_schedule` pivots: two the simulator records, one it never does.
+const OUTCOMES: [&str; 3] = ["interested", "voicemail", "no-such-outcome"];
+
 /// The warehouse's time zone in this test: days are Berlin's, not UTC's.
 const ZONE: chrono_tz::Tz = chrono_tz::Europe::Berlin;
 
@@ -218,6 +221,44 @@ fn outcomes_by_attempt_number(truth: &Truth, days: &Days) -> Vec<Row> {
         .collect()
 }
 
+fn outcomes_per_schedule(truth: &Truth, days: &Days) -> Vec<Row> {
+    // schedule → (outcomes, calls with one, per named outcome, others)
+    let mut schedules: BTreeMap<String, (usize, BTreeSet<Uuid>, [usize; 3], usize)> =
+        BTreeMap::new();
+    for (schedule, call) in truth.real_calls() {
+        for attempt in call.outbound_call_attempts.iter().flatten() {
+            if !days.hold(attempt.started_at.map(day).as_deref()) {
+                continue;
+            }
+            for outcome in attempt.call_outcomes.iter().flatten() {
+                let entry = schedules.entry(schedule_key(schedule)).or_default();
+                entry.0 += 1;
+                entry.1.insert(call.uid);
+                match OUTCOMES.iter().position(|o| *o == outcome.name) {
+                    Some(i) => entry.2[i] += 1,
+                    None => entry.3 += 1,
+                }
+            }
+        }
+    }
+    schedules
+        .into_iter()
+        .map(|(schedule, (outcomes, calls, named, other))| {
+            let uid = Uuid::parse_str(&schedule).expect("uid");
+            vec![
+                ("schedule_uid", Cell::Text(Some(schedule))),
+                ("schedule_name", truth.name(uid)),
+                ("outcomes", count(outcomes)),
+                ("calls", count(calls.len())),
+                ("outcome_1", count(named[0])),
+                ("outcome_2", count(named[1])),
+                ("outcome_3", count(named[2])),
+                ("other_outcomes", count(other)),
+            ]
+        })
+        .collect()
+}
+
 fn calls_per_custom_parameter_value(truth: &Truth, days: &Days) -> Vec<Row> {
     // value → (calls, dialled, answered)
     let mut values: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
@@ -375,12 +416,13 @@ fn calls_with_custom_parameters(truth: &Truth, days: &Days) -> Vec<Row> {
 type Answer = fn(&Truth, &Days) -> Vec<Row>;
 
 /// Every canned query, and the function that computes its answer from the truth.
-const EXPECTED: [(&str, Answer); 6] = [
+const EXPECTED: [(&str, Answer); 7] = [
     (
         "answer_rate_per_schedule_per_day",
         answer_rate_per_schedule_per_day,
     ),
     ("outcomes_by_attempt_number", outcomes_by_attempt_number),
+    ("outcomes_per_schedule", outcomes_per_schedule),
     (
         "calls_per_custom_parameter_value",
         calls_per_custom_parameter_value,
@@ -533,6 +575,9 @@ fn run(
             ":parameter" => PARAMETER,
             ":parameter_2" => PARAMETER_2,
             ":parameter_3" => PARAMETER_3,
+            ":outcome" => OUTCOMES[0],
+            ":outcome_2" => OUTCOMES[1],
+            ":outcome_3" => OUTCOMES[2],
             ":from" => days.from.as_deref().unwrap_or(""),
             ":to" => days.to.as_deref().unwrap_or(""),
             other => panic!("canned query {name}: give {other} a value in this test"),
@@ -600,6 +645,7 @@ async fn every_canned_query_answers_what_the_simulators_truth_says() {
                     | "outcomes_by_attempt_number"
                     | "calls_per_custom_parameter_value"
                     | "custom_parameter_names"
+                    | "outcomes_per_schedule"
             ) {
                 assert!(
                     kept > 0 && kept < all,
