@@ -35,6 +35,11 @@ pub mod warehouse;
 /// quoting a snippet, a path with a line break) has its lines joined by spaces, and anything
 /// else a terminal would act on is escaped ([`untrusted::untrusted_text`]; what the service
 /// said was escaped already, where it was read, and stays as it is).
+/// `n` and its noun, singular for 1: "1 chunk", "2 chunks", "0 passes".
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = one_line(&err.to_string());
     let mut source = err.source();
@@ -142,6 +147,13 @@ fn one_line(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn counts_are_singular_for_one_only() {
+        assert_eq!(super::counted(1, "chunk", "chunks"), "1 chunk");
+        assert_eq!(super::counted(0, "pass", "passes"), "0 passes");
+        assert_eq!(super::counted(2, "pass", "passes"), "2 passes");
+    }
+
     #[derive(Debug, thiserror::Error)]
     #[error("cannot read the thing at\n  /tmp/a\u{1b}[2Jb\r\n")]
     struct Outer(#[source] Inner);

@@ -121,6 +121,9 @@ pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
         Ok(None) => warehouse_verdict(&config.warehouse.path),
         Err(err) => Verdict::failed("warehouse", format!("{err:#}")),
     })?;
+    if let Some(backup) = &config.backup {
+        report(backup_verdict(&backup.dir))?;
+    }
     if let Some(listen) = config.metrics.listen {
         report(metrics_verdict(listen))?;
     }
@@ -129,6 +132,22 @@ pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Whether the daemon could make its scheduled backups in `dir`: tried as it would, leaving
+/// nothing behind.
+fn backup_verdict(dir: &Path) -> Verdict {
+    const CHECK: &str = "backup.dir";
+    match crate::daemon::check_backup_dir(dir) {
+        Ok(()) => Verdict::ok(
+            CHECK,
+            format!(
+                "{} is writable (or creatable): scheduled backups can be made there",
+                dir.display()
+            ),
+        ),
+        Err(err) => Verdict::failed(CHECK, crate::error_chain(&err)),
+    }
 }
 
 /// Whether `run` could serve `/metrics` on `listen`: bound and let go at once.

@@ -24,8 +24,10 @@ pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The text `callsync config` prints: a comment line naming the file, then `key = value`
-/// lines with the source after `#`, aligned.
+/// The text `callsync config` prints: valid TOML, which can be pasted back as a configuration
+/// file — a comment naming the file, then `key = value` lines (dotted keys) with the source
+/// after `#`, aligned. A key without a value, and a secret, are comments: the secret is not
+/// shown, and must be given again (or its `*_file`, or its credential).
 fn render(effective: &Effective) -> String {
     let mut out = match &effective.file {
         Some(path) => format!("# configuration file: {}\n", path.display()),
@@ -35,14 +37,13 @@ fn render(effective: &Effective) -> String {
         .entries
         .iter()
         .map(|entry| {
-            let value = if entry.redacted {
-                "[redacted]".to_owned()
+            if entry.redacted {
+                format!("# {} = (redacted: give it again)", entry.key)
             } else if entry.value.is_null() {
-                "(not set)".to_owned()
+                format!("# {} is not set", entry.key)
             } else {
-                entry.value.to_string()
-            };
-            format!("{} = {value}", entry.key)
+                format!("{} = {}", entry.key, toml_value(&entry.value))
+            }
         })
         .collect();
     let width = assignments
@@ -55,6 +56,43 @@ fn render(effective: &Effective) -> String {
         out.push_str(&format!("{assignment:width$}  # {}\n", entry.source));
     }
     out
+}
+
+/// A JSON value as TOML writes it: strings, numbers and booleans alike (JSON's escapes are
+/// TOML's), arrays in brackets, objects as inline tables (`{uid = "…", name = "…"}`, a null
+/// member left out: TOML has no null).
+fn toml_value(value: &Value) -> String {
+    match value {
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(toml_value).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(members) => {
+            let members: Vec<String> = members
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| format!("{} = {}", toml_key(k), toml_value(v)))
+                .collect();
+            format!("{{{}}}", members.join(", "))
+        }
+        // A null inside an array: never written by callsync's keys; the empty string at least
+        // keeps the line TOML.
+        Value::Null => "\"\"".to_owned(),
+        scalar => scalar.to_string(),
+    }
+}
+
+/// A key bare when TOML allows it, else quoted.
+fn toml_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if bare {
+        key.to_owned()
+    } else {
+        Value::String(key.to_owned()).to_string()
+    }
 }
 
 /// The JSON `callsync config --json` prints: `file`, and `keys`, each with `key`, `value`,
@@ -99,7 +137,10 @@ cron = "0 */2 * * * *"
         let text = render(&shown);
         let line = |key: &str| {
             text.lines()
-                .find(|l| l.starts_with(&format!("{key} = ")))
+                .find(|l| {
+                    l.trim_start_matches("# ").starts_with(&format!("{key} = "))
+                        || l.starts_with(&format!("# {key} is not set"))
+                })
                 .unwrap_or_else(|| panic!("{key} in {text}"))
                 .split_whitespace()
                 .collect::<Vec<_>>()
@@ -119,11 +160,14 @@ cron = "0 */2 * * * *"
         );
         assert_eq!(
             line("api.access_token"),
-            format!("api.access_token = [redacted] # file {}", path.display())
+            format!(
+                "# api.access_token = (redacted: give it again) # file {}",
+                path.display()
+            )
         );
         assert_eq!(
             line("metrics.listen"),
-            "metrics.listen = (not set) # default"
+            "# metrics.listen is not set # default"
         );
         let json = to_json(&shown);
         let level = json["keys"]
@@ -138,6 +182,48 @@ cron = "0 */2 * * * *"
                     "source": "environment", "origin": "CALLSYNC_LOG__LEVEL"})
         );
         assert_eq!(json["file"], json!(path.display().to_string()));
+    }
+
+    /// What `config` prints loads back as the same configuration: TOML, every key as set or
+    /// defaulted, the secret (a comment) given again.
+    #[test]
+    fn the_text_is_toml_that_loads_back_as_the_same_configuration() {
+        let file = format!(
+            "{FILE}[[sync.schedule]]\nuid = \"00000000-0000-4000-8000-000000000002\"\nname = \"Renew \\\"gold\\\"\"\n[sync.filter]\nstatus = [\"pending\"]\n[metrics]\nlisten = \"127.0.0.1:29610\"\n[backup]\ncron = \"0 15 2 * * *\"\ndir = \"/var/lib/callsync/backups\"\n"
+        );
+        let env = Env::with_vars(&[("CALLSYNC_LOG__LEVEL", "debug")]);
+        let (shown, path, dir) = effective::of_text(&file, &env);
+        let text = render(&shown);
+        assert!(
+            text.contains("# api.access_token = (redacted: give it again)"),
+            "{text}"
+        );
+        assert!(!text.contains("tok-in"), "{text}");
+        let pasted = dir.path().join("pasted.toml");
+        std::fs::write(
+            &pasted,
+            format!("{text}\napi.access_token = \"tok-in-the-file-1\"\n"),
+        )
+        .unwrap();
+        let original = crate::config::load_from(Some(&path), &env).unwrap();
+        let again = crate::config::load_from(Some(&pasted), &Env::default())
+            .unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(
+            format!(
+                "{:?}",
+                Config {
+                    source: None,
+                    ..again
+                }
+            ),
+            format!(
+                "{:?}",
+                Config {
+                    source: None,
+                    ..original
+                }
+            )
+        );
     }
 
     #[test]

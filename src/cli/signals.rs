@@ -15,9 +15,17 @@ pub(super) fn cancel_on_signal() -> Result<CancellationToken> {
     let token = cancel.clone();
     tokio::spawn(async move {
         signals.recv().await;
-        tracing::warn!(
-            "shutting down: finishing the pages being written (signal again to exit now)"
-        );
+        // A stop asked for (systemctl stop, a restart) is no warning: INFO, so restarts do not
+        // fill `journalctl -p warning`. A person at a terminal who pressed Ctrl-C is answered
+        // at any log level (the default shows warnings only). A second signal, which cuts a
+        // page short, is a warning.
+        const STOPPING: &str =
+            "shutting down: finishing the pages being written (signal again to exit now)";
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            tracing::warn!("{STOPPING}");
+        } else {
+            tracing::info!("{STOPPING}");
+        }
         token.cancel();
         signals.recv().await;
         tracing::warn!("second signal: exiting now");

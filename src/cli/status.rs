@@ -87,7 +87,19 @@ pub(super) fn needing_attention(
             None => row.schedule_uid.clone(),
         };
         if row.last_result.flatten() == Some(crate::warehouse::RunOutcome::Failed) {
-            problems.push(format!("schedule {schedule}: its last pass failed"));
+            let kind = (row.last_run.as_ref())
+                .and_then(|run| run.error_kind.as_deref())
+                .map(|kind| format!(" ({kind})"))
+                .unwrap_or_default();
+            let backing_off = match &row.backing_off {
+                Some(b) if row.is_backing_off() => {
+                    format!("; the daemon backs off until {}", b.next_try_at)
+                }
+                _ => String::new(),
+            };
+            problems.push(format!(
+                "schedule {schedule}: its last pass failed{kind}{backing_off}"
+            ));
         }
         if row.falling_behind {
             problems.push(format!(
@@ -170,6 +182,7 @@ pub(super) fn count_ticks_since_last_pass(
         let Some(last) = since.filter(|_| configured) else {
             continue;
         };
+        note_backing_off(config, row, last);
         let ticks = crate::daemon::firings_between(
             &config.sync.cron,
             last,
@@ -179,6 +192,28 @@ pub(super) fn count_ticks_since_last_pass(
         row.set_ticks_since_last_pass(ticks);
     }
     Ok(())
+}
+
+/// A schedule whose latest passes failed, `failed_passes` in a row, is sat out by the daemon
+/// for `backoff_ticks` ticks of `sync.cron` after the last (`last`): `status` says so, with the
+/// next try's tick, rather than that no pass was recorded.
+fn note_backing_off(config: &Config, row: &mut crate::warehouse::ScheduleStatus, last: Timestamp) {
+    if row.busy_since.is_some() || row.failed_passes == 0 {
+        return;
+    }
+    let failures = u32::try_from(row.failed_passes).unwrap_or(u32::MAX);
+    let ticks = u64::from(crate::daemon::backoff_ticks(failures));
+    if ticks == 0 {
+        return;
+    }
+    let Some(next) = crate::daemon::nth_firing_after(&config.sync.cron, last, ticks + 1) else {
+        return;
+    };
+    row.backing_off = Some(crate::warehouse::BackingOff {
+        failures: row.failed_passes,
+        ticks,
+        next_try_at: next.to_sqlite(),
+    });
 }
 
 /// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
@@ -210,6 +245,8 @@ mod tests {
                 behind_passes: behind,
                 falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
                 slowed_by: Vec::new(),
+                failed_passes: 0,
+                backing_off: None,
                 ticks_since_last_pass: None,
                 no_recent_pass: false,
                 never_synced: false,

@@ -59,8 +59,10 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         print_line(&format!(
-            "{shown}: {} rows checked, all valid; would send {chunks} chunks to schedule {} (dry run: nothing sent)",
-            checked.rows, options.schedule
+            "{shown}: {} rows checked, all valid; would send {} to schedule {} (dry run: nothing sent)",
+            checked.rows,
+            crate::counted(chunks, "chunk", "chunks"),
+            options.schedule
         ))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -146,13 +148,7 @@ fn upload_failed(err: upload::UploadError, shown: &str, schedule: Uuid) -> anyho
 /// created (0 chunks), 0 skipped (already in the schedule), 1000 refused by the service (1
 /// chunk)`.
 fn describe_summary(s: &upload::UploadSummary) -> String {
-    let chunks = |n: u64| {
-        if n == 1 {
-            "1 chunk".to_owned()
-        } else {
-            format!("{n} chunks")
-        }
-    };
+    let chunks = |n: u64| crate::counted(n, "chunk", "chunks");
     format!(
         "{} rows: {} calls created ({}), {} found already created ({}), {} skipped (already in the schedule), {} refused by the service ({})",
         s.rows,

@@ -287,7 +287,12 @@ fn sync(entries: &mut Entries<'_>, config: &Config) {
         .iter()
         .filter_map(|uid| {
             let name = sync.schedule_names.get(uid)?;
-            Some(json!({ "uid": uid.to_string(), "name": name }))
+            Some(match sync.schedule_campaigns.get(uid) {
+                Some(campaign) => {
+                    json!({ "uid": uid.to_string(), "name": name, "campaign": campaign.to_string() })
+                }
+                None => json!({ "uid": uid.to_string(), "name": name }),
+            })
         })
         .collect();
     entries.add("sync.schedule", Value::Array(named));

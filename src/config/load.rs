@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::env::{CONFIG_VAR, Env};
+use super::env::{CONFIG_VAR, Env, PREFIX};
 use super::error::{ConfigError, ConfigErrorKind};
 use super::messages::{blame_variable, describe};
 use super::raw::RawConfig;
@@ -75,24 +75,37 @@ pub fn load_from(path: Option<&Path>, env: &Env) -> Result<Config, ConfigError> 
     Ok(config)
 }
 
+/// A `CALLSYNC_*` variable, whatever the case of its prefix (as the `config` crate takes it).
+fn is_ours(var: &str) -> bool {
+    var.get(..PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(PREFIX))
+}
+
 pub(super) fn parse(text: &str, file: &Path, env: &Env) -> Result<RawConfig, ConfigError> {
     // Values stay strings: `config`'s `try_parsing` would turn a token "007" into 7. Keys
     // that are numbers, booleans or lists parse their own string (`strict`, `StringList`).
+    let variables = || (env.vars.iter()).filter(|(var, _)| *var != CONFIG_VAR && is_ours(var));
     let environment = config::Environment::with_prefix("CALLSYNC")
         .prefix_separator("_")
         .separator("__")
         .source(Some(
-            env.vars
-                .iter()
-                .filter(|(key, _)| *key != CONFIG_VAR)
-                .map(|(key, value)| (key.clone(), value.clone()))
+            variables()
+                .filter(|(_, value)| !value.is_empty())
+                .map(|(var, value)| (var.clone(), value.clone()))
                 .collect(),
         ));
-    let built = config::Config::builder()
+    let mut builder = config::Config::builder()
         .add_source(config::File::from_str(text, config::FileFormat::Toml))
-        .add_source(environment)
-        .build()
-        .map_err(|e| describe(e, file, text, env))?;
+        .add_source(environment);
+    // A variable set to nothing (`CALLSYNC_METRICS__LISTEN=`) switches the file's key off:
+    // the key is as if not set, so its default applies (or none, for a key without one).
+    for (var, _) in variables().filter(|(_, value)| value.is_empty()) {
+        let key = var[PREFIX.len()..].to_lowercase().replace("__", ".");
+        builder = builder
+            .set_override(key, config::ValueKind::Nil)
+            .map_err(|e| describe(e, file, text, env))?;
+    }
+    let built = builder.build().map_err(|e| describe(e, file, text, env))?;
     built
         .try_deserialize()
         .map_err(|e| describe(e, file, text, env))

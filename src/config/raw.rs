@@ -124,10 +124,16 @@ pub(super) struct RawSync {
 
 /// One `[[sync.schedule]]` entry.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, expecting = "a table with uid and name")]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with uid, name and, optionally, campaign"
+)]
 pub(super) struct RawSchedule {
     pub(super) uid: Option<String>,
     pub(super) name: Option<String>,
+    /// The uid of the campaign the schedule belongs to: the service has no endpoint that
+    /// says it, so the configuration may.
+    pub(super) campaign: Option<String>,
 }
 
 /// A list key: a TOML array, or one comma-delimited string (as an environment variable is).

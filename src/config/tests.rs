@@ -1306,3 +1306,63 @@ fn the_postgres_password_comes_from_the_systemd_credential() {
     let password = c.warehouse.postgres.unwrap().password.unwrap();
     assert_eq!(password.read().unwrap().expose(), "s3cret");
 }
+
+/// `CALLSYNC_SECTION__KEY=` (set to nothing) switches the file's key off: as if the file did
+/// not set it, so the default applies, or nothing for a key without one; `config` says which
+/// variable did it.
+#[test]
+fn an_empty_variable_switches_a_files_key_off() {
+    let file = format!(
+        "{}\n[metrics]\nlisten = \"127.0.0.1:29610\"\n[sync.filter]\nstatus = [\"pending\"]\n",
+        minimal().replace("[sync]\n", "[sync]\ncron = \"0 */5 * * * *\"\n")
+    );
+    let on = load_text(&file, &Env::default()).unwrap();
+    assert!(on.metrics.listen.is_some());
+    assert_eq!(on.sync.cron.as_str(), "0 */5 * * * *");
+    let env = Env::with_vars(&[
+        ("CALLSYNC_METRICS__LISTEN", ""),
+        ("CALLSYNC_SYNC__CRON", ""),
+        ("CALLSYNC_SYNC__FILTER__STATUS", ""),
+    ]);
+    let off = load_text(&file, &env).unwrap();
+    assert_eq!(off.metrics.listen, None);
+    let default = load_text(&minimal(), &Env::default()).unwrap();
+    assert_eq!(off.sync.cron.as_str(), default.sync.cron.as_str());
+    assert_eq!(
+        format!("{:?}", off.sync.filter),
+        format!("{:?}", default.sync.filter)
+    );
+    let (shown, _path, _dir) = super::effective::of_text(&file, &env);
+    let listen = (shown.entries.iter())
+        .find(|e| e.key == "metrics.listen")
+        .unwrap();
+    assert_eq!(listen.value, serde_json::Value::Null);
+    assert_eq!(
+        listen.source,
+        super::effective::Source::Environment("CALLSYNC_METRICS__LISTEN".into())
+    );
+}
+
+#[test]
+fn a_named_schedule_may_say_its_campaign() {
+    let other = "0b2e7a55-7777-4c0b-9f39-0d3c5a3f2b12";
+    let campaign = "c0ffee00-0000-4000-8000-000000000001";
+    let text = format!(
+        "[api]\nbase_url = \"https://calls.example.com\"\naccess_token = \"tok\"\n\
+         [[sync.schedule]]\nuid = \"{SCHEDULE}\"\nname = \"Renewals\"\ncampaign = \"{campaign}\"\n\
+         [[sync.schedule]]\nuid = \"{other}\"\nname = \"Winback\"\n"
+    );
+    let c = load_text(&text, &Env::default()).unwrap();
+    assert_eq!(
+        c.sync.schedule_campaigns,
+        BTreeMap::from([(
+            Uuid::parse_str(SCHEDULE).unwrap(),
+            Uuid::parse_str(campaign).unwrap()
+        )])
+    );
+    let err = load_text(&text.replace(campaign, "spring-2026"), &Env::default()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "config: sync.schedule[0].campaign: \"spring-2026\" is not a campaign uid (a UUID)"
+    );
+}

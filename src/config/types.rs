@@ -189,6 +189,9 @@ pub struct SyncConfig {
     pub schedules: Vec<Uuid>,
     /// The names `[[sync.schedule]]` gives, for the warehouse's `schedules` table.
     pub schedule_names: BTreeMap<Uuid, String>,
+    /// The campaigns `[[sync.schedule]] campaign` says schedules belong to, for the
+    /// warehouse's `schedules.campaign_uid` (the service has no endpoint that says it).
+    pub schedule_campaigns: BTreeMap<Uuid, Uuid>,
     /// Each pass starts this far before the checkpoint, to catch late commits.
     pub lookback: Duration,
     /// 6-field cron (seconds first), evaluated in UTC.

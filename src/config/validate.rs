@@ -320,10 +320,13 @@ pub(super) fn keep_runs(text: &str) -> Result<Option<Duration>, ConfigError> {
 
 /// The schedules to sync, in order: `sync.schedules`, then `[[sync.schedule]]`; and the
 /// names the latter give. A uid listed twice, in either place or in both, is an error.
+/// `sync.schedules` and `[[sync.schedule]]`: every schedule once, the names, the campaigns.
+type Schedules = (Vec<Uuid>, BTreeMap<Uuid, String>, BTreeMap<Uuid, Uuid>);
+
 pub(super) fn schedules(
     listed: Option<StringList>,
     named: Option<Vec<RawSchedule>>,
-) -> Result<(Vec<Uuid>, BTreeMap<Uuid, String>), ConfigError> {
+) -> Result<Schedules, ConfigError> {
     let mut schedules: Vec<Uuid> = Vec::new();
     for text in listed.map(StringList::into_vec).unwrap_or_default() {
         let uid = schedule_uid("sync.schedules", &text)?;
@@ -337,6 +340,7 @@ pub(super) fn schedules(
         schedules.push(uid);
     }
     let mut names = BTreeMap::new();
+    let mut campaigns = BTreeMap::new();
     for (i, entry) in named.unwrap_or_default().into_iter().enumerate() {
         let key = format!("sync.schedule[{i}]");
         let text = entry.uid.ok_or_else(|| {
@@ -374,10 +378,21 @@ pub(super) fn schedules(
                 ),
             ));
         }
+        if let Some(campaign) = entry.campaign {
+            let key = format!("{key}.campaign");
+            let campaign = Uuid::parse_str(campaign.trim()).map_err(|_| {
+                ConfigError::new(
+                    Kind::NotAUuid,
+                    &key,
+                    format!("{campaign:?} is not a campaign uid (a UUID)"),
+                )
+            })?;
+            campaigns.insert(uid, campaign);
+        }
         schedules.push(uid);
         names.insert(uid, name);
     }
-    Ok((schedules, names))
+    Ok((schedules, names, campaigns))
 }
 
 pub(super) fn schedule_uid(key: &str, text: &str) -> Result<Uuid, ConfigError> {
@@ -391,7 +406,7 @@ pub(super) fn schedule_uid(key: &str, text: &str) -> Result<Uuid, ConfigError> {
 }
 
 pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
-    let (schedules, schedule_names) = schedules(raw.schedules, raw.schedule)?;
+    let (schedules, schedule_names, schedule_campaigns) = schedules(raw.schedules, raw.schedule)?;
     let details = match raw.details.as_deref().unwrap_or("auto") {
         "auto" => DetailsMode::Auto,
         "always" => DetailsMode::Always,
@@ -407,6 +422,7 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
     Ok(SyncConfig {
         schedules,
         schedule_names,
+        schedule_campaigns,
         lookback: secs("sync.lookback_secs", raw.lookback_secs, 5, 0..=86_400)?,
         cron: cron(
             "sync.cron",

@@ -6,7 +6,9 @@
 //! kept. Files in the directory that are not named so are never touched.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::metrics::Metrics;
 use crate::service::Timestamp;
 use crate::warehouse::{Contents, Warehouse, WarehouseError, verify_backup};
 
@@ -62,15 +64,77 @@ fn file_name(at: Timestamp) -> String {
 
 /// Whether `name` is one of the names [`file_name`] gives.
 fn is_ours(name: &str) -> bool {
-    name.strip_prefix(PREFIX)
-        .and_then(|rest| rest.strip_suffix(SUFFIX))
-        .is_some_and(|stamp| {
-            let b = stamp.as_bytes();
-            b.len() == 16
-                && b[8] == b'T'
-                && b[15] == b'Z'
-                && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit)
+    taken_at(name).is_some()
+}
+
+/// When the backup named `name` was taken, if [`file_name`] gave that name.
+fn taken_at(name: &str) -> Option<Timestamp> {
+    let stamp = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let b = stamp.as_bytes();
+    let shaped = b.len() == 16
+        && b[8] == b'T'
+        && b[15] == b'Z'
+        && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit);
+    if !shaped {
+        return None;
+    }
+    let rfc3339 = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &stamp[..4],
+        &stamp[4..6],
+        &stamp[6..8],
+        &stamp[9..11],
+        &stamp[11..13],
+        &stamp[13..15]
+    );
+    Timestamp::parse(&rfc3339).ok()
+}
+
+/// The newest of the backups in `dir` (by the time its name says) and its size: what the
+/// daemon's backup series start from, so a restart does not look like a missed backup.
+/// `None` when there is none, or the directory cannot be read.
+pub(super) fn newest(dir: &Path) -> Option<(Timestamp, u64)> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let at = taken_at(entry.file_name().to_str()?)?;
+            Some((at, entry.metadata().ok()?.len()))
         })
+        .max_by_key(|(at, _)| *at)
+}
+
+/// Whether the daemon could make backups in `dir`, as `callsync check` asks: the directory
+/// exists and a file can be created in it, or it can be created. Tried for real — a probe
+/// file created and removed, directories made for the probe removed again —, since
+/// permission bits say nothing for root, nor of a filesystem like /proc.
+pub fn check_dir(dir: &Path) -> Result<(), BackupError> {
+    let error = |step, cause| BackupError::Dir {
+        dir: dir.to_owned(),
+        step,
+        cause,
+    };
+    let mut missing = Vec::new();
+    let mut ancestor = dir;
+    while !ancestor.exists() {
+        missing.push(ancestor.to_owned());
+        match ancestor.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => ancestor = parent,
+            _ => break,
+        }
+    }
+    let probed = std::fs::create_dir_all(dir)
+        .map_err(|e| error("create the directory", e))
+        .and_then(|()| {
+            let probe = dir.join(format!(".{PREFIX}check-{}", std::process::id()));
+            std::fs::File::create_new(&probe).map_err(|e| error("create a file in it", e))?;
+            std::fs::remove_file(&probe).map_err(|e| error("remove its probe file", e))
+        });
+    // Deepest first: what the probe made, and only that, goes again.
+    for made in &missing {
+        let _ = std::fs::remove_dir(made);
+    }
+    probed
 }
 
 /// Backs the warehouse at `warehouse` up into `dir` as of `at`, checks the copy, then keeps
@@ -148,13 +212,16 @@ fn finish(
 pub(super) struct Backups {
     config: Option<crate::config::BackupConfig>,
     running: Option<tokio::task::JoinHandle<()>>,
+    /// Told of each backup made or failed: `/metrics`' backup series.
+    metrics: Arc<Metrics>,
 }
 
 impl Backups {
-    pub(super) fn new(config: Option<crate::config::BackupConfig>) -> Self {
+    pub(super) fn new(config: Option<crate::config::BackupConfig>, metrics: Arc<Metrics>) -> Self {
         Backups {
             config,
             running: None,
+            metrics,
         }
     }
 
@@ -168,9 +235,12 @@ impl Backups {
             return;
         }
         let warehouse = warehouse.to_owned();
+        let metrics = self.metrics.clone();
         self.running = Some(tokio::task::spawn_blocking(move || {
             let at = crate::service::Timestamp::now();
-            match take(&warehouse, &config.dir, config.keep, at) {
+            let taken = take(&warehouse, &config.dir, config.keep, at);
+            metrics.backup_ended(taken.as_ref().ok().map(|taken| (at, taken.bytes)));
+            match taken {
                 Ok(taken) => tracing::info!(
                     path = %taken.path.display(),
                     bytes = taken.bytes,
@@ -219,6 +289,10 @@ mod tests {
     #[test]
     fn backup_names_sort_as_time_and_only_ours_are_ours() {
         assert_eq!(file_name(at(1_764_106_200)), "callsync-20251125T213000Z.db");
+        assert_eq!(
+            taken_at("callsync-20251125T213000Z.db"),
+            Some(at(1_764_106_200))
+        );
         assert!(is_ours("callsync-20251125T213000Z.db"));
         for other in [
             "callsync.db",
@@ -257,6 +331,41 @@ mod tests {
         );
         // What is kept is a warehouse `restore` takes.
         verify_backup(&backups.join("callsync-20251126T003000Z.db")).unwrap();
+    }
+
+    #[test]
+    fn the_newest_backup_is_found_by_its_name_with_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest(dir.path()), None);
+        assert_eq!(newest(&dir.path().join("missing")), None);
+        std::fs::write(dir.path().join("callsync-20251125T213000Z.db"), "older").unwrap();
+        std::fs::write(dir.path().join("callsync-20251126T213000Z.db"), "newest").unwrap();
+        std::fs::write(dir.path().join("callsync-manual.db"), "not ours, bigger").unwrap();
+        assert_eq!(newest(dir.path()), Some((at(1_764_106_200 + 86_400), 6)));
+    }
+
+    #[test]
+    fn a_backup_dir_is_checked_by_trying_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        // Creatable: made for the probe, then removed again.
+        let deep = dir.path().join("a/b/backups");
+        check_dir(&deep).unwrap();
+        assert!(!dir.path().join("a").exists());
+        // Existing and writable: the probe file leaves nothing behind.
+        check_dir(dir.path()).unwrap();
+        assert_eq!(names(dir.path()), Vec::<String>::new());
+        // Neither, for root too: /proc takes no directory.
+        let failed = check_dir(Path::new("/proc/nonexistent/backups")).unwrap_err();
+        assert!(
+            failed.to_string().starts_with(
+                "scheduled backups in /proc/nonexistent/backups: cannot create the directory: "
+            ),
+            "{failed}"
+        );
+        // A file where the directory should be.
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(check_dir(&file.join("backups")).is_err());
     }
 
     #[test]

@@ -375,7 +375,7 @@ fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
     let busy = metrics.busy().len();
     let under_way = match busy {
         0 => String::new(),
-        n => format!("; {n} passes under way"),
+        n => format!("; {} under way", crate::counted(n as u64, "pass", "passes")),
     };
     format!(
         "last pass: {} {} {}, {} calls written{under_way}",
@@ -404,14 +404,19 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
     }
 }
 
-/// Tells `/healthz` a schedule is making progress each time one of its pages commits, so a
-/// long pass (a week-long reconciliation) is not mistaken for a stalled schedule.
+/// Tells `/healthz` a schedule is making progress each time one of its pages commits or one of
+/// its requests is answered, so a long pass (a week-long reconciliation, detail fetches under
+/// a rate limit) is not mistaken for a stalled schedule.
 struct Health(Arc<metrics::Metrics>);
 
 impl PassProgress for Health {
     fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
 
     fn committed(&self, schedule: Uuid) {
+        self.0.progressed(schedule);
+    }
+
+    fn answered(&self, schedule: Uuid) {
         self.0.progressed(schedule);
     }
 }

@@ -9,8 +9,12 @@
 //! PostgreSQL, its server does not answer). Ticks a
 //! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
 //! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
-//! schedule is "busy since …", and turns bad only when its running pass is itself late, having
-//! committed no page for `STALE_INTERVALS` sync ticks (ticks it waited for a slot not counted).
+//! schedule is "busy since …", and turns bad only when its running pass is itself late. A
+//! running pass is judged by its progress — requests answered, pages committed — against its
+//! own cadence: late when it has gone more sync ticks without either than `STALE_INTERVALS`
+//! and than twice its slowest stretch so far (a Retry-After pause, a slow page under a rate
+//! limit), at most `LATE_PASS_TICKS` (ticks it waited for a slot not counted). A slow but
+//! moving reconciliation is healthy, however long it takes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,8 +30,9 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::exposition;
 use super::listener;
-use super::metrics::{Busy, Metrics, STALE_INTERVALS};
+use super::metrics::{Busy, Metrics, STALE_INTERVALS, Stale};
 use super::scheduler::{STALL_GRACE, TickClock};
 use crate::sync::WarehousePlace;
 use crate::warehouse::FALLING_BEHIND_PASSES;
@@ -98,12 +103,24 @@ struct Health {
     postgres: Option<PgTarget>,
 }
 
-/// OpenMetrics, as the client library writes it (Prometheus asks for it first).
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-async fn metrics_page(State(health): State<Health>) -> impl IntoResponse {
+/// OpenMetrics when the scrape asks for it (Prometheus does, first), else the text format
+/// 0.0.4 (`promtool check metrics`, curl, older scrapers).
+async fn metrics_page(
+    State(health): State<Health>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     let body = health.metrics.render(health.warehouse.path());
-    ([(header::CONTENT_TYPE, OPENMETRICS)], body)
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    if exposition::wants_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, exposition::OPENMETRICS)], body)
+    } else {
+        (
+            [(header::CONTENT_TYPE, exposition::TEXT)],
+            exposition::to_text_format(&body),
+        )
+    }
 }
 
 async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
@@ -124,28 +141,30 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
     let metrics = &health.metrics;
     let mut problems = String::new();
     let busy: BTreeMap<Uuid, Busy> = metrics.busy().into_iter().collect();
-    let (late, stale): (Vec<Uuid>, Vec<Uuid>) = metrics
+    let (late, stale): (Vec<Stale>, Vec<Stale>) = metrics
         .stale()
         .into_iter()
-        .partition(|s| busy.contains_key(s));
+        .partition(|s| busy.contains_key(&s.schedule));
     if !stale.is_empty() {
-        let list: Vec<String> = stale.iter().map(|s| metrics.display(*s)).collect();
+        let list: Vec<String> = stale.iter().map(|s| metrics.display(s.schedule)).collect();
         let _ = writeln!(
             problems,
             "no progress for {STALE_INTERVALS} sync ticks: {}",
             list.join(", ")
         );
     }
-    for schedule in late {
-        let Some(busy) = busy.get(&schedule) else {
+    for stale in late {
+        let Some(busy) = busy.get(&stale.schedule) else {
             continue;
         };
         let _ = writeln!(
             problems,
-            "late: {}: its {} pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks",
-            metrics.display(schedule),
+            "late: {}: its {} pass, running since {}, has had no request answered and no page committed for {} sync ticks (its slowest stretch before: {})",
+            metrics.display(stale.schedule),
             busy.kind,
-            busy.since.truncated(1_000_000_000).to_rfc3339()
+            busy.since.truncated(1_000_000_000).to_rfc3339(),
+            stale.ticks,
+            stale.slowest
         );
     }
     for (schedule, why) in metrics.falling_behind() {
@@ -247,7 +266,7 @@ mod tests {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
-                    "late: Renewals ({long}): its reconcile pass, running since {}, has committed no page for {STALE_INTERVALS} sync ticks\n{busy_lines}",
+                    "late: Renewals ({long}): its reconcile pass, running since {}, has had no request answered and no page committed for {STALE_INTERVALS} sync ticks (its slowest stretch before: 0)\n{busy_lines}",
                     since(long)
                 )
             )

@@ -26,10 +26,14 @@ use uuid::Uuid;
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
 use crate::sync::{PassReport, PassResult};
-use crate::warehouse::{FALLING_BEHIND_PASSES, STALE_TICKS, Walker};
+use crate::warehouse::{FALLING_BEHIND_PASSES, LATE_PASS_TICKS, STALE_TICKS, Walker};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
 pub const STALE_INTERVALS: u32 = STALE_TICKS;
+
+/// The most sync ticks a running pass may go without progress, however slow its own cadence
+/// has been (`status`'s bound for a running pass, [`LATE_PASS_TICKS`]).
+const MOST_QUIET_TICKS: u32 = LATE_PASS_TICKS as u32;
 
 /// Statuses whose request counters exist (at 0) before any request: what alerts and the
 /// dashboard select on.
@@ -39,13 +43,14 @@ const STATUSES_FROM_START: [u16; 2] = [200, 429];
 const ERROR_KINDS: [&str; 3] = ["transport", "client_error", "server_error"];
 
 /// The series each configured schedule adds, once it has run a pass: `schedule_info`,
-/// `last_success_timestamp_seconds`, `behind_passes`, `failed_passes` (from start-up),
-/// `last_pass_duration_seconds` and `lag_seconds` (from its first pass). Counted by a test.
+/// `last_success_timestamp_seconds`, `pass_progress_timestamp_seconds`, `behind_passes`,
+/// `failed_passes` (from start-up), `last_pass_duration_seconds` and `lag_seconds` (from its
+/// first pass). Counted by a test.
 #[cfg_attr(
     not(test),
     expect(dead_code, reason = "the figure a test and docs/monitor.md state")
 )]
-pub const SERIES_PER_SCHEDULE: usize = 6;
+pub const SERIES_PER_SCHEDULE: usize = 7;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PassLabels {
@@ -112,12 +117,22 @@ struct Series {
     request_errors: Family<KindLabel, Counter>,
     request_duration: Histogram,
     last_success: Family<ScheduleLabel, FloatGauge>,
+    pass_progress: Family<ScheduleLabel, FloatGauge>,
     last_duration: Family<ScheduleLabel, FloatGauge>,
     lag: Family<ScheduleLabel, FloatGauge>,
     behind: Family<ScheduleLabel, Gauge>,
     failed: Family<ScheduleLabel, Gauge>,
     warehouse_size: Gauge,
     wal_size: Gauge,
+    backups: BackupSeries,
+}
+
+/// `[backup]`'s series, registered only when the daemon makes backups.
+#[derive(Default)]
+struct BackupSeries {
+    last_success: FloatGauge,
+    failures: Counter,
+    size: Gauge,
 }
 
 impl Series {
@@ -136,17 +151,22 @@ impl Series {
             request_errors: Family::default(),
             request_duration: request_duration_histogram(),
             last_success: Family::default(),
+            pass_progress: Family::default(),
             last_duration: Family::default(),
             lag: Family::default(),
             behind: Family::default(),
             failed: Family::default(),
             warehouse_size: Gauge::default(),
             wal_size: Gauge::default(),
+            backups: BackupSeries::default(),
         };
         registry.register(
             "build",
-            "The running callsync's version (always 1)",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+            "The running callsync's version and the revision it was built from (always 1)",
+            Info::new(vec![
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("revision", env!("BUILD_GIT_REVISION")),
+            ]),
         );
         registry.register(
             "schedule_info",
@@ -194,6 +214,12 @@ impl Series {
             "When the schedule last completed a pass (0: not since start-up)",
             Unit::Seconds,
             series.last_success.clone(),
+        );
+        registry.register_with_unit(
+            "pass_progress_timestamp",
+            "When the schedule's running pass last had a request answered or a page committed (0: no pass running)",
+            Unit::Seconds,
+            series.pass_progress.clone(),
         );
         registry.register_with_unit(
             "last_pass_duration",
@@ -247,6 +273,7 @@ impl Series {
                 schedule: schedule.to_string(),
             };
             let _ = self.last_success.get_or_create(&label);
+            let _ = self.pass_progress.get_or_create(&label);
             let _ = self.behind.get_or_create(&label);
             let _ = self.failed.get_or_create(&label);
         }
@@ -279,6 +306,7 @@ impl Figures {
     fn progressed(&mut self, schedule: Uuid) {
         let fresh = self.freshness.entry(schedule).or_default();
         fresh.progressed = true;
+        fresh.slowest = fresh.slowest.max(fresh.idle_ticks);
         fresh.idle_ticks = 0;
     }
 }
@@ -286,12 +314,39 @@ impl Figures {
 /// Progress of one schedule between sync ticks.
 #[derive(Default)]
 struct Freshness {
-    /// A pass completed or a page committed since the last tick.
+    /// A pass completed, a page committed or a request answered since the last tick.
     progressed: bool,
     /// Ticks in a row that found no progress.
     idle_ticks: u32,
+    /// The running pass's own cadence: the most ticks in a row it went without progress
+    /// before moving again (a Retry-After pause, a slow page). 0 between passes.
+    slowest: u32,
     /// The pass the daemon has started for the schedule, until it ends.
     busy: Option<Busy>,
+}
+
+impl Freshness {
+    /// Sync ticks without progress after which the schedule is stale: [`STALE_INTERVALS`];
+    /// for a running pass, more than twice its own slowest stretch so far, up to
+    /// [`MOST_QUIET_TICKS`] — a slow but moving pass is judged against its own cadence.
+    fn allowed_ticks(&self) -> u32 {
+        match self.busy {
+            Some(busy) if busy.running => {
+                (2 * self.slowest + 1).clamp(STALE_INTERVALS, MOST_QUIET_TICKS.max(STALE_INTERVALS))
+            }
+            _ => STALE_INTERVALS,
+        }
+    }
+}
+
+/// A schedule without progress for more sync ticks than it is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale {
+    pub schedule: Uuid,
+    /// Sync ticks in a row without progress.
+    pub ticks: u32,
+    /// The most its running pass had gone without progress before (0: none running).
+    pub slowest: u32,
 }
 
 /// A pass the daemon started and that has not ended yet.
@@ -327,11 +382,10 @@ impl Metrics {
         let mut series = Series::new();
         series.registry.register(
             "daemon",
-            "Which daemon this is (always 1): its host, instance name and process id, as sync_runs records its passes",
+            "Which daemon this is (always 1): its host and its [daemon] instance name, as sync_runs records its passes (the label is `daemon`: Prometheus owns `instance`)",
             Info::new(vec![
                 ("host", walker.host.clone()),
-                ("instance", walker.instance.clone()),
-                ("pid", walker.pid.to_string()),
+                ("daemon", walker.instance.clone()),
             ]),
         );
         series.start_at_zero(&schedules, &names, kinds);
@@ -340,6 +394,49 @@ impl Metrics {
             series,
             schedules,
             names,
+        }
+    }
+
+    /// The daemon makes scheduled backups (`[backup]`): their series exist from now on,
+    /// starting from `newest`, the newest backup already in the directory (its time and size),
+    /// so a restart does not look like a missed backup; 0 when there is none.
+    pub fn with_backups(mut self, newest: Option<(Timestamp, u64)>) -> Self {
+        let backups = &self.series.backups;
+        let registry = &mut self.series.registry;
+        registry.register_with_unit(
+            "backup_last_success_timestamp",
+            "When the latest scheduled backup was made and checked (at start-up: the newest in backup.dir; 0: none)",
+            Unit::Seconds,
+            backups.last_success.clone(),
+        );
+        registry.register(
+            "backup_failures",
+            "Scheduled backups that failed (copy, check or directory)",
+            backups.failures.clone(),
+        );
+        registry.register_with_unit(
+            "backup_size",
+            "Size of the latest scheduled backup made and checked",
+            Unit::Bytes,
+            backups.size.clone(),
+        );
+        if newest.is_some() {
+            self.backup_ended(newest);
+        }
+        self
+    }
+
+    /// A scheduled backup ended: made and checked at `at` with `bytes`, or failed (`None`).
+    pub fn backup_ended(&self, made: Option<(Timestamp, u64)>) {
+        let backups = &self.series.backups;
+        match made {
+            Some((at, bytes)) => {
+                backups.last_success.set(seconds(at));
+                backups.size.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+            None => {
+                backups.failures.inc();
+            }
         }
     }
 
@@ -371,7 +468,9 @@ impl Metrics {
     /// The daemon started a pass of `schedule` (it may wait for a slot first).
     pub fn pass_started(&self, schedule: Uuid, kind: &'static str) {
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.freshness.entry(schedule).or_default().busy = Some(Busy {
+        let fresh = f.freshness.entry(schedule).or_default();
+        fresh.slowest = 0;
+        fresh.busy = Some(Busy {
             kind,
             since: Timestamp::now(),
             running: false,
@@ -391,7 +490,20 @@ impl Metrics {
     /// The pass of `schedule` has ended, whether or not it reported (a panicked task).
     pub fn pass_gone(&self, schedule: Uuid) {
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.freshness.entry(schedule).or_default().busy = None;
+        self.not_busy(&mut f, schedule);
+    }
+
+    /// `schedule` runs no pass: its cadence and progress series start again at the next.
+    fn not_busy(&self, f: &mut Figures, schedule: Uuid) {
+        let fresh = f.freshness.entry(schedule).or_default();
+        fresh.busy = None;
+        fresh.slowest = 0;
+        self.series
+            .pass_progress
+            .get_or_create(&ScheduleLabel {
+                schedule: schedule.to_string(),
+            })
+            .set(0.0);
     }
 
     /// The passes running or waiting for a slot, in the configured order.
@@ -403,12 +515,18 @@ impl Metrics {
             .collect()
     }
 
-    /// A page of `schedule` was committed.
+    /// A page of `schedule` was committed, or a request of its pass answered.
     pub fn progressed(&self, schedule: Uuid) {
-        self.figures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .progressed(schedule);
+        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.progressed(schedule);
+        if f.freshness.get(&schedule).is_some_and(|h| h.busy.is_some()) {
+            self.series
+                .pass_progress
+                .get_or_create(&ScheduleLabel {
+                    schedule: schedule.to_string(),
+                })
+                .set(seconds(Timestamp::now()));
+        }
     }
 
     /// A pass ended. Its requests were counted as they were answered ([`RequestObserver`]).
@@ -448,7 +566,7 @@ impl Metrics {
             .throttled
             .inc_by(report.stats.throttled_ms as f64 / 1000.0);
         let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
-        f.freshness.entry(report.schedule).or_default().busy = None;
+        self.not_busy(&mut f, report.schedule);
         // Another process held the schedule, or another daemon walked it since the tick: it
         // is being walked, by someone else; this daemon's `/healthz` does not wait for it.
         if matches!(report.result, PassResult::Skipped(_)) {
@@ -472,8 +590,9 @@ impl Metrics {
         }
     }
 
-    /// The exposition (OpenMetrics text), with the figures read at scrape time updated
-    /// first: the lag grown since its pass, the warehouse's and WAL's sizes.
+    /// The exposition (OpenMetrics text, with the `process_*` series), with the figures read
+    /// at scrape time updated first: the lag grown since its pass, the warehouse's and WAL's
+    /// sizes.
     pub fn render(&self, warehouse: &Path) -> String {
         let series = &self.series;
         {
@@ -500,7 +619,13 @@ impl Metrics {
         series.warehouse_size.set(file_size(warehouse));
         series.wal_size.set(file_size(&wal_of(warehouse)));
         let mut out = String::new();
-        if let Err(err) = prometheus_client::encoding::text::encode(&mut out, &series.registry) {
+        let encoded =
+            prometheus_client::encoding::text::encode_registry(&mut out, &series.registry)
+                .and_then(|()| {
+                    out.push_str(&super::exposition::process_series());
+                    prometheus_client::encoding::text::encode_eof(&mut out)
+                });
+        if let Err(err) = encoded {
             // Writing into a String does not fail; should the library ever, say so.
             tracing::warn!(error = %err, "cannot encode the metrics");
         }
@@ -517,17 +642,20 @@ impl Metrics {
             .collect()
     }
 
-    /// Schedules without progress for `STALE_INTERVALS` sync ticks.
-    pub fn stale(&self) -> Vec<Uuid> {
+    /// Schedules without progress for as many sync ticks as they are allowed: `STALE_INTERVALS`,
+    /// or a running pass's own cadence ([`Freshness::allowed_ticks`]).
+    pub fn stale(&self) -> Vec<Stale> {
         let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
             .iter()
-            .filter(|s| {
-                f.freshness
-                    .get(s)
-                    .is_some_and(|h| h.idle_ticks >= STALE_INTERVALS)
+            .filter_map(|s| {
+                let h = f.freshness.get(s)?;
+                (h.idle_ticks >= h.allowed_ticks()).then_some(Stale {
+                    schedule: *s,
+                    ticks: h.idle_ticks,
+                    slowest: h.slowest,
+                })
             })
-            .copied()
             .collect()
     }
 }
@@ -615,7 +743,7 @@ mod tests {
     }
 
     #[test]
-    fn series_per_schedule_stay_six_from_one_to_a_thousand_schedules() {
+    fn series_per_schedule_stay_seven_from_one_to_a_thousand_schedules() {
         let series_of = |n: u128| {
             let schedules: Vec<Uuid> = (1..=n).map(Uuid::from_u128).collect();
             let names = schedules
@@ -643,14 +771,14 @@ mod tests {
             (at_start_up, count_series(&metrics))
         };
         let ((_, one_at_start), (one_total, one)) = series_of(1);
-        assert_eq!((one_at_start, one), (4, SERIES_PER_SCHEDULE));
+        assert_eq!((one_at_start, one), (5, SERIES_PER_SCHEDULE));
         let ((_, thousand_at_start), (thousand_total, thousand)) = series_of(1000);
-        assert_eq!(thousand_at_start, 4000);
+        assert_eq!(thousand_at_start, 5000);
         assert_eq!(thousand, 1000 * SERIES_PER_SCHEDULE);
         // Nothing else grows with the schedules: passes and durations are labelled by kind.
         assert_eq!(thousand_total - thousand, one_total - one);
-        // docs/monitor.md, "Series per schedule", states these figures.
-        assert_eq!((one_total - one, thousand_total), (81, 6081));
+        // docs/monitor.md, "Series per schedule", states these figures (6 of them `process_*`).
+        assert_eq!((one_total - one, thousand_total), (87, 7087));
     }
 
     #[test]

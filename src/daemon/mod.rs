@@ -16,6 +16,7 @@
 mod backup;
 mod dispatcher;
 mod endpoint;
+mod exposition;
 mod listener;
 mod metrics;
 mod notify;
@@ -35,7 +36,11 @@ use crate::warehouse::WarehouseError;
 use backup::Backups;
 use dispatcher::Dispatcher;
 
-pub use scheduler::{SchedulerError, Tick, TickDriver, TickSource, firings_between};
+pub use backup::{BackupError, check_dir as check_backup_dir};
+pub use scheduler::{
+    SchedulerError, Tick, TickDriver, TickSource, firings_between, nth_firing_after,
+};
+pub use slot::backoff_ticks;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -98,12 +103,16 @@ pub async fn run_with(
         clock.clone(),
     )
     .await?;
-    let metrics = Arc::new(metrics::Metrics::new(
+    let metrics = metrics::Metrics::new(
         config.sync.schedules.clone(),
         config.sync.schedule_names.clone(),
         pass_kinds(&config),
         engine.walker(),
-    ));
+    );
+    let metrics = Arc::new(match &config.backup {
+        Some(backup) => metrics.with_backups(backup::newest(&backup.dir)),
+        None => metrics,
+    });
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
     // `/healthz` asks a PostgreSQL warehouse's server on every request.
@@ -141,7 +150,7 @@ pub async fn run_with(
         "callsync daemon started"
     );
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
-    let mut backups = Backups::new(config.backup.clone());
+    let mut backups = Backups::new(config.backup.clone(), metrics.clone());
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
     let mut heartbeat = tokio::time::interval(watchdog_every.unwrap_or(Duration::from_secs(30)));
     heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);

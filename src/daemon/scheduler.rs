@@ -121,6 +121,18 @@ pub fn firings_between(cron: &CronSchedule, since: Timestamp, now: Timestamp, ca
     count
 }
 
+/// The `n`-th firing of `cron` after `since` (the first is `n` = 1); `None` beyond chrono's
+/// range or when the cron fires no more.
+pub fn nth_firing_after(cron: &CronSchedule, since: Timestamp, n: u64) -> Option<Timestamp> {
+    let since = DateTime::from_timestamp_nanos(i64::try_from(since.unix_nanos()).ok()?);
+    let mut at = since;
+    for _ in 0..n {
+        at = cron.next_after(&at)?;
+    }
+    let nanos = at.timestamp_nanos_opt()?;
+    Timestamp::from_unix_nanos(i128::from(nanos))
+}
+
 /// Starts the cron jobs; each firing sends its tick on `ticks`.
 pub async fn start(
     sync_cron: &CronSchedule,

@@ -91,7 +91,7 @@ impl Slot {
 
 /// Ticks to sit out after `failures` failures in a row: 0, 1, 3, 7 … (2^(failures−1) − 1),
 /// capped at [`MAX_BACKOFF_TICKS`], the only cap.
-fn backoff_ticks(failures: u32) -> u32 {
+pub fn backoff_ticks(failures: u32) -> u32 {
     let doubled = 1u32
         .checked_shl(failures.saturating_sub(1))
         .unwrap_or(u32::MAX);

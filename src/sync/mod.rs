@@ -154,6 +154,10 @@ pub trait PassProgress: Send + Sync {
     fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>);
     /// A page of `schedule` and its checkpoint were committed.
     fn committed(&self, _schedule: Uuid) {}
+    /// A request of the pass of `schedule` was answered (a list page, or a call's detail):
+    /// the pass is moving, even while it commits nothing (a reconciliation finding nothing
+    /// new, detail fetches under a rate limit).
+    fn answered(&self, _schedule: Uuid) {}
 }
 
 /// No progress display.
@@ -375,6 +379,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
         // The analyst's days: the offsets of `warehouse.timezone` (rewritten only on a change).
         warehouse.set_timezone(config.warehouse.timezone)?;
         let place = WarehousePlace::of(&warehouse);
@@ -394,6 +399,7 @@ impl Engine {
                 .iter()
                 .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
         )?;
+        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
         warehouse.set_timezone(config.warehouse.timezone)?;
         let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
         // Not a file: nothing to check between ticks; errors and logs name the database.

@@ -32,7 +32,7 @@ use super::service_clock::{Reading, ServiceClock};
 use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
-use crate::api::{ApiClient, Counters, ListQuery, Listed};
+use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
@@ -256,6 +256,10 @@ impl Pass<'_> {
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
             error: result.stored_error(),
+            error_kind: match &result {
+                PassResult::Failed { kind, .. } => Some(*kind),
+                _ => None,
+            },
         };
         self.engine
             .writer
@@ -502,11 +506,11 @@ impl Pass<'_> {
 
     async fn fetch_page(&self, request: &PageRequest) -> Result<Listed, SyncError> {
         let query = self.query(request);
-        Ok(self
-            .engine
-            .client
+        let listed = (self.engine.client)
             .list_calls(self.schedule, &query, &self.counters)
-            .await?)
+            .await?;
+        self.progress.answered(self.schedule);
+        Ok(listed)
     }
 
     fn query(&self, request: &PageRequest) -> ListQuery<'_> {
@@ -546,6 +550,9 @@ impl Pass<'_> {
             .map(|(i, uid)| async move { (i, uid, client.get_call(uid, counters).await) })
             .buffer_unordered(self.engine.detail_concurrency);
         while let Some((i, uid, detail)) = details.next().await {
+            if detail.is_ok() || detail.as_ref().is_err_and(ApiError::is_not_found) {
+                self.progress.answered(self.schedule);
+            }
             match detail {
                 Ok(detail) => {
                     hashes[i] = detail.content_hash();

@@ -3,8 +3,6 @@
 //! of passes failing with SQLite's "attempt to write a readonly database" — failures that,
 //! for the same reason, could not be recorded in `sync_runs`.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -93,8 +91,7 @@ pub fn create_owned_by_directory(path: &Path) -> Result<(), WarehouseError> {
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
         Err(err) => return Err(io(err)),
     };
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(());
     }
     let dir = std::fs::metadata(directory_of(path)).map_err(io)?;
@@ -119,39 +116,22 @@ pub(super) fn create_data_file(path: &Path, mode: Option<u32>) -> std::io::Resul
 }
 
 fn writable(file: &Path, what: &'static str, warehouse: &Path) -> Result<(), WarehouseError> {
-    let Ok(c_path) = CString::new(file.as_os_str().as_bytes()) else {
-        return Ok(()); // a NUL in the path: SQLite's own open reports it
-    };
-    // SAFETY: `c_path` is a NUL-terminated string alive for the call; faccessat only reads it.
-    // AT_EACCESS: the effective user, the one that will write.
-    let rc = unsafe {
-        libc::faccessat(
-            libc::AT_FDCWD,
-            c_path.as_ptr(),
-            libc::W_OK,
-            libc::AT_EACCESS,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
-    Err(WarehouseError::NotWritable {
-        warehouse: warehouse.to_owned(),
-        what,
-        path: file.to_owned(),
-        cause: std::io::Error::last_os_error(),
+    use rustix::fs::{Access, AtFlags, CWD, accessat};
+    // AT_EACCESS: the effective user, the one that will write. (A NUL in the path fails with
+    // EINVAL: SQLite's own open would refuse it too.)
+    accessat(CWD, file, Access::WRITE_OK, AtFlags::EACCESS).map_err(|errno| {
+        WarehouseError::NotWritable {
+            warehouse: warehouse.to_owned(),
+            what,
+            path: file.to_owned(),
+            cause: errno.into(),
+        }
     })
 }
 
 fn read_only_filesystem(path: &Path) -> bool {
-    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct, which the call
-    // fills; `c_path` is NUL-terminated and alive for the call.
-    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stats) };
-    rc == 0 && stats.f_flag & libc::ST_RDONLY != 0
+    rustix::fs::statvfs(path)
+        .is_ok_and(|stats| stats.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
 }
 
 fn directory_of(path: &Path) -> PathBuf {

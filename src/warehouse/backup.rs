@@ -292,8 +292,7 @@ fn keep_owner(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
     };
     let new = std::fs::metadata(staged).map_err(io)?;
     // Only root may give a file away; anyone else restores as themselves.
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     if root && (new.uid(), new.gid()) != (owner.uid(), owner.gid()) {
         std::os::unix::fs::chown(staged, Some(owner.uid()), Some(owner.gid())).map_err(io)?;
     }

@@ -40,8 +40,8 @@ pub use handle::{MigrationReport, PageWrite, Warehouse, check_before_writing, ch
 pub use ledger::{ChunkKey, ChunkState};
 pub use locks::{ScheduleLock, UploadLock};
 pub use queries::{
-    FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS, ScheduleStatus,
-    TICKS_COUNTED,
+    BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS,
+    ScheduleStatus, TICKS_COUNTED,
 };
 pub use rows::e164;
 pub use runs::{

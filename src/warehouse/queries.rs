@@ -46,6 +46,13 @@ pub struct ScheduleStatus {
     /// What held the latest pass back (`rate limit`, `detail fetches`, `errors and
     /// retries`); empty when nothing stands out.
     pub slowed_by: Vec<String>,
+    /// The latest passes failed, this many in a row (interrupted ones between them not
+    /// counted; 0: the latest that ended did not fail).
+    pub failed_passes: i64,
+    /// The daemon is deliberately sitting the schedule out after failures (it backs off 1, 3,
+    /// 7 … up to 31 ticks of `sync.cron`), and when it tries again: set by `callsync status`,
+    /// which knows the cron; `None` when it is not backing off.
+    pub backing_off: Option<BackingOff>,
     /// Ticks of `sync.cron` since the latest recorded pass (its end, or its start while it
     /// runs), counted by `callsync status` from the configuration, at most [`TICKS_COUNTED`];
     /// for a schedule [`never_synced`](Self::never_synced), since it was configured (see
@@ -83,6 +90,19 @@ pub struct ScheduleStatus {
     pub over_max_lag: bool,
 }
 
+/// How a daemon backs a failing schedule off, as `status` works it out from the passes
+/// recorded and `sync.cron`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackingOff {
+    /// Failed passes in a row.
+    pub failures: i64,
+    /// Ticks of `sync.cron` the daemon sits out after the latest failure.
+    pub ticks: u64,
+    /// The tick of the next try (RFC 3339): the first after those sat out. A daemon started
+    /// since tries at its start.
+    pub next_try_at: String,
+}
+
 /// A running pass is late — and `status` exits 3 — once this many ticks of `sync.cron` have
 /// fired since it started and since its checkpoint last moved: a long reconciliation or first
 /// sync is busy, not missing, until then.
@@ -112,6 +132,8 @@ impl ScheduleStatus {
             behind_passes: 0,
             falling_behind: false,
             slowed_by: Vec::new(),
+            failed_passes: 0,
+            backing_off: None,
             ticks_since_last_pass: None,
             no_recent_pass: false,
             never_synced: true,
@@ -175,16 +197,23 @@ impl ScheduleStatus {
     }
 
     /// Notes how many ticks of `sync.cron` have fired since [`Self::last_recorded_at`]: from
-    /// [`STALE_TICKS`] on a schedule has no recent pass; while a pass runs, from
+    /// [`STALE_TICKS`] on a schedule has no recent pass — counted after the ticks a daemon
+    /// backing off sits out ([`Self::backing_off`], set first) —; while a pass runs, from
     /// [`LATE_PASS_TICKS`] on.
     pub fn set_ticks_since_last_pass(&mut self, ticks: u64) {
         self.ticks_since_last_pass = Some(ticks);
         let bound = if self.busy_since.is_some() {
             LATE_PASS_TICKS
         } else {
-            u64::from(STALE_TICKS)
+            u64::from(STALE_TICKS) + self.backing_off.as_ref().map_or(0, |b| b.ticks)
         };
         self.no_recent_pass = ticks >= bound;
+    }
+
+    /// Backing off now: its latest pass failed and the next try's tick has not fired yet.
+    pub fn is_backing_off(&self) -> bool {
+        let within = |b: &BackingOff| self.ticks_since_last_pass.is_none_or(|t| t <= b.ticks);
+        self.busy_since.is_none() && self.backing_off.as_ref().is_some_and(within)
     }
 }
 
@@ -216,6 +245,12 @@ pub struct RunSummary {
     pub host: Option<String>,
     pub instance: Option<String>,
     pub pid: Option<i64>,
+    /// `sync_runs.id`: what `sync --json`'s `run_id` and the pass's log lines name it by.
+    pub run_id: i64,
+    /// What kind of failure stopped it (`network`, `auth`, `service` …, as `sync --json` and
+    /// the logs spell them: match these, not `error`'s words); `None` unless it failed, and
+    /// for passes recorded before schema 10.
+    pub error_kind: Option<String>,
     /// How it ended; `None` while it has not: running, or its process died.
     #[serde(skip)]
     pub outcome: Option<RunOutcome>,
@@ -258,6 +293,8 @@ pub(crate) struct StatusFacts {
     pub last_run: Option<RunSummary>,
     /// The latest passes that ended `behind`, in a row.
     pub behind_passes: i64,
+    /// The latest passes that failed, in a row (interrupted ones skipped).
+    pub failed_passes: i64,
     pub last_success_at: Option<Timestamp>,
     /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
     pub counts: [i64; 5],
@@ -274,6 +311,7 @@ impl ScheduleStatus {
             checkpoint_moved_at,
             last_run,
             behind_passes,
+            failed_passes,
             last_success_at,
             counts: [calls, attempts, outcomes, variables, notifications],
         } = facts;
@@ -294,6 +332,8 @@ impl ScheduleStatus {
                 .map(RunSummary::slowed_by)
                 .unwrap_or_default(),
             behind_passes,
+            failed_passes,
+            backing_off: None,
             falling_behind: behind_passes >= FALLING_BEHIND_PASSES,
             ticks_since_last_pass: None,
             no_recent_pass: false,
@@ -416,8 +456,8 @@ impl Warehouse {
             .prepare_cached(
                 "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
                    retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-                   throttled_secs, future_rows, host, instance, pid
-                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC",
+                   throttled_secs, future_rows, host, instance, pid, id, error_kind
+                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT 100",
             )
             .sql(&self.path, "reading the last passes")?;
         let mut recent = runs
@@ -427,21 +467,11 @@ impl Warehouse {
             .next()
             .transpose()
             .sql(&self.path, "reading the last pass")?;
-        let behind_passes = if last_run.as_ref().and_then(|r| r.outcome) == Some(RunOutcome::Behind)
-        {
-            let mut n = 1;
-            for run in recent {
-                if run.sql(&self.path, "reading the last passes")?.outcome
-                    != Some(RunOutcome::Behind)
-                {
-                    break;
-                }
-                n += 1;
-            }
-            n
-        } else {
-            0
-        };
+        let earlier: Vec<RunSummary> = recent
+            .collect::<Result<_, _>>()
+            .sql(&self.path, "reading the last passes")?;
+        let (behind_passes, failed_passes) =
+            in_a_row(last_run.iter().chain(&earlier).map(|r| r.outcome));
         let last_success_at: Option<String> = conn
             .query_row(
                 "SELECT max(finished_at) FROM sync_runs
@@ -504,6 +534,7 @@ impl Warehouse {
                 checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
                 last_run,
                 behind_passes,
+                failed_passes,
                 last_success_at,
                 counts,
             },
@@ -545,8 +576,28 @@ fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
             .get::<_, Option<String>>(17)?
             .map(|i| untrusted_text(&i, WALKER_CHARS)),
         pid: r.get(18)?,
+        run_id: r.get(19)?,
+        error_kind: r
+            .get::<_, Option<String>>(20)?
+            .map(|k| untrusted_text(&k, WALKER_CHARS)),
         outcome,
     })
+}
+
+/// The latest passes (newest first, by outcome) that ended behind, and that failed, in a row:
+/// one derivation for both destinations. Interrupted passes between failures are skipped (a
+/// restart does not make a failing schedule well); a pass still running ends both counts.
+pub(crate) fn in_a_row(outcomes: impl Iterator<Item = Option<RunOutcome>> + Clone) -> (i64, i64) {
+    let behind = outcomes
+        .clone()
+        .take_while(|o| *o == Some(RunOutcome::Behind))
+        .count();
+    let failed = outcomes
+        .filter(|o| *o != Some(RunOutcome::Interrupted))
+        .take_while(|o| *o == Some(RunOutcome::Failed))
+        .count();
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    (count(behind), count(failed))
 }
 
 impl RunSummary {

@@ -88,6 +88,31 @@ impl Warehouse {
         Ok(())
     }
 
+    /// Records the campaigns the configuration says schedules belong to
+    /// (`[[sync.schedule]] campaign`) in `schedules.campaign_uid`: the service has no endpoint
+    /// that says it, so "per campaign" questions need it for schedules callsync did not
+    /// create. A schedule the configuration gives no campaign keeps what the write commands
+    /// recorded. One transaction.
+    pub fn set_schedule_campaigns(
+        &mut self,
+        campaigns: impl IntoIterator<Item = (Uuid, Uuid)>,
+    ) -> Result<(), WarehouseError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .sql(&self.path, "starting to record schedules' campaigns")?;
+        for (schedule, campaign) in campaigns {
+            tx.execute(
+                "INSERT INTO schedules (uid, campaign_uid) VALUES (?1, ?2)
+                 ON CONFLICT (uid) DO UPDATE SET campaign_uid = excluded.campaign_uid",
+                params![schedule.to_string(), campaign.to_string()],
+            )
+            .sql(&self.path, "recording a schedule's campaign")?;
+        }
+        tx.commit()
+            .sql(&self.path, "committing schedules' campaigns")
+    }
+
     /// Records the names the configuration gives schedules (`[[sync.schedule]]`) in
     /// `schedules.config_name`, and forgets a name the configuration no longer gives a
     /// schedule it lists; every other column, written by the write commands, stays as it is.

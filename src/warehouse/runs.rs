@@ -81,14 +81,10 @@ impl std::fmt::Display for Walker {
     }
 }
 
-/// The machine's host name (`gethostname`), `localhost` if it cannot be read.
+/// The machine's host name (uname's node name), `localhost` if it is empty or not UTF-8.
 pub(super) fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    match std::str::from_utf8(&buf[..end]) {
-        Ok(name) if rc == 0 && !name.is_empty() => name.to_owned(),
+    match rustix::system::uname().nodename().to_str() {
+        Ok(name) if !name.is_empty() => name.to_owned(),
         _ => "localhost".to_owned(),
     }
 }
@@ -201,6 +197,8 @@ pub struct RunRecord {
     pub lag_secs: Option<f64>,
     /// Why it failed (or that it was interrupted); `None` otherwise.
     pub error: Option<String>,
+    /// What kind of failure stopped it; `None` unless it failed.
+    pub error_kind: Option<crate::ErrorKind>,
 }
 
 impl Warehouse {
@@ -344,7 +342,7 @@ impl Warehouse {
                 "UPDATE sync_runs SET finished_at = ?2, pages = ?3, calls_seen = ?4,
                    calls_written = ?5, requests = ?6, retries = ?7, error = ?8, outcome = ?9,
                    horizon = ?10, lag_secs = ?11, detail_requests = ?12, rate_limited = ?13,
-                   throttled_secs = ?14, future_rows = ?15
+                   throttled_secs = ?14, future_rows = ?15, error_kind = ?16
                  WHERE id = ?1",
             )
             .and_then(|mut s| {
@@ -364,6 +362,7 @@ impl Warehouse {
                     n(stats.rate_limited),
                     stats.throttled_ms as f64 / 1000.0,
                     n(stats.future_rows),
+                    record.error_kind.map(crate::ErrorKind::as_str),
                 ])
             })
             .sql(&self.path, "recording the end of a pass")?;

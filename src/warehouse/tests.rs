@@ -1034,6 +1034,7 @@ fn record(
         horizon: None,
         lag_secs: None,
         error: error.map(str::to_owned),
+        error_kind: (outcome == RunOutcome::Failed).then_some(crate::ErrorKind::Service),
     }
 }
 
@@ -1246,21 +1247,21 @@ const CALL_RESULTS: [(&str, &str); 30] = [
     ("attempt_count", "INTEGER"),
     ("attempts_remaining", "INTEGER"),
     ("last_attempt_status", "TEXT"),
-    ("last_attempt_started_at", "TIMESTAMP"),
-    ("last_attempt_answered_at", "TIMESTAMP"),
-    ("last_attempt_ended_at", "TIMESTAMP"),
+    ("last_attempt_started_at", "TIMESTAMPTZ"),
+    ("last_attempt_answered_at", "TIMESTAMPTZ"),
+    ("last_attempt_ended_at", "TIMESTAMPTZ"),
     ("last_attempt_duration", "INTEGER"),
     ("outcome_names", "TEXT"),
     ("answered", "INTEGER"),
     ("transferred", "INTEGER"),
     ("notification_count", "INTEGER"),
-    ("cooldown_until", "TIMESTAMP"),
-    ("created_at", "TIMESTAMP"),
-    ("updated_at", "TIMESTAMP"),
+    ("cooldown_until", "TIMESTAMPTZ"),
+    ("created_at", "TIMESTAMPTZ"),
+    ("updated_at", "TIMESTAMPTZ"),
     ("phonetic_full_name", "TEXT"),
     ("phonetic_first_name", "TEXT"),
     ("phonetic_last_name", "TEXT"),
-    ("event_date_time", "TIMESTAMP"),
+    ("event_date_time", "TIMESTAMPTZ"),
 ];
 
 #[test]
@@ -1340,6 +1341,13 @@ fn version_1_warehouses_migrate_to_2_keeping_their_rows() {
     assert_eq!((report.from, report.to), (1, schema::latest_version()));
     let w = Warehouse::open_read_only(&path).unwrap();
     let v2 = columns(&w.conn, "call_results");
+    // Schema 11 declares the time columns TIMESTAMPTZ: the same values, affinity and place.
+    let v1: Vec<(String, String)> = (v1.into_iter())
+        .map(|(name, declared)| match declared.as_str() {
+            "TIMESTAMP" => (name, "TIMESTAMPTZ".to_owned()),
+            _ => (name, declared),
+        })
+        .collect();
     assert_eq!(
         v2[..26],
         v1[..],
@@ -1538,4 +1546,5 @@ proptest! {
 mod analyst;
 mod instants;
 mod layout;
+mod readers;
 mod stored_order;

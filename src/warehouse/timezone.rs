@@ -22,8 +22,9 @@ use crate::service::Timestamp;
 const FIRST_YEAR: i32 = 1970;
 const LAST_YEAR: i32 = 2100;
 
-/// Where the first row starts: every instant the warehouse can hold is after it.
-const BEGINNING: &str = "0000-01-01T00:00:00.000000Z";
+/// Where the first row starts: every instant the warehouse can hold is after it. Year 1, the
+/// first every reader represents (Python's `datetime.min`; year 0 it cannot).
+const BEGINNING: &str = "0001-01-01T00:00:00.000000Z";
 
 /// One row of `timezone_offsets`: from `starts_at` on, local time is UTC plus
 /// `utc_offset_secs`.

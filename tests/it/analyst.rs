@@ -26,6 +26,9 @@ const PARAMETER: &str = "plan";
 const PARAMETER_2: &str = "region";
 const PARAMETER_3: &str = "no-such-parameter";
 
+/// The outcomes `outcomes_per_schedule` pivots: two the simulator records, one it never does.
+const OUTCOMES: [&str; 3] = ["interested", "voicemail", "no-such-outcome"];
+
 /// The warehouse's time zone in this test: days are Berlin's, not UTC's.
 const ZONE: chrono_tz::Tz = chrono_tz::Europe::Berlin;
 
@@ -218,6 +221,44 @@ fn outcomes_by_attempt_number(truth: &Truth, days: &Days) -> Vec<Row> {
         .collect()
 }
 
+fn outcomes_per_schedule(truth: &Truth, days: &Days) -> Vec<Row> {
+    // schedule → (outcomes, calls with one, per named outcome, others)
+    let mut schedules: BTreeMap<String, (usize, BTreeSet<Uuid>, [usize; 3], usize)> =
+        BTreeMap::new();
+    for (schedule, call) in truth.real_calls() {
+        for attempt in call.outbound_call_attempts.iter().flatten() {
+            if !days.hold(attempt.started_at.map(day).as_deref()) {
+                continue;
+            }
+            for outcome in attempt.call_outcomes.iter().flatten() {
+                let entry = schedules.entry(schedule_key(schedule)).or_default();
+                entry.0 += 1;
+                entry.1.insert(call.uid);
+                match OUTCOMES.iter().position(|o| *o == outcome.name) {
+                    Some(i) => entry.2[i] += 1,
+                    None => entry.3 += 1,
+                }
+            }
+        }
+    }
+    schedules
+        .into_iter()
+        .map(|(schedule, (outcomes, calls, named, other))| {
+            let uid = Uuid::parse_str(&schedule).expect("uid");
+            vec![
+                ("schedule_uid", Cell::Text(Some(schedule))),
+                ("schedule_name", truth.name(uid)),
+                ("outcomes", count(outcomes)),
+                ("calls", count(calls.len())),
+                ("outcome_1", count(named[0])),
+                ("outcome_2", count(named[1])),
+                ("outcome_3", count(named[2])),
+                ("other_outcomes", count(other)),
+            ]
+        })
+        .collect()
+}
+
 fn calls_per_custom_parameter_value(truth: &Truth, days: &Days) -> Vec<Row> {
     // value → (calls, dialled, answered)
     let mut values: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
@@ -244,6 +285,35 @@ fn calls_per_custom_parameter_value(truth: &Truth, days: &Days) -> Vec<Row> {
                 ("dialled", count(dialled)),
                 ("answered", count(answered)),
                 ("answer_rate", rate(answered, dialled)),
+            ]
+        })
+        .collect()
+}
+
+/// Every custom-parameter name of the real calls created in `days`: calls with it, distinct
+/// values, the smallest value (as text, as SQLite orders it).
+fn custom_parameter_names(truth: &Truth, days: &Days) -> Vec<Row> {
+    let mut names: BTreeMap<String, (usize, BTreeSet<String>)> = BTreeMap::new();
+    for (_, call) in truth.real_calls() {
+        if !days.hold(Some(&day(call.created_at))) {
+            continue;
+        }
+        for name in call.outbound_call_info.custom_parameters.keys() {
+            let value = parameter(call, name).expect("the parameter is there");
+            let entry = names.entry(name.clone()).or_default();
+            entry.0 += 1;
+            entry.1.insert(value);
+        }
+    }
+    let mut rows: Vec<_> = names.into_iter().collect();
+    rows.sort_by(|(n1, (c1, _)), (n2, (c2, _))| c2.cmp(c1).then(n1.cmp(n2)));
+    rows.into_iter()
+        .map(|(name, (calls, values))| {
+            vec![
+                ("parameter", Cell::Text(Some(name))),
+                ("calls", count(calls)),
+                ("distinct_values", count(values.len())),
+                ("example", Cell::Text(values.first().cloned())),
             ]
         })
         .collect()
@@ -346,16 +416,18 @@ fn calls_with_custom_parameters(truth: &Truth, days: &Days) -> Vec<Row> {
 type Answer = fn(&Truth, &Days) -> Vec<Row>;
 
 /// Every canned query, and the function that computes its answer from the truth.
-const EXPECTED: [(&str, Answer); 5] = [
+const EXPECTED: [(&str, Answer); 7] = [
     (
         "answer_rate_per_schedule_per_day",
         answer_rate_per_schedule_per_day,
     ),
     ("outcomes_by_attempt_number", outcomes_by_attempt_number),
+    ("outcomes_per_schedule", outcomes_per_schedule),
     (
         "calls_per_custom_parameter_value",
         calls_per_custom_parameter_value,
     ),
+    ("custom_parameter_names", custom_parameter_names),
     ("time_to_first_answer", time_to_first_answer),
     ("calls_with_custom_parameters", calls_with_custom_parameters),
 ];
@@ -503,6 +575,9 @@ fn run(
             ":parameter" => PARAMETER,
             ":parameter_2" => PARAMETER_2,
             ":parameter_3" => PARAMETER_3,
+            ":outcome" => OUTCOMES[0],
+            ":outcome_2" => OUTCOMES[1],
+            ":outcome_3" => OUTCOMES[2],
             ":from" => days.from.as_deref().unwrap_or(""),
             ":to" => days.to.as_deref().unwrap_or(""),
             other => panic!("canned query {name}: give {other} a value in this test"),
@@ -569,6 +644,8 @@ async fn every_canned_query_answers_what_the_simulators_truth_says() {
                 "time_to_first_answer"
                     | "outcomes_by_attempt_number"
                     | "calls_per_custom_parameter_value"
+                    | "custom_parameter_names"
+                    | "outcomes_per_schedule"
             ) {
                 assert!(
                     kept > 0 && kept < all,
@@ -658,4 +735,54 @@ fn strings(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params
         .expect("runs")
         .collect::<Result<_, _>>()
         .expect("reads")
+}
+
+both!(
+    a_schedules_campaign_comes_from_the_configuration,
+    a_schedules_campaign_comes_from_the_configuration
+);
+
+/// The service has no endpoint that says which campaign a schedule belongs to: a
+/// `[[sync.schedule]] campaign` is stored in `schedules.campaign_uid`, so "per campaign"
+/// questions can be answered for schedules callsync did not create.
+async fn a_schedules_campaign_comes_from_the_configuration(dest: crate::harness::Dest) {
+    let mut env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 5,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
+    .await;
+    let s = env.schedules();
+    let campaign = Uuid::from_u128(0xca);
+    env.config.sync.schedule_names = BTreeMap::from([(s[0], "Renewals".to_owned())]);
+    env.config.sync.schedule_campaigns = BTreeMap::from([(s[0], campaign)]);
+    env.pass_ok(&s).await;
+    let sql = "SELECT uid, campaign_uid, config_name FROM schedules ORDER BY uid";
+    let rows: Vec<Vec<Option<String>>> = match &env.pg {
+        None => {
+            let conn = rusqlite::Connection::open(env.warehouse_path()).unwrap();
+            let mut stmt = conn.prepare(sql).unwrap();
+            stmt.query_map([], |r| Ok(vec![r.get(0)?, r.get(1)?, r.get(2)?]))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        }
+        Some(db) => crate::pg::admin(
+            crate::pg::server(),
+            &db.name,
+            &format!("SELECT uid::text, campaign_uid::text, config_name FROM ({sql}) AS s"),
+        )
+        .unwrap(),
+    };
+    assert_eq!(
+        rows,
+        [vec![
+            Some(s[0].to_string()),
+            Some(campaign.to_string()),
+            Some("Renewals".to_owned())
+        ]]
+    );
 }

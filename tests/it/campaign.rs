@@ -859,7 +859,7 @@ async fn a_dry_run_needs_no_credentials_and_a_dropped_column_is_not_sent() {
     assert_eq!(
         stdout(&out),
         format!(
-            "{}: 2 rows checked, all valid; would send 1 chunks to schedule {schedule} (dry run: nothing sent)",
+            "{}: 2 rows checked, all valid; would send 1 chunk to schedule {schedule} (dry run: nothing sent)",
             csv.display()
         )
     );

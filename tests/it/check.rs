@@ -392,3 +392,41 @@ async fn check_binds_the_metrics_address_and_failed_lines_carry_a_priority_under
         "{line}"
     );
 }
+
+/// `backup.dir` is tried as the daemon would use it: a directory that can be created passes
+/// (and is not left behind), one that cannot — under /proc, even for root — fails, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_tries_the_backup_dir_as_the_daemon_would() {
+    let env = two_schedules().await;
+    let creatable = env.dir.path().join("backups/daily");
+    let config = env.write_config(&format!(
+        "\n[backup]\ncron = \"0 15 2 * * *\"\ndir = \"{}\"\n",
+        creatable.display()
+    ));
+    let out = callsync(&["--config", config.to_str().unwrap(), "check"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with(&format!(
+            "ok   backup.dir: {} is writable (or creatable): scheduled backups can be made there\n",
+            creatable.display()
+        )),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        !env.dir.path().join("backups").exists(),
+        "check leaves no directory"
+    );
+
+    let config = env
+        .write_config("\n[backup]\ncron = \"0 15 2 * * *\"\ndir = \"/proc/nonexistent/backups\"\n");
+    let out = callsync(&["--config", config.to_str().unwrap(), "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let failed = stderr(&out);
+    assert!(
+        failed.starts_with(
+            "FAILED backup.dir: scheduled backups in /proc/nonexistent/backups: cannot create the directory: "
+        ) && failed.ends_with("; check [backup] dir\n"),
+        "{failed}"
+    );
+}

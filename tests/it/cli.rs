@@ -1085,6 +1085,7 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
                 horizon: None,
                 lag_secs: None,
                 error: None,
+                error_kind: None,
             };
             w.finish_run(run, &record).expect("finished");
         }

@@ -97,7 +97,10 @@ async fn config_shows_each_source_and_never_a_secret() {
     }
     let line = |key: &str| {
         text.lines()
-            .find(|l| l.starts_with(&format!("{key} = ")))
+            .find(|l| {
+                l.trim_start_matches("# ").starts_with(&format!("{key} = "))
+                    || l.starts_with(&format!("# {key} is not set"))
+            })
             .unwrap_or_else(|| panic!("{key} in {text}"))
             .split_whitespace()
             .collect::<Vec<_>>()
@@ -109,7 +112,7 @@ async fn config_shows_each_source_and_never_a_secret() {
     );
     assert_eq!(
         line("api.access_token"),
-        "api.access_token = [redacted] # environment CALLSYNC_API__ACCESS_TOKEN"
+        "# api.access_token = (redacted: give it again) # environment CALLSYNC_API__ACCESS_TOKEN"
     );
     assert_eq!(
         line("sync.schedules"),
@@ -117,7 +120,7 @@ async fn config_shows_each_source_and_never_a_secret() {
     );
     assert_eq!(
         line("metrics.listen"),
-        "metrics.listen = (not set) # default"
+        "# metrics.listen is not set # default"
     );
 }
 

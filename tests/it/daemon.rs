@@ -18,7 +18,7 @@ use callsync::sync::{PassReport, PassResult};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::harness::{PATIENCE, TestEnv, wait_for};
+use crate::harness::{PATIENCE, TestEnv, wait_for, wait_for_value};
 
 struct Run {
     kind: String,
@@ -286,12 +286,16 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_and_loses_nothing() {
     .await;
     let config =
         env.write_config("page_size = 20\ncron = \"0 0 * * * *\"\nshutdown_timeout_secs = 60\n");
+    // Logged at log.level = "warn" (write_config's): what an operator's `-p warning` shows.
+    let log_path = env.dir.path().join("run.log");
+    let log = std::fs::File::create(&log_path).unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")
         .arg(&config)
         .arg("run")
+        .env_remove("RUST_LOG")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("callsync starts");
     wait_for("a pass of every schedule to be under way", || {
@@ -320,6 +324,11 @@ async fn sighup_is_survived_and_sigterm_mid_pass_exits_0_and_loses_nothing() {
         .expect("exits")
         .expect("exit status");
     assert_eq!(status.code(), Some(0), "a clean shutdown exits 0");
+    // A stop asked for is no warning (every restart would show under `journalctl -p
+    // warning`); the ignored SIGHUP is one.
+    let logged = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!logged.contains("shutting down"), "{logged}");
+    assert!(logged.contains("SIGHUP ignored"), "{logged}");
     for schedule in env.schedules() {
         let runs = runs(&env, schedule);
         let last = runs.last().expect("a pass ran");
@@ -434,22 +443,36 @@ async fn metrics_and_healthz_serve_the_right_figures() {
         ok_requests as f64
     );
     assert!(value("callsync_warehouse_size_bytes") > 0.0);
+    // The version and the commit built (git's, where the build had git).
+    let revision = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map_or("unknown".to_owned(), |out| {
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        });
     assert_eq!(
         value(&format!(
-            "callsync_build_info{{version=\"{}\"}}",
+            "callsync_build_info{{version=\"{}\",revision=\"{revision}\"}}",
             env!("CARGO_PKG_VERSION")
         )),
         1.0
     );
-    // Which daemon this is, once (an info series), as sync_runs names its passes.
+    // Which daemon this is, once (an info series), as sync_runs names its passes: no
+    // `instance` (Prometheus' own label), no pid (a new series at every restart).
     let walker = callsync::warehouse::Walker::this_process(None);
     assert_eq!(
         value(&format!(
-            "callsync_daemon_info{{host=\"{}\",instance=\"{}\",pid=\"{}\"}}",
-            walker.host, walker.instance, walker.pid
+            "callsync_daemon_info{{host=\"{}\",daemon=\"{}\"}}",
+            walker.host, walker.instance
         )),
         1.0
     );
+    assert!(value("process_start_time_seconds") > 1.7e9);
+    assert!(value("process_resident_memory_bytes") > 0.0);
+    assert!(value("process_open_fds") > 0.0);
     assert!(
         value(&format!(
             "callsync_last_success_timestamp_seconds{{schedule=\"{}\"}}",
@@ -939,8 +962,33 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         dir: dir.clone(),
         keep: 2,
     });
+    let listen = free_port();
+    env.config.metrics.listen = Some(listen);
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
+    // From start-up: the newest backup already there (2020-01-02, 3 bytes), no failure.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let scrape = || async {
+        let text = (http.get(format!("http://{listen}/metrics")).send().await)
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("{name} missing from:\n{text}"))
+                .parse::<f64>()
+                .unwrap()
+        };
+        [
+            value("callsync_backup_last_success_timestamp_seconds"),
+            value("callsync_backup_size_bytes"),
+            value("callsync_backup_failures_total"),
+        ]
+    };
+    assert_eq!(scrape().await, [1_577_923_200.0, 3.0, 0.0]);
     assert_eq!(daemon.send(Tick::Backup).await, Vec::<Uuid>::new());
     let names = || {
         let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -955,7 +1003,22 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         !names().contains(&"callsync-20200101T000000Z.db".to_owned())
     })
     .await;
+    // The series say it once the backup task has told them (after its removals).
+    let seen = wait_for_value("the backup's series", || async {
+        Some(scrape().await).filter(|seen| seen[0] > 1.7e9)
+    })
+    .await;
+    // A backup that cannot be made: the directory is now a file.
+    std::fs::rename(&dir, dir.with_extension("kept")).unwrap();
+    std::fs::write(&dir, "not a directory").unwrap();
+    assert_eq!(daemon.send(Tick::Backup).await, Vec::<Uuid>::new());
+    let failed = wait_for_value("the failed backup counted", || async {
+        Some(scrape().await).filter(|failed| failed[2] == 1.0)
+    })
+    .await;
     daemon.stop().await;
+    std::fs::remove_file(&dir).unwrap();
+    std::fs::rename(dir.with_extension("kept"), &dir).unwrap();
     let names = names();
     assert_eq!(names.len(), 3, "{names:?}");
     assert_eq!(names[0], "README");
@@ -967,4 +1030,98 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
     );
     let contents = callsync::warehouse::verify_backup(&dir.join(new)).expect("a good backup");
     assert_eq!(contents.calls, 100);
+    let size = std::fs::metadata(dir.join(new)).unwrap().len() as f64;
+    assert_eq!(seen[1..], [size, 0.0]);
+    // A failure leaves the last success and its size as they were.
+    assert_eq!(failed, [seen[0], size, 1.0]);
+}
+
+/// `/healthz` during a slow reconciliation: its pages commit nothing (nothing changed), but its
+/// requests are answered, and a quiet stretch is judged against the pass's own slowest so far.
+/// Each step waits for an event — a list request held, then let through —, never an instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_but_moving_reconciliation_is_healthy_and_late_only_past_its_own_cadence() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 100,
+        ..SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    env.config.sync.page_size = 10;
+    env.config.sync.reconcile_window = Duration::from_secs(3650 * 86_400);
+    let listen = free_port();
+    env.config.metrics.listen = Some(listen);
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::new();
+    let health = || async {
+        let answer = http
+            .get(format!("http://{listen}/healthz"))
+            .send()
+            .await
+            .unwrap();
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    };
+    let hold = env.sim.hold_list_requests(1);
+    let held = &hold;
+    let arrived = move |n| async move {
+        tokio::time::timeout(PATIENCE, held.arrived(n))
+            .await
+            .expect("the reconciliation asks for its next page");
+    };
+    assert_eq!(daemon.send(Tick::Reconcile).await, s);
+    arrived(1).await;
+    // Its first page held for 3 sync ticks: the first finds the start-up pass's completion
+    // (progress since the tick before), the next two nothing: quiet, but not for long.
+    for _ in 0..3 {
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+    }
+    assert_eq!(health().await.0, 200);
+    // Pages answered one a tick, none committed (nothing changed): moving, so healthy, for
+    // more ticks than a schedule without progress is given.
+    for page in 1..=4 {
+        hold.release(page);
+        arrived(page + 1).await;
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+        let (status, text) = health().await;
+        assert_eq!(status, 200, "page {page}: {text}");
+        assert!(text.starts_with("ok\nbusy since "), "{text}");
+    }
+    // The details of the four pages read (10 each) have all been asked for: from here on
+    // nothing of the pass moves while its fifth page is held (their last answers may still
+    // count for the first quiet tick).
+    // Its fifth page held: quiet from here (once the last details answered have counted).
+    // Its slowest stretch was 2 ticks, so it is late only past 2 × 2 + 1 = 5 quiet ticks,
+    // not at 3; the first 503 says so.
+    let mut late = None;
+    for _ in 0..12 {
+        assert_eq!(daemon.send(Tick::Sync).await, Vec::<Uuid>::new());
+        let (status, text) = health().await;
+        if status == 503 {
+            late = Some(text);
+            break;
+        }
+        assert_eq!(status, 200, "{text}");
+    }
+    let text = late.expect("late once quiet for long enough");
+    assert!(
+        text.starts_with(&format!(
+            "late: {}: its reconcile pass, running since ",
+            s[0]
+        )) && text.contains(
+            ", has had no request answered and no page committed for 5 sync ticks (its slowest stretch before: 2)\n"
+        ),
+        "{text}"
+    );
+    drop(hold);
+    daemon
+        .until("the reconciliation", |reports| {
+            reports.iter().any(|r| r.kind.as_str() == "reconcile")
+        })
+        .await;
+    assert_eq!(health().await, (200, "ok\n".to_owned()));
+    daemon.stop().await;
+    env.assert_matches_truth(&s);
 }

@@ -35,6 +35,25 @@ pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// [`wait_for`], for a value that must be awaited (an HTTP request, say): the first that
+/// `next` gives.
+pub async fn wait_for_value<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut next: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = next().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting after {PATIENCE:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 pub struct TestEnv {
     pub sim: Simulator,
     pub dir: TempDir,
@@ -309,6 +328,7 @@ pub fn config_for(
         sync: SyncConfig {
             schedules,
             schedule_names: Default::default(),
+            schedule_campaigns: Default::default(),
             lookback: Duration::from_secs(5),
             cron: callsync::config::CronSchedule::parse("0 */5 * * * *").unwrap(),
             page_size: 100,

@@ -290,6 +290,40 @@ fn last_success_age_says_never_for_a_schedule_that_never_synced_not_56_years() {
     }
 }
 
+/// What Prometheus 2.x sends as `Accept` when it scrapes.
+const PROMETHEUS_ACCEPTS: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `promtool check metrics` on a raw scrape: its parser and its lint (counters' `_total`,
+/// units, no `info` type). Skipped, loudly, where Prometheus is not installed.
+fn promtool_checks_metrics(exposition: &str) {
+    use std::io::Write as _;
+    let Ok(mut child) = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: `promtool check metrics` was NOT run on the scrape (apt-get install prometheus)"
+        );
+        return;
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
+        "promtool check metrics:\n{}{}\n{exposition}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The names of the samples in an exposition (histograms' `_bucket`, `_sum`, `_count`).
 fn exported(exposition: &str) -> BTreeSet<String> {
     exposition
@@ -307,10 +341,12 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let rule_exprs = rule_expressions(&rules);
     assert_eq!(rule_exprs.len(), rules.matches("- alert:").count());
     let alerted: BTreeSet<String> = rule_exprs.iter().flat_map(|e| metric_names(e)).collect();
-    assert!(
-        alerted.contains("callsync_last_success_timestamp_seconds"),
-        "{alerted:?}"
-    );
+    for series in [
+        "callsync_last_success_timestamp_seconds",
+        "callsync_backup_last_success_timestamp_seconds",
+    ] {
+        assert!(alerted.contains(series), "{series} not in {alerted:?}");
+    }
     let shown: BTreeSet<String> = dashboard_expressions(&dashboard)
         .iter()
         .flat_map(|e| metric_names(e))
@@ -334,6 +370,12 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     env.config.metrics.listen = Some(listen);
     env.config.sync.reconcile_cron =
         Some(callsync::config::CronSchedule::parse("0 0 3 * * *").unwrap());
+    // Backups on, none made yet: their series exist from start-up too (CallsyncBackupStale).
+    env.config.backup = Some(callsync::config::BackupConfig {
+        cron: callsync::config::CronSchedule::parse("0 15 2 * * *").unwrap(),
+        dir: env.dir.path().join("backups"),
+        keep: 7,
+    });
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(callsync::daemon::run(env.config.clone(), async {
         let _ = stopped.await;
@@ -341,16 +383,47 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::new();
     let deadline = Instant::now() + PATIENCE;
-    let exposition = loop {
-        if let Ok(response) = http.get(format!("http://{listen}/metrics")).send().await {
-            break response.text().await.unwrap();
+    let scrape = |accept: &'static str| {
+        http.get(format!("http://{listen}/metrics"))
+            .header("accept", accept)
+            .send()
+    };
+    let answer = loop {
+        if let Ok(response) = scrape(PROMETHEUS_ACCEPTS).await {
+            break response;
         }
         assert!(Instant::now() < deadline, "/metrics never answered");
         // Polling interval under the patience above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    assert_eq!(
+        answer.headers()["content-type"],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let exposition = answer.text().await.unwrap();
+    assert!(exposition.ends_with("# EOF\n"), "{exposition}");
+    // The text format, for a scraper that asks for it (promtool, older Prometheus).
+    let answer = scrape("text/plain;version=0.0.4").await.unwrap();
+    assert_eq!(
+        answer.headers()["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    let text = answer.text().await.unwrap();
     stop.send(()).unwrap();
     daemon.await.unwrap().unwrap();
+    assert!(
+        !text.contains("# EOF") && !text.contains(" info\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE callsync_build_info gauge\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "{text}"
+    );
+    promtool_checks_metrics(&text);
 
     assert!(
         exposition
@@ -379,6 +452,14 @@ async fn alerts_and_dashboard_use_only_series_exported_from_start_up() {
         exposition.contains("callsync_passes_total{kind=\"reconcile\",result=\"failed\"} 0"),
         "{exposition}"
     );
+    // No backup in backup.dir yet: none made, none failed.
+    for line in [
+        "callsync_backup_last_success_timestamp_seconds 0.0\n",
+        "callsync_backup_failures_total 0\n",
+        "callsync_backup_size_bytes 0\n",
+    ] {
+        assert!(exposition.contains(line), "{line} missing:\n{exposition}");
+    }
     // Per configured schedule, from start-up.
     for schedule in env.schedules() {
         for line in [
@@ -421,4 +502,95 @@ fn metric_names_are_found_whole() {
         ),
         BTreeSet::from(["callsync_last_success_timestamp_seconds".to_owned()])
     );
+}
+
+#[test]
+fn last_backup_age_says_never_when_there_is_no_backup() {
+    let dashboard = dashboard();
+    let panel = panel(&dashboard, "Last backup age");
+    let defaults = &panel["fieldConfig"]["defaults"];
+    assert_eq!(defaults["unit"], "s");
+    assert_eq!(defaults["mappings"][0]["options"]["-1"]["text"], "never");
+    let expr = panel["targets"][0]["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$instance", ".*");
+    let backup = |instance: &str| {
+        format!(
+            "callsync_backup_last_success_timestamp_seconds{{instance=\"{instance}\",job=\"callsync\"}}"
+        )
+    };
+    let series = [(backup("a:1"), "400x20"), (backup("b:1"), "0x20")];
+    let series: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    let evaluated = promtool_evaluates(
+        &expr,
+        &series,
+        &[
+            ("{instance=\"a:1\",job=\"callsync\"}", 560.0),
+            ("{instance=\"b:1\",job=\"callsync\"}", -1.0),
+        ],
+    );
+    if !evaluated {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: the no-backup query was checked by its mapping only (apt-get install prometheus)"
+        );
+    }
+}
+
+/// The `expr` of the rule named `alert` in the rules file.
+fn alert_expression(alert: &str) -> String {
+    let rules = std::fs::read_to_string(contrib("prometheus/callsync-alerts.yml")).unwrap();
+    let at = rules
+        .find(&format!("- alert: {alert}\n"))
+        .unwrap_or_else(|| panic!("no alert {alert}"));
+    rule_expressions(&rules[at..]).remove(0)
+}
+
+/// An hour-long reconciliation that still moves does not fire CallsyncNoRecentSuccess; one
+/// that stopped moving, or a schedule with no pass running, does.
+#[test]
+fn no_recent_success_spares_a_long_pass_that_moves() {
+    let expr = alert_expression("CallsyncNoRecentSuccess");
+    // At 960 s, no success since start-up (0) for all three: a runs a pass that answered a
+    // request at 900 s; b's running pass last moved at 60 s; c runs none.
+    let labels = |s: &str| format!("{{instance=\"d:1\",job=\"callsync\",schedule=\"{s}\"}}");
+    let series: Vec<(String, &str)> = [("a", "900x20"), ("b", "60x20"), ("c", "0x20")]
+        .iter()
+        .flat_map(|(s, progress)| {
+            [
+                (
+                    format!(
+                        "callsync_schedule_info{}",
+                        labels(s).replace('}', ",name=\"\"}")
+                    ),
+                    "1x20",
+                ),
+                (
+                    format!("callsync_last_success_timestamp_seconds{}", labels(s)),
+                    "0x20",
+                ),
+                (
+                    format!("callsync_pass_progress_timestamp_seconds{}", labels(s)),
+                    *progress,
+                ),
+            ]
+        })
+        .collect();
+    let series: Vec<(&str, &str)> = series.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    // The threshold as written is an hour: shifted by the evaluation's 960 s, as promtool
+    // evaluates from 0. Only b and c fire.
+    let expr = expr.replace("> 3600", "> 900");
+    let evaluated = promtool_evaluates(
+        &expr,
+        &series,
+        &[
+            ("{job=\"callsync\",schedule=\"b\"}", 960.0),
+            ("{job=\"callsync\",schedule=\"c\"}", 960.0),
+        ],
+    );
+    if !evaluated {
+        eprintln!(
+            "PROMTOOL NOT INSTALLED: CallsyncNoRecentSuccess was not evaluated (apt-get install prometheus)"
+        );
+    }
 }

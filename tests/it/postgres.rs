@@ -572,7 +572,7 @@ fn rows_on_both(
             let (name, kind) = (c[0].as_deref().unwrap(), c[1].as_deref().unwrap());
             match kind {
                 "timestamp with time zone" => format!(
-                    "CASE WHEN {name} = '-infinity' THEN '0000-01-01T00:00:00.000000Z'
+                    "CASE WHEN {name} = '-infinity' THEN '0001-01-01T00:00:00.000000Z'
                      ELSE to_char({name} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') END"
                 ),
                 "boolean" => format!("{name}::integer::text"),

@@ -215,13 +215,31 @@ async fn status_exits_3_when_a_watched_schedule_last_failed() {
     }
 
     env.sim.break_schedule(bad, Some(BadBody::InvalidJson));
-    let out = callsync(&["--config", c, "sync"]).await;
+    let out = callsync(&["--config", c, "sync", "--json"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let attention = format!("attention: schedule {bad}: its last pass failed (exit code 3)\n");
+    let failed_pass = json_lines(&out)
+        .into_iter()
+        .find(|line| line["schedule_uid"] == bad.to_string())
+        .expect("the failed pass's line");
+    assert_eq!(failed_pass["error_kind"], "protocol");
+    let attention =
+        format!("attention: schedule {bad}: its last pass failed (protocol) (exit code 3)\n");
     let out = callsync(&["--config", c, "status", "--json"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stderr(&out), attention);
     let status: Value = serde_json::from_slice(&out.stdout).expect("the JSON is still printed");
+    // The pass `sync --json` named, by its run id, and its kind: what a script matches.
+    let bad_row = (status.as_array().unwrap().iter())
+        .find(|row| row["schedule_uid"] == bad.to_string())
+        .unwrap();
+    assert_eq!(bad_row["last_run"]["run_id"], failed_pass["run_id"]);
+    assert_eq!(bad_row["last_run"]["error_kind"], "protocol");
+    assert_eq!(bad_row["failed_passes"], 1);
+    assert_eq!(
+        bad_row["backing_off"],
+        Value::Null,
+        "one failure: tried at the next tick"
+    );
     let results: BTreeSet<(String, String)> = status
         .as_array()
         .expect("an array")
@@ -242,6 +260,40 @@ async fn status_exits_3_when_a_watched_schedule_last_failed() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stderr(&out), attention);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&bad.to_string()));
+
+    // A second failure in a row: the daemon sits the next tick out, and status says until
+    // when, not that the daemon has stopped.
+    let out = callsync(&["--config", c, "sync"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let out = callsync(&["--config", c, "status", "--json"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bad_row = (status.as_array().unwrap().iter())
+        .find(|row| row["schedule_uid"] == bad.to_string())
+        .unwrap();
+    assert_eq!(bad_row["failed_passes"], 2);
+    let backing_off = &bad_row["backing_off"];
+    assert_eq!(
+        (&backing_off["failures"], &backing_off["ticks"]),
+        (&2.into(), &1.into())
+    );
+    let next_try = backing_off["next_try_at"].as_str().unwrap();
+    let finished = bad_row["last_run"]["finished_at"].as_str().unwrap();
+    assert!(next_try > finished, "{next_try} after {finished}");
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "attention: schedule {bad}: its last pass failed (protocol); the daemon backs off until {next_try} (exit code 3)\n"
+        )
+    );
+    let out = callsync(&["--config", c, "status"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "  BACKING OFF  after 2 failed passes in a row the daemon sits out 1 tick of sync.cron: next try at {next_try}\n"
+        )) && !text.contains("NO PASS RECORDED"),
+        "{text}"
+    );
 
     // Only the schedules configured are watched: one taken out of sync.schedules (after a
     // 404, say) does not fail every check.

@@ -55,15 +55,20 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                     Some(RunOutcome::Interrupted) => {
                         "interrupted by shutdown (the next pass resumes)".to_owned()
                     }
-                    Some(RunOutcome::Failed) => {
-                        format!("FAILED: {}", run.error.as_deref().unwrap_or_default())
-                    }
+                    Some(RunOutcome::Failed) => match &run.error_kind {
+                        Some(kind) => format!(
+                            "FAILED ({kind}): {}",
+                            run.error.as_deref().unwrap_or_default()
+                        ),
+                        None => format!("FAILED: {}", run.error.as_deref().unwrap_or_default()),
+                    },
                     Some(RunOutcome::Completed) => "ok".to_owned(),
                 };
                 let _ = writeln!(
                     out,
-                    "  last pass    {} started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
+                    "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
                     run.kind,
+                    run.run_id,
                     run.started_at,
                     run.walked_by()
                         .map(|by| format!(" by {by}"))
@@ -90,6 +95,15 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             "  last success {}",
             s.last_success_at.as_deref().unwrap_or("never")
         );
+        if let Some(b) = s.backing_off.as_ref().filter(|_| s.is_backing_off()) {
+            let _ = writeln!(
+                out,
+                "  BACKING OFF  after {} failed passes in a row the daemon sits out {} of sync.cron: next try at {}",
+                b.failures,
+                crate::counted(b.ticks, "tick", "ticks"),
+                b.next_try_at
+            );
+        }
         if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
             let ticks = if ticks >= TICKS_COUNTED {
                 format!("{TICKS_COUNTED} or more")
@@ -192,6 +206,8 @@ mod tests {
             host: Some("db-host".into()),
             instance: Some("blue".into()),
             pid: Some(4242),
+            run_id: 17,
+            error_kind: error.map(|_| "service".to_owned()),
             outcome,
         }
     }
@@ -215,7 +231,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "  last pass    backfill started 2026-01-01T02:00:00.000000Z by blue on db-host pid 4242: FAILED: HTTP 503; 3 pages, 250 calls seen, 240 written, 4 requests, 1 retries\n"
+                "  last pass    backfill (run 17) started 2026-01-01T02:00:00.000000Z by blue on db-host pid 4242: FAILED (service): HTTP 503; 3 pages, 250 calls seen, 240 written, 4 requests, 1 retries\n"
             ),
             "{text}"
         );

@@ -197,7 +197,7 @@ impl PgWarehouse {
             "UPDATE sync_runs SET finished_at = $2, pages = $3, calls_seen = $4,
                calls_written = $5, requests = $6, retries = $7, error = $8, outcome = $9,
                horizon = $10, lag_secs = $11, detail_requests = $12, rate_limited = $13,
-               throttled_secs = $14, future_rows = $15
+               throttled_secs = $14, future_rows = $15, error_kind = $16
              WHERE id = $1",
             "recording the end of a pass",
         )?;
@@ -219,6 +219,7 @@ impl PgWarehouse {
                 &n(stats.rate_limited),
                 &(stats.throttled_ms as f64 / 1000.0),
                 &n(stats.future_rows),
+                &record.error_kind.map(crate::ErrorKind::as_str),
             ],
         ))
         .pg(&self.target, "recording the end of a pass")?;
@@ -239,6 +240,24 @@ impl PgWarehouse {
             &[&micros(cutoff)],
         ))
         .pg(&self.target, "forgetting old passes")
+    }
+
+    /// The configuration's campaigns of schedules, into `schedules.campaign_uid` (see the
+    /// SQLite warehouse's `set_schedule_campaigns`). One statement.
+    pub fn set_schedule_campaigns(
+        &mut self,
+        campaigns: impl IntoIterator<Item = (Uuid, Uuid)>,
+    ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        let (schedules, campaigns): (Vec<Uuid>, Vec<Uuid>) = campaigns.into_iter().unzip();
+        wait(self.client().execute(
+            "INSERT INTO schedules (uid, campaign_uid)
+             SELECT * FROM unnest($1::uuid[], $2::uuid[])
+             ON CONFLICT (uid) DO UPDATE SET campaign_uid = excluded.campaign_uid",
+            &[&schedules, &campaigns],
+        ))
+        .pg(&self.target, "recording a schedule's campaign")?;
+        Ok(())
     }
 
     /// The configuration's schedule names, into `schedules.config_name` (see the SQLite
@@ -334,7 +353,7 @@ impl PgWarehouse {
         let runs = wait(self.client().query(
             "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
                retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-               throttled_secs, future_rows, host, instance, pid
+               throttled_secs, future_rows, host, instance, pid, id, error_kind
              FROM sync_runs WHERE schedule_uid = $1 ORDER BY id DESC LIMIT 100",
             &[&schedule],
         ))
@@ -343,10 +362,8 @@ impl PgWarehouse {
             .iter()
             .map(|r| self.run_summary(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let behind_passes = runs
-            .iter()
-            .take_while(|r| r.outcome == Some(RunOutcome::Behind))
-            .count() as i64;
+        let (behind_passes, failed_passes) =
+            super::super::queries::in_a_row(runs.iter().map(|r| r.outcome));
         let last_success_at: Option<OffsetDateTime> = wait(self.client().query_one(
             "SELECT max(finished_at) FROM sync_runs
              WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
@@ -375,6 +392,7 @@ impl PgWarehouse {
                 checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
                 last_run: runs.into_iter().next(),
                 behind_passes,
+                failed_passes,
                 last_success_at: last_success_at
                     .map(|t| instant(&self.target, t, "sync_runs.finished_at"))
                     .transpose()?,
@@ -421,6 +439,10 @@ impl PgWarehouse {
             host: r.column(16, &self.target, STEP)?,
             instance: r.column(17, &self.target, STEP)?,
             pid: r.column(18, &self.target, STEP)?,
+            run_id: r.column(19, &self.target, STEP)?,
+            error_kind: r
+                .column::<Option<String>>(20, &self.target, STEP)?
+                .map(|k| crate::untrusted::untrusted_text(&k, super::super::runs::WALKER_CHARS)),
             outcome,
         })
     }

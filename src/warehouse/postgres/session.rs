@@ -89,9 +89,7 @@ pub(super) fn connect_session(
         match config.connect(tls).await {
             Ok((client, connection)) => {
                 let _ = tx.send(Ok(client));
-                if let Err(err) = connection.await {
-                    tracing::debug!(error = %err, "a PostgreSQL connection ended");
-                }
+                drive(connection).await;
             }
             Err(err) => {
                 let _ = tx.send(Err(err));
@@ -130,6 +128,45 @@ fn refused(target: &PgTarget, err: &tokio_postgres::Error) -> Option<WarehouseEr
         cause: problem(err),
         advice,
     })
+}
+
+/// Drives `connection` until it ends, its server's notices told as callsync's own lines
+/// ([`notice_line`]) rather than left to tokio-postgres, which logs each at INFO under its
+/// own name.
+async fn drive<S, T>(mut connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => {
+                match notice_line(notice.message()) {
+                    (true, line) => tracing::warn!(notice = notice.message(), "{line}"),
+                    (false, line) => tracing::debug!(notice = notice.message(), "{line}"),
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(err)) => {
+                tracing::debug!(error = %err, "a PostgreSQL connection ended");
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+/// What callsync says of a server's notice: `(true, …)` a warning with what to do, for those
+/// callsync's own SQL raises; `(false, …)` the others (`… already exists, skipping`), which
+/// need no one.
+fn notice_line(message: &str) -> (bool, String) {
+    if message.starts_with("callsync_reader not created") {
+        return (
+            true,
+            "the read-only role callsync_reader was not created (callsync's PostgreSQL role may not create roles), so BI tools have no role to read through: have a superuser run contrib/postgres/bi-role.sql once (docs/postgres.md): it creates the role and grants it every table and view".to_owned(),
+        );
+    }
+    (false, format!("PostgreSQL notice: {message}"))
 }
 
 /// Commits of callsync's sessions do not wait for the server's WAL flush
@@ -411,5 +448,30 @@ mod session_settings_tests {
         keep_alive(&mut config);
         assert!(!config.get_keepalives());
         assert_eq!(config.get_keepalives_interval(), None);
+    }
+}
+
+#[cfg(test)]
+mod notice_tests {
+    use super::notice_line;
+
+    #[test]
+    fn callsyncs_own_notices_are_warnings_with_a_remedy_the_rest_debug() {
+        let (warn, line) =
+            notice_line("callsync_reader not created: permission denied to create role");
+        assert!(warn);
+        assert!(
+            line.starts_with("the read-only role callsync_reader was not created")
+                && line.contains("contrib/postgres/bi-role.sql"),
+            "{line}"
+        );
+        assert_eq!(
+            notice_line("relation \"callsync_schema\" already exists, skipping"),
+            (
+                false,
+                "PostgreSQL notice: relation \"callsync_schema\" already exists, skipping"
+                    .to_owned()
+            )
+        );
     }
 }

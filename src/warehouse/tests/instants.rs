@@ -116,11 +116,12 @@ fn a_version_6_warehouse_gets_utc_instants_typed_timestamp_and_null_phonetics() 
     assert_eq!((report.from, report.to), (6, schema::latest_version()));
     let w = Warehouse::open_read_only(&path).unwrap();
 
-    // Every time column of every table is declared TIMESTAMP and holds the new form.
+    // Every time column of every table is declared TIMESTAMPTZ (schema 11) and holds the new
+    // form.
     let columns = time_columns(&w.conn);
     assert_eq!(columns.len(), 34, "{columns:?}");
     for (table, column, declared) in &columns {
-        assert_eq!(declared, "TIMESTAMP", "{table}.{column}");
+        assert_eq!(declared, "TIMESTAMPTZ", "{table}.{column}");
         let values: Vec<Option<String>> = w
             .conn
             .prepare(&format!("SELECT {column} FROM {table}"))
@@ -216,7 +217,7 @@ fn a_version_6_warehouse_gets_utc_instants_typed_timestamp_and_null_phonetics() 
     // Until a time zone is configured, days are UTC days.
     assert_eq!(
         get("SELECT starts_at, utc_offset_secs, zone FROM timezone_offsets"),
-        [t("0000-01-01T00:00:00.000000Z"), Sql::Integer(0), t("UTC")]
+        [t("0001-01-01T00:00:00.000000Z"), Sql::Integer(0), t("UTC")]
     );
 }
 
