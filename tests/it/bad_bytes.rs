@@ -142,7 +142,7 @@ async fn a_page_nested_too_deep_fails_its_pass_at_once_as_a_bad_response() {
     let out = callsync(&["--config", c, "status"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&format!("FAILED: {error}")),
+        String::from_utf8_lossy(&out.stdout).contains(&format!("FAILED (bad_response): {error}")),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
