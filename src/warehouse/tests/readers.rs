@@ -1,7 +1,7 @@
 //! Schema 11: the warehouse as the analyst's readers take it. Python's `sqlite3` with
 //! `PARSE_DECLTYPES` (its converters reproduced here), DuckDB's SQLite reader (which binds a
 //! view's SQL against the tables as `PRAGMA table_info` shows them), and SQLite's own date
-//! functions in the idioms README gives.
+//! functions in the idioms docs/analyse.md gives ("Reading timestamps").
 
 use super::*;
 
@@ -98,7 +98,7 @@ fn pythons_decltype_converters_read_every_time_column_without_an_error() {
                     if let Err(raised) = python_decltype_conversion(declared, text.as_str()) {
                         panic!("{name}, declared {declared:?}: {raised}");
                     }
-                    // README's converter for TIMESTAMPTZ gives a `datetime`: years 1 to 9999.
+                    // docs/analyse.md's converter for TIMESTAMPTZ gives a `datetime`: years 1 to 9999.
                     assert!(
                         declared != "TIMESTAMPTZ" || !text.starts_with("0000-"),
                         "{name}: {text} is before Python's datetime.min"
@@ -186,7 +186,7 @@ fn no_view_names_a_column_duckdb_cannot_see() {
 
 /// SQLite's `datetime()` writes `YYYY-MM-DD HH:MM:SS` (a space), the warehouse RFC 3339 (a
 /// `T`): compared as text, `updated_at > datetime('now', '-3 hours')` takes every row of the
-/// bound's day (' ' sorts before 'T'). The forms README gives compare instants.
+/// bound's day (' ' sorts before 'T'). The forms docs/analyse.md gives compare instants.
 #[test]
 fn readmes_time_idioms_count_what_the_naive_one_miscounts() {
     let dir = tempfile::tempdir().unwrap();
