@@ -221,9 +221,10 @@ async fn status_exits_3_when_a_watched_schedule_last_failed() {
         .into_iter()
         .find(|line| line["schedule_uid"] == bad.to_string())
         .expect("the failed pass's line");
-    assert_eq!(failed_pass["error_kind"], "protocol");
+    // A body that arrived whole but is not JSON: not retried, its own kind.
+    assert_eq!(failed_pass["error_kind"], "bad_response");
     let attention =
-        format!("attention: schedule {bad}: its last pass failed (protocol) (exit code 3)\n");
+        format!("attention: schedule {bad}: its last pass failed (bad_response) (exit code 3)\n");
     let out = callsync(&["--config", c, "status", "--json"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stderr(&out), attention);
@@ -233,7 +234,7 @@ async fn status_exits_3_when_a_watched_schedule_last_failed() {
         .find(|row| row["schedule_uid"] == bad.to_string())
         .unwrap();
     assert_eq!(bad_row["last_run"]["run_id"], failed_pass["run_id"]);
-    assert_eq!(bad_row["last_run"]["error_kind"], "protocol");
+    assert_eq!(bad_row["last_run"]["error_kind"], "bad_response");
     assert_eq!(bad_row["failed_passes"], 1);
     assert_eq!(
         bad_row["backing_off"],
@@ -283,7 +284,7 @@ async fn status_exits_3_when_a_watched_schedule_last_failed() {
     assert_eq!(
         stderr(&out),
         format!(
-            "attention: schedule {bad}: its last pass failed (protocol); the daemon backs off until {next_try} (exit code 3)\n"
+            "attention: schedule {bad}: its last pass failed (bad_response); the daemon backs off until {next_try} (exit code 3)\n"
         )
     );
     let out = callsync(&["--config", c, "status"]).await;
