@@ -634,8 +634,8 @@ impl PageWalker {
                 "the service orders calls sharing an updated_at differently from one request to the next: each such group is read until every call of it has shown"
             );
         }
+        // Runs need no switching off: a walk found unstable covers every tie group first.
         self.unstable = true;
-        self.runs = false;
     }
 
     /// The answer to the quiet check of a run from `after` that read up to a page ending at

@@ -151,6 +151,8 @@ mod tests {
         let flag = ran.clone();
         let _job = writer
             .submit(move |_| {
+                // Injected delay: the job is still running when `close` is called; the
+                // assertion holds however long it takes.
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 Ok(())
