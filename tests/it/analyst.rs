@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use callsync::service::{OutboundCall, Schedule, Timestamp};
 use callsync::simulator::{Precision, SimulatorOptions};
-use callsync::warehouse::Warehouse;
+use callsync::warehouse::sqlite::Warehouse;
 use rusqlite::types::Value as Sql;
 use serde_json::{Value as Json, json};
 use uuid::Uuid;

@@ -3,9 +3,9 @@
 
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
-use callsync::sync::{PassPlan, PassResult, Quiet};
-use callsync::warehouse::ScheduleLock;
-use callsync::warehouse::Warehouse;
+use callsync::sync::{PassPlan, PassResult, Quiet, Skip};
+use callsync::warehouse::sqlite::ScheduleLock;
+use callsync::warehouse::sqlite::Warehouse;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -124,12 +124,13 @@ async fn a_second_process_on_the_same_schedule_is_refused_clearly() {
     let _held = ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     // Skipped, not failed: nothing is wrong with the schedule, and the daemon must not back
     // off from it while a backfill holds it.
-    let PassResult::Skipped(error) = backfill(&env, s[0], None).await else {
-        panic!("a locked schedule must be refused");
-    };
-    assert!(
-        error.contains("is being synced by another callsync process"),
-        "{error}"
+    assert_eq!(
+        backfill(&env, s[0], None).await,
+        PassResult::Skipped(Skip::Busy {
+            schedule: s[0],
+            destination: env.warehouse_path().display().to_string(),
+        }),
+        "a locked schedule must be refused"
     );
 }
 

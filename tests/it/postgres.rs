@@ -692,10 +692,11 @@ async fn healthz_says_503_while_the_server_is_unreachable_and_200_once_it_is_bac
         1,
     );
     assert_ne!(url, db.url);
-    env.config.warehouse.postgres = Some(callsync::config::PostgresConfig {
-        url,
-        password: None,
-    });
+    env.config.warehouse.destination =
+        callsync::config::DestinationConfig::Postgres(callsync::config::PostgresConfig {
+            url,
+            password: None,
+        });
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .unwrap();
