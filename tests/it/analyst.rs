@@ -737,7 +737,7 @@ fn strings(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params
         .expect("reads")
 }
 
-both!(
+conformance!(
     a_schedules_campaign_comes_from_the_configuration,
     a_schedules_campaign_comes_from_the_configuration
 );

@@ -45,7 +45,7 @@ fn cursor(env: &TestEnv, schedule: Uuid) -> Option<Timestamp> {
         .map(|c| c.cursor)
 }
 
-both!(
+conformance!(
     backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint,
     backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint
 );
@@ -72,7 +72,7 @@ async fn backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_check
     );
 }
 
-both!(
+conformance!(
     backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range,
     backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range
 );
@@ -197,7 +197,7 @@ async fn a_backfill_through_a_symlink_or_hard_link_of_the_warehouse_is_refused_t
     assert!(env.sim.requests().is_empty());
 }
 
-both!(
+conformance!(
     backfill_until_stops_after_the_page_that_passes_it,
     backfill_until_stops_after_the_page_that_passes_it
 );
@@ -228,7 +228,7 @@ async fn backfill_until_stops_after_the_page_that_passes_it(dest: Dest) {
     assert_eq!(cursor(&env, s[0]), Some(read[198].updated_at));
 }
 
-both!(
+conformance!(
     backfill_from_at_or_before_the_checkpoint_moves_it_forward,
     backfill_from_at_or_before_the_checkpoint_moves_it_forward
 );

@@ -63,12 +63,22 @@ pub struct TestEnv {
     pub pg: Option<crate::pg::Database>,
 }
 
-/// Which warehouse a scenario syncs into: the scenarios the SQLite warehouse is tested on run
-/// on both (`both!` in `main.rs`).
+/// Which warehouse a scenario syncs into: the conformance scenarios run on each
+/// (`conformance!` in `main.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dest {
     Sqlite,
     Postgres,
+}
+
+impl Dest {
+    /// Whether `test` can run on this destination here; says so on stderr when not.
+    pub fn available(self, test: &str) -> bool {
+        match self {
+            Dest::Sqlite => true,
+            Dest::Postgres => crate::pg::available(test),
+        }
+    }
 }
 
 /// How the client authenticates in a test.
@@ -105,14 +115,18 @@ impl TestEnv {
     pub async fn start_with_on(options: SimulatorOptions, auth: Auth, dest: Dest) -> TestEnv {
         let mut env = Self::start_with(options, auth).await;
         if dest == Dest::Postgres {
-            let db = crate::pg::database();
-            env.config.warehouse.destination = DestinationConfig::Postgres(PostgresConfig {
-                url: db.url.clone(),
-                password: None,
-            });
-            env.pg = Some(db);
+            env.use_postgres(crate::pg::database());
         }
         env
+    }
+
+    /// Points the test's configuration at `db` from now on.
+    pub fn use_postgres(&mut self, db: crate::pg::Database) {
+        self.config.warehouse.destination = DestinationConfig::Postgres(PostgresConfig {
+            url: db.url.clone(),
+            password: None,
+        });
+        self.pg = Some(db);
     }
 
     /// An engine writing into this test's warehouse, wherever it is.

@@ -613,7 +613,7 @@ async fn the_views_hold_on_postgres_what_they_hold_on_sqlite() {
         env.pass_ok(&s).await;
         env.assert_matches_truth(&s);
         let db = pg::database();
-        env.pg = Some(db.clone());
+        env.use_postgres(db.clone());
         env.pass_ok(&s).await;
         env.assert_matches_truth(&s);
 

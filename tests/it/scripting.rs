@@ -690,7 +690,7 @@ async fn simulate_exposes_its_fault_rate_limit_and_token_knobs() {
     }
 }
 
-both!(
+conformance!(
     checkpoint_json_prints_each_schedule_and_each_move_as_one_object,
     checkpoint_json_scenario
 );

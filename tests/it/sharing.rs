@@ -145,7 +145,7 @@ async fn three_daemons_share_the_schedules_on_postgres() {
     }
     let mut env = partition_env().await;
     let database = crate::pg::database();
-    env.pg = Some(database.clone());
+    env.use_postgres(database.clone());
     let destination = Postgres(database);
     three_daemons_share_the_schedules_and_survive_a_kill(&env, &destination).await;
 }

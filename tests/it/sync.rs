@@ -23,7 +23,7 @@ fn options(schedules: usize, calls: usize) -> SimulatorOptions {
     }
 }
 
-both!(
+conformance!(
     several_schedules_sync_exactly_and_a_second_pass_writes_nothing,
     several_schedules_sync_exactly_and_a_second_pass_writes_nothing
 );
@@ -47,7 +47,7 @@ async fn several_schedules_sync_exactly_and_a_second_pass_writes_nothing(dest: D
     assert_eq!(before, after);
 }
 
-both!(
+conformance!(
     an_empty_schedule_syncs_to_nothing,
     an_empty_schedule_syncs_to_nothing
 );
@@ -60,7 +60,7 @@ async fn an_empty_schedule_syncs_to_nothing(dest: Dest) {
     env.assert_matches_truth(&schedules);
 }
 
-both!(
+conformance!(
     tie_groups_at_second_precision_of_every_shape,
     tie_groups_at_second_precision_of_every_shape
 );
@@ -101,7 +101,7 @@ async fn tie_groups_at_second_precision_of_every_shape(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
-both!(
+conformance!(
     bulk_tie_groups_losing_rows_while_paged_sync_exactly,
     bulk_tie_groups_losing_rows_while_paged_sync_exactly
 );
@@ -196,7 +196,7 @@ async fn bulk_tie_groups_losing_rows_while_paged_sync_exactly(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
-both!(
+conformance!(
     the_dialer_updating_calls_while_we_page_loses_nothing,
     the_dialer_updating_calls_while_we_page_loses_nothing
 );
@@ -224,7 +224,7 @@ async fn the_dialer_updating_calls_while_we_page_loses_nothing(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
-both!(
+conformance!(
     late_commits_within_the_lookback_are_caught,
     late_commits_within_the_lookback_are_caught
 );
@@ -261,7 +261,7 @@ async fn late_commits_within_the_lookback_are_caught(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
-both!(
+conformance!(
     faults_and_three_second_tokens_are_ridden_out,
     faults_and_three_second_tokens_are_ridden_out
 );
@@ -319,7 +319,7 @@ async fn faults_and_three_second_tokens_are_ridden_out(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
-both!(
+conformance!(
     summary_lists_are_completed_from_the_detail_endpoint,
     summary_lists_are_completed_from_the_detail_endpoint
 );
