@@ -338,7 +338,10 @@ fn config_for(sim: &Simulator, warehouse: &Path) -> callsync::config::Config {
 }
 
 async fn pass(config: &callsync::config::Config) -> (Vec<PassReport>, Duration) {
-    let engine = Engine::start(config).expect("the engine starts");
+    let backend =
+        callsync::warehouse::open(&config.warehouse).expect("the warehouse is configured");
+    let engine = Engine::start(config, backend.as_ref(), callsync::sync::Mode::Write)
+        .expect("the engine starts");
     let plan = PassPlan::incremental(engine.settings());
     let started = Instant::now();
     let reports = engine

@@ -11,14 +11,14 @@ mod render;
 
 use render::render_status;
 
-use super::destination::Opened;
 use super::output::print_out;
 use crate::config::Config;
 use crate::service::Timestamp;
+use crate::warehouse::Destination;
 
 pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
     // Every error opening it names the file or the database already.
-    let warehouse = Opened::read_only(config)?;
+    let warehouse = super::destination::read_only(config)?;
     let now = Timestamp::now();
     let mut rows = warehouse
         .status_at(now)
@@ -36,14 +36,12 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
             row.schedule_name = Some(name.clone());
         }
     }
-    let since = configured_since(config, &warehouse)?;
+    let since = configured_since(config, warehouse.as_ref())?;
     count_ticks_since_last_pass(config, &mut rows, now, since)?;
     for row in &mut rows {
         row.set_staleness(now, &config.sync.cron, config.sync.max_lag);
     }
-    if let Opened::Sqlite(_) = warehouse {
-        warn_if_read_only(&config.warehouse.path);
-    }
+    warn_if_read_only(warehouse.as_ref());
     if json {
         let json = serde_json::to_string_pretty(&rows)?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
@@ -150,7 +148,10 @@ pub(super) fn add_never_synced(
 /// file's last change (a schedule added to it is due from then, and the daemon reads the file
 /// only when it starts), or, for a configuration of `CALLSYNC_*` variables alone, the oldest
 /// pass the warehouse remembers (the daemon ran then); `None` when neither is known.
-pub(super) fn configured_since(config: &Config, warehouse: &Opened) -> Result<Option<Timestamp>> {
+pub(super) fn configured_since(
+    config: &Config,
+    warehouse: &dyn Destination,
+) -> Result<Option<Timestamp>> {
     let Some(file) = &config.source else {
         return Ok(warehouse.first_pass_at()?);
     };
@@ -219,8 +220,8 @@ fn note_backing_off(config: &Config, row: &mut crate::warehouse::ScheduleStatus,
 /// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
 /// passes either, so the last pass shown may be older than failures it could not record.
 /// On stderr, so that `--json` stays parseable.
-pub(super) fn warn_if_read_only(path: &std::path::Path) {
-    if let Some(why) = crate::warehouse::unwritable_for_owner(path) {
+pub(super) fn warn_if_read_only(warehouse: &dyn Destination) {
+    if let Some(why) = warehouse.unwritable_for_owner() {
         eprintln!(
             "warning: {why}: callsync cannot record its passes there, so passes since then may have failed unrecorded and those below be out of date; make it writable again and see the daemon's log (journalctl -u callsync)"
         );

@@ -17,10 +17,12 @@ use super::usage::UsageError;
 use crate::config::Config;
 use crate::service::MAX_BULK;
 use crate::upload::{self, UploadOptions, UploadProgress};
-use crate::warehouse::Warehouse;
+use crate::warehouse::Capability;
 
 pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
-    refuse_upload_on_postgres(config)?;
+    // Declined before anything is read or sent by a warehouse that keeps no ledger.
+    let backend = super::destination::backend(config)?;
+    backend.offers(Capability::UploadLedger)?;
     let options = UploadOptions {
         schedule: args.schedule,
         path: args.file,
@@ -67,16 +69,15 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let client = service_client(config)?;
-    let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)
-        .with_context(|| {
-            format!(
-                "cannot open the warehouse {} for the upload ledger",
-                config.warehouse.path.display()
-            )
-        })?;
+    let mut warehouse = backend.writer().with_context(|| {
+        format!(
+            "cannot open the warehouse {} for the upload ledger",
+            backend.name()
+        )
+    })?;
     // Held until the upload ends: a second upload into this schedule now could send a
     // contact this one is sending.
-    let _lock = upload::lock(&config.warehouse.path, options.schedule)?;
+    let (_lock, ledger) = upload::ledger(warehouse.as_mut(), options.schedule)?;
     let bar = ProgressBar::for_terminal();
     let log = bar
         .is_none()
@@ -86,7 +87,7 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         (None, Some(log)) => log,
         (None, None) => &NoProgress,
     };
-    let sent = upload::send(&client, &mut warehouse, &options, &checked, progress).await;
+    let sent = upload::send(&client, ledger, &options, &checked, progress).await;
     drop(log);
     if let Some(bar) = bar {
         bar.0.finish_and_clear();
@@ -209,18 +210,6 @@ fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
         Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
         None => tracing::info!(rows_done, rows, "upload progress"),
     }
-}
-
-/// The upload ledger (which chunks were sent, so that a run again never sends a contact
-/// twice) and its locks are the SQLite warehouse's: on a PostgreSQL configuration the upload
-/// is refused before anything is read or sent, rather than writing a stray SQLite file.
-fn refuse_upload_on_postgres(config: &Config) -> Result<()> {
-    if config.warehouse.postgres.is_some() {
-        bail!(UsageError(
-            "`callsync upload` keeps its ledger of sent chunks in an SQLite file, and this configuration's warehouse is PostgreSQL (warehouse.url): run the upload with a configuration that sets warehouse.path (a ledger file kept for every upload) instead of warehouse.url; the calls it creates reach PostgreSQL with the daemon's next pass".into()
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -18,9 +18,9 @@ use super::raw::{
 use super::secret::{credential, secret};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
-    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource, SyncConfig,
-    WarehouseConfig,
+    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DestinationConfig, DetailsMode,
+    LogConfig, LogFormat, MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource,
+    SyncConfig, WarehouseConfig,
 };
 use crate::service::ListFilter;
 
@@ -28,8 +28,7 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
-            postgres: postgres(&raw.warehouse, env)?,
-            path: warehouse_path(raw.warehouse.path)?,
+            destination: destination(&raw.warehouse, env)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
                 raw.warehouse.busy_timeout_secs,
@@ -87,6 +86,16 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
             keep,
         })),
     }
+}
+
+/// `warehouse.url` when set (PostgreSQL), else `warehouse.path` (SQLite).
+fn destination(raw: &RawWarehouse, env: &Env) -> Result<DestinationConfig, ConfigError> {
+    Ok(match postgres(raw, env)? {
+        Some(postgres) => DestinationConfig::Postgres(postgres),
+        None => DestinationConfig::Sqlite {
+            path: warehouse_path(raw.path.clone())?,
+        },
+    })
 }
 
 /// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else

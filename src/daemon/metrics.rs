@@ -794,7 +794,10 @@ mod tests {
             PassResult::Completed,
             PassResult::Behind,
             PassResult::Interrupted,
-            PassResult::Skipped("another process holds the schedule".into()),
+            PassResult::Skipped(crate::sync::Skip::Busy {
+                schedule: Uuid::from_u128(1),
+                destination: "w.db".into(),
+            }),
             PassResult::Failed {
                 kind: crate::ErrorKind::Service,
                 error: "HTTP 500".into(),

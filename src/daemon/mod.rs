@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, CronSchedule};
-use crate::sync::{Engine, SyncError};
+use crate::sync::{Engine, Mode, SyncError};
 use crate::warehouse::WarehouseError;
 
 use backup::Backups;
@@ -93,7 +93,9 @@ pub async fn run_with(
     source: TickSource,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let engine = Arc::new(Engine::start(&config)?);
+    // The one place the daemon chooses its back end.
+    let backend = crate::warehouse::open(&config.warehouse).map_err(SyncError::from)?;
+    let engine = Arc::new(Engine::start(&config, backend.as_ref(), Mode::Write)?);
     let clock = scheduler::TickClock::new(&config.sync.cron);
     let mut ticks = scheduler::Ticks::start(
         source,
@@ -115,11 +117,6 @@ pub async fn run_with(
     });
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
-    // `/healthz` asks a PostgreSQL warehouse's server on every request.
-    let postgres = (config.warehouse.postgres.as_ref())
-        .map(crate::warehouse::postgres::PgTarget::configured)
-        .transpose()
-        .map_err(SyncError::from)?;
     // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
     // lost) until `run` returns.
     let server = match config.metrics.listen {
@@ -128,8 +125,8 @@ pub async fn run_with(
                 listen,
                 metrics.clone(),
                 clock.clone(),
-                engine.warehouse_place(),
-                postgres,
+                engine.warehouse_watch(),
+                backend.clone(),
             )
             .await
             .map_err(|cause| DaemonError::Metrics { listen, cause })?,
@@ -161,7 +158,7 @@ pub async fn run_with(
             // Before any pass starts: the warehouse is still the file opened, and writable.
             Some((tick, started)) = ticks.next() => match engine.check_warehouse() {
                 Ok(()) if tick == Tick::Backup => {
-                    backups.on_tick(engine.warehouse_path());
+                    backups.on_tick(&backend);
                     started.reply(Vec::new());
                 }
                 Ok(()) => started.reply(dispatcher.on_tick(tick)),

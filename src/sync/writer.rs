@@ -1,8 +1,8 @@
-//! `Writer`: the one thread that owns the sink (the warehouse connection); every write goes
+//! `Writer`: the one thread that owns the destination (the warehouse connection); every write goes
 //! through it.
 //!
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
-//! instead of contending for the lock. A job is a closure over `&mut dyn Sink`; its result
+//! instead of contending for the lock. A job is a closure over `&mut dyn Destination`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
 //! is being written. The tracing span of the submitter is carried into the job.
 
@@ -12,9 +12,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Span;
 
 use super::error::SyncError;
-use super::sink::Sink;
+use crate::warehouse::Destination;
 
-type Job = Box<dyn FnOnce(&mut dyn Sink) + Send>;
+type Job = Box<dyn FnOnce(&mut dyn Destination) + Send>;
 
 /// Jobs waiting for the writer; senders wait when it is full (bounded memory).
 const QUEUE: usize = 16;
@@ -43,7 +43,7 @@ impl<T> Pending<T> {
 
 impl Writer {
     /// Starts the writer thread, which owns `sink` until [`Writer::close`].
-    pub fn start(mut sink: Box<dyn Sink>) -> std::io::Result<Writer> {
+    pub fn start(mut sink: Box<dyn Destination>) -> std::io::Result<Writer> {
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
         let (closing, closed) = oneshot::channel();
         // Not joined: `close` waits for `closed` instead, within a bound.
@@ -63,17 +63,18 @@ impl Writer {
     }
 
     /// Queues `job`; the returned [`Pending`] resolves when it has run.
-    pub async fn submit<T, F>(&self, job: F) -> Result<Pending<T>, SyncError>
+    pub async fn submit<T, E, F>(&self, job: F) -> Result<Pending<T>, SyncError>
     where
+        E: Into<SyncError>,
         T: Send + 'static,
-        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
+        F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
         let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
             // The submitter may have gone (cancelled); the write itself has still happened.
-            let _ = reply.send(job(sink));
+            let _ = reply.send(job(sink).map_err(Into::into));
         });
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
@@ -81,10 +82,11 @@ impl Writer {
     }
 
     /// Runs `job` and waits for its result.
-    pub async fn call<T, F>(&self, job: F) -> Result<T, SyncError>
+    pub async fn call<T, E, F>(&self, job: F) -> Result<T, SyncError>
     where
+        E: Into<SyncError>,
         T: Send + 'static,
-        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
+        F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
         self.submit(job).await?.wait().await
     }
@@ -118,20 +120,20 @@ impl Drop for Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::sink::DryRunSink;
+    use crate::warehouse::DryRun;
 
     /// A write stuck for good (a connection that stopped answering) does not hold `close`
     /// past [`CLOSE_PATIENCE`] (virtual time: the runtime's clock jumps to it).
     #[tokio::test(start_paused = true)]
     async fn close_gives_up_on_a_stuck_write_after_its_patience() {
-        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
         let (unstick, stuck) = std::sync::mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
         let _stuck = writer
             .submit(move |_| {
                 let _ = started.send(());
                 let _ = stuck.recv();
-                Ok(())
+                Ok::<(), SyncError>(())
             })
             .await
             .unwrap();
@@ -146,7 +148,7 @@ mod tests {
     /// paused clock would jump past the patience while the job runs).
     #[tokio::test]
     async fn close_waits_for_the_queued_jobs() {
-        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = ran.clone();
         let _job = writer
@@ -155,7 +157,7 @@ mod tests {
                 // assertion holds however long it takes.
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                Ok(())
+                Ok::<(), SyncError>(())
             })
             .await
             .unwrap();

@@ -754,7 +754,7 @@ async fn a_second_upload_into_the_same_schedule_is_refused_while_the_first_runs(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_changed_mid_upload_is_never_sent_past_the_change() {
     use callsync::upload::{self, UploadError, UploadOptions, UploadProgress};
-    use callsync::warehouse::Warehouse;
+    use callsync::warehouse::sqlite::Warehouse;
 
     /// Rewrites the file once the first chunk is done, with a row the check never saw.
     struct EditAfterFirstChunk {

@@ -148,7 +148,7 @@ fn latest_run(env: &TestEnv) -> i64 {
         .unwrap_or(0)
 }
 
-both!(
+conformance!(
     sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead,
     sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead
 );

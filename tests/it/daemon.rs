@@ -632,8 +632,8 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock for the first three ticks.
     env.create_warehouse();
-    let held =
-        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held = callsync::warehouse::sqlite::ScheduleLock::acquire(&env.warehouse_path(), s[0])
+        .expect("lock");
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
     for _ in 0..2 {
@@ -732,7 +732,7 @@ async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
     .await;
     let s = env.schedules();
     let db = env.warehouse_path();
-    let engine = callsync::sync::Engine::start(&env.config).expect("engine");
+    let engine = crate::harness::engine_for(&env.config);
     let other = db.with_file_name("other.db");
     std::fs::write(&other, b"").expect("written");
     std::fs::rename(&other, &db).expect("mv");
@@ -1028,7 +1028,8 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         new.starts_with("callsync-20") && new.ends_with("Z.db"),
         "{new}"
     );
-    let contents = callsync::warehouse::verify_backup(&dir.join(new)).expect("a good backup");
+    let contents =
+        callsync::warehouse::sqlite::verify_backup(&dir.join(new)).expect("a good backup");
     assert_eq!(contents.calls, 100);
     let size = std::fs::metadata(dir.join(new)).unwrap().len() as f64;
     assert_eq!(seen[1..], [size, 0.0]);

@@ -4,22 +4,29 @@ mod harness;
 // A PostgreSQL server for the run, a database per test.
 mod pg;
 
-/// `both!(name, scenario)`: the async `scenario(Dest)` as two tests, `name::sqlite` and
-/// `name::postgres` (skipped, loudly, with CALLSYNC_SKIP_POSTGRES=1).
-macro_rules! both {
+/// The conformance suite a destination must pass: `conformance!(name, scenario)` runs the
+/// async `scenario(Dest)` on every destination in the list below, as `name::sqlite`,
+/// `name::postgres` (a destination that cannot run here is skipped, loudly:
+/// `CALLSYNC_SKIP_POSTGRES=1`). A new back end adds one line to the list (and its `Dest` in
+/// `harness.rs`, which sets its configuration).
+macro_rules! conformance {
     ($name:ident, $scenario:ident) => {
+        conformance!(@each $name, $scenario,
+            sqlite => Sqlite,
+            postgres => Postgres,
+        );
+    };
+    (@each $name:ident, $scenario:ident, $($test:ident => $dest:ident,)*) => {
         mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$scenario(crate::harness::Dest::Sqlite).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if crate::pg::available(concat!(module_path!(), "::", stringify!($name))) {
-                    super::$scenario(crate::harness::Dest::Postgres).await
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let dest = crate::harness::Dest::$dest;
+                    if dest.available(concat!(module_path!(), "::", stringify!($test))) {
+                        super::$scenario(dest).await
+                    }
                 }
-            }
+            )*
         }
     };
 }

@@ -1,16 +1,19 @@
 //! The PostgreSQL warehouse: the SQLite warehouse's tables and views on a server, natively
 //! typed, for several BI tools and several daemons (docs/postgres.md).
 //!
-//! It lives in `warehouse/` because only the warehouse speaks SQL; it shares the SQLite
-//! warehouse's model → row translation (`rows.rs`) and its status types, and keeps its own SQL:
-//! the two dialects differ in every statement that matters (`unnest` arrays, `ON CONFLICT`
-//! on native types, advisory locks).
+//! A sibling of `sqlite/` under the one contract (`warehouse/destination.rs`;
+//! `destination.rs` here is this back end's side of it): it shares the floor — the model →
+//! row translation (`rows.rs`), the write rule (`write_plan.rs`), the records and the status
+//! read side — and keeps its own SQL: the two dialects differ in every statement that matters
+//! (`unnest` arrays, `ON CONFLICT` on native types, advisory locks). It imports nothing of
+//! `sqlite/`.
 //!
 //! Synchronous, like the SQLite warehouse: the sync engine calls it on its writer thread.
 //! tokio-postgres drives each connection on a small runtime of its own (`runtime()`), and the
 //! calls wait for their answers with `futures::executor::block_on`, which works on any thread,
 //! inside an async runtime or not (a nested tokio `block_on` would panic).
 //!
+//! - `destination.rs` — `Backend` and `Destination`: what the rest of callsync sees.
 //! - `target.rs` — the libpq URI, sslmode, the password's sources, the display form.
 //! - `tls.rs` — rustls with libpq's sslmode meanings.
 //! - `schema.rs` — versioned migrations (`migrations-postgres/`) under an advisory lock.
@@ -25,6 +28,7 @@
 
 mod batch;
 mod claim;
+pub mod destination;
 mod interrupted;
 mod resources;
 mod runs;
@@ -46,8 +50,8 @@ pub use schema::latest_version;
 pub use session::ping;
 pub use target::{PgTarget, SslMode, TargetError};
 
-use super::MigrationReport;
-use super::error::WarehouseError;
+use crate::warehouse::MigrationReport;
+use crate::warehouse::error::WarehouseError;
 use session::{connect, pg_error, wait};
 
 /// A connection to the PostgreSQL warehouse, migrated to the version this callsync knows.

@@ -9,9 +9,11 @@ use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, instant, micros, wait};
 use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::queries::{RunSummary, ScheduleStatus, StatusFacts};
-use crate::warehouse::runs::{
+use crate::warehouse::records::{
     Checkpoint, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
+};
+use crate::warehouse::status::{
+    RunSummary, STORED_ERROR_CHARS, ScheduleStatus, StatusFacts, in_a_row,
 };
 
 const READ_CHECKPOINT: &str =
@@ -362,8 +364,7 @@ impl PgWarehouse {
             .iter()
             .map(|r| self.run_summary(r))
             .collect::<Result<Vec<_>, _>>()?;
-        let (behind_passes, failed_passes) =
-            super::super::queries::in_a_row(runs.iter().map(|r| r.outcome));
+        let (behind_passes, failed_passes) = in_a_row(runs.iter().map(|r| r.outcome));
         let last_success_at: Option<OffsetDateTime> = wait(self.client().query_one(
             "SELECT max(finished_at) FROM sync_runs
              WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
@@ -427,9 +428,9 @@ impl PgWarehouse {
             calls_written: r.column(5, &self.target, STEP)?,
             requests: r.column(6, &self.target, STEP)?,
             retries: r.column(7, &self.target, STEP)?,
-            error: r.column::<Option<String>>(8, &self.target, STEP)?.map(|e| {
-                crate::untrusted::untrusted_text(&e, super::super::queries::STORED_ERROR_CHARS)
-            }),
+            error: r
+                .column::<Option<String>>(8, &self.target, STEP)?
+                .map(|e| crate::untrusted::untrusted_text(&e, STORED_ERROR_CHARS)),
             horizon: rfc3339(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
             lag_secs: r.column(11, &self.target, STEP)?,
             detail_requests: r.column(12, &self.target, STEP)?,
@@ -442,7 +443,9 @@ impl PgWarehouse {
             run_id: r.column(19, &self.target, STEP)?,
             error_kind: r
                 .column::<Option<String>>(20, &self.target, STEP)?
-                .map(|k| crate::untrusted::untrusted_text(&k, super::super::runs::WALKER_CHARS)),
+                .map(|k| {
+                    crate::untrusted::untrusted_text(&k, crate::warehouse::records::WALKER_CHARS)
+                }),
             outcome,
         })
     }

@@ -2,13 +2,10 @@
 //! statement: the page's rows go as arrays (`unnest($1::text[], …)`, binary protocol), upserted
 //! with `ON CONFLICT`, so a page costs a dozen round trips whatever its size.
 //!
-//! The rules are the SQLite writer's (`upsert.rs`), whose helpers decide the same things here:
-//! a call whose content hash and schedule are stored is skipped; a stored call (or one that
-//! repeats a child uid) mirrors the service — children it no longer shows are deleted — while
-//! a key the service did not send leaves the stored rows alone; summaries come from the
-//! children sent, or are recomputed in SQL where the stored children are partly unknown.
-//! One statement cannot touch a row twice, where SQLite's row-by-row writes let the last one
-//! win: so a call listed twice in a page goes into a second round of statements, and a child
+//! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
+//! which round, how their children mirror the service and whether their summary is known.
+//! One statement cannot touch a row twice, where row-by-row writes let the last one win: so a
+//! call listed twice in a page goes into a second round of statements (the plan's rounds), and a child
 //! uid repeated within a call keeps its last row (and an attempt's last sent list of outcomes
 //! or variables), which is what the row-by-row writes leave.
 //!
@@ -28,10 +25,11 @@ use super::claim::READ_FENCE;
 use super::runs::ADVANCE_CHECKPOINT;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::PageWrite;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::{self, AttemptRow, CallRow};
-use crate::warehouse::upsert::{repeats_a_child_uid, rows_of, sends_every_child_list};
+use crate::warehouse::write_plan::{
+    Fingerprint, PageWrite, plan, repeats_a_child_uid, rows_of, sends_every_child_list,
+};
 
 /// A call of the round being written, with what its write needs.
 struct Pending<'p> {
@@ -64,7 +62,8 @@ impl PgWarehouse {
         let result = (|| {
             self.check_fence(schedule, generation)?;
             let stored = self.stored_fingerprints(calls)?;
-            let (written, rounds) = plan(calls, &call_rows, stored, schedule);
+            let plan = plan(calls, &call_rows, stored, schedule);
+            let (written, rounds) = (plan.counts, plan.rounds());
             let synced_at = synced_at.to_sqlite();
             for round in rounds {
                 self.write_round(calls, &call_rows, &round, &synced_at)?;
@@ -116,14 +115,16 @@ impl PgWarehouse {
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let stored = self.stored_fingerprints(calls)?;
-        Ok(plan(calls, &call_rows, stored, schedule).0.calls_written)
+        Ok(plan(calls, &call_rows, stored, schedule)
+            .counts
+            .calls_written)
     }
 
     /// `uid → (content_hash, schedule_uid)` of the page's stored calls: one query.
     fn stored_fingerprints(
         &mut self,
         calls: &[OutboundCall],
-    ) -> Result<HashMap<Uuid, (i64, Uuid)>, WarehouseError> {
+    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
         let statement = self.statement(
             "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)",
@@ -133,7 +134,13 @@ impl PgWarehouse {
             .pg(&self.target, "reading the page's stored calls")?;
         found
             .iter()
-            .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
+            .map(|r| {
+                let fingerprint = Fingerprint {
+                    content_hash: r.try_get(1)?,
+                    schedule: r.try_get(2)?,
+                };
+                Ok((r.try_get(0)?, fingerprint))
+            })
             .collect::<Result<_, tokio_postgres::Error>>()
             .pg(&self.target, "reading the page's stored calls")
     }
@@ -536,37 +543,6 @@ impl PgWarehouse {
         }
         Ok(())
     }
-}
-
-/// What the page writes: its counts, and the calls to write in rounds of distinct uids
-/// (a call listed twice with different content is written twice, in order, as SQLite does).
-fn plan(
-    calls: &[OutboundCall],
-    call_rows: &[CallRow<'_>],
-    mut stored: HashMap<Uuid, (i64, Uuid)>,
-    schedule: Uuid,
-) -> (PageWrite, Vec<Vec<(usize, bool)>>) {
-    let mut written = PageWrite::default();
-    let mut rounds: Vec<Vec<(usize, bool)>> = Vec::new();
-    let mut times: HashMap<Uuid, usize> = HashMap::new();
-    for (i, (call, row)) in calls.iter().zip(call_rows).enumerate() {
-        let fingerprint = (row.content_hash, schedule);
-        let before = stored.get(&call.uid);
-        if before == Some(&fingerprint) {
-            written.calls_unchanged += 1;
-            continue;
-        }
-        let was_stored = before.is_some();
-        let round = times.entry(call.uid).or_insert(0);
-        if rounds.len() <= *round {
-            rounds.push(Vec::new());
-        }
-        rounds[*round].push((i, was_stored));
-        *round += 1;
-        stored.insert(call.uid, fingerprint);
-        written.calls_written += 1;
-    }
-    (written, rounds)
 }
 
 /// The items whose key appears last among those with that key, in their order.
