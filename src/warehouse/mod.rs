@@ -12,6 +12,7 @@
 mod access;
 mod backup;
 mod children;
+pub mod descriptions;
 mod error;
 pub mod file_lock;
 mod handle;
@@ -19,6 +20,7 @@ mod interrupted;
 mod keys_first;
 mod layout_v6;
 mod ledger;
+mod local_days;
 mod locks;
 pub mod postgres;
 mod queries;

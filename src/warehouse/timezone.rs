@@ -7,7 +7,8 @@
 //! database), for 1970 to 2100: a row from each instant the offset changes, so a day is right
 //! on either side of a daylight-saving change. The table is rewritten (one transaction) only
 //! when what the configured zone gives differs from what it holds: another zone, or newer
-//! rules in a newer callsync. This module decides the rows; the SQL reading them lives in
+//! rules in a newer callsync; `local_days` (each UTC day's local days, `local_days.rs`) with
+//! it. This module decides the rows; the SQL reading them lives in
 //! `migrations/` and `contrib/datasette/metadata.json`.
 
 use chrono::{Offset, TimeZone};
@@ -112,7 +113,9 @@ impl Warehouse {
                 .iter()
                 .zip(&want)
                 .all(|((row, name), w)| row == w && name == zone.name());
-        if same {
+        let days_filled =
+            super::local_days::filled(&self.conn).sql(&self.path, "reading the local days")?;
+        if same && days_filled {
             return Ok(false);
         }
         let tx = self
@@ -134,6 +137,7 @@ impl Warehouse {
                     .sql(&self.path, "recording the time zone's offsets")?;
             }
         }
+        super::local_days::rewrite(&tx, zone).sql(&self.path, "recording the local days")?;
         tx.commit()
             .sql(&self.path, "committing the time zone's offsets")?;
         Ok(true)

@@ -25,6 +25,7 @@
 
 mod batch;
 mod claim;
+mod comments;
 mod interrupted;
 mod resources;
 mod runs;
