@@ -80,7 +80,7 @@ fn every_postgres_table_view_and_column_is_described_as_datasette_describes_it()
 
 /// `psql` on the test server's database `db`, with `-v` variables, running the BI role's
 /// script: (success, stderr).
-fn bi_role_script(db: &str, vars: &[(&str, &str)]) -> (bool, String) {
+pub fn bi_role_script(db: &str, vars: &[(&str, &str)]) -> (bool, String) {
     let server = pg::server();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/contrib/postgres/bi-role.sql");
     let mut psql = Command::new("psql");
