@@ -31,10 +31,7 @@ fn literal(text: &str) -> String {
 
 /// What the warehouse's schema holds now: each relation's kind and comment, each column's
 /// comment (`""` for none), keyed by (relation, column; `""` for the relation itself).
-fn found(
-    client: &Client,
-    target: &PgTarget,
-) -> Result<Found, WarehouseError> {
+fn found(client: &Client, target: &PgTarget) -> Result<Found, WarehouseError> {
     let rows = wait(client.query(
         "SELECT c.relname::text, c.relkind::text, '',
                 coalesce(obj_description(c.oid, 'pg_class'), '')
