@@ -7,7 +7,8 @@
 //! database), for 1970 to 2100: a row from each instant the offset changes, so a day is right
 //! on either side of a daylight-saving change. The table is rewritten (one transaction) only
 //! when what the configured zone gives differs from what it holds: another zone, or newer
-//! rules in a newer callsync. This module decides the rows; the SQL reading them lives in
+//! rules in a newer callsync; `local_days` (each UTC day's local days, `local_days.rs`) with
+//! it. This module decides the rows; the SQL reading them lives in
 //! `migrations/` and `contrib/datasette/metadata.json`.
 
 use chrono::{Offset, TimeZone};

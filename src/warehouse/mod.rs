@@ -15,6 +15,7 @@ mod capabilities;
 mod days;
 mod destination;
 mod dry_run;
+pub mod descriptions;
 mod error;
 mod interrupted;
 mod open;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use callsync::service::Timestamp;
 use callsync::simulator::{DialerOptions, Precision, SimulatorOptions, TieOrder};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use uuid::Uuid;
 
 use crate::harness::{Dest, PATIENCE, TestEnv};

@@ -86,6 +86,8 @@ mod rate;
 mod campaign;
 // The analyst's kit: the Datasette metadata's canned queries against the truth.
 mod analyst;
+// Descriptions on PostgreSQL, the BI role's script, the outcome pivot on both back ends.
+mod described;
 // The binary as scripts use it: --json lines, exit codes, -q/-v, completions, man pages.
 mod scripting;
 // callsync config: each key's value and source, secrets redacted.

@@ -28,6 +28,7 @@
 
 mod batch;
 mod claim;
+mod comments;
 pub mod destination;
 mod interrupted;
 mod resources;

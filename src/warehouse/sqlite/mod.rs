@@ -19,6 +19,7 @@ mod interrupted;
 mod keys_first;
 mod layout_v6;
 mod ledger;
+mod local_days;
 mod locks;
 mod queries;
 mod resources;

@@ -36,7 +36,9 @@ impl Warehouse {
                 .iter()
                 .zip(&want)
                 .all(|((row, name), w)| row == w && name == zone.name());
-        if same {
+        let days_filled =
+            super::local_days::filled(&self.conn).sql(&self.path, "reading the local days")?;
+        if same && days_filled {
             return Ok(false);
         }
         let tx = self
@@ -58,6 +60,7 @@ impl Warehouse {
                     .sql(&self.path, "recording the time zone's offsets")?;
             }
         }
+        super::local_days::rewrite(&tx, zone).sql(&self.path, "recording the local days")?;
         tx.commit()
             .sql(&self.path, "committing the time zone's offsets")?;
         Ok(true)
