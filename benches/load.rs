@@ -490,6 +490,9 @@ async fn incremental() {
         let (first, _) = run_build(&binary, &config, &["sync"], None);
         let truth = sim.truth(schedule);
         for (round, latency) in latencies().into_iter().enumerate() {
+            // Past the lookback (5 s) of the pass before, so that each pass reads its own
+            // round's changes only.
+            tokio::time::sleep(Duration::from_secs(6)).await;
             // Different calls each round, the same for every build.
             let uids: Vec<_> = truth
                 .iter()

@@ -4,6 +4,8 @@
 //! arithmetic of the module doc, checked against a model of it written apart).
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -55,15 +57,66 @@ async fn latency_that_holds_grows_the_limit_to_the_maximum() {
     );
 }
 
+/// `workers` tasks sending one request after another for `secs` seconds to a service that
+/// answers after `base` while at most `capacity` requests are in flight at it, and later the
+/// more there are (a queue: `base × in flight ÷ capacity`); the limit at each second.
+async fn congested(
+    limiter: &Arc<Limiter>,
+    base: Duration,
+    capacity: usize,
+    secs: u64,
+) -> Vec<usize> {
+    let at_service = Arc::new(AtomicUsize::new(0));
+    let end = Instant::now() + Duration::from_secs(secs);
+    let far = end + Duration::from_secs(3600);
+    let workers: Vec<_> = (0..200)
+        .map(|_| {
+            let (limiter, at_service) = (Arc::clone(limiter), Arc::clone(&at_service));
+            tokio::spawn(async move {
+                while Instant::now() < end {
+                    let grant = limiter.acquire(None, far).await.expect("no pause");
+                    let queued = at_service.fetch_add(1, Ordering::SeqCst) + 1;
+                    let wait = base.mul_f64((queued as f64 / capacity as f64).max(1.0));
+                    tokio::time::sleep(wait).await;
+                    at_service.fetch_sub(1, Ordering::SeqCst);
+                    limiter.succeeded(&grant);
+                }
+            })
+        })
+        .collect();
+    let mut limits = Vec::new();
+    for _ in 0..secs {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        limits.push(limiter.in_flight_limit());
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    limits
+}
+
 #[tokio::test(start_paused = true)]
-async fn latency_that_rises_shrinks_it_and_a_farther_service_is_learnt() {
+async fn a_service_that_slows_with_load_shrinks_it_until_the_slowness_lasts() {
+    // 200 requests want to go at once; the service answers in 50 ms up to 40 at once, and
+    // later beyond (each request past 40 adds its share to everyone's wait). The limit grows
+    // while the latency holds (60 after a second) and shrinks as it rises past 1.5× its
+    // average (39); then, as the queue lasts, its latency becomes the average, as a farther
+    // service's would, and the limit grows back to what the 200 fill: the price of a
+    // baseline that moves (Gradient2's), which a service that slows down for good needs.
+    let limiter = Arc::new(Limiter::new(None, 256));
+    let limits = congested(&limiter, ms(50), 40, 10).await;
+    assert_eq!(limits, [60, 39, 109, 256, 256, 256, 256, 256, 256, 256]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_that_moved_farther_shrinks_it_then_is_learnt() {
     let limiter = Limiter::new(None, 256);
     rounds(&limiter, ms(50), 12).await;
     assert_eq!(limiter.in_flight_limit(), 256);
-    // The service answers four times later (congested, or moved): the gradient halves what
-    // each answer suggests, smoothed to a tenth off each answer that counts; within the
-    // round the long-term average has moved most of the way (256 of its 600 answers), and
-    // a service that stays that far is learnt: the limit grows back.
+    // Four times farther: the gradient halves what each answer suggests, smoothed to a tenth
+    // off each answer that counts; within the round the average has moved some of the way
+    // (256 of its 600 answers), and a service that stays that far is learnt: the limit grows
+    // back.
     assert_eq!(
         rounds(&limiter, ms(200), 6).await,
         [81, 114, 159, 223, 256, 256]
@@ -103,14 +156,14 @@ async fn a_limit_not_used_does_not_grow() {
 
 #[tokio::test(start_paused = true)]
 async fn requests_beyond_the_limit_wait_for_room() {
-    let limiter = std::sync::Arc::new(Limiter::new(None, 256));
+    let limiter = Arc::new(Limiter::new(None, 256));
     let far = Instant::now() + Duration::from_secs(3600);
     let mut held = Vec::new();
     for _ in 0..16 {
         held.push(limiter.acquire(None, far).await.unwrap());
     }
     let waiting = tokio::spawn({
-        let limiter = std::sync::Arc::clone(&limiter);
+        let limiter = Arc::clone(&limiter);
         async move { limiter.acquire(None, far).await.map(|grant| grant.waited) }
     });
     tokio::time::sleep(ms(30)).await;
