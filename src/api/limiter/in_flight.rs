@@ -9,12 +9,15 @@
 //!   average of latencies (`long`, [`LONG_WINDOW`] answers); the gradient `TOLERANCE × long ÷
 //!   short`, capped at 1, scales the limit, and [`QUEUE`] more requests are let out to probe,
 //!   smoothed by [`SMOOTHING`]: while latency stays within [`TOLERANCE`] of its average, each
-//!   answer adds `SMOOTHING × QUEUE` (0.8) to the limit, so the limit about doubles every
-//!   round trip up to the maximum.
+//!   answer adds `SMOOTHING × QUEUE` (0.8) to the limit (of a round's answers, those sent with
+//!   half the limit in flight or more), so it grows by about 40 % a round trip up to the
+//!   maximum.
 //! - **Latency rises: it shrinks**, by the gradient (at most halving, smoothed: 10 % an answer).
 //!   A rise that lasts becomes the new average over [`LONG_WINDOW`] answers, so a service that
 //!   is simply farther away (50 ms → 200 ms) is not mistaken for a congested one for long; a
-//!   fall of the latency below half the average pulls the average down faster.
+//!   fall of the latency below half the average pulls the average down faster. The price: a
+//!   queue at the service that lasts as long is learnt too, and the limit climbs again until
+//!   the next rise cuts it (the tests show both).
 //! - **A 429, a 5xx or a request unanswered cuts it** to [`DROP_DECREASE`] of itself, once per
 //!   round: answers to requests sent before the last cut say nothing of the new limit (as the
 //!   rate's cuts, `limiter.rs`).
