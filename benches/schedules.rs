@@ -6,10 +6,12 @@
 //! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick lines), against the
 //! simulator in this process: `SCHEDULES` [10000] schedules of `CALLS` [10] calls. It reports
 //! the daemon's own tick lines (`tick done … duration_ms`): the start-up tick (the first sync),
-//! the next clean tick (an idle pass: nothing changed), and one more with `LAT_MS` [50] ms
-//! added to every response; then the daemon's peak RSS (`VmHWM`). Reference, same run: the
-//! requests the idle pass made × the latency ÷ `sync.concurrency` — the time a pass
-//! bound by latency alone would take.
+//! the next clean tick (an idle pass: nothing changed), and one more for each latency of
+//! `LATENCIES` [0,50,100] above 0 (ms added to every response, side by side in one table);
+//! then the daemon's peak RSS (`VmHWM`). Reference, same run: the requests each idle pass
+//! made × the latency ÷ `sync.concurrency` (the most requests in flight) — the time a pass
+//! bound by latency alone would take. `CONCURRENCY` sets `sync.concurrency` (for an older
+//! build, whose default differs: `BENCH_BINARY=… CONCURRENCY=16`).
 //!
 //! With `CALLSYNC_BENCH_POSTGRES` (a server's URI, see benches/postgres.rs) the daemon writes
 //! into a new database on that server instead of a SQLite file.
@@ -138,7 +140,13 @@ fn peak_rss_mib(pid: u32) -> f64 {
 fn main() {
     let schedules = env_usize("SCHEDULES", 10_000);
     let calls = env_usize("CALLS", 10);
-    let latency = Duration::from_millis(env_usize("LAT_MS", 50) as u64);
+    let latencies: Vec<Duration> = std::env::var("LATENCIES")
+        .unwrap_or_else(|_| "0,50,100".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .map(Duration::from_millis)
+        .filter(|latency| !latency.is_zero())
+        .collect();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let sim = runtime
         .block_on(Simulator::start(
@@ -154,11 +162,14 @@ fn main() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let destination = Destination::new(dir.path(), &runtime);
     let cron = std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into());
+    let concurrency_line = std::env::var("CONCURRENCY")
+        .map(|n| format!("concurrency = {n}\n"))
+        .unwrap_or_default();
     let config = config::write_config(
         dir.path(),
         &sim,
         &destination.config_line(),
-        &format!("cron = \"{cron}\"\n"),
+        &format!("cron = \"{cron}\"\n{concurrency_line}"),
         "info",
     );
     let defaults = callsync::config::load(Some(&config)).expect("the config loads");
@@ -207,13 +218,16 @@ fn main() {
     assert_eq!(first.number, 1, "the start-up tick comes first");
     let idle = next_clean_tick();
     let idle_requests = destination.last_pass_requests(&runtime);
-    sim.set_faults(FaultPlan {
-        slow_rate: 1.0,
-        slow_delay: latency,
-        ..FaultPlan::default()
-    });
-    let slow = next_clean_tick();
-    let slow_requests = destination.last_pass_requests(&runtime);
+    let mut slow = Vec::new();
+    for &latency in &latencies {
+        sim.set_faults(FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: latency,
+            ..FaultPlan::default()
+        });
+        let tick = next_clean_tick();
+        slow.push((latency, tick, destination.last_pass_requests(&runtime)));
+    }
     let rss = peak_rss_mib(pid);
     // SAFETY: a signal to our own child, by its pid.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -243,15 +257,17 @@ fn main() {
         idle.failed,
         idle.duration_ms as f64 / 1000.0
     );
-    let reference = slow_requests as f64 * latency.as_secs_f64() / concurrency as f64;
-    let took = slow.duration_ms as f64 / 1000.0;
-    println!(
-        "| idle pass | {} | {} | {slow_requests} | {} ms | {took:.1} | {reference:.1} | {:.2} |",
-        slow.walked,
-        slow.failed,
-        latency.as_millis(),
-        took / reference
-    );
+    for (latency, tick, requests) in slow {
+        let reference = requests as f64 * latency.as_secs_f64() / concurrency as f64;
+        let took = tick.duration_ms as f64 / 1000.0;
+        println!(
+            "| idle pass | {} | {} | {requests} | {} ms | {took:.1} | {reference:.1} | {:.2} |",
+            tick.walked,
+            tick.failed,
+            latency.as_millis(),
+            took / reference
+        );
+    }
     println!("\nPeak RSS of the daemon: {rss:.0} MiB; it stopped with {status}.");
     runtime.block_on(sim.shutdown());
 }

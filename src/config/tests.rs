@@ -115,7 +115,10 @@ fn defaults_fill_everything_not_given() {
     );
     assert_eq!(c.sync.cron.as_str(), "0 */5 * * * *");
     assert_eq!(c.sync.details, DetailsMode::Auto);
-    assert_eq!((c.sync.concurrency, c.sync.instance.as_deref()), (16, None));
+    assert_eq!(
+        (c.sync.concurrency, c.sync.instance.as_deref()),
+        (256, None)
+    );
     assert_eq!(c.sync.reconcile_window, Duration::from_secs(7 * 86_400));
     assert_eq!(
         (c.log.level.as_str(), c.log.format),
@@ -180,6 +183,11 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             with("sync", "concurrency = 0"),
+            "sync.concurrency",
+            OutOfRange,
+        ),
+        (
+            with("sync", "concurrency = 1025"),
             "sync.concurrency",
             OutOfRange,
         ),

@@ -219,7 +219,8 @@ pub struct SyncConfig {
     /// Rows per list request, 1..=100.
     pub page_size: u32,
     pub details: DetailsMode,
-    /// Schedules synced at once.
+    /// The most requests in flight at once, and passes running at once: the limit that
+    /// adapts to the service's latency stays at or below it (`api/limiter/in_flight.rs`).
     pub concurrency: usize,
     pub filter: ListFilter,
     /// 6-field cron for reconciliation passes; `None` = off.
@@ -282,3 +283,13 @@ pub struct BackupConfig {
     /// How many of them to keep, at least 1.
     pub keep: usize,
 }
+
+/// `sync.concurrency` by default: an idle pass is one request a schedule, bound by the
+/// service's latency, and the limit in flight stays below this unless latency holds; 256
+/// lets 10,000 schedules' idle pass through in about 10,000 × latency ÷ 256 (8 s at 200 ms),
+/// while a service that slows down or answers 429 or 5xx brings it down to what it answers.
+pub const DEFAULT_CONCURRENCY: usize = 256;
+
+/// The most `sync.concurrency` may be: beyond it, memory (a pass's pages each) and the
+/// service's connections grow for no latency a service answers in.
+pub const MAX_CONCURRENCY: usize = 1024;

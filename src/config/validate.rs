@@ -16,6 +16,7 @@ use super::raw::{
     StringList,
 };
 use super::secret::{credential, secret};
+use super::types::{DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
     ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DestinationConfig, DetailsMode,
@@ -439,10 +440,12 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
         )?,
         page_size: bounded("sync.page_size", raw.page_size, 100, 1..=100)?,
         details,
-        // 16: an idle pass is one request per schedule, bound by the service's latency;
-        // 10,000 schedules at 50 ms a response take 31 s at 16 (125 s at 4). The service's
-        // own limit is the shared limiter's (AIMD on 429s), not this.
-        concurrency: bounded("sync.concurrency", raw.concurrency, 16, 1..=64)?,
+        concurrency: bounded(
+            "sync.concurrency",
+            raw.concurrency,
+            DEFAULT_CONCURRENCY as i64,
+            1..=MAX_CONCURRENCY as i64,
+        )?,
         filter: filter(raw.filter),
         reconcile_cron: raw
             .reconcile_cron

@@ -8,7 +8,8 @@
 //! stopped firing, or when the warehouse was deleted, replaced or made read-only (or, on
 //! PostgreSQL, its server does not answer). Ticks a
 //! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
-//! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
+//! say) still runs, or waits for a pass slot (as many as the limit in flight, at most
+//! `sync.concurrency`) — do not count: such a
 //! schedule is "busy since …", and turns bad only when its running pass is itself late. A
 //! running pass is judged by its progress — requests answered, pages committed — against its
 //! own cadence: late when it has gone more sync ticks without either than `STALE_INTERVALS`

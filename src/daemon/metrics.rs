@@ -355,7 +355,7 @@ pub struct Busy {
     pub kind: &'static str,
     /// When the daemon started it (its task, which may first wait for a slot).
     pub since: Timestamp,
-    /// It holds one of the `sync.concurrency` slots and reads; `false` while it waits.
+    /// It holds a pass slot (at most `sync.concurrency`) and reads; `false` while it waits.
     pub running: bool,
 }
 

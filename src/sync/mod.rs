@@ -399,7 +399,12 @@ impl Engine {
     /// The service's client, its credentials read first (a missing or empty secret file is
     /// the configuration's error, not the API's).
     fn client(config: &Config) -> Result<ApiClient, SyncError> {
-        Ok(ApiClient::new(&config.api, &config.api.credentials()?)?)
+        let credentials = config.api.credentials()?;
+        Ok(ApiClient::with_concurrency(
+            &config.api,
+            &credentials,
+            config.sync.concurrency,
+        )?)
     }
 
     /// An engine writing into `destination` (opened); `counts_only` when it writes nothing.
@@ -454,8 +459,15 @@ impl Engine {
         &self.settings
     }
 
-    /// Runs `plan` for every schedule, `sync.concurrency` at a time; one schedule's failure
-    /// does not stop the others. Reports come back in the order given.
+    /// Waits until one more pass may run ([`ApiClient::pass_slot`]): passes run as many at
+    /// once as requests may be in flight, a limit that adapts to the service, at most
+    /// `sync.concurrency`. `None` never comes, but a caller need not trust that.
+    pub async fn pass_slot(&self) -> Option<crate::api::PassSlot> {
+        self.client.pass_slot().await
+    }
+
+    /// Runs `plan` for every schedule, as many at a time as [`Self::pass_slot`] lets; one
+    /// schedule's failure does not stop the others. Reports come back in the order given.
     pub async fn sync_all(
         &self,
         schedules: &[Uuid],
@@ -474,7 +486,13 @@ impl Engine {
         cancel: &'a CancellationToken,
     ) -> impl futures::Stream<Item = PassReport> + 'a {
         futures::stream::iter(schedules)
-            .map(move |schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
+            .map(move |schedule| async move {
+                let _slot = self.pass_slot().await;
+                // Boxed: a pass waiting for its slot holds no pass state (see the daemon's).
+                Box::pin(self.run_pass(*schedule, plan, cancel, &Quiet)).await
+            })
+            // The slots bound the passes running; this bounds the reports held back for the
+            // order (no more than the slots can ever be).
             .buffered(self.settings.concurrency.max(1))
     }
 

@@ -13,9 +13,9 @@
 
 mod capabilities;
 mod days;
+pub mod descriptions;
 mod destination;
 mod dry_run;
-pub mod descriptions;
 mod error;
 mod interrupted;
 mod open;

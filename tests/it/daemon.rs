@@ -622,6 +622,47 @@ async fn sync_concurrency_bounds_the_passes_running_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_at_once_grow_past_the_old_sixteen_while_the_latency_holds() {
+    // 120 schedules, each answered 30 ms late: the limit in flight starts at 16 and grows
+    // while the service answers as fast, and the passes running at once follow it.
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 120,
+        calls_per_schedule: 3,
+        faults: FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(30),
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.concurrency = 256;
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    assert_eq!(daemon.tick(Tick::Sync).await, env.schedules());
+    daemon.stop().await;
+    let all = all_runs(&env);
+    // The start-up tick's and this one's.
+    assert_eq!(all.len(), 240);
+    // The most passes that overlapped: each pass's start against the ends of those before.
+    let most = all
+        .iter()
+        .map(|run| {
+            all.iter()
+                .filter(|other| {
+                    other.started <= run.started && other.finished.expect("finished") > run.started
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(most > 16, "at most {most} passes at once");
+    assert!(all.iter().all(|run| run.error.is_none()));
+    env.sim.set_faults(FaultPlan::default());
+    env.assert_matches_truth(&env.schedules());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
