@@ -69,7 +69,7 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
                     "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
                     run.kind,
                     run.run_id,
-                    run.started_at,
+                    run.started_at.to_sqlite(),
                     run.walked_by()
                         .map(|by| format!(" by {by}"))
                         .unwrap_or_default(),
@@ -189,8 +189,8 @@ mod tests {
     fn run(outcome: Option<RunOutcome>, error: Option<&str>) -> RunSummary {
         RunSummary {
             kind: "backfill".into(),
-            started_at: "2026-01-01T02:00:00.000000Z".into(),
-            finished_at: outcome.map(|_| "2026-01-01T02:00:01.000000Z".into()),
+            started_at: ts("2026-01-01T02:00:00Z"),
+            finished_at: outcome.map(|_| ts("2026-01-01T02:00:01Z")),
             pages: 3,
             calls_seen: 250,
             calls_written: 240,
