@@ -34,7 +34,7 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
                     .status_at(Timestamp::now())
                     .with_context(reading)?
                     .iter()
-                    .filter_map(|s| s.schedule_uid.parse().ok())
+                    .map(|s| s.schedule_uid)
                     .collect(),
             };
             for s in schedules {

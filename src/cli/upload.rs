@@ -34,39 +34,9 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     };
     let shown = options.path.display().to_string();
     let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
-    if checked.problem_count > 0 {
-        for problem in &checked.problems {
-            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
-        }
-        let unlisted = checked.problem_count - checked.problems.len() as u64;
-        if unlisted > 0 {
-            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
-        }
-        bail!(UsageError(format!(
-            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
-            checked.problem_count, checked.rows
-        )));
-    }
-    let chunks = checked.rows.div_ceil(MAX_BULK as u64);
+    refuse_problems(&checked, &shown)?;
     if args.dry_run {
-        if args.json {
-            print_json(&serde_json::json!({
-                "file": shown,
-                "schedule_uid": options.schedule,
-                "schedule_name": config.sync.schedule_names.get(&options.schedule),
-                "dry_run": true,
-                "rows": checked.rows,
-                "chunks_to_send": chunks,
-            }))?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        print_line(&format!(
-            "{shown}: {} rows checked, all valid; would send {} to schedule {} (dry run: nothing sent)",
-            checked.rows,
-            crate::counted(chunks, "chunk", "chunks"),
-            options.schedule
-        ))?;
-        return Ok(ExitCode::SUCCESS);
+        return print_dry_run(config, &options, &shown, checked.rows, args.json);
     }
     let client = service_client(config)?;
     let mut warehouse = backend.writer().with_context(|| {
@@ -96,24 +66,11 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         Ok(summary) => summary,
         // Each says all there is, the schedule included.
         Err(err @ upload::UploadError::ScheduleNotFound { .. }) => return Err(err.into()),
-        // Rows that would call someone twice: named like the check's bad rows, and refused
-        // the same way (exit 2, nothing sent).
         Err(upload::UploadError::AlreadyInSchedule {
             schedule,
             problems,
             count,
-        }) => {
-            for problem in &problems {
-                let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
-            }
-            let unlisted = count - problems.len() as u64;
-            if unlisted > 0 {
-                let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
-            }
-            bail!(UsageError(format!(
-                "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
-            )));
-        }
+        }) => return Err(already_in_schedule(&shown, schedule, &problems, count)),
         Err(err) => return Err(upload_failed(err, &shown, options.schedule)),
     };
     for problem in &summary.refusals {
@@ -132,6 +89,74 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The file's bad rows on stderr (the first ones), and the refusal: nothing is sent.
+fn refuse_problems(checked: &upload::Checked, shown: &str) -> Result<()> {
+    if checked.problem_count > 0 {
+        for problem in &checked.problems {
+            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+        }
+        let unlisted = checked.problem_count - checked.problems.len() as u64;
+        if unlisted > 0 {
+            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
+        }
+        bail!(UsageError(format!(
+            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
+            checked.problem_count, checked.rows
+        )));
+    }
+    Ok(())
+}
+
+/// `upload --dry-run`: the file checked, what would be sent, nothing sent.
+fn print_dry_run(
+    config: &Config,
+    options: &UploadOptions,
+    shown: &str,
+    rows: u64,
+    json: bool,
+) -> Result<ExitCode> {
+    let chunks = rows.div_ceil(MAX_BULK as u64);
+    if json {
+        print_json(&serde_json::json!({
+            "file": shown,
+            "schedule_uid": options.schedule,
+            "schedule_name": config.sync.schedule_names.get(&options.schedule),
+            "dry_run": true,
+            "rows": rows,
+            "chunks_to_send": chunks,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_line(&format!(
+        "{shown}: {} rows checked, all valid; would send {} to schedule {} (dry run: nothing sent)",
+        rows,
+        crate::counted(chunks, "chunk", "chunks"),
+        options.schedule
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rows that would call someone twice: named like the check's bad rows, and refused the
+/// same way (exit 2, nothing sent).
+fn already_in_schedule(
+    shown: &str,
+    schedule: Uuid,
+    problems: &[upload::RowProblem],
+    count: u64,
+) -> anyhow::Error {
+    for problem in problems {
+        let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+    }
+    let unlisted = count - problems.len() as u64;
+    if unlisted > 0 {
+        let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
+    }
+    UsageError(format!(
+        "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
+    ))
+    .into()
 }
 
 /// A failed upload with a context naming what its error does not: the schedule, and the file

@@ -156,10 +156,11 @@ pub(super) fn warehouse_path(path: Option<PathBuf>) -> Result<PathBuf, ConfigErr
     }
 }
 
-pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
+/// `api.base_url`: required, a URL, and the service's root (callsync appends `/api/v1`).
+fn base_url(text: Option<&str>) -> Result<url::Url, ConfigError> {
     let base_url = url(
         "api.base_url",
-        raw.base_url.as_deref().ok_or_else(|| {
+        text.ok_or_else(|| {
             ConfigError::new(
                 Kind::Missing,
                 "api.base_url",
@@ -174,8 +175,17 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             format!("{base_url} must not end with /api/v1 (callsync appends it)"),
         ));
     }
-    let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
-    let auth = match (raw.oauth, static_token) {
+    Ok(base_url)
+}
+
+/// How the client authenticates: a static token or `[api.oauth]`, never both; else the
+/// credential `access_token` in the credentials directory, if any.
+fn api_auth(
+    oauth: Option<RawOAuth>,
+    static_token: Option<SecretSource>,
+    env: &Env,
+) -> Result<Option<AuthConfig<SecretSource>>, ConfigError> {
+    Ok(match (oauth, static_token) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::new(
                 Kind::Conflict,
@@ -186,7 +196,13 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
         (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
         (None, Some(token)) => Some(AuthConfig::Static(token)),
         (None, None) => credential(env, "access_token", "api.access_token").map(AuthConfig::Static),
-    };
+    })
+}
+
+pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
+    let base_url = base_url(raw.base_url.as_deref())?;
+    let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
+    let auth = api_auth(raw.oauth, static_token, env)?;
     let retry = raw.retry;
     let defaults = RetryConfig::default();
     let multiplier = retry.multiplier.unwrap_or(defaults.multiplier);

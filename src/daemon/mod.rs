@@ -105,16 +105,7 @@ pub async fn run_with(
         clock.clone(),
     )
     .await?;
-    let metrics = metrics::Metrics::new(
-        config.sync.schedules.clone(),
-        config.sync.schedule_names.clone(),
-        pass_kinds(&config),
-        engine.walker(),
-    );
-    let metrics = Arc::new(match &config.backup {
-        Some(backup) => metrics.with_backups(backup::newest(&backup.dir)),
-        None => metrics,
-    });
+    let metrics = daemon_metrics(&config, &engine);
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
     // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
@@ -134,18 +125,7 @@ pub async fn run_with(
         None => None,
     };
     notify::ready();
-    tracing::info!(
-        schedules = config.sync.schedules.len(),
-        cron = %config.sync.cron,
-        reconcile_cron = config
-            .sync
-            .reconcile_cron
-            .as_ref()
-            .map_or("off", CronSchedule::as_str),
-        concurrency = config.sync.concurrency,
-        walker = %engine.walker(),
-        "callsync daemon started"
-    );
+    log_started(&config, &engine);
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
     let mut backups = Backups::new(config.backup.clone(), metrics.clone());
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
@@ -189,18 +169,7 @@ pub async fn run_with(
     notify::stopping();
     ticks.stop().await;
     cancel.cancel();
-    let drained = tokio::time::timeout(config.sync.shutdown_timeout, async {
-        while let Some(done) = dispatcher.passes.join_next_with_id().await {
-            dispatcher.pass_ended(done, &mut ticks);
-        }
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            "shutdown timeout reached with passes still running; their last committed page stands"
-        );
-        dispatcher.passes.abort_all();
-    }
+    drain(&mut dispatcher, &mut ticks, config.sync.shutdown_timeout).await;
     backups.finish(config.sync.shutdown_timeout).await;
     drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
@@ -212,6 +181,52 @@ pub async fn run_with(
     match lost {
         Some(err) => Err(DaemonError::WarehouseUnusable(err)),
         None => Ok(()),
+    }
+}
+
+/// The daemon's metrics: its schedules, pass kinds and walker, and the newest backup.
+fn daemon_metrics(config: &Config, engine: &Engine) -> Arc<metrics::Metrics> {
+    let metrics = metrics::Metrics::new(
+        config.sync.schedules.clone(),
+        config.sync.schedule_names.clone(),
+        pass_kinds(config),
+        engine.walker(),
+    );
+    Arc::new(match &config.backup {
+        Some(backup) => metrics.with_backups(backup::newest(&backup.dir)),
+        None => metrics,
+    })
+}
+
+fn log_started(config: &Config, engine: &Engine) {
+    tracing::info!(
+        schedules = config.sync.schedules.len(),
+        cron = %config.sync.cron,
+        reconcile_cron = config
+            .sync
+            .reconcile_cron
+            .as_ref()
+            .map_or("off", CronSchedule::as_str),
+        concurrency = config.sync.concurrency,
+        walker = %engine.walker(),
+        "callsync daemon started"
+    );
+}
+
+/// Lets the running passes commit their page, for at most `patience`; aborts those still
+/// running then (their last committed page stands).
+async fn drain(dispatcher: &mut Dispatcher, ticks: &mut scheduler::Ticks, patience: Duration) {
+    let drained = tokio::time::timeout(patience, async {
+        while let Some(done) = dispatcher.passes.join_next_with_id().await {
+            dispatcher.pass_ended(done, ticks);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "shutdown timeout reached with passes still running; their last committed page stands"
+        );
+        dispatcher.passes.abort_all();
     }
 }
 

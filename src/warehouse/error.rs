@@ -187,6 +187,15 @@ pub enum WarehouseError {
         what: &'static str,
         value: String,
     },
+    #[error(
+        "warehouse {}: {what} holds `{}`, which is not a schedule uid; restore a backup, or delete that schedule's rows",
+        path.display(), crate::untrusted::untrusted_text(.value, 100)
+    )]
+    BadUid {
+        path: PathBuf,
+        what: &'static str,
+        value: String,
+    },
 }
 
 impl WarehouseError {

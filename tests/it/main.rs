@@ -38,6 +38,8 @@ mod postgres;
 mod sync;
 // A service ordering ties differently on every request: every group read whole, or a loud failure.
 mod tie_order;
+// status's read side: more passes behind than it reads, a hostile walker, alike on every destination.
+mod status;
 // Clocks that disagree: a service's Date far from ours, calls stamped past it; status's lag bound.
 mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).

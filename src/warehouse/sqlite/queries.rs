@@ -6,11 +6,7 @@ use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use super::runs::parse;
 use crate::service::Timestamp;
-use crate::untrusted::untrusted_text;
-use crate::warehouse::records::{RunOutcome, WALKER_CHARS};
-use crate::warehouse::status::{
-    Overview, RunSummary, STORED_ERROR_CHARS, ScheduleStatus, StatusFacts, in_a_row,
-};
+use crate::warehouse::status::{Overview, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 impl Warehouse {
     pub fn overview(&self) -> Result<Overview, WarehouseError> {
@@ -97,6 +93,11 @@ impl Warehouse {
         now: Timestamp,
     ) -> Result<ScheduleStatus, WarehouseError> {
         let conn = &self.conn;
+        let schedule_uid = schedule.parse().map_err(|_| WarehouseError::BadUid {
+            path: self.path.clone(),
+            what: "schedule_uid",
+            value: schedule.to_owned(),
+        })?;
         let (cursor, moved_at): (Option<String>, Option<String>) = conn
             .query_row(
                 "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = ?1",
@@ -113,26 +114,6 @@ impl Warehouse {
             )
             .or_else(none_if_empty)
             .sql(&self.path, "reading a schedule's name")?;
-        let mut runs = conn
-            .prepare_cached(
-                "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
-                   retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-                   throttled_secs, future_rows, host, instance, pid, id, error_kind
-                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT 100",
-            )
-            .sql(&self.path, "reading the last passes")?;
-        let mut recent = runs
-            .query_map([schedule], run_summary)
-            .sql(&self.path, "reading the last passes")?;
-        let last_run = recent
-            .next()
-            .transpose()
-            .sql(&self.path, "reading the last pass")?;
-        let earlier: Vec<RunSummary> = recent
-            .collect::<Result<_, _>>()
-            .sql(&self.path, "reading the last passes")?;
-        let (behind_passes, failed_passes) =
-            in_a_row(last_run.iter().chain(&earlier).map(|r| r.outcome));
         let last_success_at: Option<String> = conn
             .query_row(
                 "SELECT max(finished_at) FROM sync_runs
@@ -141,34 +122,93 @@ impl Warehouse {
                 |r| r.get(0),
             )
             .sql(&self.path, "reading the last successful pass")?;
-        // Instants are shown in the warehouse's own form (RFC 3339, six fraction digits), so
-        // a value copied from `status` compares as text with the columns it came from.
-        let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
-            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_sqlite()))
-                .transpose()
-        };
-        let cursor = cursor
-            .map(|c| parse(&self.path, &c, "sync_checkpoints.cursor"))
-            .transpose()?;
-        let last_run = last_run
-            .map(
-                |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
-                    run.started_at =
-                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_sqlite();
-                    run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
-                    run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
-                    Ok(run)
-                },
+        Ok(ScheduleStatus::of(
+            StatusFacts {
+                schedule_uid,
+                schedule_name,
+                cursor: self.instant(cursor, "sync_checkpoints.cursor")?,
+                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
+                recent_runs: self.recent_runs(schedule)?,
+                last_success_at: self.instant(last_success_at, "sync_runs.finished_at")?,
+                counts: self.row_counts(schedule)?,
+            },
+            now,
+        ))
+    }
+
+    /// The schedule's latest passes as stored, newest first, at most [`RECENT_PASSES`].
+    fn recent_runs(&self, schedule: &str) -> Result<Vec<StoredRun>, WarehouseError> {
+        const STEP: &str = "reading the last passes";
+        let mut runs = self
+            .conn
+            .prepare_cached(
+                "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
+                   retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
+                   throttled_secs, future_rows, host, instance, pid, id, error_kind
+                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT ?2",
             )
-            .transpose()?;
-        let last_success_at = last_success_at
-            .map(|t| parse(&self.path, &t, "sync_runs.finished_at"))
-            .transpose()?;
+            .sql(&self.path, STEP)?;
+        let runs = runs
+            .query_map(rusqlite::params![schedule, RECENT_PASSES], |r| {
+                self.stored_run(r)
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .sql(&self.path, STEP)?;
+        runs.into_iter().collect()
+    }
+
+    /// A `sync_runs` row as stored: a row the driver cannot read is the outer error, an
+    /// instant that is not one the inner (naming the file and the column).
+    fn stored_run(
+        &self,
+        r: &rusqlite::Row<'_>,
+    ) -> rusqlite::Result<Result<StoredRun, WarehouseError>> {
+        let (started, finished, horizon): (String, _, _) = (r.get(1)?, r.get(2)?, r.get(10)?);
+        let instants = parse(&self.path, &started, "sync_runs.started_at").and_then(|started| {
+            let finished = self.instant(finished, "sync_runs.finished_at")?;
+            Ok((
+                started,
+                finished,
+                self.instant(horizon, "sync_runs.horizon")?,
+            ))
+        });
+        let (started_at, finished_at, horizon) = match instants {
+            Ok(instants) => instants,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(StoredRun {
+            kind: r.get(0)?,
+            started_at,
+            finished_at,
+            pages: r.get(3)?,
+            calls_seen: r.get(4)?,
+            calls_written: r.get(5)?,
+            requests: r.get(6)?,
+            retries: r.get(7)?,
+            error: r.get(8)?,
+            outcome: r.get(9)?,
+            horizon,
+            lag_secs: r.get(11)?,
+            detail_requests: r.get(12)?,
+            rate_limited: r.get(13)?,
+            throttled_secs: r.get(14)?,
+            future_rows: r.get(15)?,
+            host: r.get(16)?,
+            instance: r.get(17)?,
+            pid: r.get(18)?,
+            run_id: r.get(19)?,
+            error_kind: r.get(20)?,
+        }))
+    }
+
+    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
+    fn row_counts(&self, schedule: &str) -> Result<[i64; 5], WarehouseError> {
         let count = |sql: &str| -> Result<i64, WarehouseError> {
-            conn.query_row(sql, [schedule], |r| r.get(0))
+            self.conn
+                .query_row(sql, [schedule], |r| r.get(0))
                 .sql(&self.path, "counting rows")
         };
-        let counts = [
+        Ok([
             count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
             count(
                 "SELECT count(*) FROM call_attempts WHERE call_id IN
@@ -186,63 +226,17 @@ impl Warehouse {
                 "SELECT count(*) FROM call_notifications WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
-        ];
-        Ok(ScheduleStatus::of(
-            StatusFacts {
-                schedule_uid: schedule.to_owned(),
-                schedule_name,
-                cursor,
-                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
-                last_run,
-                behind_passes,
-                failed_passes,
-                last_success_at,
-                counts,
-            },
-            now,
-        ))
+        ])
     }
-}
 
-fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
-    let finished_at: Option<String> = r.get(2)?;
-    let outcome = RunOutcome::of_stored_run(
-        finished_at.is_some(),
-        r.get::<_, Option<String>>(9)?.as_deref(),
-    );
-    Ok(RunSummary {
-        kind: r.get(0)?,
-        started_at: r.get(1)?,
-        finished_at,
-        pages: r.get(3)?,
-        calls_seen: r.get(4)?,
-        calls_written: r.get(5)?,
-        requests: r.get(6)?,
-        retries: r.get(7)?,
-        // Text from a file (an older callsync stored the service's words unescaped): shown
-        // only once made safe.
-        error: r
-            .get::<_, Option<String>>(8)?
-            .map(|e| untrusted_text(&e, STORED_ERROR_CHARS)),
-        horizon: r.get(10)?,
-        lag_secs: r.get(11)?,
-        detail_requests: r.get(12)?,
-        rate_limited: r.get(13)?,
-        throttled_secs: r.get(14)?,
-        future_rows: r.get(15)?,
-        host: r
-            .get::<_, Option<String>>(16)?
-            .map(|h| untrusted_text(&h, WALKER_CHARS)),
-        instance: r
-            .get::<_, Option<String>>(17)?
-            .map(|i| untrusted_text(&i, WALKER_CHARS)),
-        pid: r.get(18)?,
-        run_id: r.get(19)?,
-        error_kind: r
-            .get::<_, Option<String>>(20)?
-            .map(|k| untrusted_text(&k, WALKER_CHARS)),
-        outcome,
-    })
+    /// A stored instant that may be missing, read as the warehouse writes it.
+    fn instant(
+        &self,
+        text: Option<String>,
+        what: &'static str,
+    ) -> Result<Option<Timestamp>, WarehouseError> {
+        text.map(|t| parse(&self.path, &t, what)).transpose()
+    }
 }
 
 fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {
