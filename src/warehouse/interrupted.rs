@@ -55,9 +55,18 @@ fn may_still_run(row: &Unfinished, here: &str) -> bool {
 
 /// Whether a process `pid` exists (one of another user's too: `EPERM`).
 fn alive(pid: i32) -> bool {
-    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // `from_raw` takes no negative pid (it would name a process group).
+    let Some(pid) = (pid > 0)
+        .then(|| rustix::process::Pid::from_raw(pid))
+        .flatten()
+    else {
+        return false;
+    };
+    // Signal 0 sends nothing; it only checks that the process exists.
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(errno) => errno == rustix::io::Errno::PERM,
+    }
 }
 
 /// Logs each row marked, once.
@@ -68,5 +77,22 @@ pub(crate) fn log_marked(schedule: Uuid, ids: &[i64]) {
             %schedule,
             "a pass whose process ended mid-pass (killed or crashed) marked interrupted"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alive;
+
+    #[test]
+    fn a_process_is_alive_until_it_has_been_reaped() {
+        assert!(alive(std::process::id() as i32), "this process");
+        // Another user's process (init, when not root) answers EPERM: still alive.
+        assert!(alive(1), "pid 1");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert!(!alive(pid), "a child that exited and was reaped");
+        assert!(!alive(0) && !alive(-1), "no pid");
     }
 }
