@@ -687,7 +687,7 @@ impl PageWalker {
             // Without the service's clock or counts, nothing can be proven: the scans are
             // trusted, as the spec (which always sends both) allows.
             None => self.leave(resumed(scanned)),
-            Some(quiet) if quiet.since < cover::counted_from(at) => {
+            Some(quiet) if cover::too_young(at, quiet) => {
                 // Too young to be covered (calls may still enter it, or leave it stamped
                 // too close to it to be counted): the walk reads on from the scans' exit,
                 // but the checkpoint stays at `T` for the rest of the pass, so the next

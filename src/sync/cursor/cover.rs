@@ -107,6 +107,12 @@ pub(super) fn counted_from(at: Timestamp) -> Timestamp {
     at.saturating_add(COUNTED_FROM)
 }
 
+/// Whether the group at `at` is too young to be covered by the service's clock in `quiet`: a
+/// call leaving it could be stamped before its departure count's instant.
+pub(super) fn too_young(at: Timestamp, quiet: Quiet) -> bool {
+    quiet.since < counted_from(at)
+}
+
 /// The group at `at` being covered.
 #[derive(Debug)]
 pub(super) struct Cover {
@@ -226,7 +232,7 @@ impl Cover {
                 None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
                 // A call leaving the group must be stamped at or after the departure count's
                 // instant, and none may be stamped back into the group.
-                Some(q) if q.since < self.counted_from() => {
+                Some(q) if too_young(self.at, q) => {
                     return CoverStep::Failed(self.incomplete(Incomplete::Young));
                 }
                 Some(_) => {}
