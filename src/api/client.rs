@@ -39,6 +39,8 @@ pub struct Listed {
     pub page: CallPage,
     /// `None` when the response had no parseable `Date` header.
     pub served_at: Option<Timestamp>,
+    /// The body's size, when the response said it (`Content-Length`).
+    pub bytes: Option<u64>,
 }
 
 /// Cheap to clone; clones share the connection pool, the token cache and the rate limiter.
@@ -127,8 +129,12 @@ impl ApiClient {
         let bounded = BoundedPage {
             max_rows: page_size_sent(query) as usize,
         };
-        let (page, served_at) = self.get_json_dated(url, &pairs, counters, bounded).await?;
-        Ok(Listed { page, served_at })
+        let answer = self.get_json_dated(url, &pairs, counters, bounded).await?;
+        Ok(Listed {
+            page: answer.value,
+            served_at: answer.date,
+            bytes: answer.bytes,
+        })
     }
 
     /// Gets the token the next request will send: fetches one from `api.oauth.token_url`

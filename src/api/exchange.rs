@@ -18,6 +18,15 @@ use super::retry::Counters;
 use crate::service::models::ErrorBody;
 use crate::service::timestamp::Timestamp;
 
+/// A decoded answer, and what its headers said beside it.
+pub(super) struct Decoded<T> {
+    pub(super) value: T,
+    /// The response's `Date`, when it had a parseable one.
+    pub(super) date: Option<Timestamp>,
+    /// Its `Content-Length`, when it had one.
+    pub(super) bytes: Option<u64>,
+}
+
 impl ApiClient {
     pub(super) async fn get_json<T: DeserializeOwned + Send + 'static>(
         &self,
@@ -26,7 +35,10 @@ impl ApiClient {
         counters: &Counters,
     ) -> Result<T, ApiError> {
         let whole = std::marker::PhantomData::<T>;
-        Ok(self.get_json_dated(url, query, counters, whole).await?.0)
+        Ok(self
+            .get_json_dated(url, query, counters, whole)
+            .await?
+            .value)
     }
 
     /// The body decoded by `seed`, and the response's `Date`.
@@ -36,7 +48,7 @@ impl ApiClient {
         query: &[(&'static str, String)],
         counters: &Counters,
         seed: S,
-    ) -> Result<(T, Option<Timestamp>), ApiError>
+    ) -> Result<Decoded<T>, ApiError>
     where
         S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
         T: Send + 'static,
@@ -57,7 +69,7 @@ impl ApiClient {
         request: &Request<'_>,
         worth_retrying: fn(&ApiError) -> bool,
         counters: &Counters,
-    ) -> Result<(T, Option<Timestamp>), ApiError> {
+    ) -> Result<Decoded<T>, ApiError> {
         let whole = std::marker::PhantomData::<T>;
         self.exchange_seeded(request, worth_retrying, counters, whole)
             .await
@@ -70,7 +82,7 @@ impl ApiClient {
         worth_retrying: fn(&ApiError) -> bool,
         counters: &Counters,
         seed: S,
-    ) -> Result<(T, Option<Timestamp>), ApiError>
+    ) -> Result<Decoded<T>, ApiError>
     where
         S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
         T: Send + 'static,
@@ -84,8 +96,9 @@ impl ApiClient {
                 let answer = self
                     .send_authorized(&name, request, deadline, counters)
                     .await?;
-                let date = answer.date;
-                Ok((decode(&name, answer, limit, seed.clone()).await?, date))
+                let (date, bytes) = (answer.date, answer.response.content_length());
+                let value = decode(&name, answer, limit, seed.clone()).await?;
+                Ok(Decoded { value, date, bytes })
             })
             .await
     }

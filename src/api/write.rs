@@ -168,7 +168,7 @@ impl ApiClient {
         Ok(self
             .exchange::<T>(&request, worth_retrying, counters)
             .await?
-            .0)
+            .value)
     }
 }
 

@@ -33,26 +33,36 @@
 //!      Pages per scan and downward scans are bounded: a group that will not settle ends
 //!      the pass with an error and the checkpoint stays at `T`.
 //! - **Quiet runs** (`run.rs`). The second scan and the probe are there for rows that move
-//!   while a group is read; most groups (a settled bulk upload, history) see none. So a tie
-//!   group is first read as a *run*: page after page of the same query (`updated_after = T`),
-//!   through the group and on through the groups after it, without the second scan and
-//!   without going back to page 1 at each new instant. A run ends at a group boundary (after
-//!   `run_pages` pages, or where few rows share the last instant, as when ties stop) or at
-//!   the end of the data, with a **quiet check**: `updated_after = Q, page_size = 1`
-//!   answering nothing, `Q` being the service's clock at the run's first page (its `Date`)
-//!   minus the late-commit window (`sync.lookback`). A row that left a group during the run
-//!   is stamped at or after `Q`, and one that entered it (a late commit) changes
-//!   `pagination.total_count`, which every page of the run must repeat. Both holding, no
-//!   position moved under the run: it read every row up to its last page, and the
-//!   checkpoint moves to that page's last instant, from which keyset paging resumes. Anything
-//!   else (a change, a `Q` not past the rows read, more rows than counted, a page repeated)
-//!   falls back: the walk reads again from the checkpoint with the two scans, for the rest of
-//!   the walk; without a `Date` or a `total_count`, or with a group younger than `Q`, no run
-//!   starts. Runs grow (the first ends at its first boundary, the next at 4, 8 … 32 pages),
-//!   so a live schedule wastes one short run a pass, and the checkpoint of a quiet one trails
-//!   the pages written by a run at most: a crash replays that run. (A call deleted during a
-//!   run while another enters it would leave the count unchanged; the service shows no
-//!   deletion, and the two scans share that blind spot.)
+//!   while a group is read, and keyset paging asks one page after another; most data (a
+//!   settled bulk upload, history, a first sync) sees no change while it is read. So the
+//!   walk reads it as *runs*: page after page of one query (`updated_after = C`, pages 1,
+//!   2, 3 …), through tie groups and untied calls alike, without the second scan, without
+//!   going back to page 1 at each new instant — and, the pages of a run being known before
+//!   any answers, asked for at once ([`PageWalker::requests_ahead`]: a remote service's
+//!   latency is paid once a run, not once a page). What proves a run is a **count**: the
+//!   `total_count` of one small request `updated_after = Q, page_size = 1`, `Q` being the
+//!   service's clock (its `Date`) less the late-commit window (`sync.lookback`). A change
+//!   made visible after that clock is stamped at or after `Q`, and calls are not deleted, so
+//!   the count never falls; a call stamped before `Q` that changes raises it, and so does one
+//!   entering (a late commit). A count taken before a run's first page is asked (the
+//!   *opener*) and the same count taken after its last page answered prove that no call
+//!   before `Q` moved while the pages were served, in whatever order: each position of the
+//!   query before `Q` held the same call for every page, so the pages read every call up to
+//!   the last one read, and the checkpoint moves there (to `Q` itself once a page reached
+//!   it: the calls after `Q` may move unseen, and keyset paging reads on from `Q`). The
+//!   count that closes a run opens the next, which starts at once from where it ended, so a
+//!   walk pays one count to open its runs (asked once a full page shows at least
+//!   `UNTIED_RUN_PAGES` pages still to read) and one a run. A run started at a tie group
+//!   before any count was taken assumes none since the page's own clock less the window, and
+//!   its closing count must find none. Every page of a run must also repeat its first
+//!   page's `total_count`. Anything else (a count that moved, more rows than counted, a page
+//!   repeated) falls back: the walk reads again from the run's start, a tie group there with
+//!   the two scans; after `MAX_FAILED_RUNS` in a row it reads on without runs. Without a
+//!   `Date` or a `total_count`, no run starts. Runs grow (the first ends at its first
+//!   boundary, the next at 4, 8 … 64 pages), so the checkpoint of a quiet walk trails its
+//!   writes by a run at most: a crash replays that run, the pages that were in flight.
+//!   (A call deleted during a run while another enters would leave the count unchanged;
+//!   the service shows no deletion, and the two scans share that blind spot.)
 //! - **Unstable tie orders** (`cover.rs`). The spec orders the list by `updated_at` and
 //!   promises nothing within a tie; a service sorting on that key alone may order a tie
 //!   anew on every request, or by each request's `LIMIT`, and then the pages of a group
@@ -91,12 +101,12 @@ pub use cover::Incomplete;
 use cover::{Cover, CoverStep};
 use page::{Exit, count_at, exit_through, len_u32, resumed, uids};
 pub use page::{PageFacts, RowKey};
-use run::{Quiet, Run, RunStep};
+use run::{MIN_RUN_PAGES, Opener, Quiet, Run, RunStep};
 
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
 /// One list request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PageRequest {
     pub updated_after: Timestamp,
     pub page: u32,
@@ -105,7 +115,7 @@ pub struct PageRequest {
 }
 
 /// What a request's rows are for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Purpose {
     /// A page of the walk: its rows are the data.
     Walk,
@@ -181,6 +191,13 @@ pub enum WalkError {
     },
 }
 
+/// Runs in a row that could not be proven quiet after which a walk reads on without runs.
+const MAX_FAILED_RUNS: u32 = 3;
+
+/// Rows after a keyset page, in pages, from which the rest is read as quiet runs (a run
+/// costs a count at its end, and its first a count at its start).
+const UNTIED_RUN_PAGES: u32 = 16;
+
 /// Limits that end a walk which would otherwise not terminate.
 #[derive(Debug, Clone, Copy)]
 pub struct WalkLimits {
@@ -233,11 +250,19 @@ pub struct PageWalker {
     /// How much earlier than the service's clock a change may be stamped when it becomes
     /// visible (the late-commit window): what a quiet check allows for.
     late_commits: Duration,
-    /// Whether tie groups are read as quiet runs; off for the rest of the walk once one
-    /// could not be proven quiet.
+    /// Whether quiet runs may start; off for the rest of the walk once
+    /// [`MAX_FAILED_RUNS`] in a row could not be proven quiet.
     runs: bool,
+    /// Runs in a row that could not be proven quiet.
+    failed_runs: u32,
+    /// Where the last run that could not be proven quiet began: a tie group there is read
+    /// with the two scans, not run again.
+    scan_at: Option<Timestamp>,
     /// Pages the next run may read before it ends at a group boundary.
     run_pages: u32,
+    /// The latest count of calls stamped since an instant that a response gave: every
+    /// request the walk makes from now on is asked after it, so a run may open with it.
+    opener: Option<Opener>,
     /// Whether the service has shown that it orders ties differently from one request to
     /// the next: from then on every tie group is covered (`cover.rs`), neither run nor
     /// scanned, for the rest of the walk.
@@ -256,14 +281,22 @@ enum State {
     },
     /// Tie groups paged by page number in one query, while nothing moves.
     Run(Run),
-    /// A run from `after` has read up to a page whose last row is at `last`: one request for
-    /// anything stamped since `since`. Nothing: the checkpoint moves to `last`. Anything:
-    /// fall back to `after`.
+    /// A full page at `cursor`, with many rows after it: one count of the calls stamped
+    /// since `since` before a run from `cursor` may start (`expected`: its rows).
+    Opening {
+        cursor: Timestamp,
+        since: Timestamp,
+        expected: Option<u64>,
+    },
+    /// A run from `after` has read every call up to `last`: one count of the calls stamped
+    /// since the opener's instant. The opener's count again: the checkpoint moves to
+    /// `last`. Another: fall back to `after`.
     RunCheck {
         after: Timestamp,
-        since: Timestamp,
+        opener: Opener,
         last: Timestamp,
         full: bool,
+        left: Option<u64>,
     },
     Tie(TieWalk),
     /// A tie group read again and again until every call of it has shown.
@@ -356,7 +389,10 @@ impl PageWalker {
             limits,
             late_commits,
             runs: true,
+            failed_runs: 0,
+            scan_at: None,
             run_pages: 0,
+            opener: None,
             unstable: false,
             held: None,
             checkpoint: start,
@@ -369,7 +405,8 @@ impl PageWalker {
         let (updated_after, page, page_size, purpose) = match &self.state {
             State::Keyset { cursor } => (*cursor, 1, self.page_size, Purpose::Walk),
             State::Run(run) => (run.after, run.page, self.page_size, Purpose::Walk),
-            State::RunCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
+            State::Opening { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
+            State::RunCheck { opener, .. } => (opener.since, 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
             State::Cover(cover) if cover.counting => {
                 (cover.counted_from(), 1, 1, Purpose::QuietCheck)
@@ -391,6 +428,28 @@ impl PageWalker {
         })
     }
 
+    /// Requests the walk will ask for after [`next_request`](Self::next_request)'s, in
+    /// order, while nothing changes under it: the rest of a quiet run's planned pages. A
+    /// run's count proves its pages whatever order the service serves them in, so they may
+    /// be asked for at once. Asked ahead, an answer may be given to
+    /// [`accept`](Self::accept) only while its request stayed among these (or became the
+    /// next): a walk that left the run (it fell back, or found an unstable order) reads
+    /// its pages again, asked after what it read since.
+    pub fn requests_ahead(&self) -> Vec<PageRequest> {
+        let State::Run(run) = &self.state else {
+            return Vec::new();
+        };
+        let last = run.planned_last_page(self.page_size);
+        (run.page + 1..=last)
+            .map(|page| PageRequest {
+                updated_after: run.after,
+                page,
+                page_size: self.page_size,
+                purpose: Purpose::Walk,
+            })
+            .collect()
+    }
+
     /// The instant the walk has reached: everything before it has been read.
     pub fn position(&self) -> Timestamp {
         self.checkpoint
@@ -404,28 +463,22 @@ impl PageWalker {
             let full = rows.len() == request.page_size as usize;
             self.state = match std::mem::replace(&mut self.state, State::Done) {
                 State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full, facts),
-                State::Run(run) => match run.step(rows, full, facts, self.page_size) {
-                    RunStep::Next(run) => State::Run(run),
-                    RunStep::Check {
-                        after,
-                        since,
-                        last,
-                        full,
-                    } => State::RunCheck {
-                        after,
-                        since,
-                        last,
-                        full,
-                    },
-                    RunStep::FallBack(after) => self.fall_back(after),
-                    RunStep::Unstable(after) => {
-                        self.found_unstable(after);
-                        State::Keyset { cursor: after }
-                    }
-                },
+                State::Run(run) => {
+                    let step = run.step(rows, full, facts, self.page_size);
+                    self.after_run_page(step)
+                }
+                State::Opening {
+                    cursor,
+                    since,
+                    expected,
+                } => self.after_opening((cursor, since, expected), rows, facts),
                 State::RunCheck {
-                    after, last, full, ..
-                } => self.after_run_check(after, last, full, rows, facts),
+                    after,
+                    opener,
+                    last,
+                    full,
+                    left,
+                } => self.after_run_check(after, opener, (last, full, left), rows, facts),
                 State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
                 State::Cover(cover) => {
                     let at = cover.at;
@@ -468,7 +521,7 @@ impl PageWalker {
         }
         if last > cursor {
             self.advance(last);
-            return State::Keyset { cursor: last };
+            return self.after_untied_page(rows, last, facts);
         }
         // A full page of nothing but `cursor`: a group to cover once the service has shown
         // an unstable tie order; else page 1 of a quiet run, when one may prove itself (its
@@ -477,10 +530,9 @@ impl PageWalker {
         if self.unstable {
             return State::Cover(Cover::new(cursor, 0));
         }
-        if let Some(quiet) =
-            Quiet::of(facts, self.late_commits).filter(|q| self.runs && q.since > cursor)
-        {
-            return State::Run(Run::start(cursor, rows, quiet, self.run_pages));
+        if let Some(opener) = self.tie_run_opener(cursor, facts) {
+            let run = Run::new(cursor, opener, self.run_pages, facts.total_count);
+            return self.after_run_page(run.step(rows, full, facts, self.page_size));
         }
         let mut tie = TieWalk::new(cursor, facts, self.late_commits);
         tie.record(rows);
@@ -723,33 +775,138 @@ impl PageWalker {
         self.unstable = true;
     }
 
-    /// The answer to the quiet check of a run from `after` that read up to a page ending at
+    /// A full keyset page whose rows end at `last`, after the cursor. With many rows after
+    /// it, the pages from `last` are read as a quiet run, by page number, so that they can
+    /// be asked for at once; the run needs a count of the calls stamped since an instant
+    /// the rows read stay before, taken before its pages are asked for: one request, once a
+    /// walk (the count that ends a run opens the next).
+    fn after_untied_page(&mut self, rows: &[RowKey], last: Timestamp, facts: PageFacts) -> State {
+        let keyset = State::Keyset { cursor: last };
+        let Some(quiet) = Quiet::of(facts, self.late_commits) else {
+            return keyset;
+        };
+        let runs_pay = quiet.total_count >= u64::from(UNTIED_RUN_PAGES * self.page_size);
+        if !(self.runs && runs_pay) || self.unstable {
+            return keyset;
+        }
+        // The rows from `last` on: the count less those before `last`.
+        let before_last = rows.iter().filter(|r| r.updated_at < last).count() as u64;
+        let expected = quiet.total_count.checked_sub(before_last);
+        let pages = self.run_pages.max(MIN_RUN_PAGES);
+        match self.opener {
+            Some(opener) if last < opener.since => {
+                State::Run(Run::new(last, opener, pages, expected))
+            }
+            _ if last < quiet.since => State::Opening {
+                cursor: last,
+                since: quiet.since,
+                expected,
+            },
+            _ => keyset,
+        }
+    }
+
+    /// What a quiet run from a tie group at `cursor` (its first page just read) opens with:
+    /// the walk's count, when the group is before its instant, else none stamped since the
+    /// page's clock less the late-commit window, assumed (which the run's check must find);
+    /// `None` when no run may prove itself there.
+    fn tie_run_opener(&self, cursor: Timestamp, facts: PageFacts) -> Option<Opener> {
+        if !self.runs || self.scan_at == Some(cursor) {
+            return None;
+        }
+        if let Some(opener) = self.opener.filter(|o| cursor < o.since) {
+            return Some(opener);
+        }
+        Quiet::of(facts, self.late_commits)
+            .filter(|q| q.since > cursor)
+            .map(|q| Opener::assumed(q.since))
+    }
+
+    fn after_run_page(&mut self, step: RunStep) -> State {
+        match step {
+            RunStep::Next(run) => State::Run(run),
+            RunStep::Check {
+                after,
+                opener,
+                last,
+                full,
+                left,
+            } => State::RunCheck {
+                after,
+                opener,
+                last,
+                full,
+                left,
+            },
+            RunStep::FallBack(after) => self.fall_back(after),
+            RunStep::Unstable(after) => {
+                self.found_unstable(after);
+                State::Keyset { cursor: after }
+            }
+        }
+    }
+
+    /// The count a run from `cursor` opens with.
+    fn after_opening(
+        &mut self,
+        (cursor, since, expected): (Timestamp, Timestamp, Option<u64>),
+        rows: &[RowKey],
+        facts: PageFacts,
+    ) -> State {
+        match Opener::counted(since, rows, facts) {
+            Some(opener) => {
+                self.opener = Some(opener);
+                let pages = self.run_pages.max(MIN_RUN_PAGES);
+                State::Run(Run::new(cursor, opener, pages, expected))
+            }
+            None => State::Keyset { cursor },
+        }
+    }
+
+    /// The answer to the count that ends a run from `after`, which read every call up to
     /// `last`.
     fn after_run_check(
         &mut self,
         after: Timestamp,
-        last: Timestamp,
-        full: bool,
+        opener: Opener,
+        (last, full, left): (Timestamp, bool, Option<u64>),
         rows: &[RowKey],
         facts: PageFacts,
     ) -> State {
-        if !run::is_quiet(rows, facts) {
+        let counted = Opener::counted(opener.since, rows, facts);
+        let quiet = opener.holds(rows, facts);
+        // Asked after every request before it, the count opens whatever run comes next.
+        self.opener = counted;
+        if !quiet {
             return self.fall_back(after);
         }
+        self.failed_runs = 0;
         self.run_pages = run::next_run_pages(self.run_pages);
-        self.leave(if full {
-            Exit::Continue(last)
-        } else {
-            Exit::End(last)
-        })
+        if !full {
+            return self.leave(Exit::End(last));
+        }
+        self.advance(last);
+        match counted {
+            // The next run starts at once from where this one proved the calls read: its
+            // pages can be asked for together, the next request being its first.
+            // (Not from a run that stopped at the count's instant: keyset paging reads on.)
+            Some(opener) if self.runs && !self.unstable && left.is_some() && last > after => {
+                State::Run(Run::new(last, opener, self.run_pages, left))
+            }
+            _ => State::Keyset { cursor: last },
+        }
     }
 
-    /// A run that cannot be proven quiet: read again from where it began (the checkpoint),
-    /// with the two scans, and without runs for the rest of the walk (a service that
-    /// changed once is likely to again, and a run's pages would be read for nothing).
+    /// A run that cannot be proven quiet: read again from where it began (the checkpoint).
+    /// A tie group there is read with the two scans; runs start again after, until
+    /// [`MAX_FAILED_RUNS`] in a row failed (a service that keeps changing would make their
+    /// pages be read for nothing).
     fn fall_back(&mut self, after: Timestamp) -> State {
-        tracing::debug!(%after, "a quiet run could not be proven quiet: read again with two scans");
-        self.runs = false;
+        tracing::debug!(%after, "a quiet run could not be proven quiet: read again from where it began");
+        self.failed_runs += 1;
+        self.runs = self.failed_runs < MAX_FAILED_RUNS;
+        self.scan_at = Some(after);
+        self.run_pages = 0;
         State::Keyset { cursor: after }
     }
 

@@ -9,6 +9,7 @@
 //! ends: it reads what had changed by the service's clock when it began. The engine knows
 //! neither clap nor cron: the CLI and the daemon decide when passes run.
 
+mod ahead;
 mod checkpoint_rule;
 pub mod cursor;
 mod error;

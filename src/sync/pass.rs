@@ -17,13 +17,16 @@
 //! clock stands in; a walk held by that clock below the calls it reads ends with an error.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use super::ahead::Ahead;
 use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::error::SyncError;
@@ -33,6 +36,7 @@ use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
+use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{Claim, PageBatch};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
@@ -50,7 +54,7 @@ enum Stop {
 }
 
 /// The page loop's state between two page steps.
-struct Walk {
+struct Walk<'e> {
     walker: PageWalker,
     rule: CheckpointRule,
     recent: RecentRows,
@@ -58,8 +62,9 @@ struct Walk {
     in_flight: Option<Pending<PageWrite>>,
     /// The checkpoint of the page handed to the sink last; `None` before the first.
     submitted: Option<Option<Timestamp>>,
-    /// The next page, fetched while the details of the one before were.
-    prefetched: Option<Result<Listed, SyncError>>,
+    /// Requests asked ahead: the next, and the rest of a quiet run's pages, in flight while
+    /// the pages before them are completed and written.
+    ahead: Ahead<'e>,
     /// The next request; `None` once the walk has read to the end of the data.
     next: Option<PageRequest>,
 }
@@ -83,7 +88,8 @@ struct Pass<'e> {
     plan: &'e PassPlan,
     cancel: &'e CancellationToken,
     progress: &'e dyn PassProgress,
-    counters: Counters,
+    /// Shared with the requests asked ahead of the walk.
+    counters: Arc<Counters>,
     tally: Tally,
     clock: ServiceClock,
     /// Where the walk got to, capped by the service's clock.
@@ -120,7 +126,7 @@ impl Engine {
             plan,
             cancel,
             progress,
-            counters: Counters::for_lane(schedule),
+            counters: Arc::new(Counters::for_lane(schedule)),
             tally: Tally::default(),
             clock: ServiceClock::new(self.settings.max_clock_skew, None),
             position: None,
@@ -130,7 +136,7 @@ impl Engine {
     }
 }
 
-impl Pass<'_> {
+impl<'e> Pass<'e> {
     async fn run(mut self) -> PassReport {
         let started = Instant::now();
         let result = match self.claim().await {
@@ -298,7 +304,7 @@ impl Pass<'_> {
             recent: RecentRows::default(),
             in_flight: None,
             submitted: None,
-            prefetched: None,
+            ahead: Ahead::new(),
         };
         let stopped = loop {
             match self.page_step(&mut walk).await {
@@ -342,43 +348,38 @@ impl Pass<'_> {
 
     /// One page: fetched (or taken as prefetched), accepted, completed by its details while
     /// the next page is fetched, and handed to the sink once the page before it committed.
-    async fn page_step(&mut self, walk: &mut Walk) -> Result<ControlFlow<Stop>, SyncError> {
+    async fn page_step(&mut self, walk: &mut Walk<'e>) -> Result<ControlFlow<Stop>, SyncError> {
         let Some(request) = walk.next.take() else {
             return Ok(ControlFlow::Break(Stop::Finished));
         };
         if let Some(stop) = self.stop_before(&walk.walker) {
             return Ok(ControlFlow::Break(stop));
         }
-        let listed = match walk.prefetched.take() {
-            Some(listed) => listed,
-            None => tokio::select! {
-                biased;
-                () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
-                listed = self.fetch_page(&request) => listed,
-            },
-        };
-        let accepted = self.accept(&request, listed?, &mut walk.walker, &mut walk.recent)?;
-        // The next request is known as soon as this page is accepted: it goes out while
-        // this page's details are fetched, so a latency-bound pass keeps the service busy.
-        walk.next = walk.walker.next_request();
-        let ahead = walk
-            .next
-            .as_ref()
-            .filter(|_| self.stop_before(&walk.walker).is_none());
-        let (calls, listed) = tokio::select! {
+        let listed = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
-            both = futures::future::join(
-                self.complete(accepted.calls, accepted.content_hashes),
-                async {
-                    match ahead {
-                        Some(request) => Some(self.fetch_page(request).await),
-                        None => None,
-                    }
-                },
-            ) => both,
+            listed = self.answer(&mut walk.ahead, request) => listed,
         };
-        walk.prefetched = listed;
+        let accepted = self.accept(&request, listed?, &mut walk.walker, &mut walk.recent)?;
+        // The next request is known as soon as this page is accepted, and within a quiet
+        // run the pages after it too: they go out while this page's details are fetched and
+        // the page before it is written, so a latency-bound pass keeps the service busy.
+        walk.next = walk.walker.next_request();
+        let wanted: Vec<PageRequest> = match self.stop_before(&walk.walker) {
+            Some(_) => Vec::new(),
+            None => walk
+                .next
+                .into_iter()
+                .chain(walk.walker.requests_ahead())
+                .collect(),
+        };
+        walk.ahead.want(&wanted, self.fetcher());
+        let calls = tokio::select! {
+            biased;
+            () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
+            calls = self.complete(accepted.calls, accepted.content_hashes) => calls,
+            () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
+        };
         let (calls, content_hashes) = calls?;
         let checkpoint = walk
             .rule
@@ -398,7 +399,10 @@ impl Pass<'_> {
             synced_at: Timestamp::now(),
         };
         if let Some(previous) = walk.in_flight.take() {
-            self.settle(previous).await?;
+            tokio::select! {
+                settled = self.settle(previous) => settled?,
+                () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
+            }
         }
         let pending = self
             .engine
@@ -452,7 +456,9 @@ impl Pass<'_> {
         walker: &mut PageWalker,
         recent: &mut RecentRows,
     ) -> Result<AcceptedPage, SyncError> {
-        let Listed { page, served_at } = listed;
+        let Listed {
+            page, served_at, ..
+        } = listed;
         let stamps: Vec<Timestamp> = page.data.iter().map(|c| c.updated_at).collect();
         let reading = self.clock.observe(served_at, Timestamp::now(), &stamps);
         let service_now = reading.now;
@@ -464,8 +470,10 @@ impl Pass<'_> {
             Purpose::QuietCheck => Vec::new(),
         };
         if let Some(total_count) = total_count.filter(|_| request.purpose == Purpose::Walk) {
-            // What was read before this request, plus what the service says is left.
-            self.tally.total = Some(self.tally.calls_seen + total_count);
+            // What was read before this request, plus what the service says is left from
+            // this page on (the query's count less the pages of it before this one).
+            let before = u64::from(request.page - 1) * u64::from(request.page_size);
+            self.tally.total = Some(self.tally.calls_seen + total_count.saturating_sub(before));
         }
         self.tally.pages += 1;
         self.tally.calls_seen += data.len() as u64;
@@ -508,22 +516,44 @@ impl Pass<'_> {
         }
     }
 
-    async fn fetch_page(&self, request: &PageRequest) -> Result<Listed, SyncError> {
-        let query = self.query(request);
-        let listed = (self.engine.client)
-            .list_calls(self.schedule, &query, &self.counters)
-            .await?;
-        self.progress.answered(self.schedule);
-        Ok(listed)
+    /// The answer to `request`: asked ahead, or asked now.
+    async fn answer(
+        &self,
+        ahead: &mut Ahead<'e>,
+        request: PageRequest,
+    ) -> Result<Listed, SyncError> {
+        loop {
+            if let Some(listed) = ahead.answer(&request).await {
+                if listed.is_ok() {
+                    self.progress.answered(self.schedule);
+                }
+                return listed;
+            }
+            // Not asked ahead (the first request of the walk): the walk wants it alone.
+            ahead.want(&[request], self.fetcher());
+        }
+    }
+
+    /// How a request goes out: a future owning what it needs, so that it can stay in flight
+    /// while the pass does other work.
+    fn fetcher(
+        &self,
+    ) -> impl Fn(PageRequest) -> BoxFuture<'e, Result<Listed, SyncError>> + use<'e> {
+        let (engine, schedule, counters) = (self.engine, self.schedule, self.counters.clone());
+        move |request| {
+            let counters = counters.clone();
+            Box::pin(async move {
+                let query = list_query(&engine.settings.filter, &request);
+                Ok(engine
+                    .client
+                    .list_calls(schedule, &query, &counters)
+                    .await?)
+            })
+        }
     }
 
     fn query(&self, request: &PageRequest) -> ListQuery<'_> {
-        ListQuery {
-            updated_after: Some(request.updated_after),
-            page: request.page,
-            page_size: request.page_size,
-            filter: &self.engine.settings.filter,
-        }
+        list_query(&self.engine.settings.filter, request)
     }
 
     fn describe(&self, request: &PageRequest) -> String {
@@ -609,6 +639,15 @@ fn needs_detail(call: &OutboundCall, mode: DetailsMode) -> bool {
         DetailsMode::Always => true,
         DetailsMode::Never => false,
         DetailsMode::Auto => call.lacks_attempt_children() || call.notifications().is_none(),
+    }
+}
+
+fn list_query<'f>(filter: &'f ListFilter, request: &PageRequest) -> ListQuery<'f> {
+    ListQuery {
+        updated_after: Some(request.updated_after),
+        page: request.page,
+        page_size: request.page_size,
+        filter,
     }
 }
 

@@ -253,8 +253,11 @@ async fn a_daemon_whose_lock_session_was_cut_commits_nothing_after_the_takeover(
         () = hold.arrived(3) => {}
         () = tokio::time::sleep(PATIENCE) => panic!("no third list request within {PATIENCE:?}"),
     }
-    wait_for("the first's page 1 committed", || {
-        count(&db, "SELECT count(*) FROM calls") == 10
+    // The two pages answered before the held one are written (a page's write does not wait
+    // for the next page), and nothing after them until the third answers: 19 calls, page 2
+    // starting at page 1's last call (keyset paging is inclusive).
+    wait_for("the first's pages 1 and 2 committed", || {
+        count(&db, "SELECT count(*) FROM calls") == 19
     })
     .await;
 

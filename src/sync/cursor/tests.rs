@@ -89,11 +89,15 @@ impl Service {
 
     fn insert(&mut self, secs: i64, n: usize) {
         for _ in 0..n {
-            self.next_uid += 1;
-            // Scatter uids so new rows land anywhere inside a tie group.
-            let id = uid(self.next_uid.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            self.rows.insert(id, at(secs));
+            self.insert_at(at(secs));
         }
+    }
+
+    fn insert_at(&mut self, t: Timestamp) {
+        self.next_uid += 1;
+        // Scatter uids so new rows land anywhere inside a tie group.
+        let id = uid(self.next_uid.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        self.rows.insert(id, t);
     }
 
     /// `pagination.total_count` of a request: its rows on every page.
@@ -238,6 +242,34 @@ fn walk_late(
     page_size: u32,
     facts: Facts,
     late_commits: Duration,
+    churn: impl FnMut(&mut Service, usize),
+) -> (Outcome, Option<WalkError>) {
+    let serving = Serving::InTurn;
+    walk_served(
+        service,
+        start,
+        page_size,
+        (facts, late_commits, serving),
+        churn,
+    )
+}
+
+/// When the model serves a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Serving {
+    /// Once the walker has taken the answer before it.
+    InTurn,
+    /// As the pass asks: the requests ahead of the walk (`PageWalker::requests_ahead`) as
+    /// soon as the walker names them, their answers kept while it still names them.
+    Ahead,
+}
+
+/// [`walk_late`], served in turn or ahead.
+fn walk_served(
+    service: &mut Service,
+    start: Timestamp,
+    page_size: u32,
+    (facts, late_commits, serving): (Facts, Duration, Serving),
     mut churn: impl FnMut(&mut Service, usize),
 ) -> (Outcome, Option<WalkError>) {
     let mut walker = PageWalker::new(start, page_size, WalkLimits::default(), late_commits);
@@ -248,7 +280,8 @@ fn walk_late(
     let mut requests = 0;
     let mut quiet_checks = 0;
     let mut error = None;
-    while let Some(req) = walker.next_request() {
+    let mut asked: HashMap<PageRequest, (Vec<RowKey>, PageFacts)> = HashMap::new();
+    let mut serve = |service: &mut Service, req: &PageRequest| {
         if std::env::var_os("WALK_TRACE").is_some() {
             eprintln!("{req:?}");
         }
@@ -256,7 +289,7 @@ fn walk_late(
         let served_at = at(now(clock + requests));
         requests += 1;
         assert!(requests < 100_000, "the walk does not end: {req:?}");
-        let rows = service.list(&req);
+        let rows = service.list(req);
         if std::env::var_os("WALK_TRACE").is_some() {
             let secs: Vec<i64> = rows
                 .iter()
@@ -275,6 +308,13 @@ fn walk_late(
                 served_at: Some(served_at),
             },
         };
+        (rows, facts)
+    };
+    while let Some(req) = walker.next_request() {
+        let (rows, facts) = match asked.remove(&req) {
+            Some(answer) => answer,
+            None => serve(service, &req),
+        };
         if req.purpose == Purpose::QuietCheck {
             quiet_checks += 1;
         } else {
@@ -289,7 +329,18 @@ fn walk_late(
                 break;
             }
         }
+        if serving == Serving::Ahead {
+            // As the pass: the next request and those after it.
+            let wanted: Vec<PageRequest> = (walker.next_request().into_iter())
+                .chain(walker.requests_ahead())
+                .collect();
+            asked.retain(|req, _| wanted.contains(req));
+            for req in wanted {
+                asked.entry(req).or_insert_with(|| serve(service, &req));
+            }
+        }
     }
+    let (requests, quiet_checks) = (requests, quiet_checks);
     let out = Outcome {
         start,
         checkpoint: walker.position(),
@@ -547,33 +598,37 @@ fn quiet_runs_cross_groups_without_going_back_to_their_first_pages() {
     // again) and runs to the first boundary past 4, 8, 16 … 32 pages, then a check.
     let groups: Vec<(i64, usize)> = (1..=10).map(|s| (s, 300)).collect();
     let out = check(&groups, 100, 10, Facts::Shown);
-    // From 0; 4 pages + check; 4 + check; 10 + check; the last 5 groups and an empty page
-    // (the end of the data) + check.
-    assert_eq!((out.requests, out.quiet_checks), (1 + 5 + 5 + 11 + 17, 4));
+    // From 0 (a page past 0: many rows follow, so the count that opens the runs); 4 pages
+    // + check; 4 + check; 10 + check; the last 5 groups and an empty page (the end of the
+    // data) + check.
+    assert_eq!(
+        (out.requests, out.quiet_checks),
+        (1 + 1 + 5 + 5 + 11 + 17, 5)
+    );
     // Without the facts: per group its pages 1 to 3, the page past it, pages 3 to 1 again,
     // an exit probe (the group ends on a page edge) and a page of 100 to confirm it; the
     // last group ends the data.
     let out = check(&groups, 100, 10, Facts::Hidden);
     assert_eq!(out.requests, 1 + 9 * 9 + 4);
     // 1,000 pages of groups of three pages (10 rows a page, to keep the model quick): each
-    // page once, plus one page and one check a run of 32 pages or so once runs are at their
-    // longest.
+    // page once, plus one page and one check a run (20 runs: up to 64 pages once runs are at
+    // their longest), and the count that opens them.
     let groups: Vec<(i64, usize)> = (1..=334).map(|s| (s, 30)).collect();
     let out = check(&groups, 10, 334, Facts::Shown);
     let pages = out.requests - out.quiet_checks;
-    assert_eq!((pages, out.quiet_checks), (1 + 1002 + 34, 34));
+    assert_eq!((pages, out.quiet_checks), (1 + 1002 + 20, 1 + 20));
 }
 
 #[test]
-fn a_run_ends_where_the_ties_stop() {
-    // A group of 250, then one row a second: the run ends on the first page where few rows
-    // share its last instant, and keyset paging goes on from there.
+fn a_run_reads_on_past_the_ties() {
+    // A group of 250, then one row a second: the first run ends at its first boundary, and
+    // the next reads on from there by page number, its pages known ahead.
     let mut groups = vec![(1, 250)];
     groups.extend((2..=400).map(|s| (s, 1)));
     let out = check(&groups, 100, 400, Facts::Shown);
-    // From 0; run pages 1 to 3 (page 3: 50 rows at 1 s, then 2..=51 s), the check; keyset
-    // pages from 51 s: 349 rows, one read twice a page, in 4 pages.
-    assert_eq!((out.requests, out.quiet_checks), (1 + 3 + 1 + 4, 1));
+    // From 0; run pages 1 to 3 (page 3: 50 rows at 1 s, then 2..=51 s), the check; the
+    // next run from 51 s: 350 rows in 4 pages, the check.
+    assert_eq!((out.requests, out.quiet_checks), (1 + 3 + 1 + 4 + 1, 2));
 }
 
 #[test]
@@ -1010,8 +1065,7 @@ fn apply(s: &mut Service, n: usize, kind: u8, secs: i64, k: usize) {
         // (an insert at an older instant is a late commit: the lookback's job)
         2 => {
             if let Some(latest) = s.rows.values().max().copied() {
-                let secs = i64::try_from(latest.unix_nanos() / 1_000_000_000).unwrap();
-                s.insert(secs, 1);
+                s.insert_at(latest);
             }
         }
         // many updates at once: `k` rows leave the group at `secs`
@@ -1066,13 +1120,16 @@ proptest! {
         events in prop::collection::vec((0usize..40, 0u8..4, 1i64..8, 0usize..80), 0..12),
         shown in any::<bool>(),
         order in 0usize..3,
+        ahead in any::<bool>(),
     ) {
         let facts = if shown { Facts::Shown } else { Facts::Hidden };
         // Without counts an unstable order cannot be told from calls entering a group:
         // the walk takes the order as stable there (the spec always sends the counts).
         let order = ORDERS[order];
         let mut service = Service::ordered(&groups, order);
-        let (out, error) = walk_until_error(&mut service, at(0), page_size, facts, |s, n| {
+        let serving = if ahead { Serving::Ahead } else { Serving::InTurn };
+        let how = (facts, Duration::ZERO, serving);
+        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| {
             for &(when, kind, secs, k) in &events {
                 if when == n {
                     apply(s, n, kind, secs, k);
@@ -1172,10 +1229,13 @@ proptest! {
         page_size in prop::sample::select(vec![7u32, 20, 50, 99, 100]),
         events in prop::collection::vec((0usize..200, 0u8..4, 1i64..6, 0usize..200), 1..30),
         order in 0usize..3,
+        ahead in any::<bool>(),
     ) {
         let order = ORDERS[order];
         let mut service = Service::ordered(&groups, order);
-        let (out, error) = walk_until_error(&mut service, at(0), page_size, Facts::Shown, |s, n| {
+        let serving = if ahead { Serving::Ahead } else { Serving::InTurn };
+        let how = (Facts::Shown, Duration::ZERO, serving);
+        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| {
             for &(when, kind, secs, k) in &events {
                 if when == n {
                     apply(s, n, kind, secs, k);
@@ -1192,6 +1252,109 @@ proptest! {
             Some(e) => panic!("churn stopped, yet: {e}"),
         }
     }
+}
+
+/// `rows` calls a tenth of a second apart from 1 s on (all before the model's clock, at
+/// 1,000 s), then tie groups at `groups`' seconds past 900 s.
+fn untied_then_groups(rows: usize, groups: &[(i64, usize)], order: TieOrder) -> Service {
+    let mut service = Service::ordered(&[], order);
+    for n in 0..rows {
+        let tenths = 10 + i128::try_from(n).unwrap();
+        service.insert_at(Timestamp::from_unix_nanos(tenths * 100_000_000).unwrap());
+    }
+    for &(secs, n) in groups {
+        service.insert(900 + secs, n);
+    }
+    service
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Calls at distinct instants, long enough for quiet runs (`UNTIED_RUN_PAGES`), and tie
+    /// groups after them; updates, inserts and departures anywhere during the first 80
+    /// requests; the runs' pages served in turn or all at once as the walker names them
+    /// ahead, as the pass asks for them. The walk completes and nothing before a
+    /// checkpoint is missed: a call that leaves while pages are out moves the positions
+    /// under them, and the run's closing count says so.
+    #[test]
+    fn churn_under_runs_asked_ahead_never_skips(
+        rows in 20usize..600,
+        groups in prop::collection::vec((1i64..4, 1usize..120), 0..3),
+        page_size in 1u32..30,
+        events in prop::collection::vec((0usize..80, 0u8..4, 1i64..60, 0usize..40), 0..16),
+        order in 0usize..3,
+        ahead in any::<bool>(),
+    ) {
+        let order = ORDERS[order];
+        let mut service = untied_then_groups(rows, &groups, order);
+        let serving = if ahead { Serving::Ahead } else { Serving::InTurn };
+        let how = (Facts::Shown, Duration::ZERO, serving);
+        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| {
+            for &(when, kind, secs, k) in &events {
+                if when == n {
+                    apply(s, n, kind, secs, k);
+                }
+            }
+        });
+        assert_complete(&service, &out);
+        match error {
+            None => {}
+            Some(WalkError::GroupIncomplete { why, .. }) if order != TieOrder::Stable => {
+                prop_assert!(why != Incomplete::Young, "{why:?}");
+                assert_next_walk_completes(&mut service, out.checkpoint, page_size, Facts::Shown);
+            }
+            Some(e) => panic!("churn stopped, yet: {e}"),
+        }
+    }
+}
+
+/// 2,000 calls at distinct instants, pages of 10, asked ahead: after the first page and the
+/// count that opens the runs, each run's pages are named at once (4, 8, 16, 32, then 64 at
+/// a time), and each run ends with a count. Requests: 201 pages (each of the 8 runs starts
+/// from the instant the last ended at, whose call it reads again: 2,008 rows), the opening
+/// count and a count a run: 210, 1.05× the 200 pages of keyset paging.
+#[test]
+fn untied_calls_are_read_in_runs_whose_pages_are_asked_ahead() {
+    let mut service = untied_then_groups(2000, &[], TieOrder::Stable);
+    let how = (Facts::Shown, Duration::ZERO, Serving::Ahead);
+    let (out, error) = walk_served(&mut service, at(0), 10, how, |_, _| {});
+    assert!(error.is_none(), "{error:?}");
+    assert_complete(&service, &out);
+    assert_eq!(out.seen.len(), 2000);
+    let pages = out.requests - out.quiet_checks;
+    assert_eq!((pages, out.quiet_checks), (201, 1 + 8));
+    // The same, named ahead, but served in turn: the same requests.
+    let mut service = untied_then_groups(2000, &[], TieOrder::Stable);
+    let how = (Facts::Shown, Duration::ZERO, Serving::InTurn);
+    let (in_turn, _) = walk_served(&mut service, at(0), 10, how, |_, _| {});
+    assert_eq!(in_turn.requests, out.requests);
+}
+
+/// A call leaving from before the runs' pages while they are out (asked ahead, all at
+/// once): every later page shifts by one, so one call would fall between two pages; the
+/// run's closing count finds the departure, and the walk reads the run again.
+#[test]
+fn a_call_leaving_under_pages_asked_ahead_is_caught_by_the_closing_count() {
+    let mut service = untied_then_groups(600, &[], TieOrder::Stable);
+    let how = (Facts::Shown, Duration::ZERO, Serving::Ahead);
+    // Requests 7 to 14 are the second run's 8 pages from 5.9 s, asked together after the
+    // first run's count (request 6): the call at 6 s, on its first page, leaves before its
+    // third is served.
+    let (out, error) = walk_served(&mut service, at(0), 10, how, |s, n| {
+        if n == 9 {
+            assert!(s.touch_kth_at(6, 0, now(n)));
+        }
+    });
+    assert!(error.is_none(), "{error:?}");
+    assert_complete(&service, &out);
+    assert_eq!(out.seen.len(), 600);
+    let mut quiet = untied_then_groups(600, &[], TieOrder::Stable);
+    let (unchanged, _) = walk_served(&mut quiet, at(0), 10, how, |_, _| {});
+    assert!(
+        out.requests > unchanged.requests,
+        "the run was not read again"
+    );
 }
 
 /// Found by `heavy_churn_may_unsettle_a_walk_but_the_next_completes` (shrunk): one row
