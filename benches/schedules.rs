@@ -1,18 +1,20 @@
-//! Ten thousand schedules held by one daemon (issue 20, item 7), for BENCHMARKS.md (not a
-//! test).
+//! Ten thousand schedules held by one daemon (issue 20, item 7; issue 31, item 3), for
+//! BENCHMARKS.md (not a test).
 //!
 //! `cargo bench --locked --bench schedules` runs the release binary's `callsync run`, with the
 //! default configuration but for its cron (`0 * * * * *`, every minute, so each tick is one
-//! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick lines), against the
-//! simulator in this process: `SCHEDULES` [10000] schedules of `CALLS` [10] calls. It reports
-//! the daemon's own tick lines (`tick done … duration_ms`): the start-up tick (the first sync),
-//! the next clean tick (an idle pass: nothing changed), and one more with `LAT_MS` [50] ms
-//! added to every response; then the daemon's peak RSS (`VmHWM`). Reference, same run: the
-//! requests the idle pass made × the latency ÷ `sync.concurrency` — the time a pass
-//! bound by latency alone would take.
+//! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick
+//! lines), against the simulator in this process: `SCHEDULES` [10000] schedules of `CALLS`
+//! [10] calls, every response `LAT_MS` [50] ms late from the start. It reports the daemon's
+//! own tick lines (`tick done … duration_ms`): the start-up tick (the first sync) and the next
+//! clean tick (an idle pass: nothing changed); then the daemon's peak RSS (`VmHWM`).
+//! Reference, same run: the requests the idle pass made × the latency ÷ `sync.concurrency` —
+//! the time a pass bound by latency alone would take.
 //!
-//! With `CALLSYNC_BENCH_POSTGRES` (a server's URI, see benches/postgres.rs) the daemon writes
-//! into a new database on that server instead of a SQLite file.
+//! Each destination runs in turn, in the same run, against a new simulator of the same seed:
+//! a SQLite file, then, when `CALLSYNC_BENCH_POSTGRES` names a server (see
+//! benches/postgres.rs), a new database on it; the table ends with PostgreSQL's times over
+//! SQLite's. `DESTINATIONS=sqlite` or `postgres` runs one.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -77,15 +79,11 @@ enum Destination {
 }
 
 impl Destination {
-    fn new(dir: &Path, runtime: &tokio::runtime::Runtime) -> Destination {
-        match std::env::var("CALLSYNC_BENCH_POSTGRES") {
-            Ok(admin) => {
-                let name = format!("bench_schedules_{}", std::process::id());
-                runtime.block_on(pg::admin_sql(&admin, &format!("CREATE DATABASE {name}")));
-                Destination::Postgres(pg::with_dbname(&admin, &name))
-            }
-            Err(_) => Destination::Sqlite(dir.join("callsync.db")),
-        }
+    /// A new database on the server `admin` names.
+    fn postgres(admin: &str, runtime: &tokio::runtime::Runtime) -> Destination {
+        let name = format!("bench_schedules_{}", std::process::id());
+        runtime.block_on(pg::admin_sql(admin, &format!("CREATE DATABASE {name}")));
+        Destination::Postgres(pg::with_dbname(admin, &name))
     }
 
     fn name(&self) -> &'static str {
@@ -135,11 +133,60 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// What one destination's daemon did.
+struct Measured {
+    destination: &'static str,
+    first_wall: Duration,
+    first: TickLine,
+    idle: TickLine,
+    idle_requests: i64,
+    rss_mib: f64,
+}
+
 fn main() {
     let schedules = env_usize("SCHEDULES", 10_000);
     let calls = env_usize("CALLS", 10);
     let latency = Duration::from_millis(env_usize("LAT_MS", 50) as u64);
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let postgres = std::env::var("CALLSYNC_BENCH_POSTGRES").ok();
+    let wanted = std::env::var("DESTINATIONS").unwrap_or_else(|_| "sqlite,postgres".into());
+    let mut measured = Vec::new();
+    let mut concurrency = 0;
+    for name in wanted.split(',') {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let destination = match (name, &postgres) {
+            ("sqlite", _) => Destination::Sqlite(dir.path().join("callsync.db")),
+            ("postgres", Some(admin)) => Destination::postgres(admin, &runtime),
+            ("postgres", None) => {
+                eprintln!("PostgreSQL left out: CALLSYNC_BENCH_POSTGRES is not set");
+                continue;
+            }
+            (other, _) => panic!("DESTINATIONS: unknown destination {other}"),
+        };
+        let (run, in_flight) = run_daemon(
+            &runtime,
+            dir.path(),
+            &destination,
+            schedules,
+            calls,
+            latency,
+        );
+        measured.push(run);
+        concurrency = in_flight;
+    }
+    print_table(&measured, schedules, calls, latency, concurrency);
+}
+
+/// Runs the daemon into `destination` until its first sync and an idle pass are done, against
+/// a new simulator whose every response is `latency` late. Also returns `sync.concurrency`.
+fn run_daemon(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    destination: &Destination,
+    schedules: usize,
+    calls: usize,
+    latency: Duration,
+) -> (Measured, usize) {
     let sim = runtime
         .block_on(Simulator::start(
             "127.0.0.1:0".parse().expect("a loopback address"),
@@ -151,19 +198,20 @@ fn main() {
             },
         ))
         .expect("the simulator starts");
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let destination = Destination::new(dir.path(), &runtime);
+    sim.set_faults(FaultPlan {
+        slow_rate: 1.0,
+        slow_delay: latency,
+        ..FaultPlan::default()
+    });
     let cron = std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into());
     let config = config::write_config(
-        dir.path(),
+        dir,
         &sim,
         &destination.config_line(),
         &format!("cron = \"{cron}\"\n"),
         "info",
     );
     let defaults = callsync::config::load(Some(&config)).expect("the config loads");
-    let concurrency = defaults.sync.concurrency;
-
     let binary =
         std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
     let started = Instant::now();
@@ -178,8 +226,40 @@ fn main() {
         .spawn()
         .expect("callsync run starts");
     let pid = daemon.id();
+    let tick_lines = tick_lines(daemon.stderr.take().expect("stderr piped"));
+    let patience = Duration::from_secs(900);
+    let next_tick = || tick_lines.recv_timeout(patience).expect("a tick line");
+    let first = next_tick();
+    let first_wall = started.elapsed();
+    assert_eq!(first.number, 1, "the start-up tick comes first");
+    // A clean tick: every schedule's pass started by it (none still running from before).
+    let idle = loop {
+        let tick = next_tick();
+        if tick.still_running == 0 {
+            break tick;
+        }
+    };
+    let idle_requests = destination.last_pass_requests(runtime);
+    let rss_mib = peak_rss_mib(pid);
+    // SAFETY: a signal to our own child, by its pid.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = daemon.wait().expect("the daemon stops");
+    eprintln!("{}: the daemon stopped with {status}", destination.name());
+    runtime.block_on(sim.shutdown());
+    let measured = Measured {
+        destination: destination.name(),
+        first_wall,
+        first,
+        idle,
+        idle_requests,
+        rss_mib,
+    };
+    (measured, defaults.sync.concurrency)
+}
+
+/// The daemon's `tick done` lines, as they come (its errors echoed).
+fn tick_lines(stderr: std::process::ChildStderr) -> mpsc::Receiver<TickLine> {
     let (ticks, tick_lines) = mpsc::channel();
-    let stderr = daemon.stderr.take().expect("stderr piped");
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains(" ERROR ") {
@@ -193,65 +273,52 @@ fn main() {
             }
         }
     });
-    let patience = Duration::from_secs(900);
-    let next_tick = || tick_lines.recv_timeout(patience).expect("a tick line");
-    // A clean tick: every schedule's pass started by it (none still running from before).
-    let next_clean_tick = || loop {
-        let tick = next_tick();
-        if tick.still_running == 0 {
-            return tick;
-        }
-    };
-    let first = next_tick();
-    let first_wall = started.elapsed();
-    assert_eq!(first.number, 1, "the start-up tick comes first");
-    let idle = next_clean_tick();
-    let idle_requests = destination.last_pass_requests(&runtime);
-    sim.set_faults(FaultPlan {
-        slow_rate: 1.0,
-        slow_delay: latency,
-        ..FaultPlan::default()
-    });
-    let slow = next_clean_tick();
-    let slow_requests = destination.last_pass_requests(&runtime);
-    let rss = peak_rss_mib(pid);
-    // SAFETY: a signal to our own child, by its pid.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let status = daemon.wait().expect("the daemon stops");
+    tick_lines
+}
 
+fn print_table(
+    measured: &[Measured],
+    schedules: usize,
+    calls: usize,
+    latency: Duration,
+    concurrency: usize,
+) {
     println!(
-        "\n## schedules: one daemon, {schedules} schedules × {calls} calls, into {}, default configuration (sync.concurrency = {concurrency})\n",
-        destination.name()
+        "\n## schedules: one daemon, {schedules} schedules × {calls} calls, {} ms a response, default configuration (sync.concurrency = {concurrency})\n",
+        latency.as_millis()
     );
     println!(
-        "Reference: requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"
+        "Reference: the idle pass's requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"
     );
     println!(
-        "| tick | walked | failed | requests | added latency | tick s | reference s | × reference |"
+        "| destination | first sync s (from the process's start) | walked | failed | idle pass s | walked | failed | requests | reference s | × reference | peak RSS MiB |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| first sync (start-up tick; {:.1} s from the process's start) | {} | {} | | 0 | {:.1} | | |",
-        first_wall.as_secs_f64(),
-        first.walked,
-        first.failed,
-        first.duration_ms as f64 / 1000.0
-    );
-    println!(
-        "| idle pass | {} | {} | {idle_requests} | 0 | {:.1} | | |",
-        idle.walked,
-        idle.failed,
-        idle.duration_ms as f64 / 1000.0
-    );
-    let reference = slow_requests as f64 * latency.as_secs_f64() / concurrency as f64;
-    let took = slow.duration_ms as f64 / 1000.0;
-    println!(
-        "| idle pass | {} | {} | {slow_requests} | {} ms | {took:.1} | {reference:.1} | {:.2} |",
-        slow.walked,
-        slow.failed,
-        latency.as_millis(),
-        took / reference
-    );
-    println!("\nPeak RSS of the daemon: {rss:.0} MiB; it stopped with {status}.");
-    runtime.block_on(sim.shutdown());
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for m in measured {
+        let idle = m.idle.duration_ms as f64 / 1000.0;
+        let reference = m.idle_requests as f64 * latency.as_secs_f64() / concurrency.max(1) as f64;
+        println!(
+            "| {} | {:.1} ({:.1}) | {} | {} | {idle:.1} | {} | {} | {} | {reference:.1} | {:.2} | {:.0} |",
+            m.destination,
+            m.first.duration_ms as f64 / 1000.0,
+            m.first_wall.as_secs_f64(),
+            m.first.walked,
+            m.first.failed,
+            m.idle.walked,
+            m.idle.failed,
+            m.idle_requests,
+            idle / reference,
+            m.rss_mib,
+        );
+    }
+    if let [sqlite, postgres] = measured {
+        let ratio = |a: &TickLine, b: &TickLine| a.duration_ms as f64 / b.duration_ms as f64;
+        println!(
+            "\n{} ÷ {}: first sync {:.2}×, idle pass {:.2}×.",
+            postgres.destination,
+            sqlite.destination,
+            ratio(&postgres.first, &sqlite.first),
+            ratio(&postgres.idle, &sqlite.idle),
+        );
+    }
 }

@@ -76,6 +76,12 @@ pub trait Sink: Send + 'static {
     /// Forgets the records of passes that finished before `cutoff`, but each schedule's
     /// latest and latest successful one; returns how many went.
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError>;
+    /// Another handle on the same destination, for another writer thread to write through
+    /// at the same time (`writer.rs`), sharing this one's claims; `None` (the default) for a
+    /// destination written by one writer at a time. Waits for nothing.
+    fn fork(&self) -> Option<Box<dyn Sink>> {
+        None
+    }
 }
 
 /// The warehouse: pages written, passes recorded in `sync_runs`, one process per schedule
@@ -306,5 +312,10 @@ impl Sink for PostgresSink {
 
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
         Ok(self.0.forget_runs_before(cutoff)?)
+    }
+
+    /// Each writer thread writes over a connection of its own.
+    fn fork(&self) -> Option<Box<dyn Sink>> {
+        Some(Box::new(PostgresSink(self.0.fork())))
     }
 }

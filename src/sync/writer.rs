@@ -1,11 +1,19 @@
-//! `Writer`: the one thread that owns the sink (the warehouse connection); every write goes
-//! through it.
+//! `Writer`: the threads that own the sink (the warehouse's connections); every write goes
+//! through them.
 //!
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
 //! instead of contending for the lock. A job is a closure over `&mut dyn Sink`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
 //! is being written. The tracing span of the submitter is carried into the job.
+//!
+//! A destination that writes from several connections at once (PostgreSQL) hands the writer
+//! more handles on itself ([`Sink::fork`]): a job queued while every thread is busy starts
+//! another thread with another handle. A pass has at most one job in the queue at a time (it
+//! waits for each before its next), so the threads, and the connections they hold, grow to
+//! the passes in flight at their busiest and no further, whatever sets that number.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -19,6 +27,11 @@ type Job = Box<dyn FnOnce(&mut dyn Sink) + Send>;
 /// Jobs waiting for the writer; senders wait when it is full (bounded memory).
 const QUEUE: usize = 16;
 
+/// The most threads (each with its connection) a destination that writes from several gets:
+/// a bound for a server's connections (PostgreSQL's `max_connections` is 100 by default),
+/// far above the passes a daemon runs at once.
+const MAX_THREADS: usize = 64;
+
 /// How long [`Writer::close`] waits for the thread to finish its queue and close the sink.
 /// The queue is a few jobs, and closing the SQLite warehouse empties its WAL: seconds at
 /// most. Only a write stuck on a connection the network cut (a PostgreSQL writer whose
@@ -28,8 +41,21 @@ pub const CLOSE_PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
-    /// Told when the thread has run its last job and dropped the sink.
-    closed: Option<oneshot::Receiver<()>>,
+    /// Ends when every thread has run its last job and dropped its sink.
+    closed: Option<mpsc::Receiver<()>>,
+    threads: Mutex<Threads>,
+}
+
+/// The writer's threads, and what starts another.
+struct Threads {
+    /// A handle on the sink for the next thread; `None` when the sink allows one writer.
+    spare: Option<Box<dyn Sink>>,
+    started: usize,
+    /// Threads running a job now.
+    busy: Arc<AtomicUsize>,
+    queue: Arc<Mutex<mpsc::Receiver<Job>>>,
+    /// Each thread holds a clone until it ends.
+    alive: mpsc::Sender<()>,
 }
 
 /// The result of a submitted job, to be awaited later.
@@ -41,24 +67,65 @@ impl<T> Pending<T> {
     }
 }
 
-impl Writer {
-    /// Starts the writer thread, which owns `sink` until [`Writer::close`].
-    pub fn start(mut sink: Box<dyn Sink>) -> std::io::Result<Writer> {
-        let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
-        let (closing, closed) = oneshot::channel();
-        // Not joined: `close` waits for `closed` instead, within a bound.
+impl Threads {
+    /// Starts a thread that owns `sink` and runs queued jobs until the queue closes.
+    fn start(&mut self, mut sink: Box<dyn Sink>) -> std::io::Result<()> {
+        let (queue, busy, alive) = (self.queue.clone(), self.busy.clone(), self.alive.clone());
+        // Not joined: `close` waits for every thread's `alive` to drop instead, within a bound.
         std::thread::Builder::new()
             .name("callsync-writer".into())
             .spawn(move || {
-                while let Some(job) = rx.blocking_recv() {
+                loop {
+                    // One thread waits on the queue at a time; the others wait for it here.
+                    let job = queue
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .blocking_recv();
+                    let Some(job) = job else { break };
+                    busy.fetch_add(1, Ordering::SeqCst);
                     job(sink.as_mut());
+                    busy.fetch_sub(1, Ordering::SeqCst);
                 }
                 drop(sink);
-                let _ = closing.send(());
+                drop(alive);
             })?;
+        self.started += 1;
+        Ok(())
+    }
+
+    /// Another thread, when every one is busy and the sink can be written from one more.
+    fn grow_if_busy(&mut self) {
+        if self.busy.load(Ordering::SeqCst) < self.started || self.started >= MAX_THREADS {
+            return;
+        }
+        let Some(sink) = self.spare.as_ref().and_then(|spare| spare.fork()) else {
+            return;
+        };
+        if let Err(err) = self.start(sink) {
+            // The threads there are go on with the work.
+            tracing::warn!(error = %err, "cannot start another writer thread");
+        }
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread, which owns `sink` until [`Writer::close`]; more start as
+    /// jobs wait, when the sink can be forked.
+    pub fn start(sink: Box<dyn Sink>) -> std::io::Result<Writer> {
+        let (tx, rx) = mpsc::channel::<Job>(QUEUE);
+        let (alive, closed) = mpsc::channel(1);
+        let mut threads = Threads {
+            spare: sink.fork(),
+            started: 0,
+            busy: Arc::new(AtomicUsize::new(0)),
+            queue: Arc::new(Mutex::new(rx)),
+            alive,
+        };
+        threads.start(sink)?;
         Ok(Writer {
             jobs: Some(tx),
             closed: Some(closed),
+            threads: Mutex::new(threads),
         })
     }
 
@@ -76,6 +143,10 @@ impl Writer {
             let _ = reply.send(job(sink));
         });
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
+        self.threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .grow_if_busy();
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
         Ok(Pending(result))
     }
@@ -89,16 +160,26 @@ impl Writer {
         self.submit(job).await?.wait().await
     }
 
-    /// Lets queued jobs finish, then stops the thread and closes the sink; returns after
-    /// [`CLOSE_PATIENCE`] even if the thread is stuck in a write (it is left to the process's
+    /// Lets queued jobs finish, then stops the threads and closes the sink; returns after
+    /// [`CLOSE_PATIENCE`] even if a thread is stuck in a write (it is left to the process's
     /// exit, and a transaction it had open is rolled back by the server, checkpoint and all).
     pub async fn close(mut self) {
         self.jobs.take();
-        let Some(closed) = self.closed.take() else {
+        {
+            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.spare.take();
+            // Only the threads' clones keep the channel open now.
+            let (ended, _) = mpsc::channel(1);
+            threads.alive = ended;
+        }
+        let Some(mut closed) = self.closed.take() else {
             return;
         };
-        // An error is a thread that ended without saying so (a panic): closed all the same.
-        if tokio::time::timeout(CLOSE_PATIENCE, closed).await.is_err() {
+        // `None` once every thread has dropped its sink (a panic ends one all the same).
+        if tokio::time::timeout(CLOSE_PATIENCE, closed.recv())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 "the warehouse writer is still busy after {} s (a write waiting on a connection that stopped answering); exiting without it",
                 CLOSE_PATIENCE.as_secs()
@@ -109,7 +190,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Closing the channel ends the thread once its queue is empty; not joined here, as
+        // Closing the channel ends the threads once the queue is empty; not joined here, as
         // drop may run on an async worker.
         self.jobs.take();
     }

@@ -13,7 +13,7 @@ use crate::warehouse::resources::{RECORD_CAMPAIGN, RECORD_SCHEDULE, numbered_for
 impl PgWarehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             &numbered_for_postgres(RECORD_CAMPAIGN),
             &[
                 &campaign.uid,
@@ -39,7 +39,7 @@ impl PgWarehouse {
     ) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
         let intervals = serde_json::Value::from(schedule.retry_intervals.clone());
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             &numbered_for_postgres(RECORD_SCHEDULE),
             &[
                 &schedule.uid,
