@@ -7,10 +7,11 @@
 //! is being written. The tracing span of the submitter is carried into the job.
 //!
 //! A destination that writes from several connections at once (PostgreSQL) hands the writer
-//! more handles on itself ([`Sink::fork`]): a job queued while every thread is busy starts
-//! another thread with another handle. A pass has at most one job in the queue at a time (it
-//! waits for each before its next), so the threads, and the connections they hold, grow to
-//! the passes in flight at their busiest and no further, whatever sets that number.
+//! more handles on itself ([`Sink::fork`]): a job submitted while as many are outstanding
+//! (queued or running) as there are threads starts another thread with another handle. A pass
+//! has at most one job outstanding at a time (it waits for each before its next), so the
+//! threads, and the connections they hold, grow to the passes in flight at their busiest and
+//! no further, whatever sets that number.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,6 +45,26 @@ pub struct Writer {
     /// Ends when every thread has run its last job and dropped its sink.
     closed: Option<mpsc::Receiver<()>>,
     threads: Mutex<Threads>,
+    /// Jobs submitted and not yet run: queued, or running.
+    outstanding: Arc<AtomicUsize>,
+}
+
+/// A job's place among the outstanding ones, given up when the job is dropped: once run, or
+/// never sent (its submitter cancelled), or left in the queue at the end.
+struct Outstanding(Arc<AtomicUsize>);
+
+impl Outstanding {
+    /// Counts one more job; returns it with how many there are now.
+    fn count(jobs: &Arc<AtomicUsize>) -> (Outstanding, usize) {
+        let now = jobs.fetch_add(1, Ordering::SeqCst) + 1;
+        (Outstanding(jobs.clone()), now)
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The writer's threads, and what starts another.
@@ -51,8 +72,6 @@ struct Threads {
     /// A handle on the sink for the next thread; `None` when the sink allows one writer.
     spare: Option<Box<dyn Sink>>,
     started: usize,
-    /// Threads running a job now.
-    busy: Arc<AtomicUsize>,
     queue: Arc<Mutex<mpsc::Receiver<Job>>>,
     /// Each thread holds a clone until it ends.
     alive: mpsc::Sender<()>,
@@ -70,7 +89,7 @@ impl<T> Pending<T> {
 impl Threads {
     /// Starts a thread that owns `sink` and runs queued jobs until the queue closes.
     fn start(&mut self, mut sink: Box<dyn Sink>) -> std::io::Result<()> {
-        let (queue, busy, alive) = (self.queue.clone(), self.busy.clone(), self.alive.clone());
+        let (queue, alive) = (self.queue.clone(), self.alive.clone());
         // Not joined: `close` waits for every thread's `alive` to drop instead, within a bound.
         std::thread::Builder::new()
             .name("callsync-writer".into())
@@ -82,9 +101,7 @@ impl Threads {
                         .unwrap_or_else(|p| p.into_inner())
                         .blocking_recv();
                     let Some(job) = job else { break };
-                    busy.fetch_add(1, Ordering::SeqCst);
                     job(sink.as_mut());
-                    busy.fetch_sub(1, Ordering::SeqCst);
                 }
                 drop(sink);
                 drop(alive);
@@ -93,17 +110,18 @@ impl Threads {
         Ok(())
     }
 
-    /// Another thread, when every one is busy and the sink can be written from one more.
-    fn grow_if_busy(&mut self) {
-        if self.busy.load(Ordering::SeqCst) < self.started || self.started >= MAX_THREADS {
-            return;
-        }
-        let Some(sink) = self.spare.as_ref().and_then(|spare| spare.fork()) else {
-            return;
-        };
-        if let Err(err) = self.start(sink) {
-            // The threads there are go on with the work.
-            tracing::warn!(error = %err, "cannot start another writer thread");
+    /// A thread for each of the `outstanding` jobs, as far as the sink can be written from
+    /// more than one.
+    fn grow_to(&mut self, outstanding: usize) {
+        while self.started < outstanding.min(MAX_THREADS) {
+            let Some(sink) = self.spare.as_ref().and_then(|spare| spare.fork()) else {
+                return;
+            };
+            if let Err(err) = self.start(sink) {
+                // The threads there are go on with the work.
+                tracing::warn!(error = %err, "cannot start another writer thread");
+                return;
+            }
         }
     }
 }
@@ -117,7 +135,6 @@ impl Writer {
         let mut threads = Threads {
             spare: sink.fork(),
             started: 0,
-            busy: Arc::new(AtomicUsize::new(0)),
             queue: Arc::new(Mutex::new(rx)),
             alive,
         };
@@ -126,6 +143,7 @@ impl Writer {
             jobs: Some(tx),
             closed: Some(closed),
             threads: Mutex::new(threads),
+            outstanding: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -137,16 +155,20 @@ impl Writer {
     {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
+        let (counted, outstanding) = Outstanding::count(&self.outstanding);
         let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
+            let result = job(sink);
+            // Before the reply: the submitter's next job is not counted beside this one.
+            drop(counted);
             // The submitter may have gone (cancelled); the write itself has still happened.
-            let _ = reply.send(job(sink));
+            let _ = reply.send(result);
         });
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         self.threads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .grow_if_busy();
+            .grow_to(outstanding);
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
         Ok(Pending(result))
     }
@@ -242,5 +264,144 @@ mod tests {
             .unwrap();
         writer.close().await;
         assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A sink written from several threads at once (as PostgreSQL's): counts its handles.
+    struct Forking {
+        handles: Arc<AtomicUsize>,
+        inner: DryRunSink,
+    }
+
+    impl Forking {
+        fn new(handles: &Arc<AtomicUsize>) -> Forking {
+            handles.fetch_add(1, Ordering::SeqCst);
+            Forking {
+                handles: handles.clone(),
+                inner: DryRunSink(None),
+            }
+        }
+    }
+
+    use crate::service::Timestamp;
+    use crate::sync::sink::{Claim, PageBatch};
+    use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Walker};
+    use uuid::Uuid;
+
+    impl Sink for Forking {
+        fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+            self.inner.claim(schedule)
+        }
+        fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+            self.inner.checkpoint(schedule)
+        }
+        fn walked_since(
+            &self,
+            schedule: Uuid,
+            kind: RunKind,
+            since: Timestamp,
+        ) -> Result<Option<Walker>, SyncError> {
+            self.inner.walked_since(schedule, kind, since)
+        }
+        fn start_run(
+            &mut self,
+            schedule: Uuid,
+            kind: RunKind,
+            started_at: Timestamp,
+            walker: &Walker,
+        ) -> Result<Option<RunId>, SyncError> {
+            self.inner.start_run(schedule, kind, started_at, walker)
+        }
+        fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+            self.inner.write_page(page)
+        }
+        fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
+            self.inner.finish_run(run, record)
+        }
+        fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
+            self.inner.forget_runs_before(cutoff)
+        }
+        fn fork(&self) -> Option<Box<dyn Sink>> {
+            Some(Box::new(Forking::new(&self.handles)))
+        }
+    }
+
+    /// Patience only a hang reaches: a job waiting for others that never run beside it.
+    const HANG: Duration = Duration::from_secs(60);
+
+    /// Submits `jobs` jobs at once, each of which returns only once every one has started
+    /// (so they must all run at the same time; a job left waiting for the others longer than
+    /// [`HANG`] fails); returns the threads they ran on.
+    async fn all_at_once(writer: &Writer, jobs: usize) -> Vec<std::thread::ThreadId> {
+        let started = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+        let mut pending = Vec::new();
+        for _ in 0..jobs {
+            let started = started.clone();
+            let job = writer.submit(move |_| {
+                let (count, changed) = &*started;
+                let mut count = count.lock().unwrap();
+                *count += 1;
+                changed.notify_all();
+                let (count, waited) = changed
+                    .wait_timeout_while(count, HANG, |count| *count < jobs)
+                    .unwrap();
+                if waited.timed_out() {
+                    return Err(SyncError::WriterGone);
+                }
+                drop(count);
+                Ok(std::thread::current().id())
+            });
+            pending.push(job.await.unwrap());
+        }
+        let mut threads = Vec::new();
+        for job in pending {
+            let thread = job.wait().await;
+            threads.push(thread.expect("the jobs ran at the same time"));
+        }
+        threads
+    }
+
+    /// A destination written from several connections gets a thread (and a handle) for each
+    /// job in flight at the busiest, and no more: jobs one after the other reuse them.
+    #[tokio::test]
+    async fn a_forking_sink_gets_a_thread_per_job_in_flight_and_no_more() {
+        let handles = Arc::new(AtomicUsize::new(0));
+        let writer = Writer::start(Box::new(Forking::new(&handles))).unwrap();
+        // The spare handle the writer keeps to fork from, beside the first thread's.
+        assert_eq!(handles.load(Ordering::SeqCst), 2);
+        let threads = all_at_once(&writer, 5).await;
+        let distinct: std::collections::HashSet<_> = threads.iter().collect();
+        assert_eq!(distinct.len(), 5, "five jobs in flight ran on five threads");
+        assert_eq!(
+            handles.load(Ordering::SeqCst),
+            6,
+            "one handle a thread, and the spare"
+        );
+        for _ in 0..20 {
+            writer.call(|_| Ok(())).await.unwrap();
+        }
+        assert_eq!(
+            handles.load(Ordering::SeqCst),
+            6,
+            "jobs one at a time add no thread"
+        );
+        writer.close().await;
+    }
+
+    /// A destination written by one writer at a time (SQLite) keeps one thread, whatever the
+    /// jobs queued at once.
+    #[tokio::test]
+    async fn a_sink_that_cannot_fork_is_written_by_one_thread() {
+        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+        let mut pending = Vec::new();
+        for _ in 0..5 {
+            let job = writer.submit(|_| Ok(std::thread::current().id()));
+            pending.push(job.await.unwrap());
+        }
+        let mut threads = std::collections::HashSet::new();
+        for job in pending {
+            threads.insert(job.wait().await.unwrap());
+        }
+        assert_eq!(threads.len(), 1);
+        writer.close().await;
     }
 }

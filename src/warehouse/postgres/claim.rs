@@ -17,9 +17,10 @@
 //! and commits after would overwrite newer rows behind the new owner's checkpoint. A check
 //! on the client (is the lock connection open?) cannot close that window, and neither can
 //! one on the server made before the page's transaction (the lock may go right after). So
-//! each claim takes a **fencing token**: right after the lock, on the lock session, it bumps
-//! the schedule's `schedule_claims.generation` (migration `0004-claim_fence.sql`) and keeps
-//! the number it got. Every page's transaction, on the writer's connection, begins with
+//! each claim takes a **fencing token**: in the statement that takes the lock, under it, on
+//! the lock session, it bumps the schedule's `schedule_claims.generation` (migration
+//! `0004-claim_fence.sql`) and keeps the number it got. Every page's transaction, on its
+//! writer's connection, begins with
 //! `SELECT generation … FOR SHARE` (`write.rs`) and rolls back unless it is still that
 //! number. The row lock orders the two: a takeover's bump waits for a page transaction that
 //! locked the row first (so that page commits before the new owner reads the checkpoint),
@@ -78,12 +79,18 @@ const LOCK_STATEMENT_TIMEOUT: Duration = Duration::from_secs(4);
 /// What the lock session calls itself (`pg_stat_activity.application_name`).
 pub const LOCK_SESSION_NAME: &str = "callsync claims";
 
-/// Bumps a schedule's fencing token and returns it (the caller holds the schedule's lock).
-const NEXT_GENERATION: &str = "INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
-     VALUES ($1, 1, now())
-     ON CONFLICT (schedule_uid) DO UPDATE
-       SET generation = schedule_claims.generation + 1, claimed_at = now()
-     RETURNING generation";
+/// Takes a schedule's lock without waiting and, when it was free, bumps its fencing token,
+/// in one round trip: whether the lock was taken, and the new token. The lock is taken
+/// first (the CTE calls a volatile function, so it runs once, before the insert reads it);
+/// the bump runs only under it.
+const LOCK_AND_BUMP: &str = "WITH lock AS (SELECT pg_try_advisory_lock($1) AS taken),
+     bump AS (
+       INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
+       SELECT $2, 1, now() FROM lock WHERE lock.taken
+       ON CONFLICT (schedule_uid) DO UPDATE
+         SET generation = schedule_claims.generation + 1, claimed_at = now()
+       RETURNING generation)
+     SELECT lock.taken, (SELECT generation FROM bump) FROM lock";
 
 /// The fence a page's transaction checks first: the row stays locked (`FOR SHARE`) until the
 /// page commits, so a takeover's bump waits for it, and a page after the bump sees it.
@@ -236,15 +243,8 @@ impl LockSession {
         {
             return Ok(None);
         }
-        let Some(session) = self.try_lock(&mut sessions, schedule)? else {
+        let Some((session, generation)) = self.lock_and_bump(&mut sessions, schedule)? else {
             return Ok(None);
-        };
-        let generation = match self.next_generation(&session, schedule) {
-            Ok(Some(generation)) => generation,
-            other => {
-                unlock(&self.target, &session, schedule);
-                return other.map(|_| None);
-            }
         };
         sessions.held.insert(
             schedule,
@@ -260,13 +260,16 @@ impl LockSession {
         }))
     }
 
-    /// `pg_try_advisory_lock` on the current session; when that session turns out dead on the
-    /// way, once more on a new one. The session the lock was taken on, if it was.
-    fn try_lock(
+    /// [`LOCK_AND_BUMP`] on the current session; when that session turns out dead on the
+    /// way, once more on a new one. The session the lock was taken on, with the schedule's new
+    /// fencing token; `None` when another session holds the lock, or when the server
+    /// cancelled the bump (`statement_timeout`): a page transaction of the previous owner
+    /// still holds the fence, and the schedule is as good as busy.
+    fn lock_and_bump(
         &self,
         sessions: &mut Sessions,
         schedule: Uuid,
-    ) -> Result<Option<Arc<Session>>, WarehouseError> {
+    ) -> Result<Option<(Arc<Session>, i64)>, WarehouseError> {
         let step = "claiming a schedule";
         let mut retried = false;
         loop {
@@ -276,7 +279,7 @@ impl LockSession {
                 step,
                 session
                     .client
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(schedule)]),
+                    .query_one(LOCK_AND_BUMP, &[&lock_key(schedule), &schedule]),
             );
             let answer = match asked {
                 Ok(Ok(row)) => row,
@@ -284,37 +287,35 @@ impl LockSession {
                     retried = true;
                     continue;
                 }
-                Ok(Err(err)) => return Err(pg_error(&self.target, step, &err)),
+                Ok(Err(err)) => {
+                    // The lock may have been taken before the bump failed: a session-level
+                    // lock outlives its statement's error.
+                    unlock(&self.target, &session, schedule);
+                    if err.code() == Some(&SqlState::QUERY_CANCELED) {
+                        tracing::info!(
+                            %schedule,
+                            "the schedule's previous walker is still committing a page; leaving it for now"
+                        );
+                        return Ok(None);
+                    }
+                    return Err(pg_error(&self.target, step, &err));
+                }
                 Err(err) => return Err(err),
             };
             let taken: bool = answer.column(0, &self.target, step)?;
-            return Ok(taken.then_some(session));
-        }
-    }
-
-    /// Bumps `schedule`'s fencing token on `session`, which holds its lock. `None` when the
-    /// server cancelled the bump (`statement_timeout`): a page transaction of the previous
-    /// owner still holds the fence, and the schedule is as good as busy.
-    fn next_generation(
-        &self,
-        session: &Session,
-        schedule: Uuid,
-    ) -> Result<Option<i64>, WarehouseError> {
-        let step = "taking a schedule's fencing token";
-        match session.ask(
-            &self.target,
-            step,
-            session.client.query_one(NEXT_GENERATION, &[&schedule]),
-        )? {
-            Ok(row) => Ok(Some(row.column(0, &self.target, step)?)),
-            Err(err) if err.code() == Some(&SqlState::QUERY_CANCELED) => {
-                tracing::info!(
-                    %schedule,
-                    "the schedule's previous walker is still committing a page; leaving it for now"
-                );
-                Ok(None)
-            }
-            Err(err) => Err(pg_error(&self.target, step, &err)),
+            let generation: Option<i64> = answer.column(1, &self.target, step)?;
+            return match (taken, generation) {
+                (true, Some(generation)) => Ok(Some((session, generation))),
+                (false, _) => Ok(None),
+                (true, None) => {
+                    unlock(&self.target, &session, schedule);
+                    Err(WarehouseError::Postgres {
+                        target: self.target.display().to_owned(),
+                        step,
+                        cause: "the server took the lock but bumped no fencing token (is schedule_claims as migrations-postgres/0004 made it?)".into(),
+                    })
+                }
+            };
         }
     }
 
