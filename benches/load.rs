@@ -19,9 +19,22 @@
 //!   Reference: requests = schedules.
 //! - `incremental`: a pass after 1,000 of `INCR_CALLS` [1000000] calls changed. Reference:
 //!   the requests a 1,000-call change needs (1,000 / page size + 1).
-//! - `latency`: `LAT_SCHEDULES` [20] schedules × `LAT_CALLS` [5000] changed calls with
-//!   `LAT_MS` [50] ms added to every response, with full list items and with summary list
-//!   items (one detail request per call). Reference: requests × latency ÷ concurrency.
+//! - `latency`: `LAT_SCHEDULES` [20] schedules × `LAT_CALLS` [5000] changed calls, with full
+//!   list items and with summary list items (one detail request per call). Reference:
+//!   requests × latency ÷ `sync.concurrency` (the most in flight), beside the average in
+//!   flight the pass reached (requests × latency ÷ wall).
+//! - `quota`: against a quota (`simulate --rate-limit`): `QUOTA` [50] requests a second (a
+//!   second's burst, 429s without `Retry-After`), `QUOTA_SCHEDULES` [4] × `QUOTA_CALLS` [700]
+//!   summary list items (a detail request a call: about a minute of requests at 50 a second),
+//!   `QUOTA_MS` [50] ms away; `callsync sync` of each build. Reports requests a second
+//!   answered (not 429) over the walk, over the quota, and the share answered 429, from the
+//!   simulator's own log of requests. Target: ≥ 0.9 × the quota, ≤ 2 % 429.
+//!
+//! **Latency.** Every scenario but `quota` runs once per latency of `LATENCIES` [0,50,100]
+//! (ms the simulator waits before answering every request, `--slow-rate 1 --slow-ms MS`),
+//! side by side in one table: the same data and references, one row per latency. The
+//! incremental scenario's first sync runs at 0 ms (a million calls 100 ms away is a
+//! quarter of an hour); its measured pass at each latency.
 //!
 //! `first-sync`, `idle` and `incremental` run the release binary as a user would;
 //! `BENCH_BINARY` runs them with another build of callsync (an older release, for
@@ -60,6 +73,31 @@ fn main() {
     }
     if runs("latency") {
         runtime.block_on(latency());
+    }
+    if runs("quota") {
+        runtime.block_on(quota());
+    }
+}
+
+/// The latencies every scenario runs at, side by side (`LATENCIES` [0,50,100], in ms).
+fn latencies() -> Vec<Duration> {
+    std::env::var("LATENCIES")
+        .unwrap_or_else(|_| "0,50,100".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .map(Duration::from_millis)
+        .collect()
+}
+
+/// The simulator answering every request `latency` late (none at 0).
+fn at_latency(latency: Duration) -> FaultPlan {
+    if latency.is_zero() {
+        return FaultPlan::default();
+    }
+    FaultPlan {
+        slow_rate: 1.0,
+        slow_delay: latency,
+        ..FaultPlan::default()
     }
 }
 
@@ -218,13 +256,13 @@ async fn first_sync() {
         .collect();
     println!("\n## first-sync: one schedule, release binaries, default configuration\n");
     println!(
-        "References: bare prepared INSERTs of the same rows, 100 calls a transaction, into schema 5 (uid-keyed) and schema 6 (insertion-ordered). × ref 6 and × before: calls/s over the schema 6 reference's and over the before build's, same data, same run. ties: calls sharing one updated_at (0: none). requests, calls seen: the first sync's, from sync_runs (a page holds 100 calls).\n"
+        "References: bare prepared INSERTs of the same rows, 100 calls a transaction, into schema 5 (uid-keyed) and schema 6 (insertion-ordered). × ref 6 and × before: calls/s over the schema 6 reference's and over the before build's, same data, same run. × 0 ms: calls/s over the same build's at 0 ms. ties: calls sharing one updated_at (0: none). latency: ms the simulator waits before every answer. requests, calls seen: the first sync's, from sync_runs (a page holds 100 calls).\n"
     );
     println!(
-        "| shape | calls | ties | build | ref 5 calls/s | ref 6 calls/s | first sync s | calls/s | × ref 6 | × before | requests | calls seen | second pass (all re-read) s | written again | incremental pass s | peak RSS MiB | bytes/call | bytes ÷ ref 5's |"
+        "| shape | calls | ties | latency ms | build | ref 5 calls/s | ref 6 calls/s | first sync s | calls/s | × ref 6 | × before | × 0 ms | requests | calls seen | second pass (all re-read) s | written again | incremental pass s | peak RSS MiB | bytes/call | bytes ÷ ref 5's |"
     );
     println!(
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for shape in shapes() {
         for &calls in &sizes {
@@ -257,12 +295,77 @@ async fn first_sync_of(shape: CallShape, calls: usize, tie_group: usize) {
     let ref6 = insert_rate(&ref6_path, &truth, Layout::Ordered6);
     let _ = std::fs::remove_file(&ref6_path);
     drop(truth);
-    let mut before_rate = None;
+    // The rate of each build at 0 ms, for the × 0 ms column (when 0 is among the latencies).
+    let mut at_zero: Vec<(&str, f64)> = Vec::new();
+    for latency in latencies() {
+        sim.set_faults(at_latency(latency));
+        let rows = first_sync_builds(&sim, schedule, calls, tie_group);
+        let before_rate = rows
+            .iter()
+            .find(|row| row.build == "before")
+            .map(|row| row.rate);
+        if latency.is_zero() {
+            at_zero = rows.iter().map(|row| (row.build, row.rate)).collect();
+        }
+        for row in rows {
+            let ratio =
+                |base: Option<f64>| base.map_or(String::new(), |b| format!("{:.2}", row.rate / b));
+            let zero = at_zero
+                .iter()
+                .find(|(b, _)| *b == row.build)
+                .map(|(_, r)| *r);
+            println!(
+                "| {shape:?} | {calls} | {tie_group} | {} | {} | {ref5:.0} | {ref6:.0} | {:.1} | {:.0} | {:.2} | {} | {} | {} | {} | {:.1} | {} | {:.2} | {:.0} | {} | {:.2} |",
+                latency.as_millis(),
+                row.build,
+                row.first,
+                row.rate,
+                row.rate / ref6,
+                ratio(before_rate),
+                ratio(zero),
+                row.walked.requests,
+                row.walked.calls_seen,
+                row.second,
+                row.again,
+                row.incremental,
+                row.rss,
+                row.bytes / calls.max(1) as u64,
+                if ref5_bytes == 0 {
+                    0.0
+                } else {
+                    row.bytes as f64 / ref5_bytes as f64
+                },
+            );
+        }
+    }
+    sim.shutdown().await;
+}
+
+/// One build's first sync, second pass and incremental pass.
+struct FirstSyncRow {
+    build: &'static str,
+    first: f64,
+    rate: f64,
+    walked: LastPasses,
+    second: f64,
+    again: i64,
+    incremental: f64,
+    rss: f64,
+    bytes: u64,
+}
+
+/// Every build's first sync of `schedule` (`calls` calls) from `sim` as it answers now.
+fn first_sync_builds(
+    sim: &Simulator,
+    schedule: uuid::Uuid,
+    calls: usize,
+    tie_group: usize,
+) -> Vec<FirstSyncRow> {
     let mut rows = Vec::new();
     for (build, binary) in builds() {
         let dir = tempfile::tempdir().expect("a temp dir");
         let warehouse = dir.path().join("callsync.db");
-        let config = write_config(dir.path(), &sim, &warehouse);
+        let config = write_config(dir.path(), sim, &warehouse);
         let profile = profile_path(build, calls, tie_group);
         let (first, rss) = run_build(&binary, &config, &["sync"], profile.as_deref());
         let walked = last_passes(&warehouse);
@@ -271,38 +374,19 @@ async fn first_sync_of(shape: CallShape, calls: usize, tie_group: usize) {
         let (second, rss2) = run_build(&binary, &config, &["backfill", "--schedule", &uid], None);
         let again = last_passes(&warehouse).calls_written;
         let (incremental, rss3) = run_build(&binary, &config, &["sync"], None);
-        let rate = calls as f64 / first;
-        if build == "before" {
-            before_rate = Some(rate);
-        }
-        rows.push((
+        rows.push(FirstSyncRow {
             build,
             first,
-            rate,
+            rate: calls as f64 / first,
             walked,
             second,
             again,
             incremental,
-            rss.max(rss2).max(rss3),
+            rss: rss.max(rss2).max(rss3),
             bytes,
-        ));
+        });
     }
-    for (build, first, rate, walked, second, again, incremental, rss, bytes) in rows {
-        let vs_before = before_rate.map_or("".to_owned(), |b| format!("{:.2}", rate / b));
-        println!(
-            "| {shape:?} | {calls} | {tie_group} | {build} | {ref5:.0} | {ref6:.0} | {first:.1} | {rate:.0} | {:.2} | {vs_before} | {} | {} | {second:.1} | {again} | {incremental:.2} | {rss:.0} | {} | {:.2} |",
-            rate / ref6,
-            walked.requests,
-            walked.calls_seen,
-            bytes / calls.max(1) as u64,
-            if ref5_bytes == 0 {
-                0.0
-            } else {
-                bytes as f64 / ref5_bytes as f64
-            },
-        );
-    }
-    sim.shutdown().await;
+    rows
 }
 
 fn file_bytes(path: &Path) -> u64 {
@@ -338,7 +422,10 @@ fn config_for(sim: &Simulator, warehouse: &Path) -> callsync::config::Config {
 }
 
 async fn pass(config: &callsync::config::Config) -> (Vec<PassReport>, Duration) {
-    let engine = Engine::start(config).expect("the engine starts");
+    let backend =
+        callsync::warehouse::open(&config.warehouse).expect("the warehouse is configured");
+    let engine = Engine::start(config, backend.as_ref(), callsync::sync::Mode::Write)
+        .expect("the engine starts");
     let plan = PassPlan::incremental(engine.settings());
     let started = Instant::now();
     let reports = engine
@@ -357,19 +444,30 @@ fn requests(reports: &[PassReport]) -> u64 {
 async fn idle() {
     let schedules = env_usize("IDLE_SCHEDULES", 1000);
     let sim = simulator(schedules, 1, FaultPlan::default(), false).await;
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let warehouse = dir.path().join("callsync.db");
-    let config = write_config(dir.path(), &sim, &warehouse);
-    let (first, _) = run_callsync(&config, &["sync"]);
-    let (took, _) = run_callsync(&config, &["sync"]);
-    let idle = last_passes(&warehouse);
     println!("\n## idle: {schedules} schedules, nothing changed\n");
-    println!("| schedules | requests | wall s | first pass s |");
-    println!("|---:|---:|---:|---:|");
     println!(
-        "| {schedules} | {} | {took:.2} | {first:.2} |",
-        idle.requests
+        "Reference: requests = schedules; at a latency, requests × latency ÷ sync.concurrency (the most in flight). Both passes at the latency.\n"
     );
+    println!(
+        "| latency ms | schedules | requests | wall s | first pass s | requests × latency ÷ sync.concurrency, s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for latency in latencies() {
+        sim.set_faults(at_latency(latency));
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let warehouse = dir.path().join("callsync.db");
+        let config = write_config(dir.path(), &sim, &warehouse);
+        let concurrency = config_for(&sim, &warehouse).sync.concurrency;
+        let (first, _) = run_callsync(&config, &["sync"]);
+        let (took, _) = run_callsync(&config, &["sync"]);
+        let idle = last_passes(&warehouse);
+        let ideal = idle.requests as f64 * latency.as_secs_f64() / concurrency as f64;
+        println!(
+            "| {} | {schedules} | {} | {took:.2} | {first:.2} | {ideal:.2} |",
+            latency.as_millis(),
+            idle.requests
+        );
+    }
     sim.shutdown().await;
 }
 
@@ -379,9 +477,12 @@ async fn incremental() {
     let shape = shapes().first().copied().unwrap_or_default();
     println!("\n## incremental: {CHANGED} of {calls} calls changed ({shape:?} calls)\n");
     println!(
-        "| build | calls | changed | requests | expected requests | calls seen | written | wall s | first sync s |"
+        "The first sync at 0 ms; then, at each latency, {CHANGED} calls changed and an incremental pass.\n"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| build | latency ms | calls | changed | requests | expected requests | calls seen | written | wall s | first sync s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (build, binary) in builds() {
         // A simulator of its own for each build: both see the same seeded calls and changes.
         let sim = simulator_shaped(1, calls, shape, 0).await;
@@ -390,25 +491,35 @@ async fn incremental() {
         let warehouse = dir.path().join("callsync.db");
         let config = write_config(dir.path(), &sim, &warehouse);
         let (first, _) = run_build(&binary, &config, &["sync"], None);
-        let uids: Vec<_> = sim
-            .truth(schedule)
-            .iter()
-            .step_by((calls / CHANGED).max(1))
-            .take(CHANGED)
-            .map(|c| c.uid)
-            .collect();
-        sim.touch_calls(&uids);
-        let (took, _) = run_build(&binary, &config, &["sync"], None);
-        let pass = last_passes(&warehouse);
-        let page = callsync::service::MAX_PAGE_SIZE as usize;
-        println!(
-            "| {build} | {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
-            uids.len(),
-            pass.requests,
-            uids.len() / page + 1,
-            pass.calls_seen,
-            pass.calls_written,
-        );
+        let truth = sim.truth(schedule);
+        for (round, latency) in latencies().into_iter().enumerate() {
+            // Past the lookback (5 s) of the pass before, so that each pass reads its own
+            // round's changes only.
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            // Different calls each round, the same for every build.
+            let uids: Vec<_> = truth
+                .iter()
+                .skip(round)
+                .step_by((calls / CHANGED).max(1))
+                .take(CHANGED)
+                .map(|c| c.uid)
+                .collect();
+            sim.touch_calls(&uids);
+            sim.set_faults(at_latency(latency));
+            let (took, _) = run_build(&binary, &config, &["sync"], None);
+            sim.set_faults(FaultPlan::default());
+            let pass = last_passes(&warehouse);
+            let page = callsync::service::MAX_PAGE_SIZE as usize;
+            println!(
+                "| {build} | {} | {calls} | {} | {} | {} | {} | {} | {took:.2} | {first:.1} |",
+                latency.as_millis(),
+                uids.len(),
+                pass.requests,
+                uids.len() / page + 1,
+                pass.calls_seen,
+                pass.calls_written,
+            );
+        }
         sim.shutdown().await;
     }
 }
@@ -416,45 +527,88 @@ async fn incremental() {
 async fn latency() {
     let schedules = env_usize("LAT_SCHEDULES", 20);
     let calls = env_usize("LAT_CALLS", 5000);
-    let delay = Duration::from_millis(env_usize("LAT_MS", 50) as u64);
+    println!("\n## latency: {schedules} schedules × {calls} changed calls\n");
     println!(
-        "\n## latency: {schedules} schedules × {calls} changed calls, {} ms added to every response\n",
-        delay.as_millis()
+        "Reference: requests × latency ÷ sync.concurrency (the most in flight); in flight on average: requests × latency ÷ wall.\n"
     );
     println!(
-        "| list items | requests | in flight at most | requests × latency ÷ in flight, s | wall s | × that |"
+        "| list items | latency ms | requests | wall s | in flight on average | requests × latency ÷ sync.concurrency, s | × that |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for summary in [false, true] {
-        let faults = FaultPlan {
-            slow_rate: 1.0,
-            slow_delay: delay,
-            ..FaultPlan::default()
-        };
-        let sim = simulator(schedules, calls, faults, summary).await;
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let config = config_for(&sim, &dir.path().join("callsync.db"));
-        let (reports, took) = pass(&config).await;
-        let n = requests(&reports);
-        // Schedules run `sync.concurrency` at a time; within one, list pages go one at a time
-        // and detail requests `api.detail_concurrency` at a time.
-        let passes = config.sync.concurrency.min(schedules) as f64;
-        let in_flight = if summary {
-            passes * config.api.detail_concurrency as f64
-        } else {
-            passes
-        };
-        let ideal = n as f64 * delay.as_secs_f64() / in_flight;
-        println!(
-            "| {} | {n} | {in_flight:.0} | {ideal:.1} | {:.1} | {:.2} |",
-            if summary {
-                "summary (details fetched)"
+        for latency in latencies() {
+            let sim = simulator(schedules, calls, at_latency(latency), summary).await;
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let config = config_for(&sim, &dir.path().join("callsync.db"));
+            let (reports, took) = pass(&config).await;
+            let n = requests(&reports);
+            let busy = n as f64 * latency.as_secs_f64();
+            let ideal = busy / config.sync.concurrency as f64;
+            let vs_ideal = if ideal > 0.0 {
+                format!("{:.2}", took.as_secs_f64() / ideal)
             } else {
-                "full"
-            },
-            took.as_secs_f64(),
-            took.as_secs_f64() / ideal
+                String::new()
+            };
+            println!(
+                "| {} | {} | {n} | {:.1} | {:.1} | {ideal:.1} | {vs_ideal} |",
+                if summary {
+                    "summary (details fetched)"
+                } else {
+                    "full"
+                },
+                latency.as_millis(),
+                took.as_secs_f64(),
+                busy / took.as_secs_f64(),
+            );
+            sim.shutdown().await;
+        }
+    }
+}
+
+/// A walk against a quota: requests a second answered and the share answered 429, per build.
+async fn quota() {
+    let quota = env_usize("QUOTA", 50);
+    let schedules = env_usize("QUOTA_SCHEDULES", 4);
+    let calls = env_usize("QUOTA_CALLS", 700);
+    let latency = Duration::from_millis(env_usize("QUOTA_MS", 50) as u64);
+    println!(
+        "\n## quota: {quota} requests a second (a second's burst, 429 without Retry-After), {schedules} schedules × {calls} summary list items (a detail request a call), {} ms away\n",
+        latency.as_millis()
+    );
+    println!("Target: answered ≥ 0.9 × the quota, ≤ 2 % answered 429.\n");
+    println!(
+        "| build | requests | answered 429 | wall s | answered a second (not 429) | × quota | % 429 |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (build, binary) in builds() {
+        let faults = FaultPlan {
+            quota_per_second: u32::try_from(quota).unwrap_or(u32::MAX),
+            ..at_latency(latency)
+        };
+        let sim = simulator(schedules, calls, faults, true).await;
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let warehouse = dir.path().join("callsync.db");
+        let config = write_config(dir.path(), &sim, &warehouse);
+        let before = api_requests(&sim).len();
+        let (took, _) = run_build(&binary, &config, &["sync"], None);
+        let statuses: Vec<u16> = api_requests(&sim).into_iter().skip(before).collect();
+        let refused = statuses.iter().filter(|s| **s == 429).count();
+        let answered = (statuses.len() - refused) as f64 / took;
+        println!(
+            "| {build} | {} | {refused} | {took:.1} | {answered:.1} | {:.2} | {:.2} |",
+            statuses.len(),
+            answered / quota as f64,
+            100.0 * refused as f64 / statuses.len().max(1) as f64
         );
         sim.shutdown().await;
     }
+}
+
+/// The statuses of the API requests the simulator answered so far, in order.
+fn api_requests(sim: &Simulator) -> Vec<u16> {
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/api/"))
+        .map(|r| r.status)
+        .collect()
 }

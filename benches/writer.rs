@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use callsync::service::{OutboundCall, Timestamp};
 use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
-use callsync::warehouse::{PageWrite, Warehouse};
+use callsync::warehouse::PageWrite;
+use callsync::warehouse::sqlite::Warehouse;
 use uuid::Uuid;
 
 /// Calls per page, as the default `sync.page_size`.

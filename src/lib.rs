@@ -5,10 +5,10 @@
 //! - `cli`: the command line — the only place with clap, anyhow and exit codes;
 //! - `upload`: a contact list (CSV) to calls, checked first, resumable without duplicates;
 //!   `daemon`: `callsync run` — cron ticks, no overlapping passes, backoff, shutdown, systemd;
-//! - `sync`: the engine — page walker, pass loop, sinks, single writer;
+//! - `sync`: the engine — page walker, pass loop, single writer;
 //! - `api`: the service over HTTP — client, auth, rate limit and retries; `warehouse`: every
-//!   SQL statement — the SQLite file (schema, page upserts, checkpoints, runs, status, locks)
-//!   and `warehouse::postgres`; `telemetry`: logging set-up; `simulator`: a faithful
+//!   SQL statement, behind one contract (`Backend`, `Destination`; `warehouse::open` chooses)
+//!   that `warehouse::sqlite` and `warehouse::postgres` each fulfil; `telemetry`: logging set-up; `simulator`: a faithful
 //!   in-process implementation of the service (tests, demo, benches), which product modules
 //!   never import;
 //! - `config`: the validated, typed configuration;

@@ -62,7 +62,7 @@ pub fn insert_rate_altered(
 fn new_warehouse(path: &Path, layout: Layout) -> Connection {
     if layout == Layout::Ordered6 {
         // callsync's own schema, as it creates it.
-        callsync::warehouse::Warehouse::migrate(path, std::time::Duration::from_secs(5))
+        callsync::warehouse::sqlite::Warehouse::migrate(path, std::time::Duration::from_secs(5))
             .expect("the reference file is created");
     }
     let conn = Connection::open(path).expect("the reference file opens");
@@ -72,12 +72,16 @@ fn new_warehouse(path: &Path, layout: Layout) -> Connection {
         .expect("synchronous");
     conn.pragma_update(None, "foreign_keys", "ON")
         .expect("foreign keys");
-    conn.pragma_update(None, "cache_size", callsync::warehouse::WRITER_CACHE_KIB)
-        .expect("cache size");
+    conn.pragma_update(
+        None,
+        "cache_size",
+        callsync::warehouse::sqlite::WRITER_CACHE_KIB,
+    )
+    .expect("cache size");
     conn.pragma_update(
         None,
         "wal_autocheckpoint",
-        callsync::warehouse::WAL_CHECKPOINT_PAGES,
+        callsync::warehouse::sqlite::WAL_CHECKPOINT_PAGES,
     )
     .expect("WAL checkpoint interval");
     if layout == Layout::Ordered6 {

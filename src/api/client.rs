@@ -14,10 +14,10 @@ use uuid::Uuid;
 
 use super::auth::TokenSource;
 use super::error::ApiError;
-use super::limiter::Limiter;
+use super::limiter::{Limiter, PassSlot};
 use super::observe::RequestObserver;
 use super::retry::{Counters, RetryPolicy};
-use crate::config::{ApiConfig, AuthConfig};
+use crate::config::{ApiConfig, AuthConfig, DEFAULT_CONCURRENCY};
 use crate::service::MAX_PAGE_SIZE;
 use crate::service::filter::ListFilter;
 use crate::service::models::{BoundedPage, CallPage, OutboundCall, SingleObject};
@@ -61,7 +61,18 @@ pub(super) struct Inner {
 impl ApiClient {
     /// A client for `config` that authenticates with `credentials`, resolved by the caller
     /// ([`ApiConfig::credentials`], which reads the secret files) before the client exists.
+    /// At most the default `sync.concurrency` requests in flight: see [`Self::with_concurrency`].
     pub fn new(config: &ApiConfig, credentials: &AuthConfig) -> Result<Self, ApiError> {
+        Self::with_concurrency(config, credentials, DEFAULT_CONCURRENCY)
+    }
+
+    /// [`Self::new`], with at most `max_in_flight` requests in flight at once (the limit adapts
+    /// below it: `limiter.rs`), and as many passes running.
+    pub fn with_concurrency(
+        config: &ApiConfig,
+        credentials: &AuthConfig,
+        max_in_flight: usize,
+    ) -> Result<Self, ApiError> {
         let tokens = TokenSource::new(credentials);
         // reqwest is built without a default crypto provider (no OpenSSL, no C toolchain beyond
         // a C compiler): install ring once per process. An error means one is installed already.
@@ -72,7 +83,10 @@ impl ApiClient {
             .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|source| ApiError::ClientSetup { cause: source })?;
-        let limiter = Limiter::new(config.requests_per_second.and_then(NonZeroU32::new));
+        let limiter = Limiter::new(
+            config.requests_per_second.and_then(NonZeroU32::new),
+            max_in_flight,
+        );
         Ok(ApiClient {
             inner: Arc::new(Inner {
                 http,
@@ -90,6 +104,13 @@ impl ApiClient {
     /// Only the first observer set is kept.
     pub fn observe_requests(&self, observer: Arc<dyn RequestObserver>) {
         let _ = self.inner.observer.set(observer);
+    }
+
+    /// Waits until one more pass may run: as many run at once as requests may be in flight
+    /// (the limit that adapts to the service); a waiter holds only its place in the queue.
+    /// `None` never comes (the slots are never closed), but callers need not trust that.
+    pub async fn pass_slot(&self) -> Option<PassSlot> {
+        self.inner.limiter.pass_slot().await
     }
 
     /// `GET /api/v1/schedules/{uid}/outbound_calls`.

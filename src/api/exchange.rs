@@ -170,6 +170,9 @@ impl ApiClient {
                 if let Some(observer) = observer {
                     observer.unanswered(sent.elapsed());
                 }
+                // No answer (a timeout, a connection refused or reset): as much a sign of a
+                // service past its capacity as a 5xx.
+                inner.limiter.overloaded(&grant);
                 return Err(transport("request failed (connection, timeout or TLS)")(
                     source,
                 ));
@@ -185,9 +188,13 @@ impl ApiClient {
             inner
                 .limiter
                 .rate_limited(&grant, retry_after(&headers, SystemTime::now()));
+        } else if status.is_server_error() {
+            inner.limiter.overloaded(&grant);
         } else {
             inner.limiter.succeeded(&grant);
         }
+        // Out of flight once the head is in: the body is read at the pace of this process.
+        drop(grant);
         if status.is_success() {
             return Ok(Answer {
                 content_type: content_type(&headers),

@@ -1,33 +1,46 @@
 //! The shared request limiter: adapts to the service, and shares what it allows fairly.
 //!
 //! The service's rate limits are "not shown" in its spec, so callsync learns them from its
-//! answers instead of guessing a fixed number (AIMD, as TCP does with a network's capacity):
+//! answers instead of guessing a fixed number (AIMD, as TCP does with a network's capacity).
+//! Two limits, each learnt from the answers, hold every request:
 //!
-//! - **No limit until the service asks for one.** Without a configured ceiling
-//!   (`api.requests_per_second = 0`, the default), requests go out as fast as the passes send
-//!   them, which the number of schedules walked at once and `api.detail_concurrency` bound.
-//! - **A 429 cuts the rate** to [`DECREASE`] of what was being sent (the current rate, or the
-//!   rate measured over the last second when there was none). One cut per round: a 429 to a
-//!   request sent before the last cut says nothing about the new rate, so a burst of 429s to
-//!   requests already in flight costs one cut, not a collapse.
-//! - **`Retry-After` pauses every lane**, not just the request that got it: the service said
-//!   when it will listen again, and asking before then only earns more 429s. The pause is
-//!   capped at [`MAX_RETRY_AFTER`] (logged when applied), and a request whose retry budget
-//!   ends before the pause does gives up at once, naming both, rather than wait in vain.
-//! - **Successes let it climb back**: each success of a request the limit held back adds
-//!   [`increase_per_second`] spread over a second's requests, up to the configured ceiling
-//!   (after the first cut, made from a rate measured rather than known, it doubles each
-//!   second until the next 429: slow start);
-//!   without a ceiling, a rate that climbs past [`UNLIMITED_ABOVE`] lifts the limit.
-//! - **Lanes share it fairly**: while requests wait, permits go round-robin to the lanes (one
-//!   lane per schedule's pass), so one busy schedule and its detail fetches cannot starve the
-//!   others.
+//! - **Requests in flight** (`in_flight.rs`): between 1 and `sync.concurrency`, growing while
+//!   the latency holds and shrinking when it rises or the service answers 429 or 5xx (a
+//!   gradient limit, as Netflix's concurrency-limits' Gradient2). A service far away is kept
+//!   busy with many requests at once; one near its capacity gets fewer. The passes running
+//!   at once follow the same limit ([`Limiter::pass_slot`]).
+//! - **Requests a second**, under `api.requests_per_second`:
+//!   - **No limit until the service asks for one.** Without a configured ceiling
+//!     (`api.requests_per_second = 0`, the default), requests go out as fast as the limit in
+//!     flight lets them.
+//!   - **A 429 without `Retry-After` cuts the rate** to [`DECREASE`] of what was being sent
+//!     (the current rate, or the rate measured over the last second when there was none): the
+//!     service said "too many" and not what to do, which is how a quota answers. One cut per
+//!     round: a 429 to a request sent before the last cut says nothing about the new rate, so
+//!     a burst of 429s to requests already in flight costs one cut, not a collapse.
+//!   - **A 429 with `Retry-After` pauses every lane, and does not cut the rate**: the service
+//!     said when it will listen again, and asking before then only earns more 429s. The pause
+//!     is the answer; cutting the rate as well would answer it twice, and a few per cent of
+//!     random 429s, each cut by 30 % against 3 % a second of climb, would wear the rate down
+//!     to a trickle (an operator saw 9.8 requests/s become 1.6 in three minutes). The pause is
+//!     capped at [`MAX_RETRY_AFTER`] (logged when applied), and a request whose retry budget
+//!     ends before the pause does gives up at once, naming both, rather than wait in vain.
+//!     `Retry-After: 0` asks for no pause and counts as none.
+//!   - **Successes let it climb back**: each success of a request the rate held back adds
+//!     [`increase_per_second`] spread over a second's requests, up to the configured ceiling
+//!     (after the first cut, made from a rate measured rather than known, it doubles each
+//!     second until the next 429: slow start);
+//!     without a ceiling, a rate that climbs past [`UNLIMITED_ABOVE`] lifts the limit.
+//! - **Lanes share both fairly**: while requests wait, permits go round-robin to the lanes (one
+//!   lane per schedule's pass), so one busy schedule and its detail fetches (or the pages of
+//!   its walk asked ahead) cannot starve the others.
 //!
 //! Time is tokio's, so waiting is a cancellable sleep and the tests run in virtual time.
 
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -35,6 +48,11 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::retry::MAX_RETRY_AFTER;
+use in_flight::{InFlight, PassSlots, Sent};
+
+pub use in_flight::PassSlot;
+
+mod in_flight;
 
 /// A 429 leaves this share of the rate (TCP CUBIC's 0.7: gentler than halving, so the
 /// average stays nearer what the service allows).
@@ -57,15 +75,40 @@ fn increase_per_second(rate: f64) -> f64 {
 /// `None` is the lane of requests made outside a schedule's pass.
 pub type Lane = Option<Uuid>;
 
-/// The permission to send one request, and what the limiter needs back about its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
+/// The permission to send one request, and what the limiter needs back about its answer; its
+/// place in flight is given back when it is dropped.
+#[derive(Debug)]
+pub struct Grant<'a> {
+    limiter: &'a Limiter,
     /// The round of the rate this request was sent in.
     epoch: u64,
     /// Whether the limit held this request back (so its success is evidence the rate can rise).
     limited: bool,
     /// How long the request waited for its turn.
     pub waited: Duration,
+    /// When it went out, and its place among the requests in flight.
+    sent_at: Instant,
+    sent: Sent,
+    /// Its answer was taken into the limits already (a request answers once).
+    settled: AtomicBool,
+}
+
+impl Grant<'_> {
+    /// Marks the answer taken; `false` when it was already.
+    fn settle(&self) -> bool {
+        !self.settled.swap(true, Ordering::Relaxed)
+    }
+}
+
+impl Drop for Grant<'_> {
+    fn drop(&mut self) {
+        let mut state = self.limiter.lock();
+        state.in_flight.release();
+        let limit = state.in_flight.limit();
+        state.passes.follow(limit);
+        drop(state);
+        self.limiter.changed.notify_waiters();
+    }
 }
 
 /// Every lane is paused by a `Retry-After` beyond the deadline of the request that waited.
@@ -97,12 +140,19 @@ struct State {
     /// Climbing back by doubling each second, until the next 429 (see `rate_limited`).
     slow_start: bool,
     queue: Queue,
+    /// Requests in flight, under a limit that follows the latency.
+    in_flight: InFlight,
+    /// Passes running at once, as many as that limit.
+    passes: PassSlots,
 }
 
 impl Limiter {
     /// `ceiling`: the configured `api.requests_per_second`, never exceeded; `None` for none.
-    pub fn new(ceiling: Option<NonZeroU32>) -> Self {
+    /// `max_in_flight`: the most requests in flight at once (`sync.concurrency`).
+    pub fn new(ceiling: Option<NonZeroU32>, max_in_flight: usize) -> Self {
         let ceiling = ceiling.map(|c| f64::from(c.get()));
+        let in_flight = InFlight::new(max_in_flight);
+        let passes = PassSlots::new(in_flight.limit());
         Limiter {
             state: Mutex::new(State {
                 rate: ceiling,
@@ -112,6 +162,8 @@ impl Limiter {
                 recent: VecDeque::new(),
                 slow_start: false,
                 queue: Queue::default(),
+                in_flight,
+                passes,
             }),
             changed: Notify::new(),
             ceiling,
@@ -124,6 +176,27 @@ impl Limiter {
         self.lock().rate
     }
 
+    /// Requests that may be in flight now.
+    #[cfg(test)]
+    pub fn in_flight_limit(&self) -> usize {
+        self.lock().in_flight.limit()
+    }
+
+    /// Waits until one more pass may run: passes run as many at once as requests may be in
+    /// flight. A waiter holds only its place in the queue (first come, first served).
+    /// `None` never happens (the slots are never closed), but a caller need not trust that.
+    pub async fn pass_slot(&self) -> Option<PassSlot> {
+        let slots = self.lock().passes.semaphore();
+        loop {
+            let slot = Arc::clone(&slots).acquire_owned().await.ok()?;
+            let mut state = self.lock();
+            let limit = state.in_flight.limit();
+            if let Some(slot) = state.passes.admit(slot, limit) {
+                return Some(slot);
+            }
+        }
+    }
+
     /// Waits for this lane's turn and a free slot, and takes it; fails at once when a
     /// `Retry-After` pauses every lane beyond `deadline` (the request's retry budget), now or
     /// while it waits. Cancel-safe: a dropped wait leaves the queue.
@@ -131,8 +204,11 @@ impl Limiter {
         &self,
         lane: Lane,
         deadline: Instant,
-    ) -> Result<Grant, PausedBeyondDeadline> {
+    ) -> Result<Grant<'_>, PausedBeyondDeadline> {
         let arrived = Instant::now();
+        // Whether this request waited for its slot of the rate: only then is its success
+        // evidence that the rate can rise (not when it waited for room in flight).
+        let mut held_by_rate = false;
         let mut ticket = Ticket {
             limiter: self,
             id: self.lock().queue.push(lane),
@@ -145,31 +221,44 @@ impl Limiter {
             let now = Instant::now();
             let next = self.lock().turn(ticket.id, now, arrived, deadline);
             match next {
-                Turn::Granted(grant) => {
+                Turn::Granted(granted) => {
                     ticket.queued = false;
                     self.changed.notify_waiters();
-                    return Ok(grant);
+                    return Ok(Grant {
+                        limiter: self,
+                        epoch: granted.epoch,
+                        limited: granted.rated && held_by_rate,
+                        waited: granted.waited,
+                        sent_at: now,
+                        sent: granted.sent,
+                        settled: AtomicBool::new(false),
+                    });
                 }
                 // The ticket leaves the queue as it drops.
                 Turn::PausedBeyond(paused) => return Err(paused),
                 Turn::At(at) => {
+                    held_by_rate = true;
                     tokio::select! {
                         () = tokio::time::sleep_until(at) => {}
                         () = changed => {}
                     }
                 }
-                Turn::NotYours => changed.await,
+                Turn::NotYours | Turn::Full => changed.await,
             }
         }
     }
 
-    /// The service answered the request without a 429: the rate may climb.
+    /// The service answered the request without a 429 or a 5xx: the rate may climb, and the
+    /// requests in flight may grow while the latency holds.
     pub fn succeeded(&self, grant: &Grant) {
-        if !grant.limited {
+        if !grant.settle() {
             return;
         }
         let mut state = self.lock();
-        if grant.epoch != state.epoch {
+        state
+            .in_flight
+            .answered(grant.sent, grant.sent_at.elapsed());
+        if !grant.limited || grant.epoch != state.epoch {
             return;
         }
         if let Some(rate) = state.rate {
@@ -191,12 +280,26 @@ impl Limiter {
         self.changed.notify_waiters();
     }
 
-    /// The service answered 429: cut the rate (once per round) and honour its `Retry-After`
-    /// for every lane.
+    /// The service answered 5xx, or not at all: fewer requests in flight (once per round).
+    pub fn overloaded(&self, grant: &Grant) {
+        if grant.settle() {
+            self.lock().in_flight.dropped(grant.sent);
+        }
+    }
+
+    /// The service answered 429: honour its `Retry-After` for every lane, or, without one,
+    /// cut the rate (once per round); fewer requests in flight either way.
     pub fn rate_limited(&self, grant: &Grant, retry_after: Option<Duration>) {
         let now = Instant::now();
         let mut state = self.lock();
-        if let Some(asked) = retry_after {
+        if grant.settle() {
+            state.in_flight.dropped(grant.sent);
+        }
+        // A pause of every lane is what the service asked for; a cut on top of it would
+        // answer one 429 twice, and random 429s (a few per cent, each with `Retry-After`)
+        // would wear the rate down to nothing, cut after cut. `Retry-After: 0` asks nothing.
+        let pause = retry_after.filter(|asked| !asked.is_zero());
+        if let Some(asked) = pause {
             if asked > MAX_RETRY_AFTER {
                 // The request's own retry budget decides whether this fails the pass.
                 tracing::info!(
@@ -208,7 +311,7 @@ impl Limiter {
             let until = now + asked.min(MAX_RETRY_AFTER);
             state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
         }
-        if grant.epoch == state.epoch {
+        if pause.is_none() && grant.epoch == state.epoch {
             // Without a limit yet, what was sent in the last second is a guess at the rate:
             // a 429 to a process's first requests (a quota another client spent) makes it 1
             // a second. From such a cut the rate climbs back doubling each second until the
@@ -234,12 +337,23 @@ impl Limiter {
     }
 }
 
+/// A turn taken, before it becomes a [`Grant`].
+struct Granted {
+    epoch: u64,
+    /// A rate held requests to their slots.
+    rated: bool,
+    waited: Duration,
+    sent: Sent,
+}
+
 enum Turn {
-    Granted(Grant),
+    Granted(Granted),
     PausedBeyond(PausedBeyondDeadline),
     /// This waiter is next; its slot opens at this instant.
     At(Instant),
     NotYours,
+    /// This waiter is next, but as many requests as may be are in flight.
+    Full,
 }
 
 impl State {
@@ -264,6 +378,9 @@ impl State {
         if slot > now {
             return Turn::At(slot);
         }
+        if !self.in_flight.has_room() {
+            return Turn::Full;
+        }
         self.queue.pop_next();
         self.last_grant = Some(now);
         self.recent.push_back(now);
@@ -274,11 +391,11 @@ impl State {
         {
             self.recent.pop_front();
         }
-        let waited = now.duration_since(arrived);
-        Turn::Granted(Grant {
+        Turn::Granted(Granted {
             epoch: self.epoch,
-            limited: spacing.is_some() && !waited.is_zero(),
-            waited,
+            rated: spacing.is_some(),
+            waited: now.duration_since(arrived),
+            sent: self.in_flight.send(),
         })
     }
 

@@ -24,5 +24,6 @@ mod write;
 
 pub use client::{ApiClient, ListQuery, Listed};
 pub use error::ApiError;
+pub use limiter::PassSlot;
 pub use observe::RequestObserver;
 pub use retry::Counters;

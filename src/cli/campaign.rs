@@ -10,7 +10,6 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::destination::Opened;
 use super::service_args::{
     CallCommand, CallCreate, CampaignCommand, ScheduleCommand, ScheduleCreate, ServiceCommand,
 };
@@ -18,6 +17,7 @@ use super::usage::UsageError;
 use crate::api::{ApiClient, Counters};
 use crate::config::Config;
 use crate::service::{NewCall, NewCampaign, NewSchedule, new_call_problems};
+use crate::warehouse::Destination;
 
 /// Every service command but `upload` (`upload.rs`).
 pub async fn run(config: &Config, command: ServiceCommand) -> Result<ExitCode> {
@@ -117,9 +117,9 @@ async fn set_enabled(
 fn remember(
     config: &Config,
     done: &str,
-    write: impl FnOnce(&mut Opened) -> Result<(), crate::warehouse::WarehouseError>,
+    write: impl FnOnce(&mut dyn Destination) -> Result<(), crate::warehouse::WarehouseError>,
 ) {
-    let recorded = Opened::writing(config).and_then(|mut w| Ok(write(&mut w)?));
+    let recorded = super::destination::writing(config).and_then(|mut w| Ok(write(w.as_mut())?));
     if let Err(err) = recorded {
         let _ = writeln!(
             std::io::stderr(),

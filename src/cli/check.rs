@@ -116,9 +116,8 @@ pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
         })?;
     }
 
-    report(match super::destination::postgres(config) {
-        Ok(Some(target)) => postgres_verdict(&target),
-        Ok(None) => warehouse_verdict(&config.warehouse.path),
+    report(match super::destination::backend(config) {
+        Ok(backend) => warehouse_verdict(backend.as_ref()),
         Err(err) => Verdict::failed("warehouse", format!("{err:#}")),
     })?;
     if let Some(backup) = &config.backup {
@@ -260,60 +259,13 @@ fn schedule_verdict(schedule: Uuid, listed: &Result<(), ApiError>) -> Verdict {
     }
 }
 
-/// What `run` checks before it opens the warehouse (`warehouse::check_before_writing`: one
-/// name, writable, identified as `run` identifies it), without creating or migrating it.
-/// What `run` needs of a PostgreSQL warehouse: the server answers, this role may write, and
-/// the schema version is one this callsync knows. Creates and migrates nothing.
-fn postgres_verdict(target: &crate::warehouse::postgres::PgTarget) -> Verdict {
+/// What `run` needs of the warehouse, creating and migrating nothing: the SQLite file's one
+/// name, writability and schema; a PostgreSQL server that answers and lets this role write
+/// (each back end says what it found, `Backend::check`).
+fn warehouse_verdict(backend: &dyn crate::warehouse::Backend) -> Verdict {
     const CHECK: &str = "warehouse";
-    let latest = crate::warehouse::postgres::latest_version();
-    let name = target.display();
-    match crate::warehouse::postgres::PgWarehouse::check(target) {
+    match backend.check() {
+        Ok(found) => Verdict::ok(CHECK, found),
         Err(err) => Verdict::failed(CHECK, crate::error_chain(&err)),
-        Ok(None) => Verdict::ok(
-            CHECK,
-            format!("{name} answers, holds no warehouse yet, and this role may create it"),
-        ),
-        Ok(Some(found)) if found == latest => Verdict::ok(
-            CHECK,
-            format!(
-                "{name} answers, this role may write, a callsync warehouse of schema version {found}"
-            ),
-        ),
-        Ok(Some(found)) => Verdict::ok(
-            CHECK,
-            format!(
-                "{name} answers, this role may write, a callsync warehouse of schema version {found}, which callsync will migrate to {latest}"
-            ),
-        ),
-    }
-}
-
-fn warehouse_verdict(path: &Path) -> Verdict {
-    const CHECK: &str = "warehouse";
-    let latest = crate::warehouse::latest_version();
-    match crate::warehouse::check_before_writing(path) {
-        Err(err) => Verdict::failed(CHECK, crate::error_chain(&err)),
-        Ok(None) => Verdict::ok(
-            CHECK,
-            format!(
-                "{} does not exist yet; its directory is writable, and callsync will create it",
-                path.display()
-            ),
-        ),
-        Ok(Some(found)) if found == latest => Verdict::ok(
-            CHECK,
-            format!(
-                "{} is writable, a callsync warehouse of schema version {found}",
-                path.display()
-            ),
-        ),
-        Ok(Some(found)) => Verdict::ok(
-            CHECK,
-            format!(
-                "{} is writable, a callsync warehouse of schema version {found}, which callsync will migrate to {latest}",
-                path.display()
-            ),
-        ),
     }
 }

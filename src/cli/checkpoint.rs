@@ -9,7 +9,6 @@ use anyhow::{Context, Result};
 use uuid::Uuid;
 
 use super::args::CheckpointCommand;
-use super::destination::Opened;
 use super::output::print_out;
 use super::usage::UsageError;
 use crate::config::Config;
@@ -26,7 +25,7 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
             if let Some(schedule) = schedule {
                 refuse_unknown_schedule(config, schedule, force)?;
             }
-            let warehouse = Opened::read_only(config)?;
+            let warehouse = super::destination::read_only(config)?;
             // Every error reading the warehouse names it already.
             let reading = || "cannot read the checkpoints";
             let schedules = match schedule {
@@ -35,7 +34,7 @@ pub(super) fn checkpoint(config: &Config, command: CheckpointCommand) -> Result<
                     .status_at(Timestamp::now())
                     .with_context(reading)?
                     .iter()
-                    .filter_map(|s| s.schedule_uid.parse().ok())
+                    .map(|s| s.schedule_uid)
                     .collect(),
             };
             for s in schedules {
@@ -163,12 +162,7 @@ pub(super) fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bo
     if config.sync.schedules.contains(&schedule) || warehouse_knows(config, schedule)? {
         return Ok(());
     }
-    let name = match &config.warehouse.postgres {
-        Some(_) => super::destination::postgres(config)?
-            .map(|t| t.display().to_owned())
-            .unwrap_or_default(),
-        None => config.warehouse.path.display().to_string(),
-    };
+    let name = super::destination::backend(config)?.name();
     let problem = format!(
         "schedule {schedule} is in neither sync.schedules nor the warehouse {name} (a typo?)"
     );
@@ -181,7 +175,7 @@ pub(super) fn refuse_unknown_schedule(config: &Config, schedule: Uuid, force: bo
 
 /// Whether the configured warehouse has heard of `schedule`; one not created yet has not.
 pub(super) fn warehouse_knows(config: &Config, schedule: Uuid) -> Result<bool> {
-    match Opened::read_only(config) {
+    match super::destination::read_only(config) {
         Ok(warehouse) => Ok(warehouse.knows_schedule(schedule)?),
         Err(e) => match e.downcast_ref::<crate::warehouse::WarehouseError>() {
             Some(crate::warehouse::WarehouseError::Missing { .. }) => Ok(false),
@@ -197,11 +191,8 @@ pub(super) fn replace_checkpoint(
     cursor: Option<Timestamp>,
 ) -> Result<Option<crate::warehouse::Checkpoint>> {
     // Every error opening it names the warehouse already; those of the change do not.
-    let mut warehouse = Opened::writing(config)?;
-    let name = warehouse.name();
-    warehouse
-        .replace_checkpoint(schedule, cursor)
-        .with_context(|| format!("cannot change the checkpoint in {name}"))
+    let mut warehouse = super::destination::writing(config)?;
+    super::destination::replace_checkpoint(warehouse.as_mut(), schedule, cursor)
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use anyhow::{Context, Result};
 use super::output::print_out;
 use crate::config::{self, Config};
 use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
-use crate::warehouse::{Overview, Warehouse};
+use crate::warehouse::Overview;
+// The demo makes its own SQLite warehouse, and reads the analyst's overview of it.
+use crate::warehouse::sqlite::Warehouse;
 
 /// How long the daemon runs in the demo.
 const RUN_FOR: Duration = Duration::from_secs(12);
@@ -58,17 +60,17 @@ pub async fn run(dir: &Path, force: bool) -> Result<()> {
     .await
     .context("cannot start the simulator")?;
     let config = write_config(dir, &sim)?;
+    let path = demo_warehouse(&config)?;
     print_out(format_args!(
         "callsync demo\n  simulator  {} (3 schedules, 1,200 calls, dialer running)\n  \
          config     {}\n  warehouse  {}\n  running the daemon for {} s (a pass every 2 s)…\n",
         sim.base_url(),
         dir.join("callsync.toml").display(),
-        config.warehouse.path.display(),
+        path.display(),
         RUN_FOR.as_secs()
     ))?;
 
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let path = config.warehouse.path.clone();
     let daemon = tokio::spawn(crate::daemon::run(config, async {
         let _ = stopped.await;
     }));
@@ -151,6 +153,16 @@ fn write_config(dir: &Path, sim: &Simulator) -> Result<Config> {
     let file: PathBuf = dir.join("callsync.toml");
     std::fs::write(&file, text).with_context(|| format!("cannot write {}", file.display()))?;
     Ok(config::load(Some(&file))?)
+}
+
+/// The file the demo's configuration names (it writes `warehouse.path`).
+fn demo_warehouse(config: &config::Config) -> Result<PathBuf> {
+    config
+        .warehouse
+        .destination
+        .sqlite_path()
+        .map(Path::to_owned)
+        .context("the demo's configuration names no SQLite warehouse")
 }
 
 fn progress_line(path: &Path) -> String {

@@ -58,9 +58,8 @@ impl PassLine {
     fn new(report: &PassReport, dry_run: bool) -> Self {
         let s = &report.stats;
         let error = match &report.result {
-            PassResult::Failed { error: why, .. }
-            | PassResult::Skipped(why)
-            | PassResult::ClaimLost(why) => Some(why.clone()),
+            PassResult::Failed { error: why, .. } | PassResult::ClaimLost(why) => Some(why.clone()),
+            PassResult::Skipped(why) => Some(why.to_string()),
             PassResult::Completed | PassResult::Behind | PassResult::Interrupted => None,
         };
         PassLine {

@@ -11,14 +11,14 @@ mod render;
 
 use render::render_status;
 
-use super::destination::Opened;
 use super::output::print_out;
 use crate::config::Config;
 use crate::service::Timestamp;
+use crate::warehouse::Destination;
 
 pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
     // Every error opening it names the file or the database already.
-    let warehouse = Opened::read_only(config)?;
+    let warehouse = super::destination::read_only(config)?;
     let now = Timestamp::now();
     let mut rows = warehouse
         .status_at(now)
@@ -27,23 +27,16 @@ pub(super) fn status(config: &Config, json: bool) -> Result<ExitCode> {
     // The configuration's names win, as in the warehouse's views: also for a schedule never
     // synced, and for a name changed since the last pass.
     for row in &mut rows {
-        if let Some(name) = row
-            .schedule_uid
-            .parse()
-            .ok()
-            .and_then(|uid| config.sync.schedule_names.get(&uid))
-        {
+        if let Some(name) = config.sync.schedule_names.get(&row.schedule_uid) {
             row.schedule_name = Some(name.clone());
         }
     }
-    let since = configured_since(config, &warehouse)?;
+    let since = configured_since(config, warehouse.as_ref())?;
     count_ticks_since_last_pass(config, &mut rows, now, since)?;
     for row in &mut rows {
         row.set_staleness(now, &config.sync.cron, config.sync.max_lag);
     }
-    if let Opened::Sqlite(_) = warehouse {
-        warn_if_read_only(&config.warehouse.path);
-    }
+    warn_if_read_only(warehouse.as_ref());
     if json {
         let json = serde_json::to_string_pretty(&rows)?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&json)))?;
@@ -78,13 +71,12 @@ pub(super) fn needing_attention(
     rows: &[crate::warehouse::ScheduleStatus],
     configured: &[Uuid],
 ) -> Vec<String> {
-    let watched =
-        |uid: &str| configured.is_empty() || configured.iter().any(|c| c.to_string() == uid);
+    let watched = |uid: &Uuid| configured.is_empty() || configured.contains(uid);
     let mut problems = Vec::new();
     for row in rows.iter().filter(|row| watched(&row.schedule_uid)) {
         let schedule = match &row.schedule_name {
             Some(name) => format!("{} \"{name}\"", row.schedule_uid),
-            None => row.schedule_uid.clone(),
+            None => row.schedule_uid.to_string(),
         };
         if row.last_result.flatten() == Some(crate::warehouse::RunOutcome::Failed) {
             let kind = (row.last_run.as_ref())
@@ -139,18 +131,21 @@ pub(super) fn add_never_synced(
     configured: &[Uuid],
 ) {
     for uid in configured {
-        if !rows.iter().any(|row| row.schedule_uid == uid.to_string()) {
+        if !rows.iter().any(|row| row.schedule_uid == *uid) {
             rows.push(crate::warehouse::ScheduleStatus::never_synced(*uid));
         }
     }
-    rows.sort_by(|a, b| a.schedule_uid.cmp(&b.schedule_uid));
+    rows.sort_by_key(|row| row.schedule_uid);
 }
 
 /// Since when the daemon should have synced every configured schedule: the configuration
 /// file's last change (a schedule added to it is due from then, and the daemon reads the file
 /// only when it starts), or, for a configuration of `CALLSYNC_*` variables alone, the oldest
 /// pass the warehouse remembers (the daemon ran then); `None` when neither is known.
-pub(super) fn configured_since(config: &Config, warehouse: &Opened) -> Result<Option<Timestamp>> {
+pub(super) fn configured_since(
+    config: &Config,
+    warehouse: &dyn Destination,
+) -> Result<Option<Timestamp>> {
     let Some(file) = &config.source else {
         return Ok(warehouse.first_pass_at()?);
     };
@@ -170,10 +165,7 @@ pub(super) fn count_ticks_since_last_pass(
     configured_since: Option<Timestamp>,
 ) -> Result<()> {
     for row in rows {
-        let configured = row
-            .schedule_uid
-            .parse()
-            .is_ok_and(|uid| config.sync.schedules.contains(&uid));
+        let configured = config.sync.schedules.contains(&row.schedule_uid);
         let since = if row.never_synced {
             configured_since
         } else {
@@ -219,8 +211,8 @@ fn note_backing_off(config: &Config, row: &mut crate::warehouse::ScheduleStatus,
 /// A warehouse its owner cannot write: the daemon (running as the owner) cannot record its
 /// passes either, so the last pass shown may be older than failures it could not record.
 /// On stderr, so that `--json` stays parseable.
-pub(super) fn warn_if_read_only(path: &std::path::Path) {
-    if let Some(why) = crate::warehouse::unwritable_for_owner(path) {
+pub(super) fn warn_if_read_only(warehouse: &dyn Destination) {
+    if let Some(why) = warehouse.unwritable_for_owner() {
         eprintln!(
             "warning: {why}: callsync cannot record its passes there, so passes since then may have failed unrecorded and those below be out of date; make it writable again and see the daemon's log (journalctl -u callsync)"
         );
@@ -234,9 +226,9 @@ mod tests {
     #[test]
     fn status_watches_the_configured_schedules_for_failures_and_falling_behind() {
         // A schedule whose latest pass ended `last` (`None`: it has not ended).
-        let row = |uid: &str, last: Option<crate::warehouse::RunOutcome>, behind: i64| {
+        let row = |uid: &Uuid, last: Option<crate::warehouse::RunOutcome>, behind: i64| {
             crate::warehouse::ScheduleStatus {
-                schedule_uid: uid.to_owned(),
+                schedule_uid: *uid,
                 cursor: None,
                 lag_secs: None,
                 last_run: None,
@@ -265,10 +257,10 @@ mod tests {
         use crate::warehouse::RunOutcome::*;
         let [a, b, c, d] = [1u128, 2, 3, 4].map(Uuid::from_u128);
         let rows = [
-            row(&a.to_string(), Some(Completed), 0),
-            row(&b.to_string(), Some(Failed), 0),
-            row(&c.to_string(), Some(Behind), 2),
-            row(&d.to_string(), Some(Behind), 1),
+            row(&a, Some(Completed), 0),
+            row(&b, Some(Failed), 0),
+            row(&c, Some(Behind), 2),
+            row(&d, Some(Behind), 1),
         ];
         assert_eq!(
             needing_attention(&rows, &[]),
@@ -285,9 +277,9 @@ mod tests {
         );
         assert!(needing_attention(&rows, &[a, d]).is_empty());
         for fine in [Some(Interrupted), None] {
-            assert!(needing_attention(&[row(&a.to_string(), fine, 0)], &[]).is_empty());
+            assert!(needing_attention(&[row(&a, fine, 0)], &[]).is_empty());
         }
-        let mut stopped = row(&a.to_string(), Some(Completed), 0);
+        let mut stopped = row(&a, Some(Completed), 0);
         stopped.ticks_since_last_pass = Some(5);
         stopped.no_recent_pass = true;
         assert_eq!(
@@ -298,7 +290,7 @@ mod tests {
         );
         // A running pass (a long reconciliation) is busy, not missing: bad only once late,
         // and named.
-        let mut busy = row(&c.to_string(), None, 0);
+        let mut busy = row(&c, None, 0);
         busy.schedule_name = Some("Renewals".into());
         busy.busy_since = Some("2026-11-25T03:30:00Z".into());
         busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS - 1);
@@ -310,7 +302,7 @@ mod tests {
                 "schedule {c} \"Renewals\": its running pass has not moved the checkpoint for 30 ticks of sync.cron"
             )]
         );
-        let mut lagging = row(&d.to_string(), Some(Completed), 0);
+        let mut lagging = row(&d, Some(Completed), 0);
         lagging.stale_secs = Some(7200.4);
         assert!(needing_attention(&[lagging.clone()], &[]).is_empty());
         lagging.over_max_lag = true;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use super::output::print_out;
 use super::usage::UsageError;
 use crate::config::Config;
-use crate::warehouse::Warehouse;
+use crate::warehouse::Capability;
 
 /// One JSON object on a line of stdout, for `--json` (paths as `display` writes them, so a
 /// name that is not UTF-8 cannot fail the line).
@@ -27,40 +27,21 @@ fn contents_json(contents: &crate::warehouse::Contents) -> serde_json::Value {
 }
 
 pub(super) fn migrate(config: &Config, json: bool) -> Result<ExitCode> {
-    if let Some(target) = super::destination::postgres(config)? {
-        let report = crate::warehouse::postgres::PgWarehouse::migrate(&target)?;
-        if json {
-            print_json(&serde_json::json!({
-                "warehouse": target.display().to_string(),
-                "from": report.from,
-                "to": report.to,
-            }))?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        print_out(format_args!(
-            "warehouse {}: schema version {} -> {}\n",
-            target.display(),
-            report.from,
-            report.to
-        ))?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let path = &config.warehouse.path;
-    // Every error it returns names the path already.
-    let report = Warehouse::migrate(path, config.warehouse.busy_timeout)?;
+    let backend = super::destination::backend(config)?;
+    let name = backend.name();
+    // Every error it returns names the file or the database already.
+    let report = backend.migrate()?;
     if json {
         print_json(&serde_json::json!({
-            "warehouse": path.display().to_string(),
+            "warehouse": name,
             "from": report.from,
             "to": report.to,
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
     print_out(format_args!(
-        "warehouse {}: schema version {} -> {}\n",
-        path.display(),
-        report.from,
-        report.to
+        "warehouse {name}: schema version {} -> {}\n",
+        report.from, report.to
     ))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -71,16 +52,17 @@ pub(super) fn backup(
     force: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    super::destination::refuse_on_postgres(config, "backup")?;
-    let path = &config.warehouse.path;
+    let backend = super::destination::backend(config)?;
+    backend.offers(Capability::Backup)?;
+    let path = backend.name();
     // Every error opening it names the path already.
-    let warehouse = Warehouse::open_read_only(path)?;
+    let warehouse = backend.reader()?;
     let report = warehouse
         .backup_to(dest, force)
-        .with_context(|| format!("cannot back up the warehouse {}", path.display()))?;
+        .with_context(|| format!("cannot back up the warehouse {path}"))?;
     if json {
         let mut line = contents_json(&report.contents);
-        line["warehouse"] = serde_json::json!(path.display().to_string());
+        line["warehouse"] = serde_json::json!(path);
         line["path"] = serde_json::json!(report.path.display().to_string());
         line["bytes"] = serde_json::json!(report.bytes);
         print_json(&line)?;
@@ -90,7 +72,7 @@ pub(super) fn backup(
     let _ = writeln!(
         std::io::stdout(),
         "backed up {} to {}: {} bytes, {}",
-        path.display(),
+        path,
         report.path.display(),
         report.bytes,
         report.contents
@@ -99,16 +81,17 @@ pub(super) fn backup(
 }
 
 pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> Result<ExitCode> {
-    super::destination::refuse_on_postgres(config, "restore")?;
+    let backend = super::destination::backend(config)?;
+    backend.offers(Capability::Restore)?;
     if backup.is_dir() {
         return Err(UsageError(restore_from_directory(backup)).into());
     }
-    let path = &config.warehouse.path;
-    let report = crate::warehouse::restore(backup, path, config.warehouse.busy_timeout)?;
+    let path = backend.name();
+    let report = backend.restore(backup)?;
     if json {
         let mut line = contents_json(&report.contents);
         line["backup"] = serde_json::json!(backup.display().to_string());
-        line["warehouse"] = serde_json::json!(path.display().to_string());
+        line["warehouse"] = serde_json::json!(path);
         line["bytes"] = serde_json::json!(report.bytes);
         let removed: Vec<String> = report
             .removed
@@ -129,7 +112,7 @@ pub(super) fn restore(config: &Config, backup: &std::path::Path, json: bool) -> 
         std::io::stdout(),
         "restored {} into {}: {} bytes, {}; {}",
         backup.display(),
-        path.display(),
+        path,
         report.bytes,
         report.contents,
         if removed.is_empty() {

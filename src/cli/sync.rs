@@ -13,7 +13,7 @@ use super::progress::{ProgressBar, ProgressLog};
 use super::signals::{cancel_on_signal, refuse_reload_on_sighup};
 use super::usage::UsageError;
 use crate::config::Config;
-use crate::sync::{Engine, PassPlan, PassProgress, PassReport, PassResult};
+use crate::sync::{Engine, Mode, PassPlan, PassProgress, PassReport, PassResult};
 
 pub(super) async fn run_daemon(config: Config) -> Result<ExitCode> {
     if config.sync.schedules.is_empty() {
@@ -48,11 +48,9 @@ pub(super) async fn sync(
         .into());
     }
     // Every error opening the warehouse names it already.
-    let engine = if dry_run {
-        Engine::start_dry_run(&config)?
-    } else {
-        Engine::start(&config)?
-    };
+    let backend = super::destination::backend(&config)?;
+    let mode = if dry_run { Mode::DryRun } else { Mode::Write };
+    let engine = Engine::start(&config, backend.as_ref(), mode)?;
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::incremental(engine.settings());
     let mut reports = Vec::new();
@@ -100,7 +98,8 @@ pub(super) async fn backfill(config: Config, args: BackfillArgs) -> Result<ExitC
     {
         return Err(UsageError(format!("--since {since} is after --until {until}")).into());
     }
-    let engine = Engine::start(&config)?;
+    let backend = super::destination::backend(&config)?;
+    let engine = Engine::start(&config, backend.as_ref(), Mode::Write)?;
     let cancel = cancel_on_signal()?;
     let plan = PassPlan::backfill(engine.settings(), args.since, args.until);
     let bar = ProgressBar::for_terminal();

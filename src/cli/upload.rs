@@ -17,10 +17,12 @@ use super::usage::UsageError;
 use crate::config::Config;
 use crate::service::MAX_BULK;
 use crate::upload::{self, UploadOptions, UploadProgress};
-use crate::warehouse::Warehouse;
+use crate::warehouse::Capability;
 
 pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
-    refuse_upload_on_postgres(config)?;
+    // Declined before anything is read or sent by a warehouse that keeps no ledger.
+    let backend = super::destination::backend(config)?;
+    backend.offers(Capability::UploadLedger)?;
     let options = UploadOptions {
         schedule: args.schedule,
         path: args.file,
@@ -32,51 +34,20 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
     };
     let shown = options.path.display().to_string();
     let checked = upload::check(&options).map_err(|err| UsageError(format!("{err}")))?;
-    if checked.problem_count > 0 {
-        for problem in &checked.problems {
-            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
-        }
-        let unlisted = checked.problem_count - checked.problems.len() as u64;
-        if unlisted > 0 {
-            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
-        }
-        bail!(UsageError(format!(
-            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
-            checked.problem_count, checked.rows
-        )));
-    }
-    let chunks = checked.rows.div_ceil(MAX_BULK as u64);
+    refuse_problems(&checked, &shown)?;
     if args.dry_run {
-        if args.json {
-            print_json(&serde_json::json!({
-                "file": shown,
-                "schedule_uid": options.schedule,
-                "schedule_name": config.sync.schedule_names.get(&options.schedule),
-                "dry_run": true,
-                "rows": checked.rows,
-                "chunks_to_send": chunks,
-            }))?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        print_line(&format!(
-            "{shown}: {} rows checked, all valid; would send {} to schedule {} (dry run: nothing sent)",
-            checked.rows,
-            crate::counted(chunks, "chunk", "chunks"),
-            options.schedule
-        ))?;
-        return Ok(ExitCode::SUCCESS);
+        return print_dry_run(config, &options, &shown, checked.rows, args.json);
     }
     let client = service_client(config)?;
-    let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)
-        .with_context(|| {
-            format!(
-                "cannot open the warehouse {} for the upload ledger",
-                config.warehouse.path.display()
-            )
-        })?;
+    let mut warehouse = backend.writer().with_context(|| {
+        format!(
+            "cannot open the warehouse {} for the upload ledger",
+            backend.name()
+        )
+    })?;
     // Held until the upload ends: a second upload into this schedule now could send a
     // contact this one is sending.
-    let _lock = upload::lock(&config.warehouse.path, options.schedule)?;
+    let (_lock, ledger) = upload::ledger(warehouse.as_mut(), options.schedule)?;
     let bar = ProgressBar::for_terminal();
     let log = bar
         .is_none()
@@ -86,7 +57,7 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         (None, Some(log)) => log,
         (None, None) => &NoProgress,
     };
-    let sent = upload::send(&client, &mut warehouse, &options, &checked, progress).await;
+    let sent = upload::send(&client, ledger, &options, &checked, progress).await;
     drop(log);
     if let Some(bar) = bar {
         bar.0.finish_and_clear();
@@ -95,24 +66,11 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         Ok(summary) => summary,
         // Each says all there is, the schedule included.
         Err(err @ upload::UploadError::ScheduleNotFound { .. }) => return Err(err.into()),
-        // Rows that would call someone twice: named like the check's bad rows, and refused
-        // the same way (exit 2, nothing sent).
         Err(upload::UploadError::AlreadyInSchedule {
             schedule,
             problems,
             count,
-        }) => {
-            for problem in &problems {
-                let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
-            }
-            let unlisted = count - problems.len() as u64;
-            if unlisted > 0 {
-                let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
-            }
-            bail!(UsageError(format!(
-                "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
-            )));
-        }
+        }) => return Err(already_in_schedule(&shown, schedule, &problems, count)),
         Err(err) => return Err(upload_failed(err, &shown, options.schedule)),
     };
     for problem in &summary.refusals {
@@ -131,6 +89,74 @@ pub(super) async fn run(config: &Config, args: UploadArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The file's bad rows on stderr (the first ones), and the refusal: nothing is sent.
+fn refuse_problems(checked: &upload::Checked, shown: &str) -> Result<()> {
+    if checked.problem_count > 0 {
+        for problem in &checked.problems {
+            let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+        }
+        let unlisted = checked.problem_count - checked.problems.len() as u64;
+        if unlisted > 0 {
+            let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more problems");
+        }
+        bail!(UsageError(format!(
+            "{shown}: {} problems in {} rows; nothing was sent: fix them and run the upload again",
+            checked.problem_count, checked.rows
+        )));
+    }
+    Ok(())
+}
+
+/// `upload --dry-run`: the file checked, what would be sent, nothing sent.
+fn print_dry_run(
+    config: &Config,
+    options: &UploadOptions,
+    shown: &str,
+    rows: u64,
+    json: bool,
+) -> Result<ExitCode> {
+    let chunks = rows.div_ceil(MAX_BULK as u64);
+    if json {
+        print_json(&serde_json::json!({
+            "file": shown,
+            "schedule_uid": options.schedule,
+            "schedule_name": config.sync.schedule_names.get(&options.schedule),
+            "dry_run": true,
+            "rows": rows,
+            "chunks_to_send": chunks,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    print_line(&format!(
+        "{shown}: {} rows checked, all valid; would send {} to schedule {} (dry run: nothing sent)",
+        rows,
+        crate::counted(chunks, "chunk", "chunks"),
+        options.schedule
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Rows that would call someone twice: named like the check's bad rows, and refused the
+/// same way (exit 2, nothing sent).
+fn already_in_schedule(
+    shown: &str,
+    schedule: Uuid,
+    problems: &[upload::RowProblem],
+    count: u64,
+) -> anyhow::Error {
+    for problem in problems {
+        let _ = writeln!(std::io::stderr(), "{shown}: {problem}");
+    }
+    let unlisted = count - problems.len() as u64;
+    if unlisted > 0 {
+        let _ = writeln!(std::io::stderr(), "{shown}: … and {unlisted} more");
+    }
+    UsageError(format!(
+        "{shown}: {count} rows have an external_id schedule {schedule} already has; nothing was sent: remove those rows, or pass --skip-existing to send only the others"
+    ))
+    .into()
 }
 
 /// A failed upload with a context naming what its error does not: the schedule, and the file
@@ -209,18 +235,6 @@ fn log_progress(rows_done: u64, rows: u64, waiting: Option<&str>) {
         Some(what) => tracing::info!(rows_done, rows, "upload progress: {what}"),
         None => tracing::info!(rows_done, rows, "upload progress"),
     }
-}
-
-/// The upload ledger (which chunks were sent, so that a run again never sends a contact
-/// twice) and its locks are the SQLite warehouse's: on a PostgreSQL configuration the upload
-/// is refused before anything is read or sent, rather than writing a stray SQLite file.
-fn refuse_upload_on_postgres(config: &Config) -> Result<()> {
-    if config.warehouse.postgres.is_some() {
-        bail!(UsageError(
-            "`callsync upload` keeps its ledger of sent chunks in an SQLite file, and this configuration's warehouse is PostgreSQL (warehouse.url): run the upload with a configuration that sets warehouse.path (a ledger file kept for every upload) instead of warehouse.url; the calls it creates reach PostgreSQL with the daemon's next pass".into()
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use super::env::{Env, variable_for};
 use super::error::ConfigErrorKind;
 use super::values::CronSchedule;
-use super::{AuthConfig, Config, ConfigError, DetailsMode, LogFormat, SecretSource};
+use super::{
+    AuthConfig, Config, ConfigError, DestinationConfig, DetailsMode, LogFormat, SecretSource,
+};
 
 /// Where a key's value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,8 +232,8 @@ fn api(entries: &mut Entries<'_>, config: &Config) {
 
 fn warehouse(entries: &mut Entries<'_>, config: &Config) {
     let warehouse = &config.warehouse;
-    match &warehouse.postgres {
-        Some(postgres) => {
+    match &warehouse.destination {
+        DestinationConfig::Postgres(postgres) => {
             // A password in it is refused where it is used; here it is hidden whatever else
             // is wrong with the URL.
             entries.add(
@@ -259,10 +261,9 @@ fn warehouse(entries: &mut Entries<'_>, config: &Config) {
                 }
             }
         }
-        None => entries.add(
-            "warehouse.path",
-            json!(warehouse.path.display().to_string()),
-        ),
+        DestinationConfig::Sqlite { path } => {
+            entries.add("warehouse.path", json!(path.display().to_string()))
+        }
     }
     entries.add("warehouse.busy_timeout_secs", secs(warehouse.busy_timeout));
     entries.add(

@@ -104,7 +104,10 @@ fn defaults_fill_everything_not_given() {
     assert_eq!(c.api.max_response_bytes, 32 * 1024 * 1024);
     assert_eq!(c.api.create_settle_window(), Duration::from_secs(60));
     assert_eq!(c.api.retry, RetryConfig::default());
-    assert_eq!(c.warehouse.path, PathBuf::from("callsync.db"));
+    assert_eq!(
+        c.warehouse.destination.sqlite_path().unwrap(),
+        PathBuf::from("callsync.db")
+    );
     assert_eq!(c.sync.schedules, vec![Uuid::parse_str(SCHEDULE).unwrap()]);
     assert_eq!(
         (c.sync.page_size, c.sync.lookback),
@@ -112,7 +115,10 @@ fn defaults_fill_everything_not_given() {
     );
     assert_eq!(c.sync.cron.as_str(), "0 */5 * * * *");
     assert_eq!(c.sync.details, DetailsMode::Auto);
-    assert_eq!((c.sync.concurrency, c.sync.instance.as_deref()), (16, None));
+    assert_eq!(
+        (c.sync.concurrency, c.sync.instance.as_deref()),
+        (256, None)
+    );
     assert_eq!(c.sync.reconcile_window, Duration::from_secs(7 * 86_400));
     assert_eq!(
         (c.log.level.as_str(), c.log.format),
@@ -177,6 +183,11 @@ fn every_invalid_value_is_one_line_naming_its_key() {
         ),
         (
             with("sync", "concurrency = 0"),
+            "sync.concurrency",
+            OutOfRange,
+        ),
+        (
+            with("sync", "concurrency = 1025"),
             "sync.concurrency",
             OutOfRange,
         ),
@@ -1248,7 +1259,9 @@ fn a_postgres_url_replaces_the_path_and_both_are_refused_naming_the_keys() {
         &Env::default(),
     )
     .unwrap();
-    let pg = c.warehouse.postgres.expect("a PostgreSQL warehouse");
+    let DestinationConfig::Postgres(pg) = c.warehouse.destination else {
+        panic!("a PostgreSQL warehouse");
+    };
     assert_eq!(pg.url, "postgresql://callsync@db/cs");
     assert_eq!(
         pg.password,
@@ -1259,7 +1272,10 @@ fn a_postgres_url_replaces_the_path_and_both_are_refused_naming_the_keys() {
     );
     // SQLite stays the default.
     let c = load_text(&minimal(), &Env::default()).unwrap();
-    assert!(c.warehouse.postgres.is_none());
+    assert!(matches!(
+        c.warehouse.destination,
+        DestinationConfig::Sqlite { .. }
+    ));
     let err = load_text(
         &format!(
             "{}[warehouse]\npath = \"w.db\"\nurl = \"postgresql://db/cs\"\n",
@@ -1303,7 +1319,10 @@ fn the_postgres_password_comes_from_the_systemd_credential() {
         &env,
     )
     .unwrap();
-    let password = c.warehouse.postgres.unwrap().password.unwrap();
+    let DestinationConfig::Postgres(pg) = c.warehouse.destination else {
+        panic!("a PostgreSQL warehouse");
+    };
+    let password = pg.password.unwrap();
     assert_eq!(password.read().unwrap().expose(), "s3cret");
 }
 

@@ -142,10 +142,8 @@ impl Default for RetryConfig {
 
 #[derive(Debug, Clone)]
 pub struct WarehouseConfig {
-    /// The SQLite file; unused when [`WarehouseConfig::postgres`] is set.
-    pub path: PathBuf,
-    /// `warehouse.url`: the warehouse is a PostgreSQL database, not the file at `path`.
-    pub postgres: Option<PostgresConfig>,
+    /// Where the warehouse is: `warehouse.path` or `warehouse.url`.
+    pub destination: DestinationConfig,
     /// How long a write waits for a lock held by another process.
     pub busy_timeout: Duration,
     /// The daemon forgets finished `sync_runs` rows older than this (never a schedule's
@@ -153,6 +151,28 @@ pub struct WarehouseConfig {
     pub keep_runs: Option<Duration>,
     /// The zone of the days in views and canned queries (`timezone_offsets`); UTC by default.
     pub timezone: chrono_tz::Tz,
+}
+
+/// The configured destination: one variant a back end (`warehouse/open.rs` turns it into
+/// one). The TOML keys stay those users write: `warehouse.path`, or `warehouse.url` (with
+/// `warehouse.password_file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DestinationConfig {
+    /// `warehouse.path`: an SQLite file (`callsync.db` by default).
+    Sqlite { path: PathBuf },
+    /// `warehouse.url`: a PostgreSQL database.
+    Postgres(PostgresConfig),
+}
+
+impl DestinationConfig {
+    /// The SQLite file, when the warehouse is one (the daemon's metrics read its size; the
+    /// demo and the tests name it).
+    pub fn sqlite_path(&self) -> Option<&std::path::Path> {
+        match self {
+            DestinationConfig::Sqlite { path } => Some(path),
+            DestinationConfig::Postgres(_) => None,
+        }
+    }
 }
 
 /// A PostgreSQL warehouse as configured: `warehouse.url` as written (a URI or a libpq
@@ -199,7 +219,8 @@ pub struct SyncConfig {
     /// Rows per list request, 1..=100.
     pub page_size: u32,
     pub details: DetailsMode,
-    /// Schedules synced at once.
+    /// The most requests in flight at once, and passes running at once: the limit that
+    /// adapts to the service's latency stays at or below it (`api/limiter/in_flight.rs`).
     pub concurrency: usize,
     pub filter: ListFilter,
     /// 6-field cron for reconciliation passes; `None` = off.
@@ -262,3 +283,13 @@ pub struct BackupConfig {
     /// How many of them to keep, at least 1.
     pub keep: usize,
 }
+
+/// `sync.concurrency` by default: an idle pass is one request a schedule, bound by the
+/// service's latency, and the limit in flight stays below this unless latency holds; 256
+/// lets 10,000 schedules' idle pass through in about 10,000 × latency ÷ 256 (8 s at 200 ms),
+/// while a service that slows down or answers 429 or 5xx brings it down to what it answers.
+pub const DEFAULT_CONCURRENCY: usize = 256;
+
+/// The most `sync.concurrency` may be: beyond it, memory (a pass's pages each) and the
+/// service's connections grow for no latency a service answers in.
+pub const MAX_CONCURRENCY: usize = 1024;

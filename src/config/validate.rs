@@ -16,11 +16,12 @@ use super::raw::{
     StringList,
 };
 use super::secret::{credential, secret};
+use super::types::{DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
-    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DetailsMode, LogConfig, LogFormat,
-    MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource, SyncConfig,
-    WarehouseConfig,
+    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DestinationConfig, DetailsMode,
+    LogConfig, LogFormat, MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource,
+    SyncConfig, WarehouseConfig,
 };
 use crate::service::ListFilter;
 
@@ -28,8 +29,7 @@ pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> 
     Ok(Config {
         api: api(raw.api, env)?,
         warehouse: WarehouseConfig {
-            postgres: postgres(&raw.warehouse, env)?,
-            path: warehouse_path(raw.warehouse.path)?,
+            destination: destination(&raw.warehouse, env)?,
             busy_timeout: secs(
                 "warehouse.busy_timeout_secs",
                 raw.warehouse.busy_timeout_secs,
@@ -89,6 +89,16 @@ fn backup(raw: RawBackup) -> Result<Option<BackupConfig>, ConfigError> {
     }
 }
 
+/// `warehouse.url` when set (PostgreSQL), else `warehouse.path` (SQLite).
+fn destination(raw: &RawWarehouse, env: &Env) -> Result<DestinationConfig, ConfigError> {
+    Ok(match postgres(raw, env)? {
+        Some(postgres) => DestinationConfig::Postgres(postgres),
+        None => DestinationConfig::Sqlite {
+            path: warehouse_path(raw.path.clone())?,
+        },
+    })
+}
+
 /// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else
 /// the systemd credential `warehouse_password`, else none (`$PGPASSWORD`, libpq's password
 /// file, or a server that asks for none). `url` and `path` together are refused, naming both.
@@ -146,10 +156,11 @@ pub(super) fn warehouse_path(path: Option<PathBuf>) -> Result<PathBuf, ConfigErr
     }
 }
 
-pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
+/// `api.base_url`: required, a URL, and the service's root (callsync appends `/api/v1`).
+fn base_url(text: Option<&str>) -> Result<url::Url, ConfigError> {
     let base_url = url(
         "api.base_url",
-        raw.base_url.as_deref().ok_or_else(|| {
+        text.ok_or_else(|| {
             ConfigError::new(
                 Kind::Missing,
                 "api.base_url",
@@ -164,8 +175,17 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             format!("{base_url} must not end with /api/v1 (callsync appends it)"),
         ));
     }
-    let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
-    let auth = match (raw.oauth, static_token) {
+    Ok(base_url)
+}
+
+/// How the client authenticates: a static token or `[api.oauth]`, never both; else the
+/// credential `access_token` in the credentials directory, if any.
+fn api_auth(
+    oauth: Option<RawOAuth>,
+    static_token: Option<SecretSource>,
+    env: &Env,
+) -> Result<Option<AuthConfig<SecretSource>>, ConfigError> {
+    Ok(match (oauth, static_token) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::new(
                 Kind::Conflict,
@@ -176,7 +196,13 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
         (Some(oauth), None) => Some(AuthConfig::OAuth(oauth_config(oauth, env)?)),
         (None, Some(token)) => Some(AuthConfig::Static(token)),
         (None, None) => credential(env, "access_token", "api.access_token").map(AuthConfig::Static),
-    };
+    })
+}
+
+pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
+    let base_url = base_url(raw.base_url.as_deref())?;
+    let static_token = secret("api.access_token", raw.access_token, raw.access_token_file)?;
+    let auth = api_auth(raw.oauth, static_token, env)?;
     let retry = raw.retry;
     let defaults = RetryConfig::default();
     let multiplier = retry.multiplier.unwrap_or(defaults.multiplier);
@@ -430,10 +456,12 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
         )?,
         page_size: bounded("sync.page_size", raw.page_size, 100, 1..=100)?,
         details,
-        // 16: an idle pass is one request per schedule, bound by the service's latency;
-        // 10,000 schedules at 50 ms a response take 31 s at 16 (125 s at 4). The service's
-        // own limit is the shared limiter's (AIMD on 429s), not this.
-        concurrency: bounded("sync.concurrency", raw.concurrency, 16, 1..=64)?,
+        concurrency: bounded(
+            "sync.concurrency",
+            raw.concurrency,
+            DEFAULT_CONCURRENCY as i64,
+            1..=MAX_CONCURRENCY as i64,
+        )?,
         filter: filter(raw.filter),
         reconcile_cron: raw
             .reconcile_cron

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::metrics::Metrics;
 use crate::service::Timestamp;
-use crate::warehouse::{Contents, Warehouse, WarehouseError, verify_backup};
+use crate::warehouse::{Backend, Contents, WarehouseError};
 
 const PREFIX: &str = "callsync-";
 const SUFFIX: &str = ".db";
@@ -137,10 +137,11 @@ pub fn check_dir(dir: &Path) -> Result<(), BackupError> {
     probed
 }
 
-/// Backs the warehouse at `warehouse` up into `dir` as of `at`, checks the copy, then keeps
-/// the newest `keep` (at least 1) of the backups there.
+/// Backs the warehouse up into `dir` as of `at`, checks the copy, then keeps the newest
+/// `keep` (at least 1) of the backups there. A warehouse that cannot be backed up into a file
+/// declines (`Capability::Backup`).
 pub fn take(
-    warehouse: &Path,
+    warehouse: &dyn Backend,
     dir: &Path,
     keep: usize,
     at: Timestamp,
@@ -151,12 +152,16 @@ pub fn take(
         cause,
     })?;
     let dest = dir.join(file_name(at));
-    let copied = Warehouse::open_read_only(warehouse).and_then(|w| w.backup_to(&dest, false));
+    let copied = (warehouse.offers(crate::warehouse::Capability::Backup))
+        .and_then(|()| warehouse.reader())
+        .and_then(|w| w.backup_to(&dest, false));
     let report = copied.map_err(|cause| BackupError::Copy {
         dir: dir.to_owned(),
         cause: Box::new(cause),
     })?;
-    finish(dir, &dest, report.bytes, keep, verify_backup)
+    finish(dir, &dest, report.bytes, keep, |backup| {
+        warehouse.verify_backup(backup)
+    })
 }
 
 /// Checks the new backup with `verify`; only if it passes, removes the oldest beyond `keep`.
@@ -226,7 +231,7 @@ impl Backups {
     }
 
     /// Starts a backup of `warehouse`, unless the previous one still runs.
-    pub(super) fn on_tick(&mut self, warehouse: &std::path::Path) {
+    pub(super) fn on_tick(&mut self, warehouse: &std::sync::Arc<dyn Backend>) {
         let Some(config) = self.config.clone() else {
             return;
         };
@@ -234,11 +239,11 @@ impl Backups {
             tracing::info!("backup tick skipped: the previous backup is still being made");
             return;
         }
-        let warehouse = warehouse.to_owned();
+        let warehouse = warehouse.clone();
         let metrics = self.metrics.clone();
         self.running = Some(tokio::task::spawn_blocking(move || {
             let at = crate::service::Timestamp::now();
-            let taken = take(&warehouse, &config.dir, config.keep, at);
+            let taken = take(warehouse.as_ref(), &config.dir, config.keep, at);
             metrics.backup_ended(taken.as_ref().ok().map(|taken| (at, taken.bytes)));
             match taken {
                 Ok(taken) => tracing::info!(
@@ -309,14 +314,25 @@ mod tests {
     fn each_backup_is_checked_then_the_oldest_beyond_keep_go() {
         let dir = tempfile::tempdir().unwrap();
         let warehouse = dir.path().join("callsync.db");
-        drop(Warehouse::open(&warehouse, Duration::from_secs(5)).unwrap());
+        drop(
+            crate::warehouse::sqlite::Warehouse::open(&warehouse, Duration::from_secs(5)).unwrap(),
+        );
+        let backend = crate::warehouse::open(&crate::config::WarehouseConfig {
+            destination: crate::config::DestinationConfig::Sqlite {
+                path: warehouse.clone(),
+            },
+            busy_timeout: Duration::from_secs(5),
+            keep_runs: None,
+            timezone: chrono_tz::UTC,
+        })
+        .unwrap();
         let backups = dir.path().join("backups");
         std::fs::create_dir(&backups).unwrap();
         std::fs::write(backups.join("notes.txt"), "mine").unwrap();
         std::fs::write(backups.join("callsync-manual.db"), "mine too").unwrap();
         let base = 1_764_106_200;
         for i in 0..4 {
-            let taken = take(&warehouse, &backups, 2, at(base + i * 3600)).unwrap();
+            let taken = take(backend.as_ref(), &backups, 2, at(base + i * 3600)).unwrap();
             assert_eq!(taken.contents.calls, 0);
             assert_eq!(taken.removed.len(), usize::from(i >= 2));
         }
@@ -330,7 +346,8 @@ mod tests {
             ]
         );
         // What is kept is a warehouse `restore` takes.
-        verify_backup(&backups.join("callsync-20251126T003000Z.db")).unwrap();
+        crate::warehouse::sqlite::verify_backup(&backups.join("callsync-20251126T003000Z.db"))
+            .unwrap();
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The daemon's dispatcher: starts passes on ticks, `sync.concurrency` at a time, takes their
+//! The daemon's dispatcher: starts passes on ticks, as many at a time as the limit in flight
+//! lets (at most `sync.concurrency`: `api/limiter/in_flight.rs`), takes their
 //! reports (slots freed, metrics, systemd's status, one line per tick), and applies
 //! `warehouse.keep_runs` after passes.
 
@@ -6,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -32,8 +32,6 @@ pub(super) struct Dispatcher {
     reconcile_window: Duration,
     /// Schedules in the configured order (a `BTreeMap` would reorder them).
     slots: Vec<(Uuid, Slot)>,
-    /// `sync.concurrency` passes at a time, whatever the number of schedules.
-    permits: Arc<Semaphore>,
     pub(super) passes: JoinSet<PassReport>,
     /// Which schedule each task runs (and the tick that started it), to free its slot even
     /// if the task panicked.
@@ -105,7 +103,6 @@ impl Dispatcher {
                 .iter()
                 .map(|s| (*s, Slot::default()))
                 .collect(),
-            permits: Arc::new(Semaphore::new(config.sync.concurrency.max(1))),
             passes: JoinSet::new(),
             tasks: HashMap::new(),
             ticks: HashMap::new(),
@@ -254,7 +251,6 @@ impl Dispatcher {
         let mut plan = plan;
         plan.unless_walked_since = Some(tick.map_or_else(Timestamp::now, |(_, at)| at));
         let engine = self.engine.clone();
-        let permits = self.permits.clone();
         let cancel = self.cancel.clone();
         let progress = Health(self.metrics.clone());
         let retention = self.retention.clone();
@@ -267,10 +263,12 @@ impl Dispatcher {
         self.metrics.pass_started(schedule, kind.as_str());
         let task = self.passes.spawn(
             async move {
-                // Waiting for a permit holds the slot, so a busy daemon skips ticks rather than
-                // queueing passes; shutdown does not wait for a pass that never started.
-                let _permit = tokio::select! {
-                    permit = permits.acquire_owned() => permit.ok(),
+                // Waiting for a pass slot holds the schedule's slot, so a busy daemon skips
+                // ticks rather than queueing passes; shutdown does not wait for a pass that
+                // never started. Pass slots follow the limit in flight: passes start as the
+                // service's answers let requests through.
+                let _pass_slot = tokio::select! {
+                    slot = engine.pass_slot() => slot,
                     () = cancel.cancelled() => None,
                 };
                 if cancel.is_cancelled() {

@@ -8,7 +8,8 @@
 //! stopped firing, or when the warehouse was deleted, replaced or made read-only (or, on
 //! PostgreSQL, its server does not answer). Ticks a
 //! schedule sits out because the daemon chose to — its previous pass (a long reconciliation,
-//! say) still runs, or waits for one of the `sync.concurrency` slots — do not count: such a
+//! say) still runs, or waits for a pass slot (as many as the limit in flight, at most
+//! `sync.concurrency`) — do not count: such a
 //! schedule is "busy since …", and turns bad only when its running pass is itself late. A
 //! running pass is judged by its progress — requests answered, pages committed — against its
 //! own cadence: late when it has gone more sync ticks without either than `STALE_INTERVALS`
@@ -34,9 +35,7 @@ use super::exposition;
 use super::listener;
 use super::metrics::{Busy, Metrics, STALE_INTERVALS, Stale};
 use super::scheduler::{STALL_GRACE, TickClock};
-use crate::sync::WarehousePlace;
-use crate::warehouse::FALLING_BEHIND_PASSES;
-use crate::warehouse::postgres::PgTarget;
+use crate::warehouse::{Backend, FALLING_BEHIND_PASSES, Watch};
 
 /// How long a stopping server waits for the responses it is writing.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
@@ -64,13 +63,13 @@ impl Server {
 /// Serves `/metrics` and `/healthz` on `listen` until [`Server::shut_down`]. `/healthz` checks
 /// `warehouse` itself on every request, so a deleted, replaced or read-only warehouse shows
 /// at once, not only after the next tick; so is a PostgreSQL server (`postgres`) that does
-/// not answer.
+/// not answer (`Backend::answers`).
 pub async fn serve(
     listen: SocketAddr,
     metrics: Arc<Metrics>,
     clock: TickClock,
-    warehouse: WarehousePlace,
-    postgres: Option<PgTarget>,
+    warehouse: Arc<dyn Watch>,
+    backend: Arc<dyn Backend>,
 ) -> std::io::Result<Server> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "serving /metrics and /healthz");
@@ -81,7 +80,7 @@ pub async fn serve(
             metrics,
             clock,
             warehouse,
-            postgres,
+            backend,
         });
     let stop = CancellationToken::new();
     let stopped = stop.clone();
@@ -98,9 +97,10 @@ pub async fn serve(
 struct Health {
     metrics: Arc<Metrics>,
     clock: TickClock,
-    warehouse: WarehousePlace,
-    /// The PostgreSQL warehouse, asked on every request whether it answers.
-    postgres: Option<PgTarget>,
+    /// Where the warehouse was opened, checked on every request.
+    warehouse: Arc<dyn Watch>,
+    /// The warehouse, asked on every request whether it answers.
+    backend: Arc<dyn Backend>,
 }
 
 /// OpenMetrics when the scrape asks for it (Prometheus does, first), else the text format
@@ -109,7 +109,9 @@ async fn metrics_page(
     State(health): State<Health>,
     headers: axum::http::HeaderMap,
 ) -> impl IntoResponse {
-    let body = health.metrics.render(health.warehouse.path());
+    let body = health
+        .metrics
+        .render(std::path::Path::new(&health.backend.name()));
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok());
@@ -127,9 +129,7 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
     if let Err(lost) = health.warehouse.check() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
     }
-    if let Some(target) = &health.postgres
-        && let Err(unreachable) = crate::warehouse::postgres::ping(target).await
-    {
+    if let Err(unreachable) = health.backend.answers().await {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{unreachable}\n"));
     }
     if let Some(due) = health.clock.missed(STALL_GRACE) {
@@ -208,14 +208,28 @@ mod tests {
     use super::*;
     use crate::daemon::metrics::{Names, report};
     use crate::sync::PassResult;
-    use crate::warehouse::{Walker, Warehouse};
+    use crate::warehouse::sqlite::Warehouse;
+    use crate::warehouse::{Destination, Walker};
+
+    /// The SQLite warehouse at `path`, as configured.
+    fn backend(path: &std::path::Path) -> Arc<dyn Backend> {
+        crate::warehouse::open(&crate::config::WarehouseConfig {
+            destination: crate::config::DestinationConfig::Sqlite {
+                path: path.to_owned(),
+            },
+            busy_timeout: Duration::from_secs(5),
+            keep_runs: None,
+            timezone: chrono_tz::UTC,
+        })
+        .unwrap()
+    }
 
     fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
         Health {
             metrics: Arc::new(metrics),
             clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
-            warehouse: WarehousePlace::of(warehouse),
-            postgres: None,
+            warehouse: warehouse.watch(),
+            backend: backend(warehouse.path()),
         }
     }
 
@@ -293,8 +307,8 @@ mod tests {
                 &Walker::this_process(None),
             )),
             clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
-            warehouse: WarehousePlace::of(&warehouse),
-            postgres: None,
+            warehouse: warehouse.watch(),
+            backend: backend(&path),
         };
         assert_eq!(
             healthz(State(health.clone())).await,

@@ -160,6 +160,13 @@ impl Series {
             wal_size: Gauge::default(),
             backups: BackupSeries::default(),
         };
+        series.register_pass_series(&mut registry);
+        series.register_schedule_series(&mut registry);
+        Series { registry, ..series }
+    }
+
+    /// The build, the passes and the requests, as `/metrics` lists them first.
+    fn register_pass_series(&self, registry: &mut Registry) {
         registry.register(
             "build",
             "The running callsync's version and the revision it was built from (always 1)",
@@ -171,91 +178,94 @@ impl Series {
         registry.register(
             "schedule_info",
             "Each configured schedule's name (always 1): join on schedule for it",
-            series.schedule_info.clone(),
+            self.schedule_info.clone(),
         );
-        registry.register("passes", "Passes by kind and result", series.passes.clone());
+        registry.register("passes", "Passes by kind and result", self.passes.clone());
         registry.register_with_unit(
             "pass_duration",
             "How long passes took, by kind",
             Unit::Seconds,
-            series.pass_duration.clone(),
+            self.pass_duration.clone(),
         );
-        registry.register("pages", "Pages of calls read.", series.pages.clone());
+        registry.register("pages", "Pages of calls read.", self.pages.clone());
         registry.register(
             "calls_written",
             "Calls written (new or changed)",
-            series.calls_written.clone(),
+            self.calls_written.clone(),
         );
-        registry.register("retries", "Requests retried.", series.retries.clone());
+        registry.register("retries", "Requests retried.", self.retries.clone());
         registry.register_with_unit(
             "throttled",
             "Time requests waited for the shared limiter (which slows down when the service answers 429)",
             Unit::Seconds,
-            series.throttled.clone(),
+            self.throttled.clone(),
         );
         registry.register(
             "requests",
             "Responses from the service by HTTP status",
-            series.requests.clone(),
+            self.requests.clone(),
         );
         registry.register(
             "request_errors",
             "Requests that failed: transport (no answer), client_error (4xx, 429 included), server_error (5xx)",
-            series.request_errors.clone(),
+            self.request_errors.clone(),
         );
         registry.register_with_unit(
             "request_duration",
             "Time from sending a request to its answer's headers",
             Unit::Seconds,
-            series.request_duration.clone(),
+            self.request_duration.clone(),
         );
+    }
+
+    /// Each schedule's state, then the warehouse's files.
+    fn register_schedule_series(&self, registry: &mut Registry) {
         registry.register_with_unit(
             "last_success_timestamp",
             "When the schedule last completed a pass (0: not since start-up)",
             Unit::Seconds,
-            series.last_success.clone(),
+            self.last_success.clone(),
         );
         registry.register_with_unit(
             "pass_progress_timestamp",
             "When the schedule's running pass last had a request answered or a page committed (0: no pass running)",
             Unit::Seconds,
-            series.pass_progress.clone(),
+            self.pass_progress.clone(),
         );
         registry.register_with_unit(
             "last_pass_duration",
             "How long the schedule's latest pass took (skipped passes not counted)",
             Unit::Seconds,
-            series.last_duration.clone(),
+            self.last_duration.clone(),
         );
         registry.register_with_unit(
             "lag",
             "How far the schedule's cursor is behind the service's clock (negative: ahead of it)",
             Unit::Seconds,
-            series.lag.clone(),
+            self.lag.clone(),
         );
         registry.register(
             "behind_passes",
             "Passes in a row that ended behind the service's clock with changes waiting",
-            series.behind.clone(),
+            self.behind.clone(),
         );
         registry.register(
             "failed_passes",
             "Passes in a row that failed (0 after a pass that read everything)",
-            series.failed.clone(),
+            self.failed.clone(),
         );
         registry.register_with_unit(
             "warehouse_size",
             "Size of the warehouse file, read at scrape time",
             Unit::Bytes,
-            series.warehouse_size.clone(),
+            self.warehouse_size.clone(),
         );
         registry.register_with_unit(
             "warehouse_wal_size",
             "Size of the warehouse's write-ahead log (-wal), read at scrape time",
             Unit::Bytes,
-            series.wal_size.clone(),
+            self.wal_size.clone(),
         );
-        Series { registry, ..series }
     }
 
     /// Every series an alert or the dashboard selects on, at 0, before anything happened:
@@ -355,7 +365,7 @@ pub struct Busy {
     pub kind: &'static str,
     /// When the daemon started it (its task, which may first wait for a slot).
     pub since: Timestamp,
-    /// It holds one of the `sync.concurrency` slots and reads; `false` while it waits.
+    /// It holds a pass slot (at most `sync.concurrency`) and reads; `false` while it waits.
     pub running: bool,
 }
 
@@ -794,7 +804,10 @@ mod tests {
             PassResult::Completed,
             PassResult::Behind,
             PassResult::Interrupted,
-            PassResult::Skipped("another process holds the schedule".into()),
+            PassResult::Skipped(crate::sync::Skip::Busy {
+                schedule: Uuid::from_u128(1),
+                destination: "w.db".into(),
+            }),
             PassResult::Failed {
                 kind: crate::ErrorKind::Service,
                 error: "HTTP 500".into(),

@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, CronSchedule};
-use crate::sync::{Engine, SyncError};
+use crate::sync::{Engine, Mode, SyncError};
 use crate::warehouse::WarehouseError;
 
 use backup::Backups;
@@ -93,7 +93,9 @@ pub async fn run_with(
     source: TickSource,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let engine = Arc::new(Engine::start(&config)?);
+    // The one place the daemon chooses its back end.
+    let backend = crate::warehouse::open(&config.warehouse).map_err(SyncError::from)?;
+    let engine = Arc::new(Engine::start(&config, backend.as_ref(), Mode::Write)?);
     let clock = scheduler::TickClock::new(&config.sync.cron);
     let mut ticks = scheduler::Ticks::start(
         source,
@@ -103,23 +105,9 @@ pub async fn run_with(
         clock.clone(),
     )
     .await?;
-    let metrics = metrics::Metrics::new(
-        config.sync.schedules.clone(),
-        config.sync.schedule_names.clone(),
-        pass_kinds(&config),
-        engine.walker(),
-    );
-    let metrics = Arc::new(match &config.backup {
-        Some(backup) => metrics.with_backups(backup::newest(&backup.dir)),
-        None => metrics,
-    });
+    let metrics = daemon_metrics(&config, &engine);
     engine.observe_requests(metrics.clone());
     let cancel = CancellationToken::new();
-    // `/healthz` asks a PostgreSQL warehouse's server on every request.
-    let postgres = (config.warehouse.postgres.as_ref())
-        .map(crate::warehouse::postgres::PgTarget::configured)
-        .transpose()
-        .map_err(SyncError::from)?;
     // Stopped last, once passes have stopped: `/healthz` answers (503 when the warehouse is
     // lost) until `run` returns.
     let server = match config.metrics.listen {
@@ -128,8 +116,8 @@ pub async fn run_with(
                 listen,
                 metrics.clone(),
                 clock.clone(),
-                engine.warehouse_place(),
-                postgres,
+                engine.warehouse_watch(),
+                backend.clone(),
             )
             .await
             .map_err(|cause| DaemonError::Metrics { listen, cause })?,
@@ -137,18 +125,7 @@ pub async fn run_with(
         None => None,
     };
     notify::ready();
-    tracing::info!(
-        schedules = config.sync.schedules.len(),
-        cron = %config.sync.cron,
-        reconcile_cron = config
-            .sync
-            .reconcile_cron
-            .as_ref()
-            .map_or("off", CronSchedule::as_str),
-        concurrency = config.sync.concurrency,
-        walker = %engine.walker(),
-        "callsync daemon started"
-    );
+    log_started(&config, &engine);
     let mut dispatcher = Dispatcher::new(engine.clone(), &config, metrics.clone(), cancel.clone());
     let mut backups = Backups::new(config.backup.clone(), metrics.clone());
     let watchdog_every = notify::watchdog_interval().map(|d| d / 2);
@@ -161,7 +138,7 @@ pub async fn run_with(
             // Before any pass starts: the warehouse is still the file opened, and writable.
             Some((tick, started)) = ticks.next() => match engine.check_warehouse() {
                 Ok(()) if tick == Tick::Backup => {
-                    backups.on_tick(engine.warehouse_path());
+                    backups.on_tick(&backend);
                     started.reply(Vec::new());
                 }
                 Ok(()) => started.reply(dispatcher.on_tick(tick)),
@@ -192,18 +169,7 @@ pub async fn run_with(
     notify::stopping();
     ticks.stop().await;
     cancel.cancel();
-    let drained = tokio::time::timeout(config.sync.shutdown_timeout, async {
-        while let Some(done) = dispatcher.passes.join_next_with_id().await {
-            dispatcher.pass_ended(done, &mut ticks);
-        }
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            "shutdown timeout reached with passes still running; their last committed page stands"
-        );
-        dispatcher.passes.abort_all();
-    }
+    drain(&mut dispatcher, &mut ticks, config.sync.shutdown_timeout).await;
     backups.finish(config.sync.shutdown_timeout).await;
     drop(dispatcher);
     if let Ok(engine) = Arc::try_unwrap(engine) {
@@ -215,6 +181,52 @@ pub async fn run_with(
     match lost {
         Some(err) => Err(DaemonError::WarehouseUnusable(err)),
         None => Ok(()),
+    }
+}
+
+/// The daemon's metrics: its schedules, pass kinds and walker, and the newest backup.
+fn daemon_metrics(config: &Config, engine: &Engine) -> Arc<metrics::Metrics> {
+    let metrics = metrics::Metrics::new(
+        config.sync.schedules.clone(),
+        config.sync.schedule_names.clone(),
+        pass_kinds(config),
+        engine.walker(),
+    );
+    Arc::new(match &config.backup {
+        Some(backup) => metrics.with_backups(backup::newest(&backup.dir)),
+        None => metrics,
+    })
+}
+
+fn log_started(config: &Config, engine: &Engine) {
+    tracing::info!(
+        schedules = config.sync.schedules.len(),
+        cron = %config.sync.cron,
+        reconcile_cron = config
+            .sync
+            .reconcile_cron
+            .as_ref()
+            .map_or("off", CronSchedule::as_str),
+        concurrency = config.sync.concurrency,
+        walker = %engine.walker(),
+        "callsync daemon started"
+    );
+}
+
+/// Lets the running passes commit their page, for at most `patience`; aborts those still
+/// running then (their last committed page stands).
+async fn drain(dispatcher: &mut Dispatcher, ticks: &mut scheduler::Ticks, patience: Duration) {
+    let drained = tokio::time::timeout(patience, async {
+        while let Some(done) = dispatcher.passes.join_next_with_id().await {
+            dispatcher.pass_ended(done, ticks);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "shutdown timeout reached with passes still running; their last committed page stands"
+        );
+        dispatcher.passes.abort_all();
     }
 }
 

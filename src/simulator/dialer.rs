@@ -22,9 +22,9 @@
 
 use std::time::Duration;
 
-use rand::Rng;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
+use rand::{Rng, RngExt};
 use uuid::Uuid;
 
 use super::life::{self, AttemptPlan, Pace};

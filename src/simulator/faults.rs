@@ -16,7 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use rand::Rng;
+use rand::RngExt;
 
 use super::fault_plan::RequestRecord;
 use super::mutex::lock;

@@ -6,8 +6,8 @@
 //! simulator shows follows the same rules (attempts_remaining = intervals + 1 on a new call,
 //! phone numbers returned as digits, children shaped as the spec shows them).
 
-use rand::Rng;
 use rand::seq::IndexedRandom;
+use rand::{Rng, RngExt};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 

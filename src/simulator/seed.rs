@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;
-use rand::{Rng, SeedableRng};
+use rand::{Rng, RngExt, SeedableRng};
 use serde_json::Map;
 use uuid::Uuid;
 

@@ -66,12 +66,19 @@
 //!   `T` than the positions its exit page shows at `T` lost a call. Any of these turns the
 //!   walk *unstable* for the rest of its pass: every tie group is then covered — read
 //!   again with other page sizes until as many distinct calls as the group's positions
-//!   have shown, in a window proven quiet — or the walk ends with `GroupIncomplete`
-//!   (naming `T`, the group's size and the calls read) and the checkpoint at `T`. None of
-//!   the checks costs a request on a stable service. What stays unproven: a service
-//!   without `total_count` (the spec always sends it) is trusted to keep its order, and a
-//!   group that changes under every read of an unstable order fails its passes until it
-//!   settles (the checkpoint held: nothing is lost, and the lag shows).
+//!   have shown, in a window proven quiet for the group — or the walk ends with
+//!   `GroupIncomplete` (naming `T`, the group's size and the calls read) and the
+//!   checkpoint at `T`. None of the checks costs a request on a stable service.
+//!   Calls leaving a group while two scans read it can hide an unstable order from every
+//!   check, so a scanned group is **confirmed** before the checkpoint passes it
+//!   ([`PageWalker::confirm`]): one page of the service's largest size holds it whole if it
+//!   now fits; a larger one is covered, or, young, holds the checkpoint for the next pass.
+//!   What stays unproven: a service without `total_count` or `Date` (the spec always sends
+//!   both) is trusted to keep its order; a large group that changes under every window of
+//!   its cover, in sweeps that never repeat a call, is taken to be in a stable order (an
+//!   unstable one repeats calls across pages); and a group that changes under every read of
+//!   an unstable order fails its passes until it settles (the checkpoint held: nothing is
+//!   lost, and the lag shows).
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
@@ -82,7 +89,7 @@ use uuid::Uuid;
 
 pub use cover::Incomplete;
 use cover::{Cover, CoverStep};
-use page::{Exit, count_at, exit_through, len_u32, uids};
+use page::{Exit, count_at, exit_through, len_u32, resumed, uids};
 pub use page::{PageFacts, RowKey};
 use run::{Quiet, Run, RunStep};
 
@@ -235,6 +242,9 @@ pub struct PageWalker {
     /// the next: from then on every tie group is covered (`cover.rs`), neither run nor
     /// scanned, for the rest of the walk.
     unstable: bool,
+    /// An instant the checkpoint may not pass in this walk: a group there could not be
+    /// proven yet (`after_confirm`).
+    held: Option<Timestamp>,
     checkpoint: Timestamp,
     state: State,
 }
@@ -258,6 +268,12 @@ enum State {
     Tie(TieWalk),
     /// A tie group read again and again until every call of it has shown.
     Cover(Cover),
+    /// Two scans read the group; before the walk leaves it, one page of the service's
+    /// largest size shows whether the group now fits in one response (`confirm`).
+    Confirm {
+        tie: TieWalk,
+        exit: Exit,
+    },
     /// The group has been read but no page showed its last row next to what follows: one
     /// request with another page size, whose page should hold both.
     ExitProbe {
@@ -342,6 +358,7 @@ impl PageWalker {
             runs: true,
             run_pages: 0,
             unstable: false,
+            held: None,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -354,9 +371,10 @@ impl PageWalker {
             State::Run(run) => (run.after, run.page, self.page_size, Purpose::Walk),
             State::RunCheck { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
-            State::Cover(cover) if cover.checking => {
-                (cover.check_since(), 1, 1, Purpose::QuietCheck)
+            State::Cover(cover) if cover.counting => {
+                (cover.counted_from(), 1, 1, Purpose::QuietCheck)
             }
+            State::Confirm { tie, .. } => (tie.at, 1, MAX_PAGE_SIZE, Purpose::Walk),
             State::Cover(cover) => (cover.at, cover.page, cover.page_size(), Purpose::Walk),
             State::ExitProbe {
                 tie,
@@ -410,9 +428,15 @@ impl PageWalker {
                 } => self.after_run_check(after, last, full, rows, facts),
                 State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
                 State::Cover(cover) => {
+                    let at = cover.at;
                     match cover.step(rows, facts, self.late_commits, self.limits.cover()) {
                         CoverStep::Next(cover) => State::Cover(cover),
-                        CoverStep::Done(exit) => self.leave(exit),
+                        CoverStep::Done { exit, unstable } => {
+                            if unstable {
+                                self.found_unstable(at);
+                            }
+                            self.leave(exit)
+                        }
                         CoverStep::Failed(failure) => return Err(failure.into()),
                     }
                 }
@@ -421,6 +445,7 @@ impl PageWalker {
                     page,
                     page_size,
                 } => self.after_exit_probe(tie, rows, full, page, page_size)?,
+                State::Confirm { tie, exit } => self.after_confirm(tie, exit, rows, full, facts),
                 State::Done => State::Done,
             };
         }
@@ -546,7 +571,7 @@ impl PageWalker {
         if tie.scan == Scan::Down && tie.page == 0 {
             return Ok(match (tie.exit, tie.end) {
                 (Some(exit), Some(end)) => self.leave_tie(tie, exit, end),
-                (Some(exit), None) => self.leave(exit),
+                (Some(exit), None) => self.confirm(tie, exit),
                 (None, _) => probe_exit(tie, self.page_size),
             });
         }
@@ -617,7 +642,67 @@ impl PageWalker {
         if !entries_possible && len_u32(tie.seen.len()) < size {
             return self.cover(tie.at, size);
         }
-        self.leave(exit)
+        self.confirm(tie, exit)
+    }
+
+    /// Two scans read the group at `T` and found how to leave it. In a stable tie order they
+    /// read every call of it; in an unstable one, calls leaving the group under the scans
+    /// can hide a call no page showed (the departures move the positions the checks rely
+    /// on). So before the checkpoint passes `T`, the walk confirms the group by what holds
+    /// in any order: one response. A page of the service's largest size (100) that shows
+    /// the group end holds every call still at `T` (the rest left, and are read at their
+    /// new instants): the walk leaves from it. A larger group is covered (`cover.rs`); one
+    /// that changes under every window of the cover, in sweeps that never read a call
+    /// twice, is taken to be in the stable order the scans assumed. Leaving at `T` itself
+    /// (the end of the data) needs no confirmation: the checkpoint stays at `T`, and the
+    /// next pass reads the group again.
+    fn confirm(&mut self, tie: TieWalk, exit: Exit) -> State {
+        if exit == Exit::End(tie.at) {
+            return self.leave(exit);
+        }
+        State::Confirm { tie, exit }
+    }
+
+    fn after_confirm(
+        &mut self,
+        tie: TieWalk,
+        scanned: Exit,
+        rows: &[RowKey],
+        full: bool,
+        facts: PageFacts,
+    ) -> State {
+        let at = tie.at;
+        if !(full && count_at(at, rows) == rows.len()) {
+            // The whole group, next to what follows, in one response.
+            if rows
+                .iter()
+                .any(|r| r.updated_at == at && !tie.seen.contains(&r.uid))
+            {
+                // A call still in the group that neither scan read: the order is unstable.
+                self.found_unstable(at);
+            }
+            return self.leave(exit_through(at, rows, full));
+        }
+        match Quiet::of(facts, self.late_commits) {
+            // Without the service's clock or counts, nothing can be proven: the scans are
+            // trusted, as the spec (which always sends both) allows.
+            None => self.leave(resumed(scanned)),
+            Some(quiet) if cover::too_young(at, quiet) => {
+                // Too young to be covered (calls may still enter it, or leave it stamped
+                // too close to it to be counted): the walk reads on from the scans' exit,
+                // but the checkpoint stays at `T` for the rest of the pass, so the next
+                // pass, when the group is older, proves it. What follows `T` is younger
+                // still, so little is read again.
+                tracing::debug!(%at, "a large tie group changed under its scans while younger than sync.lookback: the checkpoint stays at it for this pass");
+                self.held = Some(self.held.map_or(at, |held| held.min(at)));
+                self.leave(resumed(scanned))
+            }
+            Some(_) => State::Cover(Cover::confirming(
+                at,
+                len_u32(tie.seen.len()),
+                resumed(scanned),
+            )),
+        }
     }
 
     /// The service ordered a tie differently between two requests: cover the group at `at`,
@@ -682,6 +767,7 @@ impl PageWalker {
     }
 
     fn advance(&mut self, to: Timestamp) {
+        let to = self.held.map_or(to, |held| to.min(held));
         self.checkpoint = self.checkpoint.max(to);
     }
 }

@@ -3,8 +3,6 @@
 //! A variant whose cause is a `source()` does not repeat it in its message (ARCHITECTURE.md,
 //! "Errors"); [`crate::error_chain`] prints them together.
 
-use std::path::PathBuf;
-
 use uuid::Uuid;
 
 use super::cursor::WalkError;
@@ -29,17 +27,6 @@ pub enum SyncError {
         request: String,
         #[source]
         source: WalkError,
-    },
-    #[error(
-        "schedule {schedule} is being synced by another callsync process (it holds the schedule's lock on {}); wait for it to finish, or stop it",
-        path.display()
-    )]
-    Busy { schedule: Uuid, path: PathBuf },
-    #[error("cannot lock a schedule on the warehouse {}", path.display())]
-    Lock {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
     },
     #[error("cannot start the warehouse writer thread")]
     WriterStart(#[source] std::io::Error),
@@ -85,14 +72,13 @@ impl SyncError {
         match self {
             SyncError::Api(err) => err.kind(),
             SyncError::Walk { .. } => ErrorKind::Protocol,
-            SyncError::Busy { .. } => ErrorKind::Busy,
+            SyncError::Warehouse(WarehouseError::Busy { .. }) => ErrorKind::Busy,
             SyncError::ClockBehindCalls { .. } => ErrorKind::Clock,
             SyncError::Config(_) => ErrorKind::Config,
             SyncError::Warehouse(err) if err.is_configuration() => ErrorKind::Config,
-            SyncError::Warehouse(_)
-            | SyncError::Lock { .. }
-            | SyncError::WriterStart(_)
-            | SyncError::WriterGone => ErrorKind::Warehouse,
+            SyncError::Warehouse(_) | SyncError::WriterStart(_) | SyncError::WriterGone => {
+                ErrorKind::Warehouse
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
-//! The sync engine: walks each schedule's calls page by page into a sink (the warehouse).
+//! The sync engine: walks each schedule's calls page by page into a destination (the
+//! warehouse, whichever back end it is, or a dry run: `crate::warehouse::Destination`).
 //!
-//! [`Engine`] holds the API client and the writer thread that owns the [`Sink`];
+//! [`Engine`] holds the API client and the writer thread that owns the destination;
 //! [`Engine::run_pass`] runs one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs
 //! several concurrently. The paging decisions are pure (`cursor.rs`); the checkpoint is
 //! committed with each page, so a crash at any instant replays at most one page (in tie
@@ -14,10 +15,9 @@ mod error;
 mod pass;
 mod recent;
 mod service_clock;
-mod sink;
 mod writer;
 
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -27,18 +27,14 @@ use uuid::Uuid;
 use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::service::Timestamp;
-use crate::warehouse::postgres::{PgTarget, PgWarehouse};
 use crate::warehouse::{
-    FileIdentity, INTERRUPTED, RunKind, RunOutcome, RunStats, Walker, Warehouse, WarehouseError,
-    check_usable,
+    Backend, Destination, INTERRUPTED, Prepared, RunKind, RunOutcome, RunStats, Walker,
+    WarehouseError, Watch,
 };
 use crate::{ErrorKind, error_chain};
 
 pub use error::SyncError;
 pub use service_clock::ClockTaken;
-pub use sink::{
-    Claim, DryRunSink, DryRunSource, PageBatch, PostgresSink, Sink, WarehouseSink, lock_schedule,
-};
 pub use writer::Writer;
 
 /// The client, the writer and the settings every pass shares.
@@ -47,45 +43,23 @@ pub struct Engine {
     writer: Writer,
     settings: SyncConfig,
     detail_concurrency: usize,
-    warehouse: WarehousePlace,
+    /// The destination's name (its file or database), for messages.
+    name: String,
+    /// Where the destination was opened, checked apart from the writer thread.
+    watch: Arc<dyn Watch>,
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
     /// This process, as `sync_runs` records the passes it walks.
     walker: Walker,
 }
 
-/// The warehouse's path and the file the engine opened there: cheap to clone, so that
-/// `/healthz` can check it on every request, apart from the engine.
-#[derive(Debug, Clone)]
-pub struct WarehousePlace {
-    path: PathBuf,
-    /// The file the warehouse sink opened (`None` when nothing is written to a file).
-    opened: Option<FileIdentity>,
-}
-
-impl WarehousePlace {
-    /// Where the warehouse is (its file, and `-wal` beside it).
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-
-    /// The place of `warehouse`: its path, and the file it opened if it writes one.
-    pub fn of(warehouse: &Warehouse) -> Self {
-        WarehousePlace {
-            path: warehouse.path().to_owned(),
-            opened: warehouse.identity(),
-        }
-    }
-
-    /// Fails when the path no longer names the file the engine writes into (deleted, or
-    /// another file moved over it: everything written would be lost), or when the warehouse
-    /// has become read-only (no pass could even be recorded).
-    pub fn check(&self) -> Result<(), WarehouseError> {
-        match self.opened {
-            Some(opened) => check_usable(&self.path, opened),
-            None => Ok(()),
-        }
-    }
+/// How an engine opens its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// For writing: created and migrated as needed.
+    Write,
+    /// A dry run: passes fetch and count what they would write, and write nothing.
+    DryRun,
 }
 
 /// What one pass reads and what it may do to the checkpoint.
@@ -190,7 +164,7 @@ pub enum PassResult {
     /// Not started: another process holds the schedule's lock (a backfill, say), or another
     /// daemon walked it since the tick. Nothing was read or written, and nothing is wrong
     /// with the schedule.
-    Skipped(String),
+    Skipped(Skip),
     /// Stopped by a failure: what kind, and the error with its causes on one line.
     Failed {
         kind: ErrorKind,
@@ -266,6 +240,39 @@ impl std::fmt::Display for PassResult {
             PassResult::ClaimLost(reason) => write!(f, "interrupted: {reason}"),
             PassResult::Skipped(reason) => write!(f, "skipped: {reason}"),
             PassResult::Failed { error, .. } => write!(f, "failed: {error}"),
+        }
+    }
+}
+
+/// Why a pass did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// Another process holds the schedule's claim on `destination`.
+    Busy { schedule: Uuid, destination: String },
+    /// Another process walked the schedule since this tick (daemons sharing the schedules).
+    WalkedSince { schedule: Uuid, walker: Walker },
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::Busy {
+                schedule,
+                destination,
+            } => write!(
+                f,
+                "{}",
+                WarehouseError::Busy {
+                    schedule: *schedule,
+                    name: destination.clone(),
+                }
+            ),
+            Skip::WalkedSince { schedule, walker } => {
+                write!(
+                    f,
+                    "schedule {schedule} was walked by {walker} since this tick"
+                )
+            }
         }
     }
 }
@@ -364,95 +371,59 @@ impl PassReport {
 }
 
 impl Engine {
-    /// Builds the API client, then opens (and migrates) the warehouse and starts its writer.
-    pub fn start(config: &Config) -> Result<Engine, SyncError> {
-        if let Some(postgres) = &config.warehouse.postgres {
-            return Self::start_postgres(config, &PgTarget::configured(postgres)?);
-        }
-        // The client first: a configuration it refuses (no credentials) creates no warehouse.
+    /// Builds the API client, then opens `backend` as `mode` says (for writing: created and
+    /// migrated as needed, and given what the configuration says of schedules and days) and
+    /// starts its writer. The client first: a configuration it refuses (no credentials)
+    /// creates no warehouse.
+    pub fn start(config: &Config, backend: &dyn Backend, mode: Mode) -> Result<Engine, SyncError> {
         let client = Self::client(config)?;
-        let mut warehouse = Warehouse::open(&config.warehouse.path, config.warehouse.busy_timeout)?;
+        let mut destination = match mode {
+            Mode::Write => backend.writer()?,
+            Mode::DryRun => backend.dry_run()?,
+        };
         // Before any pass, so BI shows a schedule's name from its first call on.
         let sync = &config.sync;
-        warehouse.name_schedules(
-            sync.schedules
-                .iter()
-                .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
-        )?;
-        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
-        // The analyst's days: the offsets of `warehouse.timezone` (rewritten only on a change).
-        warehouse.set_timezone(config.warehouse.timezone)?;
-        let place = WarehousePlace::of(&warehouse);
-        let mut engine =
-            Self::with_sink(config, client, Box::new(WarehouseSink(warehouse)), false)?;
-        engine.warehouse = place;
-        Ok(engine)
-    }
-
-    /// [`Engine::start`] into the PostgreSQL warehouse `target` (connected and migrated).
-    pub fn start_postgres(config: &Config, target: &PgTarget) -> Result<Engine, SyncError> {
-        let client = Self::client(config)?;
-        let mut warehouse = PgWarehouse::open(target)?;
-        let sync = &config.sync;
-        warehouse.name_schedules(
-            sync.schedules
-                .iter()
-                .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str))),
-        )?;
-        warehouse.set_schedule_campaigns(sync.schedule_campaigns.clone())?;
-        warehouse.set_timezone(config.warehouse.timezone)?;
-        let mut engine = Self::with_sink(config, client, Box::new(PostgresSink(warehouse)), false)?;
-        // Not a file: nothing to check between ticks; errors and logs name the database.
-        engine.warehouse = WarehousePlace {
-            path: target.display().into(),
-            opened: None,
-        };
-        Ok(engine)
-    }
-
-    /// An engine whose passes fetch and count what they would write, and write nothing.
-    pub fn start_dry_run(config: &Config) -> Result<Engine, SyncError> {
-        let client = Self::client(config)?;
-        if let Some(postgres) = &config.warehouse.postgres {
-            let warehouse = match PgWarehouse::open_existing(&PgTarget::configured(postgres)?) {
-                Ok(warehouse) => Some(Box::new(warehouse) as Box<dyn DryRunSource>),
-                Err(WarehouseError::Missing { .. }) => None,
-                Err(err) => return Err(err.into()),
-            };
-            return Self::with_sink(config, client, Box::new(DryRunSink(warehouse)), true);
-        }
-        let warehouse = Warehouse::open_for_dry_run(&config.warehouse.path)?;
-        Self::with_sink(
-            config,
-            client,
-            Box::new(DryRunSink(Some(Box::new(warehouse)))),
-            true,
-        )
+        let names: Vec<(Uuid, Option<&str>)> = sync
+            .schedules
+            .iter()
+            .map(|uid| (*uid, sync.schedule_names.get(uid).map(String::as_str)))
+            .collect();
+        destination.prepare(Prepared {
+            names: &names,
+            campaigns: &sync.schedule_campaigns,
+            timezone: config.warehouse.timezone,
+        })?;
+        Self::with_destination(config, client, destination, mode == Mode::DryRun)
     }
 
     /// The service's client, its credentials read first (a missing or empty secret file is
     /// the configuration's error, not the API's).
     fn client(config: &Config) -> Result<ApiClient, SyncError> {
-        Ok(ApiClient::new(&config.api, &config.api.credentials()?)?)
+        let credentials = config.api.credentials()?;
+        Ok(ApiClient::with_concurrency(
+            &config.api,
+            &credentials,
+            config.sync.concurrency,
+        )?)
     }
 
-    /// An engine writing into any destination; `counts_only` when the sink writes nothing.
-    pub fn with_sink(
+    /// An engine writing into `destination` (opened); `counts_only` when it writes nothing.
+    pub fn with_destination(
         config: &Config,
         client: ApiClient,
-        sink: Box<dyn Sink>,
+        destination: Box<dyn Destination>,
         counts_only: bool,
     ) -> Result<Engine, SyncError> {
-        let writer = Writer::start(sink).map_err(SyncError::WriterStart)?;
+        let name = destination.name();
+        let watch = destination.watch();
+        let writer = Writer::start(destination).map_err(SyncError::WriterStart)?;
         Ok(Engine {
             client,
             writer,
             settings: config.sync.clone(),
             detail_concurrency: config.api.detail_concurrency.max(1),
-            warehouse: WarehousePlace {
-                path: config.warehouse.path.clone(),
-                opened: None,
-            },
+            name,
+            watch,
             counts_only,
             walker: Walker::this_process(config.sync.instance.as_deref()),
         })
@@ -463,18 +434,20 @@ impl Engine {
         &self.walker
     }
 
-    pub fn warehouse_path(&self) -> &Path {
-        &self.warehouse.path
+    /// The destination's name (its file or database), for messages.
+    pub fn warehouse_name(&self) -> &str {
+        &self.name
     }
 
-    /// See [`WarehousePlace::check`].
+    /// Fails when the destination can no longer be written where it was opened (see
+    /// [`Watch::check`]).
     pub fn check_warehouse(&self) -> Result<(), WarehouseError> {
-        self.warehouse.check()
+        self.watch.check()
     }
 
-    /// Where the warehouse is, to check it without the engine.
-    pub fn warehouse_place(&self) -> WarehousePlace {
-        self.warehouse.clone()
+    /// A watch on where the destination was opened, to check it without the engine.
+    pub fn warehouse_watch(&self) -> Arc<dyn Watch> {
+        self.watch.clone()
     }
 
     /// Tells `observer` of every request the engine's passes send, as it is answered.
@@ -486,8 +459,15 @@ impl Engine {
         &self.settings
     }
 
-    /// Runs `plan` for every schedule, `sync.concurrency` at a time; one schedule's failure
-    /// does not stop the others. Reports come back in the order given.
+    /// Waits until one more pass may run ([`ApiClient::pass_slot`]): passes run as many at
+    /// once as requests may be in flight, a limit that adapts to the service, at most
+    /// `sync.concurrency`. `None` never comes, but a caller need not trust that.
+    pub async fn pass_slot(&self) -> Option<crate::api::PassSlot> {
+        self.client.pass_slot().await
+    }
+
+    /// Runs `plan` for every schedule, as many at a time as [`Self::pass_slot`] lets; one
+    /// schedule's failure does not stop the others. Reports come back in the order given.
     pub async fn sync_all(
         &self,
         schedules: &[Uuid],
@@ -506,12 +486,18 @@ impl Engine {
         cancel: &'a CancellationToken,
     ) -> impl futures::Stream<Item = PassReport> + 'a {
         futures::stream::iter(schedules)
-            .map(move |schedule| self.run_pass(*schedule, plan, cancel, &Quiet))
+            .map(move |schedule| async move {
+                let _slot = self.pass_slot().await;
+                // Boxed: a pass waiting for its slot holds no pass state (see the daemon's).
+                Box::pin(self.run_pass(*schedule, plan, cancel, &Quiet)).await
+            })
+            // The slots bound the passes running; this bounds the reports held back for the
+            // order (no more than the slots can ever be).
             .buffered(self.settings.concurrency.max(1))
     }
 
     /// Forgets the `sync_runs` rows of passes that finished more than `keep` ago (see
-    /// [`Warehouse::forget_runs_before`]); returns how many went.
+    /// [`Destination::forget_runs_before`]); returns how many went.
     pub async fn forget_runs_older_than(&self, keep: Duration) -> Result<u64, SyncError> {
         let cutoff = Timestamp::now().saturating_sub(keep);
         self.writer

@@ -29,12 +29,12 @@ use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLim
 use super::error::SyncError;
 use super::recent::RecentRows;
 use super::service_clock::{Reading, ServiceClock};
-use super::sink::{Claim, PageBatch};
 use super::writer::Pending;
-use super::{Engine, PassPlan, PassProgress, PassReport, PassResult};
+use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
 use crate::service::{OutboundCall, Timestamp};
+use crate::warehouse::{Claim, PageBatch};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
@@ -134,19 +134,22 @@ impl Pass<'_> {
     async fn run(mut self) -> PassReport {
         let started = Instant::now();
         let result = match self.claim().await {
-            Ok(claim) => {
+            Ok(Some(claim)) => {
                 let result = match self.walked_elsewhere().await {
-                    Ok(Some(walker)) => PassResult::Skipped(format!(
-                        "schedule {} was walked by {walker} since this tick",
-                        self.schedule
-                    )),
+                    Ok(Some(walker)) => PassResult::Skipped(Skip::WalkedSince {
+                        schedule: self.schedule,
+                        walker,
+                    }),
                     Ok(None) => self.recorded().await,
                     Err(err) => PassResult::failed(&err),
                 };
                 self.release(claim).await;
                 result
             }
-            Err(busy @ SyncError::Busy { .. }) => PassResult::Skipped(busy.to_string()),
+            Ok(None) => PassResult::Skipped(Skip::Busy {
+                schedule: self.schedule,
+                destination: self.engine.name.clone(),
+            }),
             Err(err) => PassResult::failed(&err),
         };
         let report = PassReport {
@@ -170,7 +173,8 @@ impl Pass<'_> {
         report
     }
 
-    async fn claim(&self) -> Result<Claim, SyncError> {
+    /// The schedule's claim; `None` while another process holds it.
+    async fn claim(&self) -> Result<Option<Claim>, SyncError> {
         let schedule = self.schedule;
         self.engine.writer.call(move |s| s.claim(schedule)).await
     }
@@ -182,7 +186,7 @@ impl Pass<'_> {
         // When the writer is gone, the job and the claim in it are dropped here.
         let released = self.engine.writer.call(move |_| {
             drop(claim);
-            Ok(())
+            Ok::<(), SyncError>(())
         });
         let _ = released.await;
     }
@@ -273,7 +277,7 @@ impl Pass<'_> {
         let stored = self
             .engine
             .writer
-            .call(move |s| s.checkpoint(schedule))
+            .call(move |s| Ok::<_, SyncError>(s.checkpoint(schedule)?.map(|c| c.cursor)))
             .await?;
         let settings = &self.engine.settings;
         let start = self.plan.start(stored, settings.lookback);

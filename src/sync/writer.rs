@@ -1,13 +1,13 @@
-//! `Writer`: the threads that own the sink (the warehouse's connections); every write goes
+//! `Writer`: the threads that own the destination (the warehouse's connections); every write goes
 //! through them.
 //!
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
-//! instead of contending for the lock. A job is a closure over `&mut dyn Sink`; its result
+//! instead of contending for the lock. A job is a closure over `&mut dyn Destination`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
 //! is being written. The tracing span of the submitter is carried into the job.
 //!
 //! A destination that writes from several connections at once (PostgreSQL) hands the writer
-//! more handles on itself ([`Sink::fork`]): a job submitted while as many are outstanding
+//! more handles on itself ([`Destination::fork`]): a job submitted while as many are outstanding
 //! (queued or running) as there are threads starts another thread with another handle. A pass
 //! has at most one job outstanding at a time (it waits for each before its next), so the
 //! threads, and the connections they hold, grow to the passes in flight at their busiest and
@@ -21,9 +21,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Span;
 
 use super::error::SyncError;
-use super::sink::Sink;
+use crate::warehouse::Destination;
 
-type Job = Box<dyn FnOnce(&mut dyn Sink) + Send>;
+type Job = Box<dyn FnOnce(&mut dyn Destination) + Send>;
 
 /// Jobs waiting for the writer; senders wait when it is full (bounded memory).
 const QUEUE: usize = 16;
@@ -33,7 +33,7 @@ const QUEUE: usize = 16;
 /// far above the passes a daemon runs at once.
 const MAX_THREADS: usize = 64;
 
-/// How long [`Writer::close`] waits for the thread to finish its queue and close the sink.
+/// How long [`Writer::close`] waits for the thread to finish its queue and close the destination.
 /// The queue is a few jobs, and closing the SQLite warehouse empties its WAL: seconds at
 /// most. Only a write stuck on a connection the network cut (a PostgreSQL writer whose
 /// answers stopped coming: the kernel's keepalives end that within a minute, a proxy that
@@ -42,7 +42,7 @@ pub const CLOSE_PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
-    /// Ends when every thread has run its last job and dropped its sink.
+    /// Ends when every thread has run its last job and dropped its destination.
     closed: Option<mpsc::Receiver<()>>,
     threads: Mutex<Threads>,
     /// Jobs submitted and not yet run: queued, or running.
@@ -69,8 +69,8 @@ impl Drop for Outstanding {
 
 /// The writer's threads, and what starts another.
 struct Threads {
-    /// A handle on the sink for the next thread; `None` when the sink allows one writer.
-    spare: Option<Box<dyn Sink>>,
+    /// A handle on the destination for the next thread; `None` when the destination allows one writer.
+    spare: Option<Box<dyn Destination>>,
     started: usize,
     queue: Arc<Mutex<mpsc::Receiver<Job>>>,
     /// Each thread holds a clone until it ends.
@@ -87,8 +87,8 @@ impl<T> Pending<T> {
 }
 
 impl Threads {
-    /// Starts a thread that owns `sink` and runs queued jobs until the queue closes.
-    fn start(&mut self, mut sink: Box<dyn Sink>) -> std::io::Result<()> {
+    /// Starts a thread that owns `destination` and runs queued jobs until the queue closes.
+    fn start(&mut self, mut sink: Box<dyn Destination>) -> std::io::Result<()> {
         let (queue, alive) = (self.queue.clone(), self.alive.clone());
         // Not joined: `close` waits for every thread's `alive` to drop instead, within a bound.
         std::thread::Builder::new()
@@ -110,7 +110,7 @@ impl Threads {
         Ok(())
     }
 
-    /// A thread for each of the `outstanding` jobs, as far as the sink can be written from
+    /// A thread for each of the `outstanding` jobs, as far as the destination can be written from
     /// more than one.
     fn grow_to(&mut self, outstanding: usize) {
         while self.started < outstanding.min(MAX_THREADS) {
@@ -127,9 +127,9 @@ impl Threads {
 }
 
 impl Writer {
-    /// Starts the writer thread, which owns `sink` until [`Writer::close`]; more start as
-    /// jobs wait, when the sink can be forked.
-    pub fn start(sink: Box<dyn Sink>) -> std::io::Result<Writer> {
+    /// Starts the writer thread, which owns `destination` until [`Writer::close`]; more start as
+    /// jobs wait, when the destination can be forked.
+    pub fn start(sink: Box<dyn Destination>) -> std::io::Result<Writer> {
         let (tx, rx) = mpsc::channel::<Job>(QUEUE);
         let (alive, closed) = mpsc::channel(1);
         let mut threads = Threads {
@@ -148,17 +148,18 @@ impl Writer {
     }
 
     /// Queues `job`; the returned [`Pending`] resolves when it has run.
-    pub async fn submit<T, F>(&self, job: F) -> Result<Pending<T>, SyncError>
+    pub async fn submit<T, E, F>(&self, job: F) -> Result<Pending<T>, SyncError>
     where
+        E: Into<SyncError>,
         T: Send + 'static,
-        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
+        F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
         let (counted, outstanding) = Outstanding::count(&self.outstanding);
         let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
-            let result = job(sink);
+            let result = job(sink).map_err(Into::into);
             // Before the reply: the submitter's next job is not counted beside this one.
             drop(counted);
             // The submitter may have gone (cancelled); the write itself has still happened.
@@ -174,15 +175,16 @@ impl Writer {
     }
 
     /// Runs `job` and waits for its result.
-    pub async fn call<T, F>(&self, job: F) -> Result<T, SyncError>
+    pub async fn call<T, E, F>(&self, job: F) -> Result<T, SyncError>
     where
+        E: Into<SyncError>,
         T: Send + 'static,
-        F: FnOnce(&mut dyn Sink) -> Result<T, SyncError> + Send + 'static,
+        F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
         self.submit(job).await?.wait().await
     }
 
-    /// Lets queued jobs finish, then stops the threads and closes the sink; returns after
+    /// Lets queued jobs finish, then stops the threads and closes the destination; returns after
     /// [`CLOSE_PATIENCE`] even if a thread is stuck in a write (it is left to the process's
     /// exit, and a transaction it had open is rolled back by the server, checkpoint and all).
     pub async fn close(mut self) {
@@ -197,7 +199,7 @@ impl Writer {
         let Some(mut closed) = self.closed.take() else {
             return;
         };
-        // `None` once every thread has dropped its sink (a panic ends one all the same).
+        // `None` once every thread has dropped its destination (a panic ends one all the same).
         if tokio::time::timeout(CLOSE_PATIENCE, closed.recv())
             .await
             .is_err()
@@ -221,20 +223,20 @@ impl Drop for Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sync::sink::DryRunSink;
+    use crate::warehouse::DryRun;
 
     /// A write stuck for good (a connection that stopped answering) does not hold `close`
     /// past [`CLOSE_PATIENCE`] (virtual time: the runtime's clock jumps to it).
     #[tokio::test(start_paused = true)]
     async fn close_gives_up_on_a_stuck_write_after_its_patience() {
-        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
         let (unstick, stuck) = std::sync::mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
         let _stuck = writer
             .submit(move |_| {
                 let _ = started.send(());
                 let _ = stuck.recv();
-                Ok(())
+                Ok::<(), SyncError>(())
             })
             .await
             .unwrap();
@@ -245,11 +247,11 @@ mod tests {
         unstick.send(()).unwrap();
     }
 
-    /// Otherwise `close` returns once the queue has run and the sink is closed (real time: a
+    /// Otherwise `close` returns once the queue has run and the destination is closed (real time: a
     /// paused clock would jump past the patience while the job runs).
     #[tokio::test]
     async fn close_waits_for_the_queued_jobs() {
-        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
         let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = ran.clone();
         let _job = writer
@@ -258,7 +260,7 @@ mod tests {
                 // assertion holds however long it takes.
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                Ok(())
+                Ok::<(), SyncError>(())
             })
             .await
             .unwrap();
@@ -266,10 +268,11 @@ mod tests {
         assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
     }
 
-    /// A sink written from several threads at once (as PostgreSQL's): counts its handles.
+    /// A destination written from several threads at once (as PostgreSQL's): a dry run that
+    /// counts its handles.
     struct Forking {
         handles: Arc<AtomicUsize>,
-        inner: DryRunSink,
+        inner: DryRun,
     }
 
     impl Forking {
@@ -277,29 +280,47 @@ mod tests {
             handles.fetch_add(1, Ordering::SeqCst);
             Forking {
                 handles: handles.clone(),
-                inner: DryRunSink(None),
+                inner: DryRun::over(None),
             }
         }
     }
 
-    use crate::service::Timestamp;
-    use crate::sync::sink::{Claim, PageBatch};
-    use crate::warehouse::{PageWrite, RunId, RunKind, RunRecord, Walker};
+    use crate::service::{Campaign, Schedule, Timestamp};
+    use crate::warehouse::{
+        Checkpoint, Claim, PageBatch, PageWrite, Prepared, RunId, RunKind, RunRecord,
+        ScheduleStatus, Walker, WarehouseError, Watch,
+    };
     use uuid::Uuid;
 
-    impl Sink for Forking {
-        fn claim(&self, schedule: Uuid) -> Result<Claim, SyncError> {
+    impl Destination for Forking {
+        fn name(&self) -> String {
+            self.inner.name()
+        }
+        fn watch(&self) -> Arc<dyn Watch> {
+            self.inner.watch()
+        }
+        fn claim(&self, schedule: Uuid) -> Result<Option<Claim>, WarehouseError> {
             self.inner.claim(schedule)
         }
-        fn checkpoint(&self, schedule: Uuid) -> Result<Option<Timestamp>, SyncError> {
+        fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
             self.inner.checkpoint(schedule)
+        }
+        fn replace_checkpoint(
+            &mut self,
+            schedule: Uuid,
+            cursor: Option<Timestamp>,
+        ) -> Result<Option<Checkpoint>, WarehouseError> {
+            self.inner.replace_checkpoint(schedule, cursor)
+        }
+        fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
+            self.inner.knows_schedule(schedule)
         }
         fn walked_since(
             &self,
             schedule: Uuid,
             kind: RunKind,
             since: Timestamp,
-        ) -> Result<Option<Walker>, SyncError> {
+        ) -> Result<Option<Walker>, WarehouseError> {
             self.inner.walked_since(schedule, kind, since)
         }
         fn start_run(
@@ -308,19 +329,41 @@ mod tests {
             kind: RunKind,
             started_at: Timestamp,
             walker: &Walker,
-        ) -> Result<Option<RunId>, SyncError> {
+        ) -> Result<Option<RunId>, WarehouseError> {
             self.inner.start_run(schedule, kind, started_at, walker)
         }
-        fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, SyncError> {
+        fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
             self.inner.write_page(page)
         }
-        fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), SyncError> {
+        fn count_changes(&mut self, page: &PageBatch) -> Result<u64, WarehouseError> {
+            self.inner.count_changes(page)
+        }
+        fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
             self.inner.finish_run(run, record)
         }
-        fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, SyncError> {
+        fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
             self.inner.forget_runs_before(cutoff)
         }
-        fn fork(&self) -> Option<Box<dyn Sink>> {
+        fn prepare(&mut self, prepared: Prepared<'_>) -> Result<(), WarehouseError> {
+            self.inner.prepare(prepared)
+        }
+        fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+            self.inner.status_at(now)
+        }
+        fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+            self.inner.first_pass_at()
+        }
+        fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
+            self.inner.remember_campaign(campaign)
+        }
+        fn remember_schedule(
+            &mut self,
+            schedule: &Schedule,
+            campaign: Option<Uuid>,
+        ) -> Result<(), WarehouseError> {
+            self.inner.remember_schedule(schedule, campaign)
+        }
+        fn fork(&self) -> Option<Box<dyn Destination>> {
             Some(Box::new(Forking::new(&self.handles)))
         }
     }
@@ -348,7 +391,7 @@ mod tests {
                     return Err(SyncError::WriterGone);
                 }
                 drop(count);
-                Ok(std::thread::current().id())
+                Ok::<_, SyncError>(std::thread::current().id())
             });
             pending.push(job.await.unwrap());
         }
@@ -363,7 +406,7 @@ mod tests {
     /// A destination written from several connections gets a thread (and a handle) for each
     /// job in flight at the busiest, and no more: jobs one after the other reuse them.
     #[tokio::test]
-    async fn a_forking_sink_gets_a_thread_per_job_in_flight_and_no_more() {
+    async fn a_forking_destination_gets_a_thread_per_job_in_flight_and_no_more() {
         let handles = Arc::new(AtomicUsize::new(0));
         let writer = Writer::start(Box::new(Forking::new(&handles))).unwrap();
         // The spare handle the writer keeps to fork from, beside the first thread's.
@@ -377,7 +420,7 @@ mod tests {
             "one handle a thread, and the spare"
         );
         for _ in 0..20 {
-            writer.call(|_| Ok(())).await.unwrap();
+            writer.call(|_| Ok::<(), SyncError>(())).await.unwrap();
         }
         assert_eq!(
             handles.load(Ordering::SeqCst),
@@ -390,11 +433,11 @@ mod tests {
     /// A destination written by one writer at a time (SQLite) keeps one thread, whatever the
     /// jobs queued at once.
     #[tokio::test]
-    async fn a_sink_that_cannot_fork_is_written_by_one_thread() {
-        let writer = Writer::start(Box::new(DryRunSink(None))).unwrap();
+    async fn a_destination_that_cannot_fork_is_written_by_one_thread() {
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
         let mut pending = Vec::new();
         for _ in 0..5 {
-            let job = writer.submit(|_| Ok(std::thread::current().id()));
+            let job = writer.submit(|_| Ok::<_, SyncError>(std::thread::current().id()));
             pending.push(job.await.unwrap());
         }
         let mut threads = std::collections::HashSet::new();

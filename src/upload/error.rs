@@ -97,12 +97,6 @@ pub enum UploadError {
         "another callsync process is uploading into schedule {schedule} (one upload into a schedule at a time, whatever the file: each looks for the contacts already there before sending, so two at once could both send one contact); wait for it to end, then run this upload: it skips what is there already"
     )]
     Busy { schedule: Uuid },
-    #[error("cannot lock the upload in the warehouse {}", .path.display())]
-    Lock {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
     /// The warehouse, the upload's ledger, or its scratch tables in SQLite's temporary
     /// database ([`WarehouseError::Scratch`]).
     #[error(transparent)]

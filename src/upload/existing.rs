@@ -12,13 +12,13 @@ use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::sync::cursor::{PageFacts, PageWalker, RowKey, WalkLimits};
-use crate::warehouse::{CallsByExternalId, ChunkKey, ChunkState, Warehouse, WarehouseError};
+use crate::warehouse::{CallsByExternalId, ChunkKey, ChunkState, UploadLedger, WarehouseError};
 
 /// Refuses the upload, before anything is sent, when a row outside the chunks the ledger
 /// knows has an external_id the schedule already has (a chunk whose every row is there, once
 /// each, is not refused: it is found created, by another file or a lost ledger).
 pub(super) fn refuse_rows_already_there(
-    warehouse: &Warehouse,
+    warehouse: &dyn UploadLedger,
     options: &UploadOptions,
     checked: &Checked,
     known: &InSchedule,
@@ -179,7 +179,7 @@ impl Sender<'_> {
     /// A 404 is a wrong uid, said plainly; nothing has been sent yet.
     pub(super) async fn calls_in_schedule(
         &self,
-        warehouse: &Warehouse,
+        warehouse: &dyn UploadLedger,
         checked: &Checked,
     ) -> Result<InSchedule, UploadError> {
         let mut known = InSchedule::new()?;
@@ -266,7 +266,7 @@ impl Sender<'_> {
     /// have as created, into `known`.
     pub(super) async fn ask_for_each_row(
         &self,
-        warehouse: &Warehouse,
+        warehouse: &dyn UploadLedger,
         checked: &Checked,
         rows_to_check: u64,
         known: &mut InSchedule,

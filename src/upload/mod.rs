@@ -45,12 +45,9 @@ mod sender;
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
-
 use uuid::Uuid;
 
-use crate::warehouse::UploadLock;
-use crate::warehouse::file_lock::LockError;
+use crate::warehouse::{Claim, Destination, UploadLedger};
 
 pub use check::check;
 pub use error::UploadError;
@@ -58,13 +55,14 @@ pub use job::{Checked, UploadOptions, UploadProgress, UploadSummary};
 pub use problem::RowProblem;
 pub use send::send;
 
-/// Takes the lock of uploading into `schedule` ([`UploadLock`]), without waiting.
-pub fn lock(warehouse: &Path, schedule: Uuid) -> Result<UploadLock, UploadError> {
-    UploadLock::acquire(warehouse, schedule).map_err(|err| match err {
-        LockError::Busy => UploadError::Busy { schedule },
-        LockError::Io(source) => UploadError::Lock {
-            path: warehouse.to_owned(),
-            source,
-        },
-    })
+/// The destination's upload ledger, with the lock of uploading into `schedule` held as long
+/// as the returned claim lives (one upload into a schedule at a time, whatever the file);
+/// taken without waiting. A destination without a ledger declines.
+pub fn ledger(
+    destination: &mut dyn Destination,
+    schedule: Uuid,
+) -> Result<(Claim, &mut dyn UploadLedger), UploadError> {
+    destination
+        .upload_ledger(schedule)?
+        .ok_or(UploadError::Busy { schedule })
 }

@@ -13,7 +13,7 @@ use super::rows::{Chunk, Rows};
 use super::sender::Sender;
 use crate::api::{ApiClient, ApiError, Counters};
 use crate::service::Timestamp;
-use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
+use crate::warehouse::{ChunkKey, ChunkState, UploadLedger};
 
 /// Sends a checked file, chunk by chunk, skipping what an earlier run created. First the
 /// external_ids the schedule has are found ([`Sender::calls_in_schedule`]): a row whose
@@ -23,7 +23,7 @@ use crate::warehouse::{ChunkKey, ChunkState, Warehouse};
 /// reported in the summary, and the next chunks are sent; any other failure stops the upload.
 pub async fn send(
     client: &ApiClient,
-    warehouse: &mut Warehouse,
+    warehouse: &mut dyn UploadLedger,
     options: &UploadOptions,
     checked: &Checked,
     progress: &dyn UploadProgress,
@@ -119,7 +119,7 @@ impl Sender<'_> {
     /// the requests sent and the lookups waited for, each bringing the plan its next event.
     pub(super) async fn send_chunk(
         &self,
-        warehouse: &mut Warehouse,
+        warehouse: &mut dyn UploadLedger,
         key: &ChunkKey,
         chunk: &Chunk,
         known: &InSchedule,
@@ -235,7 +235,7 @@ impl Sender<'_> {
     /// the plan's next event.
     async fn send_try(
         &self,
-        warehouse: &mut Warehouse,
+        warehouse: &mut dyn UploadLedger,
         key: &ChunkKey,
         last_line: u64,
         new: &Chunk,

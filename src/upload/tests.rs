@@ -7,6 +7,7 @@ use super::columns::{Columns, spreadsheet_column};
 use super::existing::ask_each_row;
 use super::send::locate;
 use super::*;
+use crate::warehouse::sqlite::{ScheduleLock, UploadLock, Warehouse};
 
 fn options(path: &Path, renames: &[(&str, &str)]) -> UploadOptions {
     UploadOptions {
@@ -122,10 +123,12 @@ fn each_row_is_asked_for_only_when_that_takes_fewer_requests_than_the_walk() {
 fn one_upload_into_a_schedule_at_a_time_whatever_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("w.db");
-    std::fs::write(&db, b"").unwrap();
+    let mut warehouse = Warehouse::open(&db, Duration::from_secs(5)).unwrap();
     let (one, two) = (Uuid::from_u128(7), Uuid::from_u128(8));
     let held = UploadLock::acquire(&db, one).unwrap();
-    let err = lock(&db, one).unwrap_err();
+    let Err(err) = ledger(&mut warehouse, one) else {
+        panic!("a second upload into the schedule is refused");
+    };
     assert!(
         matches!(err, UploadError::Busy { schedule } if schedule == one),
         "{err}"
@@ -138,7 +141,7 @@ fn one_upload_into_a_schedule_at_a_time_whatever_the_file() {
     );
     // Another schedule is another lock; the sync's lock of the same schedule too.
     let _other = UploadLock::acquire(&db, two).unwrap();
-    let _sync = crate::warehouse::ScheduleLock::acquire(&db, one).unwrap();
+    let _sync = ScheduleLock::acquire(&db, one).unwrap();
     drop(held);
     UploadLock::acquire(&db, one).unwrap();
 }

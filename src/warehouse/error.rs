@@ -1,9 +1,11 @@
-//! `WarehouseError`: what can go wrong with the SQLite file, naming the file and the step.
+//! `WarehouseError`: what can go wrong with any destination, naming the file or the database
+//! and the step. A back end turns its driver's errors into these (`sqlite/error.rs`,
+//! `postgres/session.rs`), so no driver type crosses the contract.
 //!
 //! Each message holds its cause, on one line with what to do, so no variant also returns it
 //! as `source()` (ARCHITECTURE.md, "Errors").
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WarehouseError {
@@ -12,22 +14,14 @@ pub enum WarehouseError {
         path.display()
     )]
     Missing { path: PathBuf },
-    #[error("cannot open the warehouse {}: {}", path.display(), opening_problem(cause))]
-    Open {
-        path: PathBuf,
-        cause: rusqlite::Error,
-    },
-    #[error("cannot migrate the warehouse {}: {}", path.display(), migration_problem(cause))]
-    Migrate {
-        path: PathBuf,
-        cause: rusqlite_migration::Error,
-    },
+    /// `problem`: the database's words on one line, and what to do.
+    #[error("cannot open the warehouse {}: {problem}", path.display())]
+    Open { path: PathBuf, problem: String },
+    #[error("cannot migrate the warehouse {}: {problem}", path.display())]
+    Migrate { path: PathBuf, problem: String },
     /// Its schema version could not be read (a read-only command never migrates).
-    #[error("cannot read the warehouse {}: {}", path.display(), migration_problem(cause))]
-    Unreadable {
-        path: PathBuf,
-        cause: rusqlite_migration::Error,
-    },
+    #[error("cannot read the warehouse {}: {problem}", path.display())]
+    Unreadable { path: PathBuf, problem: String },
     #[error(
         "{} is an SQLite database of another program, not a callsync warehouse (it holds tables, not callsync's); point warehouse.path at a new file or at a callsync warehouse",
         path.display()
@@ -125,22 +119,19 @@ pub enum WarehouseError {
         step: &'static str,
         cause: std::io::Error,
     },
-    #[error("warehouse {}: {step}: {}", path.display(), sqlite_problem(cause))]
+    #[error("warehouse {}: {step}: {problem}", path.display())]
     Sql {
         path: PathBuf,
         step: &'static str,
-        cause: rusqlite::Error,
+        problem: String,
     },
-    /// The upload's scratch tables (`scratch.rs`): SQLite's temporary database, no warehouse
+    /// The upload's scratch tables (`sqlite/scratch.rs`): a temporary database, no warehouse
     /// file to name.
-    #[error(
-        "the upload's temporary table {table} failed to {step}: {}",
-        scratch_problem(cause)
-    )]
+    #[error("the upload's temporary table {table} failed to {step}: {problem}")]
     Scratch {
         table: &'static str,
         step: &'static str,
-        cause: rusqlite::Error,
+        problem: String,
     },
     #[error(
         "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
@@ -169,11 +160,38 @@ pub enum WarehouseError {
         target: String,
         taken: bool,
     },
+    /// Another process holds `schedule`'s claim on the destination `name`.
+    #[error(
+        "schedule {schedule} is being synced by another callsync process (it holds the schedule's lock on {name}); wait for it to finish, or stop it"
+    )]
+    Busy { schedule: uuid::Uuid, name: String },
+    #[error("cannot lock a schedule on the warehouse {}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The destination does not offer `capability` (a PostgreSQL warehouse has no file to
+    /// back up); `reason` says what to use instead.
+    #[error("{reason}")]
+    Declined {
+        capability: Capability,
+        reason: String,
+    },
     #[error(
         "warehouse {}: {what} holds `{}`, which is not a callsync timestamp",
         path.display(), crate::untrusted::untrusted_text(.value, 100)
     )]
     BadTimestamp {
+        path: PathBuf,
+        what: &'static str,
+        value: String,
+    },
+    #[error(
+        "warehouse {}: {what} holds `{}`, which is not a schedule uid; restore a backup, or delete that schedule's rows",
+        path.display(), crate::untrusted::untrusted_text(.value, 100)
+    )]
+    BadUid {
         path: PathBuf,
         what: &'static str,
         value: String,
@@ -190,8 +208,24 @@ impl WarehouseError {
             WarehouseError::NotAWarehouse { .. }
                 | WarehouseError::NotAPostgresWarehouse { .. }
                 | WarehouseError::PostgresRefused { .. }
+                | WarehouseError::Declined { .. }
         )
     }
+}
+
+/// What a destination may offer beyond the contract every one fulfils
+/// ([`crate::warehouse::Destination`]); one that does not declines with
+/// [`WarehouseError::Declined`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// `callsync backup` and the daemon's `[backup]`: a consistent copy into a file.
+    Backup,
+    /// `callsync restore`: a backup file put in the warehouse's place.
+    Restore,
+    /// `callsync upload`'s ledger of sent chunks, kept beside the warehouse.
+    UploadLedger,
+    /// Records written by commands (a dry run writes none).
+    Writing,
 }
 
 fn claim_lost(schedule: uuid::Uuid, target: &str, taken: bool) -> String {
@@ -205,77 +239,6 @@ fn claim_lost(schedule: uuid::Uuid, target: &str, taken: bool) -> String {
     )
 }
 
-/// SQLite's words and, where the code tells, what to do about it.
-fn sqlite_problem(err: &rusqlite::Error) -> String {
-    use rusqlite::ErrorCode as C;
-    let advice = match err.sqlite_error_code() {
-        Some(C::DiskFull) => "free space on its filesystem, then run callsync again",
-        Some(C::ReadOnly) => {
-            "make the file, its -wal and -shm files and its directory writable by this user"
-        }
-        Some(C::NotADatabase | C::DatabaseCorrupt) => {
-            "the file is damaged or not a database: restore it from a backup, or move it away to start a new warehouse"
-        }
-        Some(C::CannotOpen | C::PermissionDenied) => {
-            "check the path and its directory's permissions"
-        }
-        _ => return one_line(&err.to_string()),
-    };
-    format!("{}; {advice}", one_line(&err.to_string()))
-}
-
-/// The scratch tables live in SQLite's temporary directory, not beside the warehouse: what
-/// to do names that directory (SQLite's own search order).
-fn scratch_problem(err: &rusqlite::Error) -> String {
-    use rusqlite::ErrorCode as C;
-    match err.sqlite_error_code() {
-        Some(
-            C::DiskFull | C::SystemIoFailure | C::CannotOpen | C::PermissionDenied | C::ReadOnly,
-        ) => format!(
-            "{}; SQLite keeps it in $SQLITE_TMPDIR, else $TMPDIR, else /var/tmp or /tmp: free space there or make it writable (or point SQLITE_TMPDIR at a directory that is), then run the upload again",
-            one_line(&err.to_string())
-        ),
-        _ => one_line(&err.to_string()),
-    }
-}
-
-/// Opening fails mostly on the path or its permissions, so that is the advice by default.
-fn opening_problem(err: &rusqlite::Error) -> String {
-    match err.sqlite_error_code() {
-        None | Some(rusqlite::ErrorCode::Unknown) => format!(
-            "{}; check the path and its directory's permissions",
-            one_line(&err.to_string())
-        ),
-        Some(_) => sqlite_problem(err),
-    }
-}
-
-/// rusqlite_migration's own message quotes the whole SQL of the failing migration (a
-/// 21-line dump); SQLite's error is what the operator can act on.
-fn migration_problem(err: &rusqlite_migration::Error) -> String {
-    match err {
-        rusqlite_migration::Error::RusqliteError { err, .. } => sqlite_problem(err),
-        other => one_line(&other.to_string()),
-    }
-}
-
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Adds the warehouse's path and the step to a rusqlite error:
-/// `conn.execute(..).sql(path, "saving the checkpoint")?`. A full disk or a file damaged
-/// mid-write surfaces here, and the operator must learn which file.
-pub(crate) trait SqlContext<T> {
-    fn sql(self, path: &Path, step: &'static str) -> Result<T, WarehouseError>;
-}
-
-impl<T> SqlContext<T> for Result<T, rusqlite::Error> {
-    fn sql(self, path: &Path, step: &'static str) -> Result<T, WarehouseError> {
-        self.map_err(|cause| WarehouseError::Sql {
-            path: path.to_owned(),
-            step,
-            cause,
-        })
-    }
 }

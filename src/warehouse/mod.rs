@@ -1,55 +1,43 @@
-//! The warehouse: the SQLite file — schema, page writes, checkpoints, runs, reads for status,
-//! backups, the locks on the file, the upload's ledger and scratch tables — and, in
-//! `postgres/`, the same tables on a PostgreSQL server.
+//! The warehouse: every SQL statement and every file callsync keeps, behind one contract
+//! (`destination.rs`: [`Backend`], [`Destination`]) that each back end fulfils in its own
+//! folder — `sqlite/` (the file, its locks, backups, the upload's ledger) and `postgres/`
+//! (the same tables on a server) — over a shared floor: the records (`records.rs`), the
+//! status read side (`status.rs`), the per-call write rule (`write_plan.rs`), the model →
+//! row translation (`rows.rs`), the analyst's days (`days.rs`), the passes a dead process
+//! left (`interrupted.rs`), the capabilities a back end may decline (`capabilities.rs`) and
+//! the dry run (`dry_run.rs`). `open.rs` chooses the back end, once; nothing outside this
+//! module names one.
 //!
-//! Synchronous rusqlite, no tokio: the sync engine owns one [`Warehouse`] on its writer
-//! thread. Opening sets WAL (readers never block the writer nor see half a page), a busy
-//! timeout, foreign keys and a persistent WAL, and applies `migrations/`; a writer holds the
-//! warehouse's shared lock (`file_lock.rs`) until it closes, and closing empties the WAL, so
-//! the file alone is the whole warehouse once callsync has stopped. Only this module speaks
-//! SQL; `rows.rs` is the one place where a model field becomes a column.
+//! Synchronous, no tokio in the contract: the sync engine owns one [`Destination`] on its
+//! writer thread.
 
-mod access;
-mod backup;
-mod children;
+mod capabilities;
+mod days;
+pub mod descriptions;
+mod destination;
+mod dry_run;
 mod error;
-pub mod file_lock;
-mod handle;
 mod interrupted;
-mod keys_first;
-mod layout_v6;
-mod ledger;
-mod locks;
+mod open;
 pub mod postgres;
-mod queries;
-mod resources;
+mod records;
 mod rows;
-mod runs;
-mod schema;
-mod scratch;
-mod snapshot;
-mod timezone;
-mod upsert;
+pub mod sqlite;
+mod status;
+mod write_plan;
 
-pub use file_lock::FileIdentity;
-
-pub use access::{check_writable, unwritable_for_owner};
-pub use backup::{BackupReport, Contents, RestoreReport, restore, verify_backup};
-pub use error::WarehouseError;
-pub use handle::{MigrationReport, PageWrite, Warehouse, check_before_writing, check_usable};
-pub use ledger::{ChunkKey, ChunkState};
-pub use locks::{ScheduleLock, UploadLock};
-pub use queries::{
+pub use capabilities::{BackupReport, ChunkKey, ChunkState, Contents, RestoreReport, UploadLedger};
+pub use destination::{Backend, Claim, Destination, MigrationReport, PageBatch, Prepared, Watch};
+pub use dry_run::DryRun;
+pub use error::{Capability, WarehouseError};
+pub use open::open;
+pub use records::{
+    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+};
+pub use rows::e164;
+pub use sqlite::{CallsByExternalId, SeenExternalIds};
+pub use status::{
     BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS,
     ScheduleStatus, TICKS_COUNTED,
 };
-pub use rows::e164;
-pub use runs::{
-    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker,
-};
-pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
-pub use scratch::{CallsByExternalId, SeenExternalIds};
-pub use snapshot::{Row, Snapshot};
-
-#[cfg(test)]
-mod tests;
+pub use write_plan::PageWrite;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use callsync::service::{OutboundCall, Schedule, Timestamp};
 use callsync::simulator::{Precision, SimulatorOptions};
-use callsync::warehouse::Warehouse;
+use callsync::warehouse::sqlite::Warehouse;
 use rusqlite::types::Value as Sql;
 use serde_json::{Value as Json, json};
 use uuid::Uuid;
@@ -737,7 +737,7 @@ fn strings(conn: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params
         .expect("reads")
 }
 
-both!(
+conformance!(
     a_schedules_campaign_comes_from_the_configuration,
     a_schedules_campaign_comes_from_the_configuration
 );

@@ -3,9 +3,9 @@
 
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
-use callsync::sync::{PassPlan, PassResult, Quiet};
-use callsync::warehouse::ScheduleLock;
-use callsync::warehouse::Warehouse;
+use callsync::sync::{PassPlan, PassResult, Quiet, Skip};
+use callsync::warehouse::sqlite::ScheduleLock;
+use callsync::warehouse::sqlite::Warehouse;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -45,7 +45,7 @@ fn cursor(env: &TestEnv, schedule: Uuid) -> Option<Timestamp> {
         .map(|c| c.cursor)
 }
 
-both!(
+conformance!(
     backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint,
     backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_checkpoint
 );
@@ -72,7 +72,7 @@ async fn backfill_from_the_beginning_fills_an_empty_warehouse_and_sets_the_check
     );
 }
 
-both!(
+conformance!(
     backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range,
     backfill_never_moves_the_checkpoint_backwards_nor_over_an_unread_range
 );
@@ -124,12 +124,13 @@ async fn a_second_process_on_the_same_schedule_is_refused_clearly() {
     let _held = ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
     // Skipped, not failed: nothing is wrong with the schedule, and the daemon must not back
     // off from it while a backfill holds it.
-    let PassResult::Skipped(error) = backfill(&env, s[0], None).await else {
-        panic!("a locked schedule must be refused");
-    };
-    assert!(
-        error.contains("is being synced by another callsync process"),
-        "{error}"
+    assert_eq!(
+        backfill(&env, s[0], None).await,
+        PassResult::Skipped(Skip::Busy {
+            schedule: s[0],
+            destination: env.warehouse_path().display().to_string(),
+        }),
+        "a locked schedule must be refused"
     );
 }
 
@@ -196,7 +197,7 @@ async fn a_backfill_through_a_symlink_or_hard_link_of_the_warehouse_is_refused_t
     assert!(env.sim.requests().is_empty());
 }
 
-both!(
+conformance!(
     backfill_until_stops_after_the_page_that_passes_it,
     backfill_until_stops_after_the_page_that_passes_it
 );
@@ -227,7 +228,7 @@ async fn backfill_until_stops_after_the_page_that_passes_it(dest: Dest) {
     assert_eq!(cursor(&env, s[0]), Some(read[198].updated_at));
 }
 
-both!(
+conformance!(
     backfill_from_at_or_before_the_checkpoint_moves_it_forward,
     backfill_from_at_or_before_the_checkpoint_moves_it_forward
 );

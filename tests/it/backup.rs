@@ -42,7 +42,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
             "backed up {} to {}: {bytes} bytes, schema version {}, 2 schedules, 300 calls\n",
             db.display(),
             copy.display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
 
@@ -65,7 +65,7 @@ async fn a_backup_restored_after_more_syncs_is_intact_and_catches_up_with_the_tr
             "restored {} into {}: {bytes} bytes, schema version {}, 2 schedules, 300 calls; removed the old {}-wal and {}-shm\n",
             copy.display(),
             db.display(),
-            callsync::warehouse::latest_version(),
+            callsync::warehouse::sqlite::latest_version(),
             db.display(),
             db.display()
         )
@@ -95,7 +95,7 @@ async fn migrate_backup_and_restore_print_one_json_object() {
         serde_json::from_str(&stdout(out)).expect("one JSON object")
     };
     let migrated = json(&callsync(&["--config", c, "migrate", "--json"]).await);
-    let latest = callsync::warehouse::latest_version();
+    let latest = callsync::warehouse::sqlite::latest_version();
     assert_eq!(
         migrated,
         serde_json::json!({"warehouse": db.display().to_string(), "from": 0, "to": latest})

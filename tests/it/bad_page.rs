@@ -14,8 +14,8 @@ use axum::extract::{Path, Query, State};
 use axum::routing::get;
 use callsync::config::{AuthConfig, Secret};
 use callsync::service::{OutboundCall, Timestamp};
-use callsync::sync::{Engine, PassPlan, PassResult};
-use callsync::warehouse::Warehouse;
+use callsync::sync::{PassPlan, PassResult};
+use callsync::warehouse::sqlite::Warehouse;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -97,7 +97,7 @@ async fn a_bad_page_after_committed_pages_keeps_them_and_writes_nothing_of_itsel
         vec![BROKEN, HEALTHY],
         dir.path().join("w.db"),
     );
-    let engine = Engine::start(&config).expect("engine");
+    let engine = crate::harness::engine_for(&config);
     let plan = PassPlan::incremental(engine.settings());
     let reports = engine
         .sync_all(&[BROKEN, HEALTHY], &plan, &CancellationToken::new())

@@ -82,7 +82,7 @@ async fn all_checks_pass_with_exit_0_and_nothing_is_created() {
         stdout(&out).ends_with(&format!(
             "ok   warehouse: {} is writable, a callsync warehouse of schema version {}\n",
             db.display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )),
         "{}",
         stdout(&out)
@@ -294,7 +294,10 @@ async fn check_refuses_the_warehouses_run_refuses_with_runs_message() {
         std::fs::write(db, bytes).unwrap();
     };
     let newer = |db: &Path| {
-        drop(callsync::warehouse::Warehouse::open(db, std::time::Duration::from_secs(5)).unwrap());
+        drop(
+            callsync::warehouse::sqlite::Warehouse::open(db, std::time::Duration::from_secs(5))
+                .unwrap(),
+        );
         let conn = rusqlite::Connection::open(db).unwrap();
         conn.pragma_update(None, "user_version", 99).unwrap();
     };

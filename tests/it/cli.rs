@@ -158,7 +158,7 @@ async fn sync_status_and_migrate_through_the_binary() {
         format!(
             "warehouse {}: schema version 0 -> {}\n",
             env.warehouse_path().display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
 
@@ -239,7 +239,7 @@ async fn only_the_commands_that_talk_to_the_service_need_credentials() {
         format!(
             "warehouse {}: schema version 0 -> {}\n",
             env.warehouse_path().display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
 
@@ -419,12 +419,12 @@ async fn a_damaged_or_newer_warehouse_is_one_line_naming_it_once() {
     }
     std::fs::remove_file(&db).unwrap();
     assert!(callsync(&["--config", c, "migrate"]).await.status.success());
-    let latest = callsync::warehouse::latest_version();
+    let latest = callsync::warehouse::sqlite::latest_version();
     rusqlite::Connection::open(&db)
         .unwrap()
         .pragma_update(None, "user_version", (latest + 1) as i64)
         .unwrap();
-    let latest = callsync::warehouse::latest_version();
+    let latest = callsync::warehouse::sqlite::latest_version();
     let newer = format!(
         "has schema version {}, newer than this callsync knows ({latest}); upgrade callsync\n",
         latest + 1
@@ -1047,7 +1047,8 @@ fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     use callsync::service::Timestamp;
-    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, Warehouse};
+    use callsync::warehouse::sqlite::Warehouse;
+    use callsync::warehouse::{RunKind, RunOutcome, RunRecord};
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 1,
@@ -1173,7 +1174,7 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
         format!(
             "warehouse {}: schema version 0 -> {}\n",
             warehouse.display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
 
@@ -1197,7 +1198,7 @@ async fn the_environment_alone_configures_and_callsync_config_names_the_file() {
         format!(
             "warehouse {}: schema version 0 -> {}\n",
             other.display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use callsync::service::Timestamp;
 use callsync::simulator::{DialerOptions, Precision, SimulatorOptions, TieOrder};
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use uuid::Uuid;
 
 use crate::harness::{Dest, PATIENCE, TestEnv};
@@ -148,7 +148,7 @@ fn latest_run(env: &TestEnv) -> i64 {
         .unwrap_or(0)
 }
 
-both!(
+conformance!(
     sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead,
     sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead
 );

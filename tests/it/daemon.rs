@@ -622,6 +622,47 @@ async fn sync_concurrency_bounds_the_passes_running_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_at_once_grow_past_the_old_sixteen_while_the_latency_holds() {
+    // 120 schedules, each answered 30 ms late: the limit in flight starts at 16 and grows
+    // while the service answers as fast, and the passes running at once follow it.
+    let mut env = TestEnv::start(SimulatorOptions {
+        schedules: 120,
+        calls_per_schedule: 3,
+        faults: FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(30),
+            ..FaultPlan::default()
+        },
+        ..SimulatorOptions::default()
+    })
+    .await;
+    env.config.sync.concurrency = 256;
+    let mut daemon = Daemon::start(&env.config);
+    daemon.settle().await;
+    assert_eq!(daemon.tick(Tick::Sync).await, env.schedules());
+    daemon.stop().await;
+    let all = all_runs(&env);
+    // The start-up tick's and this one's.
+    assert_eq!(all.len(), 240);
+    // The most passes that overlapped: each pass's start against the ends of those before.
+    let most = all
+        .iter()
+        .map(|run| {
+            all.iter()
+                .filter(|other| {
+                    other.started <= run.started && other.finished.expect("finished") > run.started
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(most > 16, "at most {most} passes at once");
+    assert!(all.iter().all(|run| run.error.is_none()));
+    env.sim.set_faults(FaultPlan::default());
+    env.assert_matches_truth(&env.schedules());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
@@ -632,8 +673,8 @@ async fn a_schedule_held_by_another_process_is_skipped_not_failed() {
     let s = env.schedules();
     // A backfill of s[0] in another process holds its lock for the first three ticks.
     env.create_warehouse();
-    let held =
-        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held = callsync::warehouse::sqlite::ScheduleLock::acquire(&env.warehouse_path(), s[0])
+        .expect("lock");
     let mut daemon = Daemon::start(&env.config);
     daemon.settle().await;
     for _ in 0..2 {
@@ -732,7 +773,7 @@ async fn a_pass_into_a_replaced_warehouse_fails_naming_it_and_writes_nothing() {
     .await;
     let s = env.schedules();
     let db = env.warehouse_path();
-    let engine = callsync::sync::Engine::start(&env.config).expect("engine");
+    let engine = crate::harness::engine_for(&env.config);
     let other = db.with_file_name("other.db");
     std::fs::write(&other, b"").expect("written");
     std::fs::rename(&other, &db).expect("mv");
@@ -1028,7 +1069,8 @@ async fn a_backup_tick_makes_a_checked_backup_and_keeps_the_newest() {
         new.starts_with("callsync-20") && new.ends_with("Z.db"),
         "{new}"
     );
-    let contents = callsync::warehouse::verify_backup(&dir.join(new)).expect("a good backup");
+    let contents =
+        callsync::warehouse::sqlite::verify_backup(&dir.join(new)).expect("a good backup");
     assert_eq!(contents.calls, 100);
     let size = std::fs::metadata(dir.join(new)).unwrap().len() as f64;
     assert_eq!(seen[1..], [size, 0.0]);

@@ -1203,9 +1203,10 @@ async fn the_documented_postgres_role_and_database_are_enough() {
         "{}",
         String::from_utf8_lossy(&migrated.stderr)
     );
-    let bi_role =
-        std::fs::read_to_string(root().join("contrib/postgres/bi-role.sql")).expect("bi-role.sql");
-    admin("callsync", &bi_role);
+    // As docs/postgres.md runs it: psql, naming the owner and the database.
+    let (ran, stderr) =
+        crate::described::bi_role_script("callsync", &[("owner", "callsync"), ("db", "callsync")]);
+    assert!(ran, "bi-role.sql: {stderr}");
     admin(
         "postgres",
         "CREATE ROLE metabase LOGIN IN ROLE callsync_reader",

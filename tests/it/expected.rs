@@ -664,8 +664,11 @@ pub fn pg_differences(
 
 /// The contract tables' rows of `schedule` in the PostgreSQL database `db`, as
 /// `Warehouse::snapshot` gives them for SQLite (every column but ids and `synced_at`).
-pub fn pg_snapshot(db: &crate::pg::Database, schedule: Uuid) -> callsync::warehouse::Snapshot {
-    let table = |spec: &Spec| -> Vec<callsync::warehouse::Row> {
+pub fn pg_snapshot(
+    db: &crate::pg::Database,
+    schedule: Uuid,
+) -> callsync::warehouse::sqlite::Snapshot {
+    let table = |spec: &Spec| -> Vec<callsync::warehouse::sqlite::Row> {
         let columns: Vec<String> = crate::pg::query(
             db,
             &format!(
@@ -683,7 +686,7 @@ pub fn pg_snapshot(db: &crate::pg::Database, schedule: Uuid) -> callsync::wareho
             .into_iter()
             .map(|c| &*Box::leak(c.into_boxed_str()))
             .collect();
-        let mut rows: Vec<callsync::warehouse::Row> =
+        let mut rows: Vec<callsync::warehouse::sqlite::Row> =
             pg_rows(db, spec.name, &columns, spec.call_column, schedule)
                 .into_iter()
                 .map(|row| row.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
@@ -691,7 +694,7 @@ pub fn pg_snapshot(db: &crate::pg::Database, schedule: Uuid) -> callsync::wareho
         rows.sort_by_key(|r| format!("{:?}", (r.get("uid"), r.get("call_uid"), r.get("name"))));
         rows
     };
-    callsync::warehouse::Snapshot {
+    callsync::warehouse::sqlite::Snapshot {
         calls: table(&CALLS),
         call_custom_parameters: table(&CUSTOM_PARAMETERS),
         call_attempts: table(&ATTEMPTS),

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use callsync::config::{
-    ApiConfig, AuthConfig, Config, DetailsMode, LogConfig, MetricsConfig, OAuthConfig, RetryConfig,
-    Secret, SyncConfig, WarehouseConfig,
+    ApiConfig, AuthConfig, Config, DestinationConfig, DetailsMode, LogConfig, MetricsConfig,
+    OAuthConfig, PostgresConfig, RetryConfig, Secret, SyncConfig, WarehouseConfig,
 };
 use callsync::service::OutboundCall;
 use callsync::simulator::{Simulator, SimulatorOptions};
-use callsync::sync::{Engine, PassPlan, PassReport};
-use callsync::warehouse::{Snapshot, Warehouse};
+use callsync::sync::{Engine, Mode, PassPlan, PassReport};
+use callsync::warehouse::sqlite::{Snapshot, Warehouse};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -63,12 +63,22 @@ pub struct TestEnv {
     pub pg: Option<crate::pg::Database>,
 }
 
-/// Which warehouse a scenario syncs into: the scenarios the SQLite warehouse is tested on run
-/// on both (`both!` in `main.rs`).
+/// Which warehouse a scenario syncs into: the conformance scenarios run on each
+/// (`conformance!` in `main.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dest {
     Sqlite,
     Postgres,
+}
+
+impl Dest {
+    /// Whether `test` can run on this destination here; says so on stderr when not.
+    pub fn available(self, test: &str) -> bool {
+        match self {
+            Dest::Sqlite => true,
+            Dest::Postgres => crate::pg::available(test),
+        }
+    }
 }
 
 /// How the client authenticates in a test.
@@ -105,17 +115,23 @@ impl TestEnv {
     pub async fn start_with_on(options: SimulatorOptions, auth: Auth, dest: Dest) -> TestEnv {
         let mut env = Self::start_with(options, auth).await;
         if dest == Dest::Postgres {
-            env.pg = Some(crate::pg::database());
+            env.use_postgres(crate::pg::database());
         }
         env
     }
 
+    /// Points the test's configuration at `db` from now on.
+    pub fn use_postgres(&mut self, db: crate::pg::Database) {
+        self.config.warehouse.destination = DestinationConfig::Postgres(PostgresConfig {
+            url: db.url.clone(),
+            password: None,
+        });
+        self.pg = Some(db);
+    }
+
     /// An engine writing into this test's warehouse, wherever it is.
     pub fn engine(&self) -> Engine {
-        match &self.pg {
-            None => Engine::start(&self.config).expect("engine starts"),
-            Some(db) => Engine::start_postgres(&self.config, &db.target()).expect("engine starts"),
-        }
+        engine_for(&self.config)
     }
 
     pub fn schedules(&self) -> Vec<Uuid> {
@@ -184,7 +200,7 @@ impl TestEnv {
     /// Creates the (empty) warehouse, as any process that opens it for writing does.
     pub fn create_warehouse(&self) {
         drop(
-            Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
+            Warehouse::open(&self.warehouse_path(), Duration::from_secs(5))
                 .expect("warehouse opens"),
         );
     }
@@ -193,7 +209,7 @@ impl TestEnv {
         if let Some(db) = &self.pg {
             return expected::pg_snapshot(db, schedule);
         }
-        Warehouse::open(&self.config.warehouse.path, Duration::from_secs(5))
+        Warehouse::open(&self.warehouse_path(), Duration::from_secs(5))
             .expect("warehouse opens")
             .snapshot(Some(schedule))
             .expect("snapshot")
@@ -247,8 +263,9 @@ impl TestEnv {
         assert!(bad.is_empty(), "the client caused 400s: {bad:#?}");
     }
 
+    /// The SQLite file of the test's configuration (where it would be, on PostgreSQL).
     pub fn warehouse_path(&self) -> PathBuf {
-        self.config.warehouse.path.clone()
+        self.dir.path().join("warehouse.db")
     }
 
     /// A TOML configuration for the `callsync` binary pointing at this simulator and
@@ -277,6 +294,13 @@ impl TestEnv {
         std::fs::write(&path, text).expect("config written");
         path
     }
+}
+
+/// An engine writing into the warehouse `config` names, as `callsync sync` starts one.
+pub fn engine_for(config: &Config) -> Engine {
+    let backend =
+        callsync::warehouse::open(&config.warehouse).expect("the warehouse is configured");
+    Engine::start(config, backend.as_ref(), Mode::Write).expect("engine starts")
 }
 
 pub fn test_config(sim: &Simulator, warehouse: PathBuf, auth: Auth) -> Config {
@@ -319,8 +343,7 @@ pub fn config_for(
             },
         },
         warehouse: WarehouseConfig {
-            path: warehouse,
-            postgres: None,
+            destination: DestinationConfig::Sqlite { path: warehouse },
             busy_timeout: Duration::from_secs(10),
             keep_runs: Some(Duration::from_secs(90 * 86_400)),
             timezone: chrono_tz::UTC,

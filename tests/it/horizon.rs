@@ -5,13 +5,13 @@ use std::time::Duration;
 use callsync::service::Timestamp;
 use callsync::simulator::{ManualClock, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
-use callsync::warehouse::Warehouse;
+use callsync::warehouse::sqlite::Warehouse;
 use uuid::Uuid;
 
 use crate::harness::{PATIENCE, TestEnv};
 
 fn checkpoint(env: &TestEnv, schedule: Uuid) -> Timestamp {
-    Warehouse::open(&env.config.warehouse.path, Duration::from_secs(5))
+    Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
         .expect("warehouse opens")
         .checkpoint(schedule)
         .expect("checkpoint reads")
@@ -74,7 +74,7 @@ async fn calls_changing_faster_than_they_may_be_read_still_end_every_pass() {
         () = churn => unreachable!("the churn never stops by itself"),
         () = passes => {}
     }
-    let status = Warehouse::open_read_only(&env.config.warehouse.path)
+    let status = Warehouse::open_read_only(&env.warehouse_path())
         .expect("warehouse")
         .status()
         .expect("status");
@@ -144,7 +144,7 @@ async fn a_call_stamped_in_the_future_never_carries_the_checkpoint_past_the_serv
         // The future call is still read (not rewritten) until time catches up with it.
         assert_eq!(next.stats.future_rows, 1, "{ahead:?}: read again");
         env.assert_matches_truth(&[schedule]);
-        let status = Warehouse::open_read_only(&env.config.warehouse.path)
+        let status = Warehouse::open_read_only(&env.warehouse_path())
             .expect("warehouse")
             .status()
             .expect("status");

@@ -4,22 +4,29 @@ mod harness;
 // A PostgreSQL server for the run, a database per test.
 mod pg;
 
-/// `both!(name, scenario)`: the async `scenario(Dest)` as two tests, `name::sqlite` and
-/// `name::postgres` (skipped, loudly, with CALLSYNC_SKIP_POSTGRES=1).
-macro_rules! both {
+/// The conformance suite a destination must pass: `conformance!(name, scenario)` runs the
+/// async `scenario(Dest)` on every destination in the list below, as `name::sqlite`,
+/// `name::postgres` (a destination that cannot run here is skipped, loudly:
+/// `CALLSYNC_SKIP_POSTGRES=1`). A new back end adds one line to the list (and its `Dest` in
+/// `harness.rs`, which sets its configuration).
+macro_rules! conformance {
     ($name:ident, $scenario:ident) => {
+        conformance!(@each $name, $scenario,
+            sqlite => Sqlite,
+            postgres => Postgres,
+        );
+    };
+    (@each $name:ident, $scenario:ident, $($test:ident => $dest:ident,)*) => {
         mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$scenario(crate::harness::Dest::Sqlite).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                if crate::pg::available(concat!(module_path!(), "::", stringify!($name))) {
-                    super::$scenario(crate::harness::Dest::Postgres).await
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let dest = crate::harness::Dest::$dest;
+                    if dest.available(concat!(module_path!(), "::", stringify!($test))) {
+                        super::$scenario(dest).await
+                    }
                 }
-            }
+            )*
         }
     };
 }
@@ -31,6 +38,8 @@ mod postgres;
 mod sync;
 // A service ordering ties differently on every request: every group read whole, or a loud failure.
 mod tie_order;
+// status's read side: more passes behind than it reads, a hostile walker, alike on every destination.
+mod status;
 // Clocks that disagree: a service's Date far from ours, calls stamped past it; status's lag bound.
 mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).
@@ -79,6 +88,8 @@ mod rate;
 mod campaign;
 // The analyst's kit: the Datasette metadata's canned queries against the truth.
 mod analyst;
+// Descriptions on PostgreSQL, the BI role's script, the outcome pivot on both back ends.
+mod described;
 // The binary as scripts use it: --json lines, exit codes, -q/-v, completions, man pages.
 mod scripting;
 // callsync config: each key's value and source, secrets redacted.

@@ -201,7 +201,7 @@ async fn a_migration_killed_at_any_point_leaves_schema_5_and_the_next_run_migrat
     );
     let expected = state(&clean);
     // Schema 6 and every later migration, in one transaction.
-    let latest = callsync::warehouse::latest_version() as i64;
+    let latest = callsync::warehouse::sqlite::latest_version() as i64;
     assert_eq!(expected.0, latest);
 
     // Killed at the start of the copy, after each of the 6 tables is copied, and once the
@@ -328,7 +328,7 @@ async fn a_new_warehouse_is_created_without_a_word_of_a_copy() {
         format!(
             "warehouse {}: schema version 0 -> {}\n",
             warehouse.display(),
-            callsync::warehouse::latest_version()
+            callsync::warehouse::sqlite::latest_version()
         )
     );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no log line");

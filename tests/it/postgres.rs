@@ -613,7 +613,7 @@ async fn the_views_hold_on_postgres_what_they_hold_on_sqlite() {
         env.pass_ok(&s).await;
         env.assert_matches_truth(&s);
         let db = pg::database();
-        env.pg = Some(db.clone());
+        env.use_postgres(db.clone());
         env.pass_ok(&s).await;
         env.assert_matches_truth(&s);
 
@@ -692,10 +692,11 @@ async fn healthz_says_503_while_the_server_is_unreachable_and_200_once_it_is_bac
         1,
     );
     assert_ne!(url, db.url);
-    env.config.warehouse.postgres = Some(callsync::config::PostgresConfig {
-        url,
-        password: None,
-    });
+    env.config.warehouse.destination =
+        callsync::config::DestinationConfig::Postgres(callsync::config::PostgresConfig {
+            url,
+            password: None,
+        });
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
         .unwrap();

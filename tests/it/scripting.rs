@@ -137,9 +137,11 @@ async fn sync_and_backfill_print_one_json_line_per_pass() {
     // A failed pass and a skipped one are lines too, with their error; the exit code says so;
     // the logs stay on stderr.
     let unknown = "0b2e7a55-9999-4c0b-9f39-0d3c5a3f2b11";
-    let lock =
-        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), env.schedules()[1])
-            .expect("the lock");
+    let lock = callsync::warehouse::sqlite::ScheduleLock::acquire(
+        &env.warehouse_path(),
+        env.schedules()[1],
+    )
+    .expect("the lock");
     let out = callsync(&[
         "--config",
         c,
@@ -688,7 +690,7 @@ async fn simulate_exposes_its_fault_rate_limit_and_token_knobs() {
     }
 }
 
-both!(
+conformance!(
     checkpoint_json_prints_each_schedule_and_each_move_as_one_object,
     checkpoint_json_scenario
 );

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use callsync::service::Timestamp;
 use callsync::simulator::{DialerOptions, Precision, SimulatorOptions};
-use callsync::sync::{Engine, PassPlan, PassResult, Quiet};
+use callsync::sync::{PassPlan, PassResult, Quiet, Skip};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -145,7 +145,7 @@ async fn three_daemons_share_the_schedules_on_postgres() {
     }
     let mut env = partition_env().await;
     let database = crate::pg::database();
-    env.pg = Some(database.clone());
+    env.use_postgres(database.clone());
     let destination = Postgres(database);
     three_daemons_share_the_schedules_and_survive_a_kill(&env, &destination).await;
 }
@@ -536,19 +536,19 @@ async fn a_schedule_walked_since_the_tick_is_skipped_not_walked_again() {
     let tick = Timestamp::now();
     // Another daemon (here: another engine) walks it after the tick.
     env.pass_ok(&[s]).await;
-    let engine = Engine::start(&env.config).expect("engine");
+    let engine = crate::harness::engine_for(&env.config);
     let mut plan = PassPlan::incremental(&env.config.sync);
     plan.unless_walked_since = Some(tick);
     let report = engine
         .run_pass(s, &plan, &CancellationToken::new(), &Quiet)
         .await;
-    let PassResult::Skipped(reason) = &report.result else {
-        panic!("walked again: {:?}", report.result);
-    };
-    let walker = engine.walker().to_string();
-    assert!(
-        reason.contains(&format!("was walked by {walker} since this tick")),
-        "{reason}"
+    assert_eq!(
+        report.result,
+        PassResult::Skipped(Skip::WalkedSince {
+            schedule: s,
+            walker: engine.walker().clone(),
+        }),
+        "walked again"
     );
     assert_eq!(report.stats.requests, 0, "nothing asked of the service");
     // The next tick walks it.
@@ -575,8 +575,8 @@ async fn every_command_respects_a_schedule_another_process_walks() {
     let s = env.schedules();
     let config = env.write_config("");
     env.create_warehouse();
-    let held =
-        callsync::warehouse::ScheduleLock::acquire(&env.warehouse_path(), s[0]).expect("lock");
+    let held = callsync::warehouse::sqlite::ScheduleLock::acquire(&env.warehouse_path(), s[0])
+        .expect("lock");
     let busy = format!(
         "schedule {} is being synced by another callsync process",
         s[0]

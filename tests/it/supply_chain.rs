@@ -1,7 +1,8 @@
 //! Supply chain: `backoff` (unmaintained) and `tokio-cron-scheduler`, which the user asked
 //! for, are each used by one module of callsync only, so replacing one is a change to one
 //! file; and every exception in `deny.toml` (checked by `cargo deny` in `.ci/supply-chain`)
-//! says why it is there.
+//! says why it is there; and an older `rand`/`getrandom` stays in Cargo.lock only for the
+//! crates that need it.
 
 use std::path::{Path, PathBuf};
 
@@ -101,5 +102,73 @@ fn every_exception_in_deny_toml_says_why() {
             exceptions.iter().any(|e| e == name),
             "deny.toml lacks {name}: {exceptions:?}"
         );
+    }
+}
+
+/// One version each of `rand`, `rand_core` and `getrandom` is callsync's own; an older one
+/// stays in Cargo.lock only for a crate that asks for it and has no release that does not:
+/// `backoff` 0.4 (its last release, kept at the user's request) pulls rand 0.8, and `ring`
+/// 0.17 (rustls' crypto) getrandom 0.2. A version that lingers for any other crate fails.
+/// `(name, version, dependencies as Cargo.lock spells them)` of every package in Cargo.lock.
+fn locked_packages() -> Vec<(String, String, Vec<String>)> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"))
+        .expect("Cargo.lock");
+    let quoted = |line: &str| line.split('"').nth(1).unwrap_or_default().to_owned();
+    let mut packages = Vec::new();
+    for block in text.split("[[package]]").skip(1) {
+        let (mut name, mut version, mut deps) = (String::new(), String::new(), Vec::new());
+        let mut in_deps = false;
+        for line in block.lines().map(str::trim) {
+            match line {
+                l if l.starts_with("name = ") => name = quoted(l),
+                l if l.starts_with("version = ") => version = quoted(l),
+                "dependencies = [" => in_deps = true,
+                "]" => in_deps = false,
+                l if in_deps => deps.push(quoted(l)),
+                _ => {}
+            }
+        }
+        packages.push((name, version, deps));
+    }
+    packages
+}
+
+#[test]
+fn older_random_crates_stay_only_for_the_crates_that_need_them() {
+    let packages = locked_packages();
+    assert!(
+        packages.len() > 100,
+        "Cargo.lock read: {} packages",
+        packages.len()
+    );
+    // The crates allowed to hold an older version up, and those older versions' own family.
+    let allowed = ["backoff", "ring", "rand", "rand_core", "rand_chacha"];
+    for name in ["rand", "rand_core", "getrandom"] {
+        let mut versions: Vec<&String> = packages
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, v, _)| v)
+            .collect();
+        versions.sort_by_key(|v| {
+            v.split('.')
+                .map(|n| n.parse::<u64>().unwrap_or(0))
+                .collect::<Vec<_>>()
+        });
+        assert!(versions.len() <= 2, "{name}: {versions:?} in Cargo.lock");
+        let Some((_newest, older)) = versions.split_last() else {
+            continue;
+        };
+        for version in older {
+            let spelled = format!("{name} {version}");
+            let holders: Vec<&String> = packages
+                .iter()
+                .filter(|(_, _, deps)| deps.contains(&spelled))
+                .map(|(n, _, _)| n)
+                .collect();
+            assert!(
+                !holders.is_empty() && holders.iter().all(|h| allowed.contains(&h.as_str())),
+                "{spelled} is held in Cargo.lock by {holders:?}: move them to the newest {name}"
+            );
+        }
     }
 }

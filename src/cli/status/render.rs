@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 
 use crate::service::Timestamp;
-use crate::warehouse::{LATE_PASS_TICKS, PROCESS_ENDED, RunOutcome, ScheduleStatus, TICKS_COUNTED};
+use crate::warehouse::{
+    LATE_PASS_TICKS, PROCESS_ENDED, RunOutcome, RunSummary, ScheduleStatus, TICKS_COUNTED,
+};
 
 /// `callsync status` as a table for a terminal.
 pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
@@ -13,145 +15,9 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
     }
     let mut out = String::new();
     for s in rows {
-        let lag = s
-            .cursor
-            .as_deref()
-            .and_then(|c| Timestamp::parse(c).ok())
-            .map(|c| format!("{:.0}s", now.secs_since(c)))
-            .unwrap_or_else(|| "-".into());
-        match &s.schedule_name {
-            Some(name) => {
-                let _ = writeln!(out, "schedule {}  \"{name}\"", s.schedule_uid);
-            }
-            None => {
-                let _ = writeln!(out, "schedule {}", s.schedule_uid);
-            }
-        }
-        if let Some(since) = &s.busy_since {
-            let _ = writeln!(
-                out,
-                "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  cursor       {}  (lag {lag})",
-            s.cursor.as_deref().unwrap_or("none")
-        );
-        match &s.last_run {
-            Some(run) => {
-                let result = match run.outcome {
-                    Some(RunOutcome::Behind) => format!(
-                        "BEHIND the service by {:.0}s{}",
-                        run.lag_secs.unwrap_or_default(),
-                        slowed_by_text(&run.slowed_by())
-                    ),
-                    None => "running, or the process died".to_owned(),
-                    Some(RunOutcome::Interrupted)
-                        if run.error.as_deref() == Some(PROCESS_ENDED) =>
-                    {
-                        PROCESS_ENDED.to_owned()
-                    }
-                    Some(RunOutcome::Interrupted) => {
-                        "interrupted by shutdown (the next pass resumes)".to_owned()
-                    }
-                    Some(RunOutcome::Failed) => match &run.error_kind {
-                        Some(kind) => format!(
-                            "FAILED ({kind}): {}",
-                            run.error.as_deref().unwrap_or_default()
-                        ),
-                        None => format!("FAILED: {}", run.error.as_deref().unwrap_or_default()),
-                    },
-                    Some(RunOutcome::Completed) => "ok".to_owned(),
-                };
-                let _ = writeln!(
-                    out,
-                    "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
-                    run.kind,
-                    run.run_id,
-                    run.started_at,
-                    run.walked_by()
-                        .map(|by| format!(" by {by}"))
-                        .unwrap_or_default(),
-                    run.pages,
-                    run.calls_seen,
-                    run.calls_written,
-                    run.requests,
-                    run.retries
-                );
-            }
-            None if s.never_synced => {
-                let _ = writeln!(
-                    out,
-                    "  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)"
-                );
-            }
-            None => {
-                let _ = writeln!(out, "  last pass    none");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "  last success {}",
-            s.last_success_at.as_deref().unwrap_or("never")
-        );
-        if let Some(b) = s.backing_off.as_ref().filter(|_| s.is_backing_off()) {
-            let _ = writeln!(
-                out,
-                "  BACKING OFF  after {} failed passes in a row the daemon sits out {} of sync.cron: next try at {}",
-                b.failures,
-                crate::counted(b.ticks, "tick", "ticks"),
-                b.next_try_at
-            );
-        }
-        if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
-            let ticks = if ticks >= TICKS_COUNTED {
-                format!("{TICKS_COUNTED} or more")
-            } else {
-                ticks.to_string()
-            };
-            if s.never_synced {
-                let _ = writeln!(
-                    out,
-                    "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
-                );
-            } else if let Some(since) = &s.busy_since {
-                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
-                let _ = writeln!(
-                    out,
-                    "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
-                    last.as_deref().unwrap_or("?")
-                );
-            } else {
-                let last = s.last_recorded_at().map(Timestamp::to_sqlite);
-                let _ = writeln!(
-                    out,
-                    "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
-                    last.as_deref().unwrap_or("?")
-                );
-            }
-        }
-        if s.falling_behind {
-            let _ = writeln!(
-                out,
-                "  FALLING BEHIND: the last {} passes ended behind the service{}; see docs/monitor.md, \"Falling behind\"",
-                s.behind_passes,
-                slowed_by_text(&s.slowed_by)
-            );
-        }
-        if let Some(stale) = s.stale_secs.filter(|_| s.over_max_lag) {
-            let _ = writeln!(
-                out,
-                "  LAGGING: the warehouse last held every change of this schedule {stale:.0}s ago (lag {stale:.0}s), more than sync.max_lag_secs past the sync.cron tick due to catch up: its passes fail, end behind, or run long; see the last pass and the daemon's log (journalctl -u callsync)"
-            );
-        }
-        if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
-            let _ = writeln!(
-                out,
-                "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
-                run.future_rows
-            );
-        }
+        render_where(&mut out, s, now);
+        render_last_pass(&mut out, s);
+        render_attention(&mut out, s);
         let _ = writeln!(
             out,
             "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
@@ -159,6 +25,160 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
         );
     }
     out
+}
+
+/// The schedule, whether its pass runs, and its cursor with its lag at `now`.
+fn render_where(out: &mut String, s: &ScheduleStatus, now: Timestamp) {
+    let lag = s
+        .cursor
+        .as_deref()
+        .and_then(|c| Timestamp::parse(c).ok())
+        .map(|c| format!("{:.0}s", now.secs_since(c)))
+        .unwrap_or_else(|| "-".into());
+    match &s.schedule_name {
+        Some(name) => {
+            let _ = writeln!(out, "schedule {}  \"{name}\"", s.schedule_uid);
+        }
+        None => {
+            let _ = writeln!(out, "schedule {}", s.schedule_uid);
+        }
+    }
+    if let Some(since) = &s.busy_since {
+        let _ = writeln!(
+            out,
+            "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  cursor       {}  (lag {lag})",
+        s.cursor.as_deref().unwrap_or("none")
+    );
+}
+
+/// The latest pass and the latest success.
+fn render_last_pass(out: &mut String, s: &ScheduleStatus) {
+    match &s.last_run {
+        Some(run) => {
+            let result = pass_result(run);
+            let _ = writeln!(
+                out,
+                "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
+                run.kind,
+                run.run_id,
+                run.started_at.to_sqlite(),
+                run.walked_by()
+                    .map(|by| format!(" by {by}"))
+                    .unwrap_or_default(),
+                run.pages,
+                run.calls_seen,
+                run.calls_written,
+                run.requests,
+                run.retries
+            );
+        }
+        None if s.never_synced => {
+            let _ = writeln!(
+                out,
+                "  last pass    never synced (in sync.schedules; the warehouse holds no pass of it)"
+            );
+        }
+        None => {
+            let _ = writeln!(out, "  last pass    none");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  last success {}",
+        s.last_success_at.as_deref().unwrap_or("never")
+    );
+}
+
+/// How the latest pass ended, in words.
+fn pass_result(run: &RunSummary) -> String {
+    match run.outcome {
+        Some(RunOutcome::Behind) => format!(
+            "BEHIND the service by {:.0}s{}",
+            run.lag_secs.unwrap_or_default(),
+            slowed_by_text(&run.slowed_by())
+        ),
+        None => "running, or the process died".to_owned(),
+        Some(RunOutcome::Interrupted) if run.error.as_deref() == Some(PROCESS_ENDED) => {
+            PROCESS_ENDED.to_owned()
+        }
+        Some(RunOutcome::Interrupted) => {
+            "interrupted by shutdown (the next pass resumes)".to_owned()
+        }
+        Some(RunOutcome::Failed) => match &run.error_kind {
+            Some(kind) => format!(
+                "FAILED ({kind}): {}",
+                run.error.as_deref().unwrap_or_default()
+            ),
+            None => format!("FAILED: {}", run.error.as_deref().unwrap_or_default()),
+        },
+        Some(RunOutcome::Completed) => "ok".to_owned(),
+    }
+}
+
+/// What needs someone: backing off, no recent pass, falling behind, lagging, future rows.
+fn render_attention(out: &mut String, s: &ScheduleStatus) {
+    if let Some(b) = s.backing_off.as_ref().filter(|_| s.is_backing_off()) {
+        let _ = writeln!(
+            out,
+            "  BACKING OFF  after {} failed passes in a row the daemon sits out {} of sync.cron: next try at {}",
+            b.failures,
+            crate::counted(b.ticks, "tick", "ticks"),
+            b.next_try_at
+        );
+    }
+    if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
+        let ticks = if ticks >= TICKS_COUNTED {
+            format!("{TICKS_COUNTED} or more")
+        } else {
+            ticks.to_string()
+        };
+        if s.never_synced {
+            let _ = writeln!(
+                out,
+                "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
+            );
+        } else if let Some(since) = &s.busy_since {
+            let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+            let _ = writeln!(
+                out,
+                "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
+                last.as_deref().unwrap_or("?")
+            );
+        } else {
+            let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+            let _ = writeln!(
+                out,
+                "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
+                last.as_deref().unwrap_or("?")
+            );
+        }
+    }
+    if s.falling_behind {
+        let _ = writeln!(
+            out,
+            "  FALLING BEHIND: the last {} passes ended behind the service{}; see docs/monitor.md, \"Falling behind\"",
+            s.behind_passes,
+            slowed_by_text(&s.slowed_by)
+        );
+    }
+    if let Some(stale) = s.stale_secs.filter(|_| s.over_max_lag) {
+        let _ = writeln!(
+            out,
+            "  LAGGING: the warehouse last held every change of this schedule {stale:.0}s ago (lag {stale:.0}s), more than sync.max_lag_secs past the sync.cron tick due to catch up: its passes fail, end behind, or run long; see the last pass and the daemon's log (journalctl -u callsync)"
+        );
+    }
+    if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
+        let _ = writeln!(
+            out,
+            "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
+            run.future_rows
+        );
+    }
 }
 
 fn slowed_by_text(reasons: &[String]) -> String {
@@ -189,8 +209,8 @@ mod tests {
     fn run(outcome: Option<RunOutcome>, error: Option<&str>) -> RunSummary {
         RunSummary {
             kind: "backfill".into(),
-            started_at: "2026-01-01T02:00:00.000000Z".into(),
-            finished_at: outcome.map(|_| "2026-01-01T02:00:01.000000Z".into()),
+            started_at: ts("2026-01-01T02:00:00Z"),
+            finished_at: outcome.map(|_| ts("2026-01-01T02:00:01Z")),
             pages: 3,
             calls_seen: 250,
             calls_written: 240,

@@ -13,13 +13,28 @@
 //! - every uid read at `T` is in the group (nothing left it).
 //!
 //! So once the distinct uids read at `T` number the group's size, the walk holds every call
-//! of the group. The window is proven quiet as a quiet run is (see `run.rs`): the same
-//! `total_count` on every page, then one request for anything stamped since the window's
-//! first `Date` minus the late-commit window, answering nothing. A window that is not quiet
-//! is dropped and the group read again in a new one; a group that cannot be covered within
-//! the page budget, or in `WalkLimits::max_cover_windows` windows, or that cannot be
-//! proven at all (no `Date` or `total_count`, or younger than the late-commit window) ends
-//! the walk with `WalkError::GroupIncomplete`, the checkpoint held at `T`.
+//! of the group. The window is proven quiet *for the group*, so that the rest of a live
+//! schedule may change meanwhile:
+//! - nothing entered it: every page of the window repeats the group's `total_count`;
+//! - nothing left it: the *departure count* — `total_count` of one request from
+//!   `T + 1 s` — is the same when the window closes as when it opened. A call leaving the
+//!   group is stamped at or after the service's clock less the late-commit window, which
+//!   must be past `T + 1 s` (else the group is too young: `Incomplete::Young`), so it
+//!   raises the count; and nothing lowers it, as no call is stamped back before that
+//!   instant. (A whole second, so that a service keeping fewer digits still parses the
+//!   instant as after `T`; calls between `T` and it are not the group's.)
+//!
+//! A window that is not quiet is dropped and the group read again in a new one (the count
+//! that closed one opens the next); a group that cannot be covered within the page budget,
+//! or in `WalkLimits::max_cover_windows` windows, or that cannot be proven at all (no
+//! `Date` or `total_count`, or younger than the late-commit window) ends the walk with
+//! `WalkError::GroupIncomplete`, the checkpoint held at `T`.
+//!
+//! Within one sweep, a stable order never shows a call twice: nothing enters the group
+//! (the count), so calls only leave, which moves the calls after them to positions already
+//! read. A sweep that does shows the order unstable. A cover that only confirms what two
+//! scans read ([`Cover::confirming`]) uses this: sweeps without a repeat stand for the
+//! stable order the scans assumed, when the group changes under every window.
 //!
 //! Each sweep reads the group's pages with another page size: a service whose tie order
 //! depends on `LIMIT` shows other calls for every other size, and one that orders anew on
@@ -77,15 +92,40 @@ const SWEEP_SIZES: [u32; 16] = [
     31,
 ];
 
+/// How far after a group's instant its departure count starts: a whole second, which a
+/// service writing its timestamps to any precision parses as later than the group.
+const COUNTED_FROM: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sweeps without a call read twice after which a group that changed under every window
+/// is taken to be in a stable order (see [`Cover::confirming`]).
+const STABLE_SWEEPS: u32 = 2;
+
+/// The instant from which the departures of the group at `at` are counted: a call leaving
+/// it is counted when it is stamped at or after this, which a window's `since` at or after
+/// it ensures.
+pub(super) fn counted_from(at: Timestamp) -> Timestamp {
+    at.saturating_add(COUNTED_FROM)
+}
+
+/// Whether the group at `at` is too young to be covered by the service's clock in `quiet`: a
+/// call leaving it could be stamped before its departure count's instant.
+pub(super) fn too_young(at: Timestamp, quiet: Quiet) -> bool {
+    quiet.since < counted_from(at)
+}
+
 /// The group at `at` being covered.
 #[derive(Debug)]
 pub(super) struct Cover {
     pub(super) at: Timestamp,
-    /// What the window's first page said: its `total_count` every page must repeat, and the
-    /// instant from which the closing check asks.
+    /// What the window's first page said: its `total_count` every page must repeat.
     quiet: Option<Quiet>,
+    /// The departure count (`total_count` after `at + COUNTED_FROM`) when the window
+    /// opened: the same count when it closes shows no call left the group meanwhile.
+    departures: Option<u64>,
     /// Distinct uids read at `at` in this window.
     read: HashSet<Uuid>,
+    /// Uids read at `at` in the current sweep: one read twice shows an unstable order.
+    sweep_read: HashSet<Uuid>,
     /// The group's size, once a page of this window showed where it ends.
     size: Option<u32>,
     /// The most calls the walk had seen in the group before covering it: its size for an
@@ -95,18 +135,29 @@ pub(super) struct Cover {
     exit: Option<Exit>,
     /// Sweeps started, in all windows (they index [`SWEEP_SIZES`]).
     sweeps: u32,
+    /// Sweeps finished without a call read twice.
+    clean_sweeps: u32,
+    /// Whether a sweep read a call twice: the order is unstable.
+    pub(super) shown_unstable: bool,
+    /// The exit two scans found, for a group covered only to confirm them (see
+    /// [`Cover::confirming`]).
+    scanned: Option<Exit>,
     pub(super) page: u32,
     /// Windows opened so far.
     windows: u32,
-    /// Whether the next request is the window's closing check.
-    pub(super) checking: bool,
+    /// Whether the next request asks for the departure count instead of a page.
+    pub(super) counting: bool,
 }
 
 /// Where a cover's page leads.
 pub(super) enum CoverStep {
     Next(Cover),
-    /// The group is read whole: leave it.
-    Done(Exit),
+    /// The group is read whole (or, confirming scans, shown in a stable order): leave it;
+    /// `unstable` when a sweep showed the order unstable.
+    Done {
+        exit: Exit,
+        unstable: bool,
+    },
     Failed(Failure),
 }
 
@@ -116,14 +167,32 @@ impl Cover {
         Cover {
             at,
             quiet: None,
+            departures: None,
             read: HashSet::new(),
+            sweep_read: HashSet::new(),
             size: None,
             known,
             exit: None,
             sweeps: 1,
+            clean_sweeps: 0,
+            shown_unstable: false,
+            scanned: None,
             page: 1,
             windows: 1,
-            checking: false,
+            counting: true,
+        }
+    }
+
+    /// A cover that confirms what two scans read of a group that changed under them, in an
+    /// order nothing has shown unstable. The scans read every call of a group in a stable
+    /// order; in an unstable one, calls leaving the group can hide a call they missed. So
+    /// the group is covered; if it changes under every window, sweeps that never read a
+    /// call twice (impossible for a call in an unstable order over two pages or more, see
+    /// the module doc) stand for the order, and the walk leaves from the scans' exit.
+    pub(super) fn confirming(at: Timestamp, known: u32, scanned: Exit) -> Cover {
+        Cover {
+            scanned: Some(scanned),
+            ..Cover::new(at, known)
         }
     }
 
@@ -132,7 +201,12 @@ impl Cover {
         SWEEP_SIZES[(self.sweeps as usize - 1) % SWEEP_SIZES.len()]
     }
 
-    /// Takes the answer to [`Cover::page`] (or to the closing check).
+    /// The instant the departure count is asked from.
+    pub(super) fn counted_from(&self) -> Timestamp {
+        counted_from(self.at)
+    }
+
+    /// Takes the answer to [`Cover::page`] (or to the departure count).
     pub(super) fn step(
         mut self,
         rows: &[RowKey],
@@ -140,8 +214,8 @@ impl Cover {
         late_commits: std::time::Duration,
         limits: Limits,
     ) -> CoverStep {
-        if self.checking {
-            return self.after_check(rows, facts, limits);
+        if self.counting {
+            return self.after_count(facts, limits);
         }
         let opening = self.quiet.is_none();
         if opening {
@@ -152,15 +226,13 @@ impl Cover {
         }
         let size = self.page_size();
         let tie_rows = count_at(self.at, rows);
-        self.read.extend(
-            rows.iter()
-                .filter(|r| r.updated_at == self.at)
-                .map(|r| r.uid),
-        );
+        self.record(rows);
         if opening {
             match self.quiet {
                 None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
-                Some(q) if q.since <= self.at => {
+                // A call leaving the group must be stamped at or after the departure count's
+                // instant, and none may be stamped back into the group.
+                Some(q) if too_young(self.at, q) => {
                     return CoverStep::Failed(self.incomplete(Incomplete::Young));
                 }
                 Some(_) => {}
@@ -179,8 +251,9 @@ impl Cover {
         } else {
             exit_through(self.at, rows, rows.len() == size as usize)
         });
+        self.end_sweep();
         if self.size.is_some_and(|n| len_u32(self.read.len()) >= n) {
-            self.checking = true;
+            self.counting = true;
             return CoverStep::Next(self);
         }
         // Another sweep, with another page size, over the pages the group fills.
@@ -189,24 +262,59 @@ impl Cover {
         self.within_budget(limits)
     }
 
-    /// The request that closes the window: anything stamped since it opened.
-    pub(super) fn check_since(&self) -> Timestamp {
-        self.quiet.map_or(self.at, |q| q.since)
+    /// Notes the page's calls at `at`. Within one sweep of a group nothing enters (every
+    /// page repeats its count) and nothing can be stamped back into, calls only leave,
+    /// which moves the calls after them to positions already read: in a stable order no
+    /// call is read twice in one sweep.
+    fn record(&mut self, rows: &[RowKey]) {
+        for row in rows.iter().filter(|r| r.updated_at == self.at) {
+            self.read.insert(row.uid);
+            self.shown_unstable |= !self.sweep_read.insert(row.uid);
+        }
     }
 
-    fn after_check(mut self, rows: &[RowKey], facts: PageFacts, limits: Limits) -> CoverStep {
-        self.checking = false;
+    fn end_sweep(&mut self) {
+        if !self.shown_unstable && self.sweep_read.len() > self.page_size() as usize {
+            self.clean_sweeps += 1;
+        }
+        self.sweep_read.clear();
+    }
+
+    /// The departure count: it opens the first window, and closes each (opening the next).
+    fn after_count(mut self, facts: PageFacts, limits: Limits) -> CoverStep {
+        self.counting = false;
+        let Some(count) = facts.total_count else {
+            return CoverStep::Failed(self.incomplete(Incomplete::NoFacts));
+        };
+        let opened = self.departures.replace(count);
+        if opened.is_none() {
+            return CoverStep::Next(self);
+        }
         let read = len_u32(self.read.len());
-        match (super::run::is_quiet(rows, facts), self.exit, self.size) {
-            // Nothing moved in the window: what it read at `at` is in the group, and there
-            // are as many as the group holds.
-            (true, Some(exit), Some(size)) if read == size => CoverStep::Done(exit),
+        match (opened == Some(count), self.exit, self.size) {
+            // No call left the group in the window and none entered it (every page repeated
+            // its count): what it read at `at` is in the group, and there are as many as
+            // the group holds.
+            (true, Some(exit), Some(size)) if read == size => CoverStep::Done {
+                exit,
+                unstable: self.shown_unstable,
+            },
             _ => self.new_window(limits),
         }
     }
 
-    /// Something moved under the window: read the group again in a new one.
+    /// Something moved under the window: read the group again in a new one (its departure
+    /// count is the one that closed the last).
     fn new_window(mut self, limits: Limits) -> CoverStep {
+        if let Some(scanned) = self.scanned
+            && !self.shown_unstable
+            && self.clean_sweeps >= STABLE_SWEEPS
+        {
+            return CoverStep::Done {
+                exit: scanned,
+                unstable: false,
+            };
+        }
         if self.windows >= limits.windows {
             let windows = self.windows;
             return CoverStep::Failed(self.incomplete(Incomplete::KeptChanging { windows }));
@@ -215,10 +323,11 @@ impl Cover {
         self.sweeps += 1;
         self.quiet = None;
         self.read.clear();
+        self.sweep_read.clear();
         self.size = None;
         self.exit = None;
         self.page = 1;
-        self.checking = false;
+        self.counting = self.departures.is_none();
         CoverStep::Next(self)
     }
 

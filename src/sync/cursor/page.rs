@@ -49,6 +49,14 @@ pub(super) fn exit_through(at: Timestamp, rows: &[RowKey], full: bool) -> Exit {
     }
 }
 
+/// An exit learnt some requests ago, taken now: the walk reads on from it rather than end
+/// there, since calls that changed meanwhile are stamped after it.
+pub(super) fn resumed(exit: Exit) -> Exit {
+    match exit {
+        Exit::End(at) | Exit::Continue(at) => Exit::Continue(at),
+    }
+}
+
 /// A count of rows as a list position (saturating, which no real group reaches).
 pub(super) fn len_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)

@@ -14,7 +14,7 @@ use super::claim::lock_key;
 use super::session::{PgContext, RowColumn, wait};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::interrupted::{Unfinished, by_schedule, log_marked};
-use crate::warehouse::runs::PROCESS_ENDED;
+use crate::warehouse::records::PROCESS_ENDED;
 
 const STEP: &str = "marking interrupted passes";
 

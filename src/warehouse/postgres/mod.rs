@@ -1,16 +1,19 @@
 //! The PostgreSQL warehouse: the SQLite warehouse's tables and views on a server, natively
 //! typed, for several BI tools and several daemons (docs/postgres.md).
 //!
-//! It lives in `warehouse/` because only the warehouse speaks SQL; it shares the SQLite
-//! warehouse's model → row translation (`rows.rs`) and its status types, and keeps its own SQL:
-//! the two dialects differ in every statement that matters (`unnest` arrays, `ON CONFLICT`
-//! on native types, advisory locks).
+//! A sibling of `sqlite/` under the one contract (`warehouse/destination.rs`;
+//! `destination.rs` here is this back end's side of it): it shares the floor — the model →
+//! row translation (`rows.rs`), the write rule (`write_plan.rs`), the records and the status
+//! read side — and keeps its own SQL: the two dialects differ in every statement that matters
+//! (`unnest` arrays, `ON CONFLICT` on native types, advisory locks). It imports nothing of
+//! `sqlite/`.
 //!
 //! Synchronous, like the SQLite warehouse: the sync engine calls it on its writer thread.
 //! tokio-postgres drives each connection on a small runtime of its own (`runtime()`), and the
 //! calls wait for their answers with `futures::executor::block_on`, which works on any thread,
 //! inside an async runtime or not (a nested tokio `block_on` would panic).
 //!
+//! - `destination.rs` — `Backend` and `Destination`: what the rest of callsync sees.
 //! - `target.rs` — the libpq URI, sslmode, the password's sources, the display form.
 //! - `tls.rs` — rustls with libpq's sslmode meanings.
 //! - `schema.rs` — versioned migrations (`migrations-postgres/`) under an advisory lock.
@@ -26,6 +29,8 @@
 
 mod batch;
 mod claim;
+mod comments;
+pub mod destination;
 mod interrupted;
 mod pipeline;
 mod resources;
@@ -48,8 +53,8 @@ pub use schema::latest_version;
 pub use session::ping;
 pub use target::{PgTarget, SslMode, TargetError};
 
-use super::MigrationReport;
-use super::error::WarehouseError;
+use crate::warehouse::MigrationReport;
+use crate::warehouse::error::WarehouseError;
 use session::{connect, pg_error, wait};
 
 /// A connection to the PostgreSQL warehouse, migrated to the version this callsync knows.
@@ -61,10 +66,10 @@ use session::{connect, pg_error, wait};
 ///
 /// Passes write at once, each over a connection of its own: [`PgWarehouse::fork`] makes
 /// another handle on the same warehouse, which connects at its first use and shares this
-/// one's claims. The writer runs one handle a thread and adds one only when every thread is
-/// busy (`sync/writer.rs`), so the connections, a small pool held one a thread, number the
-/// writes in flight at their busiest — never more than the passes in flight, whatever sets
-/// their number.
+/// one's claims. The writer runs one handle a thread and adds one when more jobs are outstanding
+/// than it has threads (`sync/writer.rs`), so the connections, a small pool held one a
+/// thread, number the writes in flight at their busiest — never more than the passes in
+/// flight, whatever sets their number.
 pub struct PgWarehouse {
     /// `None` until a forked handle's first use.
     connection: Mutex<Option<Connection>>,

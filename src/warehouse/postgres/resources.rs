@@ -8,13 +8,34 @@ use super::PgWarehouse;
 use super::session::{PgContext, micros, wait};
 use crate::service::{Campaign, Schedule, Timestamp};
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::resources::{RECORD_CAMPAIGN, RECORD_SCHEDULE, numbered_for_postgres};
+
+/// A campaign as the service answered.
+const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
+   (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ ON CONFLICT (uid) DO UPDATE SET
+   name = excluded.name, type = excluded.type, direction = excluded.direction,
+   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+   recorded_at = excluded.recorded_at";
+
+/// A schedule as the service answered; an update keeps the campaign recorded before.
+const RECORD_SCHEDULE: &str = "INSERT INTO schedules
+   (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
+    is_enabled, created_at, updated_at, recorded_at)
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ ON CONFLICT (uid) DO UPDATE SET
+   campaign_uid = coalesce(excluded.campaign_uid, schedules.campaign_uid),
+   name = excluded.name, starts_at = excluded.starts_at,
+   ends_at = excluded.ends_at, retry_type = excluded.retry_type,
+   retry_intervals = excluded.retry_intervals,
+   is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
+   recorded_at = excluded.recorded_at";
 
 impl PgWarehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
         wait(self.client()?.execute(
-            &numbered_for_postgres(RECORD_CAMPAIGN),
+            RECORD_CAMPAIGN,
             &[
                 &campaign.uid,
                 &campaign.name,
@@ -40,7 +61,7 @@ impl PgWarehouse {
         self.reconnect_if_closed()?;
         let intervals = serde_json::Value::from(schedule.retry_intervals.clone());
         wait(self.client()?.execute(
-            &numbered_for_postgres(RECORD_SCHEDULE),
+            RECORD_SCHEDULE,
             &[
                 &schedule.uid,
                 &campaign,

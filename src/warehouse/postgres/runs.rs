@@ -9,10 +9,10 @@ use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, instant, micros, wait};
 use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::queries::{RunSummary, ScheduleStatus, StatusFacts};
-use crate::warehouse::runs::{
-    Checkpoint, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, WALKER_CHARS, Walker,
+use crate::warehouse::records::{
+    Checkpoint, PROCESS_ENDED, RunId, RunKind, RunRecord, WALKER_CHARS, Walker,
 };
+use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 const READ_CHECKPOINT: &str =
     "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = $1";
@@ -352,20 +352,6 @@ impl PgWarehouse {
         .transpose()
         .pg(&self.target, "reading a schedule's name")?
         .flatten();
-        let runs = wait(self.client()?.query(
-            "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
-               retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-               throttled_secs, future_rows, host, instance, pid, id, error_kind
-             FROM sync_runs WHERE schedule_uid = $1 ORDER BY id DESC LIMIT 100",
-            &[&schedule],
-        ))
-        .pg(&self.target, "reading the last passes")?;
-        let runs = runs
-            .iter()
-            .map(|r| self.run_summary(r))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (behind_passes, failed_passes) =
-            super::super::queries::in_a_row(runs.iter().map(|r| r.outcome));
         let last_success_at: Option<OffsetDateTime> = wait(self.client()?.query_one(
             "SELECT max(finished_at) FROM sync_runs
              WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
@@ -373,6 +359,35 @@ impl PgWarehouse {
         ))
         .pg(&self.target, "reading the last successful pass")?
         .column(0, &self.target, "reading the last successful pass")?;
+        Ok(ScheduleStatus::of(
+            StatusFacts {
+                schedule_uid: schedule,
+                schedule_name,
+                cursor,
+                checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
+                recent_runs: self.recent_runs(schedule)?,
+                last_success_at: self.instant(last_success_at, "sync_runs.finished_at")?,
+                counts: self.row_counts(schedule)?,
+            },
+            now,
+        ))
+    }
+
+    /// The schedule's latest passes as stored, newest first, at most [`RECENT_PASSES`].
+    fn recent_runs(&self, schedule: Uuid) -> Result<Vec<StoredRun>, WarehouseError> {
+        let runs = wait(self.client()?.query(
+            "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
+               retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
+               throttled_secs, future_rows, host, instance, pid, id, error_kind
+             FROM sync_runs WHERE schedule_uid = $1 ORDER BY id DESC LIMIT $2",
+            &[&schedule, &RECENT_PASSES],
+        ))
+        .pg(&self.target, "reading the last passes")?;
+        runs.iter().map(|r| self.stored_run(r)).collect()
+    }
+
+    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
+    fn row_counts(&self, schedule: Uuid) -> Result<[i64; 5], WarehouseError> {
         let counts = wait(self.client()?.query_one(
             "WITH c AS (SELECT id FROM calls WHERE schedule_uid = $1)
              SELECT (SELECT count(*) FROM c),
@@ -386,53 +401,37 @@ impl PgWarehouse {
         let count = |i: usize| -> Result<i64, WarehouseError> {
             counts.column(i, &self.target, "counting rows")
         };
-        Ok(ScheduleStatus::of(
-            StatusFacts {
-                schedule_uid: schedule.to_string(),
-                schedule_name,
-                cursor,
-                checkpoint_moved_at: checkpoint.map(|c| c.updated_at),
-                last_run: runs.into_iter().next(),
-                behind_passes,
-                failed_passes,
-                last_success_at: last_success_at
-                    .map(|t| instant(&self.target, t, "sync_runs.finished_at"))
-                    .transpose()?,
-                counts: [count(0)?, count(1)?, count(2)?, count(3)?, count(4)?],
-            },
-            now,
-        ))
+        Ok([count(0)?, count(1)?, count(2)?, count(3)?, count(4)?])
     }
 
-    fn run_summary(&self, r: &Row) -> Result<RunSummary, WarehouseError> {
-        let rfc3339 = |t: Option<OffsetDateTime>, what| -> Result<Option<String>, WarehouseError> {
-            t.map(|t| instant(&self.target, t, what).map(Timestamp::to_sqlite))
-                .transpose()
-        };
+    /// A stored instant that may be missing.
+    fn instant(
+        &self,
+        at: Option<OffsetDateTime>,
+        what: &'static str,
+    ) -> Result<Option<Timestamp>, WarehouseError> {
+        at.map(|t| instant(&self.target, t, what)).transpose()
+    }
+
+    /// A `sync_runs` row as stored.
+    fn stored_run(&self, r: &Row) -> Result<StoredRun, WarehouseError> {
         const STEP: &str = "reading the last passes";
-        let finished_at = rfc3339(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?;
-        let outcome = RunOutcome::of_stored_run(
-            finished_at.is_some(),
-            r.column::<Option<String>>(9, &self.target, STEP)?
-                .as_deref(),
-        );
-        Ok(RunSummary {
+        Ok(StoredRun {
             kind: r.column(0, &self.target, STEP)?,
-            started_at: rfc3339(
-                Some(r.column(1, &self.target, STEP)?),
+            started_at: instant(
+                &self.target,
+                r.column(1, &self.target, STEP)?,
                 "sync_runs.started_at",
-            )?
-            .unwrap_or_default(),
-            finished_at,
+            )?,
+            finished_at: self.instant(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?,
             pages: r.column(3, &self.target, STEP)?,
             calls_seen: r.column(4, &self.target, STEP)?,
             calls_written: r.column(5, &self.target, STEP)?,
             requests: r.column(6, &self.target, STEP)?,
             retries: r.column(7, &self.target, STEP)?,
-            error: r.column::<Option<String>>(8, &self.target, STEP)?.map(|e| {
-                crate::untrusted::untrusted_text(&e, super::super::queries::STORED_ERROR_CHARS)
-            }),
-            horizon: rfc3339(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
+            error: r.column(8, &self.target, STEP)?,
+            outcome: r.column(9, &self.target, STEP)?,
+            horizon: self.instant(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
             lag_secs: r.column(11, &self.target, STEP)?,
             detail_requests: r.column(12, &self.target, STEP)?,
             rate_limited: r.column(13, &self.target, STEP)?,
@@ -442,10 +441,7 @@ impl PgWarehouse {
             instance: r.column(17, &self.target, STEP)?,
             pid: r.column(18, &self.target, STEP)?,
             run_id: r.column(19, &self.target, STEP)?,
-            error_kind: r
-                .column::<Option<String>>(20, &self.target, STEP)?
-                .map(|k| crate::untrusted::untrusted_text(&k, super::super::runs::WALKER_CHARS)),
-            outcome,
+            error_kind: r.column(20, &self.target, STEP)?,
         })
     }
 }

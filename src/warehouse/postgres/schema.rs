@@ -88,12 +88,27 @@ pub(super) fn migrate(
 ) -> Result<MigrationReport, WarehouseError> {
     wait(client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]))
         .pg(target, "waiting for another callsync's migration")?;
-    let result = migrate_locked(client, target);
+    let result = migrate_locked(client, target).inspect(|_| describe(client, target));
     let unlocked = wait(client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]))
         .pg(target, "releasing the migration lock");
     let report = result?;
     unlocked?;
     Ok(report)
+}
+
+/// The comments from the one source of descriptions: a role that may not write them (not
+/// the tables' owner) is told so, and the warehouse works without them.
+fn describe(client: &Client, target: &PgTarget) {
+    match super::comments::describe(client, target) {
+        Ok(0) => {}
+        Ok(written) => tracing::info!(written, warehouse = target.display(), "tables described"),
+        Err(err) => tracing::warn!(
+            warehouse = target.display(),
+            "the tables' descriptions (COMMENT ON) were not written: {}; connect once as the \
+             tables' owner to write them (BI tools then show what each column means)",
+            crate::error_chain(&err)
+        ),
+    }
 }
 
 fn migrate_locked(client: &Client, target: &PgTarget) -> Result<MigrationReport, WarehouseError> {

@@ -8,8 +8,8 @@ use time::OffsetDateTime;
 use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::Timestamp;
+use crate::warehouse::days::offsets;
 use crate::warehouse::error::WarehouseError;
-use crate::warehouse::timezone::offsets;
 
 /// One row: from `starts_at` on (`None`: from the beginning, stored as `-infinity`), local
 /// time is UTC plus the seconds.

@@ -6,15 +6,12 @@
 //! (parameters, attempts, notifications); the attempts' children and the summaries; the
 //! checkpoint with the commit. A page that changes no call costs two.
 //!
-//! The rules are the SQLite writer's (`upsert.rs`), whose helpers decide the same things here:
-//! a call whose content hash and schedule are stored is skipped; a stored call (or one that
-//! repeats a child uid) mirrors the service — children it no longer shows are deleted — while
-//! a key the service did not send leaves the stored rows alone; summaries come from the
-//! children sent, or are recomputed in SQL where the stored children are partly unknown.
-//! One statement cannot touch a row twice, where SQLite's row-by-row writes let the last one
-//! win: so a call listed twice in a page goes into a second round of statements, and a child
-//! uid repeated within a call keeps its last row (and an attempt's last sent list of outcomes
-//! or variables), which is what the row-by-row writes leave.
+//! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
+//! which round, how their children mirror the service and whether their summary is known.
+//! One statement cannot touch a row twice, where row-by-row writes let the last one win: so a
+//! call listed twice in a page goes into a second round of statements (the plan's rounds),
+//! and a child uid repeated within a call keeps its last row (and an attempt's last sent list
+//! of outcomes or variables), which is what the row-by-row writes leave.
 //!
 //! A page is written only under its schedule's claim, and its transaction begins with the
 //! claim's fence (`claim.rs`): a process that lost its claim, even without knowing it, never
@@ -35,10 +32,9 @@ use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINT;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{Attempt, OutboundCall, Timestamp};
-use crate::warehouse::PageWrite;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::{self, AttemptRow, CallRow};
-use crate::warehouse::upsert::{repeats_a_child_uid, rows_of, sends_every_child_list};
+use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
 
 const READ_FINGERPRINTS: &str =
     "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)";
@@ -124,7 +120,8 @@ impl PgWarehouse {
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let written = (|| {
             let stored = self.begin_page(schedule, generation, calls)?;
-            let (written, rounds) = plan(calls, &call_rows, stored, schedule);
+            let plan = plan(calls, &call_rows, stored, schedule);
+            let (written, rounds) = (plan.counts, plan.rounds());
             let synced_at = synced_at.to_sqlite();
             for round in rounds {
                 self.write_round(calls, &call_rows, &round, &synced_at)?;
@@ -140,14 +137,13 @@ impl PgWarehouse {
     }
 
     /// One round trip: the page's transaction begins, its fence is checked
-    /// ([`Self::check_fence`]), and the page's stored calls are read (`uid → (content_hash,
-    /// schedule_uid)`).
+    /// ([`Self::check_fence`]), and the page's stored calls' fingerprints are read.
     fn begin_page(
         &self,
         schedule: Uuid,
         generation: i64,
         calls: &[OutboundCall],
-    ) -> Result<HashMap<Uuid, (i64, Uuid)>, WarehouseError> {
+    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
         let mut pipeline = Pipeline::default();
         let fence = self.statement(READ_FENCE, "checking the schedule's fence")?;
@@ -233,7 +229,9 @@ impl PgWarehouse {
         let statement = self.statement(READ_FINGERPRINTS, step)?;
         let found = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
         let stored = stored_fingerprints(&found).pg(&self.target, step)?;
-        Ok(plan(calls, &call_rows, stored, schedule).0.calls_written)
+        Ok(plan(calls, &call_rows, stored, schedule)
+            .counts
+            .calls_written)
     }
 
     /// Writes the calls `round` names (indexes into `calls`, each with whether it was stored):
@@ -403,9 +401,15 @@ impl PgWarehouse {
 /// `uid → (content_hash, schedule_uid)` of the page's stored calls, from their rows.
 fn stored_fingerprints(
     rows: &[tokio_postgres::Row],
-) -> Result<HashMap<Uuid, (i64, Uuid)>, tokio_postgres::Error> {
+) -> Result<HashMap<Uuid, Fingerprint>, tokio_postgres::Error> {
     rows.iter()
-        .map(|r| Ok((r.try_get(0)?, (r.try_get(1)?, r.try_get(2)?))))
+        .map(|r| {
+            let fingerprint = Fingerprint {
+                content_hash: r.try_get(1)?,
+                schedule: r.try_get(2)?,
+            };
+            Ok((r.try_get(0)?, fingerprint))
+        })
         .collect()
 }
 
@@ -419,7 +423,10 @@ fn pending_of<'p>(
         .iter()
         .map(|&(i, was_stored)| {
             let call = &calls[i];
-            let repeats = repeats_a_child_uid(call);
+            let ChildRule {
+                mirror,
+                summary_known,
+            } = ChildRule::of(call, was_stored);
             Pending {
                 call,
                 row: &call_rows[i],
@@ -430,8 +437,8 @@ fn pending_of<'p>(
                     .enumerate()
                     .map(|(position, a)| rows::attempt(position, a))
                     .collect(),
-                mirror: was_stored || repeats,
-                summary_known: !repeats && (!was_stored || sends_every_child_list(call)),
+                mirror,
+                summary_known,
             }
         })
         .collect()
@@ -674,37 +681,6 @@ fn sent_lists(sent: &[Attempt], uid: Option<Uuid>) -> [Option<Items>; 2] {
                 .collect()
         });
     [outcomes, variables]
-}
-
-/// What the page writes: its counts, and the calls to write in rounds of distinct uids
-/// (a call listed twice with different content is written twice, in order, as SQLite does).
-fn plan(
-    calls: &[OutboundCall],
-    call_rows: &[CallRow<'_>],
-    mut stored: HashMap<Uuid, (i64, Uuid)>,
-    schedule: Uuid,
-) -> (PageWrite, Vec<Vec<(usize, bool)>>) {
-    let mut written = PageWrite::default();
-    let mut rounds: Vec<Vec<(usize, bool)>> = Vec::new();
-    let mut times: HashMap<Uuid, usize> = HashMap::new();
-    for (i, (call, row)) in calls.iter().zip(call_rows).enumerate() {
-        let fingerprint = (row.content_hash, schedule);
-        let before = stored.get(&call.uid);
-        if before == Some(&fingerprint) {
-            written.calls_unchanged += 1;
-            continue;
-        }
-        let was_stored = before.is_some();
-        let round = times.entry(call.uid).or_insert(0);
-        if rounds.len() <= *round {
-            rounds.push(Vec::new());
-        }
-        rounds[*round].push((i, was_stored));
-        *round += 1;
-        stored.insert(call.uid, fingerprint);
-        written.calls_written += 1;
-    }
-    (written, rounds)
 }
 
 /// The items whose key appears last among those with that key, in their order.

@@ -7,15 +7,13 @@
 //! database), for 1970 to 2100: a row from each instant the offset changes, so a day is right
 //! on either side of a daylight-saving change. The table is rewritten (one transaction) only
 //! when what the configured zone gives differs from what it holds: another zone, or newer
-//! rules in a newer callsync. This module decides the rows; the SQL reading them lives in
+//! rules in a newer callsync; `local_days` (each UTC day's local days, `local_days.rs`) with
+//! it. This module decides the rows; the SQL reading them lives in
 //! `migrations/` and `contrib/datasette/metadata.json`.
 
 use chrono::{Offset, TimeZone};
 use chrono_tz::Tz;
-use rusqlite::params;
 
-use super::error::{SqlContext, WarehouseError};
-use super::handle::Warehouse;
 use crate::service::Timestamp;
 
 /// The years whose offsets are kept: the service's calls and their attempts fall in them.
@@ -82,62 +80,6 @@ pub fn offsets(zone: Tz) -> Vec<OffsetRow> {
         before = after;
     }
     rows
-}
-
-impl Warehouse {
-    /// Makes `timezone_offsets` hold `zone`'s offsets; returns whether it changed anything.
-    /// One transaction: a reader sees the old zone's days or the new one's.
-    pub fn set_timezone(&mut self, zone: Tz) -> Result<bool, WarehouseError> {
-        let want = offsets(zone);
-        let have: Vec<(OffsetRow, String)> = self
-            .conn
-            .prepare(
-                "SELECT starts_at, utc_offset_secs, zone FROM timezone_offsets ORDER BY starts_at",
-            )
-            .and_then(|mut s| {
-                s.query_map([], |r| {
-                    Ok((
-                        OffsetRow {
-                            starts_at: r.get(0)?,
-                            utc_offset_secs: r.get(1)?,
-                        },
-                        r.get(2)?,
-                    ))
-                })?
-                .collect()
-            })
-            .sql(&self.path, "reading the time zone's offsets")?;
-        let same = have.len() == want.len()
-            && have
-                .iter()
-                .zip(&want)
-                .all(|((row, name), w)| row == w && name == zone.name());
-        if same {
-            return Ok(false);
-        }
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .sql(&self.path, "starting to record the time zone")?;
-        tx.execute("DELETE FROM timezone_offsets", [])
-            .sql(&self.path, "forgetting the old time zone's offsets")?;
-        {
-            let mut insert = tx
-                .prepare(
-                    "INSERT INTO timezone_offsets (starts_at, utc_offset_secs, zone)
-                     VALUES (?1, ?2, ?3)",
-                )
-                .sql(&self.path, "recording the time zone's offsets")?;
-            for row in &want {
-                insert
-                    .execute(params![row.starts_at, row.utc_offset_secs, zone.name()])
-                    .sql(&self.path, "recording the time zone's offsets")?;
-            }
-        }
-        tx.commit()
-            .sql(&self.path, "committing the time zone's offsets")?;
-        Ok(true)
-    }
 }
 
 #[cfg(test)]

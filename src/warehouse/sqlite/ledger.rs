@@ -10,28 +10,10 @@ use uuid::Uuid;
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use crate::service::Timestamp;
+use crate::warehouse::capabilities::{ChunkKey, ChunkState};
 
-/// Which upload a chunk belongs to, and where it is in the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChunkKey {
-    pub schedule: Uuid,
-    /// SHA-256 (hex) of the file's bytes and the column mapping.
-    pub fingerprint: String,
-    /// CSV line of the chunk's first row.
-    pub first_line: u64,
-}
-
-/// What the ledger knows of a chunk.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChunkState {
-    /// Sent (last at `at`); whether the service created it is not known.
-    Sent { at: Timestamp },
-    /// Created: the new calls' uids in row order.
-    Created(Vec<Uuid>),
-}
-
-impl Warehouse {
-    pub fn chunk_state(&self, key: &ChunkKey) -> Result<Option<ChunkState>, WarehouseError> {
+impl crate::warehouse::UploadLedger for Warehouse {
+    fn chunk_state(&self, key: &ChunkKey) -> Result<Option<ChunkState>, WarehouseError> {
         let row: Option<(String, Option<String>, String)> = self
             .conn
             .query_row(
@@ -62,7 +44,7 @@ impl Warehouse {
 
     /// Records that the chunk is about to be sent, now (returned); committed before the
     /// request goes out.
-    pub fn chunk_sent(
+    fn chunk_sent(
         &mut self,
         key: &ChunkKey,
         last_line: u64,
@@ -90,7 +72,7 @@ impl Warehouse {
     }
 
     /// Records the calls the service created for the chunk.
-    pub fn chunk_created(&mut self, key: &ChunkKey, uids: &[Uuid]) -> Result<(), WarehouseError> {
+    fn chunk_created(&mut self, key: &ChunkKey, uids: &[Uuid]) -> Result<(), WarehouseError> {
         let uids = serde_json::to_string(uids).unwrap_or_else(|_| "[]".to_owned());
         self.conn
             .execute(
@@ -109,7 +91,7 @@ impl Warehouse {
     }
 
     /// Forgets a chunk the service certainly did not create (it refused it).
-    pub fn chunk_not_created(&mut self, key: &ChunkKey) -> Result<(), WarehouseError> {
+    fn chunk_not_created(&mut self, key: &ChunkKey) -> Result<(), WarehouseError> {
         self.conn
             .execute(
                 "DELETE FROM upload_chunks

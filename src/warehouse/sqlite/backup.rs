@@ -17,43 +17,11 @@ use rusqlite::Connection;
 use rusqlite::backup::{Backup, StepResult};
 
 use super::access::{beside, create_data_file};
-use super::error::{SqlContext, WarehouseError};
+use super::error::{SqlContext, WarehouseError, open_error};
 use super::file_lock::{FileLock, LockByte, LockError, LockMode};
 use super::handle::Warehouse;
 use super::schema;
-
-/// What a warehouse file holds, as `backup` and `restore` report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Contents {
-    pub schema_version: usize,
-    pub schedules: u64,
-    pub calls: u64,
-}
-
-impl std::fmt::Display for Contents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "schema version {}, {} schedules, {} calls",
-            self.schema_version, self.schedules, self.calls
-        )
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackupReport {
-    pub path: PathBuf,
-    pub bytes: u64,
-    pub contents: Contents,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoreReport {
-    pub bytes: u64,
-    pub contents: Contents,
-    /// The old warehouse's `-wal`/`-shm` files, removed.
-    pub removed: Vec<PathBuf>,
-}
+use crate::warehouse::capabilities::{BackupReport, Contents, RestoreReport};
 
 impl Warehouse {
     /// Writes a consistent copy of the warehouse to `dest` (refused if something is there,
@@ -157,7 +125,7 @@ fn open_backup(path: &Path) -> Result<Connection, WarehouseError> {
     }
     // Read-only, creating nothing beside it (a copy of a stopped warehouse is a WAL database).
     let (conn, _) = schema::open_reading(path).map_err(|e| match e {
-        WarehouseError::Open { cause, .. } => bad(cause.to_string()),
+        WarehouseError::Open { problem, .. } => bad(problem),
         other => other,
     })?;
     let check: String = conn
@@ -229,10 +197,7 @@ fn copy_into(
         step: "create",
         cause: source,
     })?;
-    let mut copy = Connection::open(dest).map_err(|source| WarehouseError::Open {
-        path: dest.to_owned(),
-        cause: source,
-    })?;
+    let mut copy = Connection::open(dest).map_err(|source| open_error(dest, &source))?;
     // No rollback journal while copying: a copy that fails is deleted whole, so there is
     // nothing to roll back, and a journal left by a failed write would be litter.
     copy.pragma_update(None, "journal_mode", "OFF")

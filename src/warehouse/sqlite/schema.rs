@@ -8,7 +8,7 @@ use include_dir::{Dir, include_dir};
 use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{M, Migrations, SchemaVersion};
 
-use super::error::{SqlContext, WarehouseError};
+use super::error::{SqlContext, WarehouseError, migrate_error, open_error, unreadable_error};
 use super::keys_first::ChildTables;
 
 static MIGRATION_DIR: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/migrations");
@@ -70,10 +70,7 @@ pub fn open_for_writing(
     path: &Path,
     busy_timeout: Duration,
 ) -> Result<(Connection, usize), WarehouseError> {
-    let open_err = |cause| WarehouseError::Open {
-        path: path.to_owned(),
-        cause,
-    };
+    let open_err = |cause| open_error(path, &cause);
     // A WAL database's -wal and -shm are kept when this connection closes only if they were
     // there before: reading a refused file leaves the files beside it as it found them.
     let had_wal = super::access::beside(path, "-wal").exists();
@@ -168,10 +165,7 @@ fn rollback_journal(conn: &Connection, path: &Path) -> rusqlite::Result<bool> {
 /// has just committed, and fails (`table … already exists`). Its transaction is rolled back;
 /// when the version has moved meanwhile, the migrations go on from the new one.
 fn migrate_to_latest(conn: &mut Connection, path: &Path) -> Result<(), WarehouseError> {
-    let migrate_err = |cause| WarehouseError::Migrate {
-        path: path.to_owned(),
-        cause,
-    };
+    let migrate_err = |cause| migrate_error(path, &cause);
     loop {
         let before = MIGRATIONS.current_version(conn).map_err(migrate_err)?;
         match MIGRATIONS.to_latest(conn) {
@@ -189,16 +183,10 @@ fn migrate_to_latest(conn: &mut Connection, path: &Path) -> Result<(), Warehouse
 /// A private in-memory warehouse with the current schema (a dry run without a file).
 pub fn open_in_memory() -> Result<Connection, WarehouseError> {
     let path = Path::new(":memory:");
-    let mut conn = Connection::open_in_memory().map_err(|cause| WarehouseError::Open {
-        path: path.to_owned(),
-        cause,
-    })?;
+    let mut conn = Connection::open_in_memory().map_err(|cause| open_error(path, &cause))?;
     MIGRATIONS
         .to_latest(&mut conn)
-        .map_err(|cause| WarehouseError::Migrate {
-            path: path.to_owned(),
-            cause,
-        })?;
+        .map_err(|cause| migrate_error(path, &cause))?;
     Ok(conn)
 }
 
@@ -286,10 +274,7 @@ pub(super) fn open_reading(path: &Path) -> Result<(Connection, Reading), Warehou
             path: path.to_owned(),
         });
     }
-    let open_err = |cause| WarehouseError::Open {
-        path: path.to_owned(),
-        cause,
-    };
+    let open_err = |cause| open_error(path, &cause);
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let state = FilesState::of(path);
     let (conn, reading) = if sqlite_would_touch_wal_files(path) {
@@ -374,10 +359,7 @@ pub(super) fn identify(conn: &Connection, path: &Path) -> Result<usize, Warehous
 pub(super) fn version(conn: &Connection, path: &Path) -> Result<usize, WarehouseError> {
     let found = MIGRATIONS
         .current_version(conn)
-        .map_err(|cause| WarehouseError::Unreadable {
-            path: path.to_owned(),
-            cause,
-        })?;
+        .map_err(|cause| unreadable_error(path, &cause))?;
     let version = match found {
         SchemaVersion::NoneSet => 0,
         SchemaVersion::Inside(v) | SchemaVersion::Outside(v) => v.get(),
@@ -446,7 +428,7 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 11);
+        assert_eq!(latest_version(), 12);
     }
 
     /// A file migrated under the rollback journal is back in WAL mode, and its `main` database

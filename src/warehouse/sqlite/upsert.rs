@@ -1,9 +1,5 @@
-//! `write_page`: a page of calls, all their children and the checkpoint, in one transaction.
-//!
-//! Children mirror the service: rows the service no longer shows are deleted; a key the
-//! service did not send (`None`) leaves the stored rows alone. A call whose content hash is
-//! unchanged is skipped entirely — comparing content, not `updated_at`, because at second
-//! precision a call can change twice within one second.
+//! `write_page`: a page of calls, all their children and the checkpoint, in one transaction,
+//! by the rule every destination follows (`warehouse/write_plan.rs`).
 //!
 //! The write costs what SQLite costs: the page's stored fingerprints are read in one query,
 //! a call that was not stored has nothing to delete, and the summary columns are computed
@@ -11,7 +7,7 @@
 //! stored children are partly unknown (a key not sent) or which repeats a child uid has its
 //! summary recomputed in SQL from the child tables (`summarize`), as every call once had.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 
 use rusqlite::{Transaction, TransactionBehavior, params};
@@ -21,9 +17,10 @@ use super::children::{
     Parent, clear, insert_custom_parameters, write_attempts, write_notifications,
 };
 use super::error::{SqlContext, WarehouseError};
-use super::handle::{PageWrite, Warehouse};
-use super::rows::{self, CallRow, Summary};
+use super::handle::Warehouse;
 use crate::service::{OutboundCall, Timestamp};
+use crate::warehouse::rows::{self, CallRow, Summary};
+use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
 
 impl Warehouse {
     /// Writes `calls` of `schedule` and, when given, moves its checkpoint forward to
@@ -58,24 +55,17 @@ impl Warehouse {
         // Formatted once a page, not once a call.
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let mut stored = stored_fingerprints(&tx, path, &call_rows)?;
-        let mut written = PageWrite::default();
-        for (call, row) in calls.iter().zip(&call_rows) {
-            let before = stored.get(row.uid.as_str());
-            if before.is_some_and(|b| b.matches(row)) {
-                written.calls_unchanged += 1;
-                continue;
-            }
-            write_call(&tx, path, call, row, before.is_some(), &synced_at)?;
-            // A call listed twice in one page is compared with what the page just wrote.
-            stored.insert(row.uid.as_str(), Fingerprint::of(row));
-            written.calls_written += 1;
+        let stored = stored_fingerprints(&tx, path, calls)?;
+        let plan = plan(calls, &call_rows, stored, schedule);
+        for write in &plan.calls {
+            let (call, row) = (&calls[write.index], &call_rows[write.index]);
+            write_call(&tx, path, call, row, write.was_stored, &synced_at)?;
         }
         if let Some(cursor) = checkpoint {
             super::runs::advance_checkpoint(&tx, path, schedule, cursor)?;
         }
         tx.commit().sql(path, "committing a page")?;
-        Ok(written)
+        Ok(plan.counts)
     }
 }
 
@@ -90,57 +80,20 @@ impl Warehouse {
     ) -> Result<u64, WarehouseError> {
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let stored = stored_fingerprints(&self.conn, &self.path, &call_rows)?;
-        let changed = call_rows
-            .iter()
-            .filter(|row| !stored.get(row.uid.as_str()).is_some_and(|b| b.matches(row)))
-            .count();
-        Ok(changed as u64)
-    }
-}
-
-/// The rows of `calls`, whose content hashes are `hashes` (in order).
-pub(super) fn rows_of<'a>(
-    schedule_uid: &'a str,
-    calls: &'a [OutboundCall],
-    hashes: &[u64],
-) -> Vec<CallRow<'a>> {
-    debug_assert_eq!(calls.len(), hashes.len());
-    calls
-        .iter()
-        .zip(hashes)
-        .map(|(c, hash)| rows::call(schedule_uid, c, *hash))
-        .collect()
-}
-
-/// What decides whether a stored call is rewritten: its content and its schedule.
-#[derive(Debug, PartialEq, Eq)]
-struct Fingerprint<'a> {
-    content_hash: i64,
-    schedule_uid: std::borrow::Cow<'a, str>,
-}
-
-impl<'a> Fingerprint<'a> {
-    fn of(row: &'a CallRow) -> Fingerprint<'a> {
-        Fingerprint {
-            content_hash: row.content_hash,
-            schedule_uid: std::borrow::Cow::Borrowed(row.schedule_uid),
-        }
-    }
-
-    /// True when `row` is what is stored: it need not be written again.
-    fn matches(&self, row: &CallRow) -> bool {
-        self.content_hash == row.content_hash && self.schedule_uid == row.schedule_uid
+        let stored = stored_fingerprints(&self.conn, &self.path, calls)?;
+        Ok(plan(calls, &call_rows, stored, schedule)
+            .counts
+            .calls_written)
     }
 }
 
 /// The stored fingerprints of the page's calls that are stored, by uid: one query a page.
-fn stored_fingerprints<'a>(
+fn stored_fingerprints(
     conn: &rusqlite::Connection,
     path: &Path,
-    call_rows: &'a [CallRow],
-) -> Result<HashMap<&'a str, Fingerprint<'a>>, WarehouseError> {
-    let uids: Vec<&str> = call_rows.iter().map(|r| r.uid.as_str()).collect();
+    calls: &[OutboundCall],
+) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+    let uids: Vec<String> = calls.iter().map(|c| c.uid.to_string()).collect();
     // A JSON array of uuid strings always serializes.
     let uids_json = serde_json::to_string(&uids).unwrap_or_else(|_| "[]".into());
     let mut stmt = conn
@@ -153,19 +106,25 @@ fn stored_fingerprints<'a>(
         .query_map([uids_json], |r| {
             Ok((
                 r.get::<_, String>(0)?,
-                Fingerprint {
-                    content_hash: r.get(1)?,
-                    schedule_uid: std::borrow::Cow::Owned(r.get(2)?),
-                },
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
             ))
         })
         .sql(path, "reading the page's stored calls")?;
     let mut stored = HashMap::with_capacity(uids.len());
     for item in found {
-        let (uid, fingerprint) = item.sql(path, "reading a stored call")?;
-        // Keyed by the page's own strings: the uid read back is one of them.
-        if let Some(key) = uids.iter().find(|u| **u == uid) {
-            stored.insert(*key, fingerprint);
+        let (uid, content_hash, schedule) = item.sql(path, "reading a stored call")?;
+        // The uid is one of the page's own (the query asked for them); a schedule uid that
+        // does not parse (no callsync writes one) is no schedule's: the call is rewritten.
+        if let Ok(uid) = Uuid::parse_str(&uid) {
+            let schedule = Uuid::parse_str(&schedule).unwrap_or(Uuid::nil());
+            stored.insert(
+                uid,
+                Fingerprint {
+                    content_hash,
+                    schedule,
+                },
+            );
         }
     }
     Ok(stored)
@@ -188,11 +147,10 @@ fn write_call(
         .enumerate()
         .map(|(position, a)| rows::attempt(position, a))
         .collect();
-    // A repeated child uid makes later rows overwrite (and delete) earlier ones of the same
-    // call: only the child tables then know the outcome, and the old stored rows matter.
-    let repeats = repeats_a_child_uid(call);
-    let mirror = was_stored || repeats;
-    let summary_known = !repeats && (!was_stored || sends_every_child_list(call));
+    let ChildRule {
+        mirror,
+        summary_known,
+    } = ChildRule::of(call, was_stored);
     let notification_count = call.notifications().map_or(0, <[_]>::len);
     let summary = rows::summary(
         call,
@@ -223,33 +181,6 @@ fn write_call(
         summarize(tx, path, call_id)?;
     }
     Ok(())
-}
-
-/// True when the call sends its attempts, notifications and every attempt's outcomes: the
-/// stored children the summary reads are then exactly the ones sent.
-pub(super) fn sends_every_child_list(call: &OutboundCall) -> bool {
-    call.notifications().is_some()
-        && call
-            .outbound_call_attempts
-            .as_deref()
-            .is_some_and(|attempts| attempts.iter().all(|a| a.call_outcomes.is_some()))
-}
-
-/// True when an attempt, outcome or notification uid appears twice in the call.
-pub(super) fn repeats_a_child_uid(call: &OutboundCall) -> bool {
-    let attempts = call.outbound_call_attempts.as_deref().unwrap_or_default();
-    let outcomes = attempts
-        .iter()
-        .flat_map(|a| a.call_outcomes.as_deref().unwrap_or_default());
-    let notifications = call.notifications().unwrap_or_default();
-    has_repeat(attempts.iter().map(|a| a.uid))
-        || has_repeat(outcomes.map(|o| o.uid))
-        || has_repeat(notifications.iter().map(|n| n.uid))
-}
-
-fn has_repeat(mut uids: impl Iterator<Item = Uuid>) -> bool {
-    let mut seen = HashSet::new();
-    uids.any(|uid| !seen.insert(uid))
 }
 
 /// Inserts or updates the call's row; returns its id.

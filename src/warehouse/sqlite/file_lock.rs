@@ -14,13 +14,21 @@
 //! lock returns its descriptor to a pool for the next lock on the same file instead. OFD locks
 //! belong to the open file description, so two pooled descriptors conflict with each other as
 //! two processes do.
+//!
+//! The `fcntl` call is `nix`'s safe one: rustix's `fcntl_lock` cannot serve here, as it takes
+//! a classic POSIX lock on the whole file (`F_SETLK`, offset 0 to the end), which would cover
+//! SQLite's lock bytes and, being the process's, be dropped by closing any descriptor.
+
+#![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{LazyLock, Mutex};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, fcntl};
 
 /// Which file a path names: two paths with the same identity are one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -138,23 +146,18 @@ impl FileLock {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        // SAFETY: an all-zero `flock` is a valid value of this plain C struct; every field
-        // that matters is set below (`l_pid` must be 0 for OFD locks).
-        let mut range: libc::flock = unsafe { std::mem::zeroed() };
-        range.l_type = kind as libc::c_short;
-        range.l_whence = libc::SEEK_SET as libc::c_short;
-        range.l_start = self.byte.offset();
-        range.l_len = 1;
-        // SAFETY: the descriptor is open for the duration of the call, and F_OFD_SETLK reads
-        // one `flock` through the pointer, which points at a live local.
-        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &raw const range) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = std::io::Error::last_os_error();
-        match err.raw_os_error() {
-            Some(libc::EAGAIN | libc::EACCES) => Err(LockError::Busy),
-            _ => Err(LockError::Io(err)),
+        // One byte; `l_pid` must be 0 for OFD locks.
+        let range = libc::flock {
+            l_type: kind as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: self.byte.offset(),
+            l_len: 1,
+            l_pid: 0,
+        };
+        match fcntl(file, FcntlArg::F_OFD_SETLK(&range)) {
+            Ok(_) => Ok(()),
+            Err(Errno::EAGAIN | Errno::EACCES) => Err(LockError::Busy),
+            Err(errno) => Err(LockError::Io(errno.into())),
         }
     }
 
@@ -219,6 +222,37 @@ mod tests {
         let busy = FileLock::try_lock(&path, LockByte::Warehouse, LockMode::Shared);
         assert!(matches!(busy, Err(LockError::Busy)), "{busy:?}");
         drop(held);
+    }
+
+    /// Byte-range locks, not whole-file ones: each schedule's byte is held apart from the
+    /// others' and from the warehouse's, and none reaches SQLite's lock bytes (at 2^30),
+    /// which a whole-file lock would (another descriptor's lock on them stays free).
+    #[test]
+    fn each_lock_takes_its_own_byte_and_leaves_sqlites_free() {
+        let (_dir, path) = file();
+        let warehouse =
+            FileLock::try_lock(&path, LockByte::Warehouse, LockMode::Exclusive).unwrap();
+        let a = LockByte::Schedule(uuid::Uuid::from_u128(7));
+        let b = LockByte::Schedule(uuid::Uuid::from_u128(8));
+        let held_a = FileLock::try_lock(&path, a, LockMode::Exclusive).unwrap();
+        let held_b = FileLock::try_lock(&path, b, LockMode::Exclusive).unwrap();
+        let busy = FileLock::try_lock(&path, a, LockMode::Shared);
+        assert!(matches!(busy, Err(LockError::Busy)), "{busy:?}");
+        let other = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let sqlite_pending_byte = libc::flock {
+            l_type: libc::F_WRLCK as libc::c_short,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: 1 << 30,
+            l_len: 512,
+            l_pid: 0,
+        };
+        fcntl(&other, FcntlArg::F_OFD_SETLK(&sqlite_pending_byte))
+            .expect("SQLite's lock bytes are not ours");
+        drop((warehouse, held_a, held_b));
     }
 
     #[test]

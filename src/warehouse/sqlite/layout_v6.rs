@@ -18,10 +18,10 @@ use rusqlite_migration::{HookError, HookResult};
 use super::keys_first::ChildTables;
 
 /// The SQL run before the copy (the migration's own SQL).
-pub(super) const UP: &str = include_str!("../../migrations/0006-insertion-ordered/up.sql");
+pub(super) const UP: &str = include_str!("../../../migrations/0006-insertion-ordered/up.sql");
 
 /// The SQL run after the copy.
-const AFTER_COPY: &str = include_str!("../../migrations/0006-insertion-ordered/after-copy.sql");
+const AFTER_COPY: &str = include_str!("../../../migrations/0006-insertion-ordered/after-copy.sql");
 
 /// How often a log line says how far the migration got when stderr is not a terminal.
 const LOG_EVERY: Duration = Duration::from_secs(10);

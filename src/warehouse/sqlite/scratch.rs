@@ -6,7 +6,7 @@
 use rusqlite::Connection;
 use uuid::Uuid;
 
-use super::error::WarehouseError;
+use super::error::{WarehouseError, scratch_error};
 use crate::service::OutboundCall;
 
 /// Names the scratch table and the step of a failure: `.scratch(SEEN, "record an external_id")`.
@@ -16,7 +16,7 @@ trait ScratchContext<T> {
 
 impl<T> ScratchContext<T> for Result<T, rusqlite::Error> {
     fn scratch(self, table: &'static str, step: &'static str) -> Result<T, WarehouseError> {
-        self.map_err(|cause| WarehouseError::Scratch { table, step, cause })
+        self.map_err(|cause| scratch_error(table, step, &cause))
     }
 }
 

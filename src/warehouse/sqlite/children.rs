@@ -8,8 +8,8 @@ use std::path::Path;
 use rusqlite::{Transaction, params};
 
 use super::error::{SqlContext, WarehouseError};
-use super::rows;
 use crate::service::{Attempt, OutboundCall};
+use crate::warehouse::rows;
 
 /// The call whose children are written: its id (their key) and its uid (a plain column).
 pub(super) struct Parent<'a> {

@@ -1,29 +1,30 @@
-//! Reading the warehouse back: per-schedule status (`callsync status`) and the demo's overview.
+//! The status read side every destination shares: what `callsync status` shows of a schedule
+//! (`ScheduleStatus`, `RunSummary`), the facts a back end gathers for it (`StatusFacts`) and
+//! the one derivation from those facts to the status (`ScheduleStatus::of`, with
+//! `RunSummary::from_stored` for each pass). Both back ends read the same facts — the latest
+//! [`RECENT_PASSES`] passes as stored ([`StoredRun`]) — so they cannot disagree on a status.
 
 use std::time::Duration;
 
-use rusqlite::types::Value;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::error::{SqlContext, WarehouseError};
-use super::handle::Warehouse;
-use super::runs::{RunOutcome, RunStats, WALKER_CHARS, Walker, parse};
+use super::records::{RunOutcome, RunStats, WALKER_CHARS, Walker};
 use crate::config::CronSchedule;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 
 /// The most characters of a schedule's name `status` shows.
-pub(super) const NAME_CHARS: usize = 200;
+pub(crate) const NAME_CHARS: usize = 200;
 
 /// The most characters of a pass's stored error `status` shows.
-pub(super) const STORED_ERROR_CHARS: usize = 4000;
+pub(crate) const STORED_ERROR_CHARS: usize = 4000;
 
 /// What `callsync status` shows for one schedule. Field names are a contract (`--json`):
 /// add, never rename.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleStatus {
-    pub schedule_uid: String,
+    pub schedule_uid: Uuid,
     /// RFC 3339; the next incremental pass reads from here (minus the lookback).
     pub cursor: Option<String>,
     /// Seconds from the cursor to the time of the status: the age of the newest change
@@ -123,7 +124,7 @@ impl ScheduleStatus {
     /// A configured schedule the warehouse knows nothing of.
     pub fn never_synced(schedule: Uuid) -> Self {
         ScheduleStatus {
-            schedule_uid: schedule.to_string(),
+            schedule_uid: schedule,
             cursor: None,
             lag_secs: None,
             last_run: None,
@@ -154,7 +155,7 @@ impl ScheduleStatus {
     /// checkpoint's last move.
     pub fn last_recorded_at(&self) -> Option<Timestamp> {
         let run = self.last_run.as_ref()?;
-        let at = Timestamp::parse(run.finished_at.as_deref().unwrap_or(&run.started_at)).ok()?;
+        let at = run.finished_at.unwrap_or(run.started_at);
         match (&self.busy_since, self.checkpoint_moved_at) {
             (Some(_), Some(moved)) => Some(at.max(moved)),
             _ => Some(at),
@@ -168,20 +169,21 @@ impl ScheduleStatus {
     /// was a backfill or reconciliation, which read a range) the end of the latest pass that
     /// succeeded, a bound that forgives that pass's own length.
     pub fn caught_up_at(&self) -> Option<Timestamp> {
-        let at = |text: &str| Timestamp::parse(text).ok();
         let latest = self
             .last_run
             .as_ref()
             .filter(|run| run.kind == "incremental");
         let caught_up = match latest.and_then(|run| Some((run, run.outcome?))) {
-            Some((run, RunOutcome::Completed)) => at(&run.started_at),
-            Some((run, RunOutcome::Behind)) => run.finished_at.as_deref().and_then(at).map(|end| {
+            Some((run, RunOutcome::Completed)) => Some(run.started_at),
+            Some((run, RunOutcome::Behind)) => run.finished_at.map(|end| {
                 let behind = run.lag_secs.filter(|lag| *lag > 0.0).unwrap_or_default();
                 end.saturating_sub(Duration::try_from_secs_f64(behind).unwrap_or_default())
             }),
             _ => None,
         };
-        caught_up.or_else(|| self.last_success_at.as_deref().and_then(at))
+        caught_up.or_else(|| {
+            (self.last_success_at.as_deref()).and_then(|text| Timestamp::parse(text).ok())
+        })
     }
 
     /// Notes how stale the warehouse's copy is at `now`, and whether more than `max_lag` past
@@ -220,17 +222,22 @@ impl ScheduleStatus {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
     pub kind: String,
-    pub started_at: String,
+    /// `--json` writes the instants in the warehouse's form (RFC 3339, six fraction digits),
+    /// so that a value copied from `status` compares as text with the column it came from.
+    #[serde(serialize_with = "warehouse_form")]
+    pub started_at: Timestamp,
     /// `None` while running, or when the process died mid-pass.
-    pub finished_at: Option<String>,
+    #[serde(serialize_with = "warehouse_form_or_null")]
+    pub finished_at: Option<Timestamp>,
     pub pages: i64,
     pub calls_seen: i64,
     pub calls_written: i64,
     pub requests: i64,
     pub retries: i64,
     pub error: Option<String>,
-    /// The service's clock when the pass began (RFC 3339): it read what had changed by then.
-    pub horizon: Option<String>,
+    /// The service's clock when the pass began: it read what had changed by then.
+    #[serde(serialize_with = "warehouse_form_or_null")]
+    pub horizon: Option<Timestamp>,
     /// The service's clock at the pass's end minus its checkpoint, in seconds.
     pub lag_secs: Option<f64>,
     pub detail_requests: i64,
@@ -254,6 +261,22 @@ pub struct RunSummary {
     /// How it ended; `None` while it has not: running, or its process died.
     #[serde(skip)]
     pub outcome: Option<RunOutcome>,
+}
+
+/// An instant in `status --json`: the warehouse's form ([`Timestamp::to_sqlite`]).
+fn warehouse_form<S: serde::Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&at.to_sqlite())
+}
+
+/// An instant in `status --json` that may be missing: the warehouse's form, or `null`.
+fn warehouse_form_or_null<S: serde::Serializer>(
+    at: &Option<Timestamp>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => warehouse_form(at, serializer),
+        None => serializer.serialize_none(),
+    }
 }
 
 /// `last_result` in `status --json`: the outcome's stored name, `running` for a pass that has
@@ -280,21 +303,57 @@ pub struct Overview {
     pub answer_rates: Vec<(String, i64, i64)>,
 }
 
-/// What a warehouse holds of one schedule, read by either destination (this file for
-/// SQLite, `postgres/runs.rs`): [`ScheduleStatus::of`] makes the status from it, one
-/// derivation for both.
+/// How many of a schedule's latest passes `status` reads (both back ends bind it in their
+/// query): `behind_passes` and `failed_passes` count at most this many.
+pub(crate) const RECENT_PASSES: i64 = 100;
+
+/// A pass as `sync_runs` stores it, its instants read into [`Timestamp`]s and nothing else
+/// changed: its text is still the file's or the server's, unsafe to show until
+/// [`RunSummary::from_stored`] makes it so.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredRun {
+    pub kind: String,
+    pub started_at: Timestamp,
+    pub finished_at: Option<Timestamp>,
+    pub pages: i64,
+    pub calls_seen: i64,
+    pub calls_written: i64,
+    pub requests: i64,
+    pub retries: i64,
+    pub error: Option<String>,
+    /// `sync_runs.outcome`, the stored name.
+    pub outcome: Option<String>,
+    pub horizon: Option<Timestamp>,
+    pub lag_secs: Option<f64>,
+    pub detail_requests: i64,
+    pub rate_limited: i64,
+    pub throttled_secs: f64,
+    pub future_rows: i64,
+    pub host: Option<String>,
+    pub instance: Option<String>,
+    pub pid: Option<i64>,
+    pub run_id: i64,
+    pub error_kind: Option<String>,
+}
+
+impl StoredRun {
+    /// How it ended; `None` while it has not.
+    fn outcome(&self) -> Option<RunOutcome> {
+        RunOutcome::of_stored_run(self.finished_at.is_some(), self.outcome.as_deref())
+    }
+}
+
+/// What a warehouse holds of one schedule, read by either destination (`sqlite/queries.rs`,
+/// `postgres/runs.rs`): [`ScheduleStatus::of`] makes the status from it, one derivation for
+/// both.
 pub(crate) struct StatusFacts {
-    pub schedule_uid: String,
+    pub schedule_uid: Uuid,
     /// As stored: made safe by [`ScheduleStatus::of`].
     pub schedule_name: Option<String>,
     pub cursor: Option<Timestamp>,
     pub checkpoint_moved_at: Option<Timestamp>,
-    /// The latest pass, its instants in the warehouse's form (RFC 3339, six digits).
-    pub last_run: Option<RunSummary>,
-    /// The latest passes that ended `behind`, in a row.
-    pub behind_passes: i64,
-    /// The latest passes that failed, in a row (interrupted ones skipped).
-    pub failed_passes: i64,
+    /// The latest passes, newest first, at most [`RECENT_PASSES`].
+    pub recent_runs: Vec<StoredRun>,
     pub last_success_at: Option<Timestamp>,
     /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
     pub counts: [i64; 5],
@@ -309,16 +368,16 @@ impl ScheduleStatus {
             schedule_name,
             cursor,
             checkpoint_moved_at,
-            last_run,
-            behind_passes,
-            failed_passes,
+            recent_runs,
             last_success_at,
             counts: [calls, attempts, outcomes, variables, notifications],
         } = facts;
+        let (behind_passes, failed_passes) = in_a_row(recent_runs.iter().map(StoredRun::outcome));
+        let last_run = recent_runs.into_iter().next().map(RunSummary::from_stored);
         let busy_since = last_run
             .as_ref()
             .filter(|run| run.outcome.is_none())
-            .map(|run| run.started_at.clone());
+            .map(|run| run.started_at.to_sqlite());
         ScheduleStatus {
             schedule_uid,
             schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
@@ -351,243 +410,10 @@ impl ScheduleStatus {
     }
 }
 
-impl Warehouse {
-    pub fn overview(&self) -> Result<Overview, WarehouseError> {
-        let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
-            let mut stmt = self
-                .conn
-                .prepare(sql)
-                .sql(&self.path, "reading the overview")?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .and_then(Iterator::collect)
-                .sql(&self.path, "reading the overview")
-        };
-        let text = |v: Value| match v {
-            Value::Text(t) => t,
-            Value::Integer(i) => i.to_string(),
-            _ => String::new(),
-        };
-        Ok(Overview {
-            by_status: query(
-                "SELECT status, coalesce(progress, ''), count(*) FROM call_results
-                 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2",
-            )?
-            .into_iter()
-            .map(|(a, b, n)| (a, text(b), n))
-            .collect(),
-            top_outcomes: query(
-                "SELECT name, '', count(*) FROM outcome_results GROUP BY name ORDER BY 3 DESC, 1 LIMIT 10",
-            )?
-            .into_iter()
-            .map(|(a, _, n)| (a, n))
-            .collect(),
-            answer_rates: query(
-                "SELECT coalesce(schedule_name, schedule_uid), count(*), sum(answered)
-                 FROM call_results
-                 WHERE attempt_count > 0 AND is_test_call = 0
-                 GROUP BY schedule_uid ORDER BY 1",
-            )?
-            .into_iter()
-            .map(|(a, dialled, answered)| (a, match dialled { Value::Integer(i) => i, _ => 0 }, answered))
-            .collect(),
-        })
-    }
-
-    /// Every schedule's status now.
-    pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
-        self.status_at(Timestamp::now())
-    }
-
-    /// Every schedule's status, with lags measured at `now`.
-    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT schedule_uid FROM sync_checkpoints
-                 UNION SELECT schedule_uid FROM sync_runs
-                 UNION SELECT DISTINCT schedule_uid FROM calls
-                 ORDER BY 1",
-            )
-            .sql(&self.path, "listing schedules")?;
-        let schedules: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
-            .and_then(Iterator::collect)
-            .sql(&self.path, "listing schedules")?;
-        schedules
-            .iter()
-            .map(|s| self.schedule_status(s, now))
-            .collect()
-    }
-
-    /// When the oldest pass the warehouse remembers began (retention forgets older ones).
-    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
-        let first: Option<String> = self
-            .conn
-            .query_row("SELECT min(started_at) FROM sync_runs", [], |r| r.get(0))
-            .sql(&self.path, "reading the first pass")?;
-        first
-            .map(|t| parse(&self.path, &t, "sync_runs.started_at"))
-            .transpose()
-    }
-
-    fn schedule_status(
-        &self,
-        schedule: &str,
-        now: Timestamp,
-    ) -> Result<ScheduleStatus, WarehouseError> {
-        let conn = &self.conn;
-        let (cursor, moved_at): (Option<String>, Option<String>) = conn
-            .query_row(
-                "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = ?1",
-                [schedule],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .or_else(none_if_empty)
-            .sql(&self.path, "reading a checkpoint")?;
-        let schedule_name: Option<String> = conn
-            .query_row(
-                "SELECT display_name FROM schedules WHERE uid = ?1",
-                [schedule],
-                |r| r.get(0),
-            )
-            .or_else(none_if_empty)
-            .sql(&self.path, "reading a schedule's name")?;
-        let mut runs = conn
-            .prepare_cached(
-                "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
-                   retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
-                   throttled_secs, future_rows, host, instance, pid, id, error_kind
-                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT 100",
-            )
-            .sql(&self.path, "reading the last passes")?;
-        let mut recent = runs
-            .query_map([schedule], run_summary)
-            .sql(&self.path, "reading the last passes")?;
-        let last_run = recent
-            .next()
-            .transpose()
-            .sql(&self.path, "reading the last pass")?;
-        let earlier: Vec<RunSummary> = recent
-            .collect::<Result<_, _>>()
-            .sql(&self.path, "reading the last passes")?;
-        let (behind_passes, failed_passes) =
-            in_a_row(last_run.iter().chain(&earlier).map(|r| r.outcome));
-        let last_success_at: Option<String> = conn
-            .query_row(
-                "SELECT max(finished_at) FROM sync_runs
-                 WHERE schedule_uid = ?1 AND outcome IN ('completed', 'behind')",
-                [schedule],
-                |r| r.get(0),
-            )
-            .sql(&self.path, "reading the last successful pass")?;
-        // Instants are shown in the warehouse's own form (RFC 3339, six fraction digits), so
-        // a value copied from `status` compares as text with the columns it came from.
-        let rfc3339 = |text: Option<String>, what| -> Result<Option<String>, WarehouseError> {
-            text.map(|t| parse(&self.path, &t, what).map(|t| t.to_sqlite()))
-                .transpose()
-        };
-        let cursor = cursor
-            .map(|c| parse(&self.path, &c, "sync_checkpoints.cursor"))
-            .transpose()?;
-        let last_run = last_run
-            .map(
-                |mut run: RunSummary| -> Result<RunSummary, WarehouseError> {
-                    run.started_at =
-                        parse(&self.path, &run.started_at, "sync_runs.started_at")?.to_sqlite();
-                    run.finished_at = rfc3339(run.finished_at, "sync_runs.finished_at")?;
-                    run.horizon = rfc3339(run.horizon, "sync_runs.horizon")?;
-                    Ok(run)
-                },
-            )
-            .transpose()?;
-        let last_success_at = last_success_at
-            .map(|t| parse(&self.path, &t, "sync_runs.finished_at"))
-            .transpose()?;
-        let count = |sql: &str| -> Result<i64, WarehouseError> {
-            conn.query_row(sql, [schedule], |r| r.get(0))
-                .sql(&self.path, "counting rows")
-        };
-        let counts = [
-            count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
-            count(
-                "SELECT count(*) FROM call_attempts WHERE call_id IN
-                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
-            )?,
-            count(
-                "SELECT count(*) FROM attempt_outcomes WHERE call_id IN
-                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
-            )?,
-            count(
-                "SELECT count(*) FROM attempt_variables WHERE call_id IN
-                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
-            )?,
-            count(
-                "SELECT count(*) FROM call_notifications WHERE call_id IN
-                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
-            )?,
-        ];
-        Ok(ScheduleStatus::of(
-            StatusFacts {
-                schedule_uid: schedule.to_owned(),
-                schedule_name,
-                cursor,
-                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
-                last_run,
-                behind_passes,
-                failed_passes,
-                last_success_at,
-                counts,
-            },
-            now,
-        ))
-    }
-}
-
-fn run_summary(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunSummary> {
-    let finished_at: Option<String> = r.get(2)?;
-    let outcome = RunOutcome::of_stored_run(
-        finished_at.is_some(),
-        r.get::<_, Option<String>>(9)?.as_deref(),
-    );
-    Ok(RunSummary {
-        kind: r.get(0)?,
-        started_at: r.get(1)?,
-        finished_at,
-        pages: r.get(3)?,
-        calls_seen: r.get(4)?,
-        calls_written: r.get(5)?,
-        requests: r.get(6)?,
-        retries: r.get(7)?,
-        // Text from a file (an older callsync stored the service's words unescaped): shown
-        // only once made safe.
-        error: r
-            .get::<_, Option<String>>(8)?
-            .map(|e| untrusted_text(&e, STORED_ERROR_CHARS)),
-        horizon: r.get(10)?,
-        lag_secs: r.get(11)?,
-        detail_requests: r.get(12)?,
-        rate_limited: r.get(13)?,
-        throttled_secs: r.get(14)?,
-        future_rows: r.get(15)?,
-        host: r
-            .get::<_, Option<String>>(16)?
-            .map(|h| untrusted_text(&h, WALKER_CHARS)),
-        instance: r
-            .get::<_, Option<String>>(17)?
-            .map(|i| untrusted_text(&i, WALKER_CHARS)),
-        pid: r.get(18)?,
-        run_id: r.get(19)?,
-        error_kind: r
-            .get::<_, Option<String>>(20)?
-            .map(|k| untrusted_text(&k, WALKER_CHARS)),
-        outcome,
-    })
-}
-
 /// The latest passes (newest first, by outcome) that ended behind, and that failed, in a row:
 /// one derivation for both destinations. Interrupted passes between failures are skipped (a
 /// restart does not make a failing schedule well); a pass still running ends both counts.
-pub(crate) fn in_a_row(outcomes: impl Iterator<Item = Option<RunOutcome>> + Clone) -> (i64, i64) {
+fn in_a_row(outcomes: impl Iterator<Item = Option<RunOutcome>> + Clone) -> (i64, i64) {
     let behind = outcomes
         .clone()
         .take_while(|o| *o == Some(RunOutcome::Behind))
@@ -601,6 +427,37 @@ pub(crate) fn in_a_row(outcomes: impl Iterator<Item = Option<RunOutcome>> + Clon
 }
 
 impl RunSummary {
+    /// The summary `status` shows of a stored pass: its outcome worked out from the stored
+    /// name, and its text made safe to show (an older callsync stored the service's words
+    /// unescaped, and the file or the server may hold anything).
+    pub(crate) fn from_stored(run: StoredRun) -> RunSummary {
+        let outcome = run.outcome();
+        let safe = |text: Option<String>, chars| text.map(|t| untrusted_text(&t, chars));
+        RunSummary {
+            kind: run.kind,
+            started_at: run.started_at,
+            finished_at: run.finished_at,
+            pages: run.pages,
+            calls_seen: run.calls_seen,
+            calls_written: run.calls_written,
+            requests: run.requests,
+            retries: run.retries,
+            error: safe(run.error, STORED_ERROR_CHARS),
+            horizon: run.horizon,
+            lag_secs: run.lag_secs,
+            detail_requests: run.detail_requests,
+            rate_limited: run.rate_limited,
+            throttled_secs: run.throttled_secs,
+            future_rows: run.future_rows,
+            host: safe(run.host, WALKER_CHARS),
+            instance: safe(run.instance, WALKER_CHARS),
+            pid: run.pid,
+            run_id: run.run_id,
+            error_kind: safe(run.error_kind, WALKER_CHARS),
+            outcome,
+        }
+    }
+
     /// Who walked it, as the daemon's log names itself (`instance on host pid N`, or `host
     /// pid N` when the instance is the host); `None` for a pass recorded before schema 8.
     pub fn walked_by(&self) -> Option<String> {
@@ -629,12 +486,7 @@ impl RunSummary {
         };
         let duration_ms = self
             .finished_at
-            .as_deref()
-            .zip(Some(self.started_at.as_str()))
-            .and_then(|(end, start)| {
-                Some((Timestamp::parse(end).ok()?, Timestamp::parse(start).ok()?))
-            })
-            .map_or(0, |(end, start)| end.since(start).as_millis() as u64);
+            .map_or(0, |end| end.since(self.started_at).as_millis() as u64);
         stats
             .slowed_by(duration_ms)
             .into_iter()
@@ -643,9 +495,50 @@ impl RunSummary {
     }
 }
 
-fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {
-    match e {
-        rusqlite::Error::QueryReturnedNoRows => Ok(T::default()),
-        e => Err(e),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `status --json` writes the typed uid and instants exactly as it wrote their text
+    /// before: the uid hyphenated, the instants in the warehouse's form (six digits).
+    #[test]
+    fn the_json_writes_uids_and_instants_as_the_warehouse_stores_them() {
+        let at = |text| Timestamp::parse(text).unwrap();
+        let run = RunSummary::from_stored(StoredRun {
+            kind: "incremental".into(),
+            started_at: at("2026-01-01T02:00:00Z"),
+            finished_at: Some(at("2026-01-01T02:00:01.5Z")),
+            pages: 1,
+            calls_seen: 2,
+            calls_written: 3,
+            requests: 4,
+            retries: 5,
+            error: None,
+            outcome: Some("completed".into()),
+            horizon: None,
+            lag_secs: Some(0.5),
+            detail_requests: 6,
+            rate_limited: 7,
+            throttled_secs: 0.25,
+            future_rows: 8,
+            host: Some("h\u{1b}".into()),
+            instance: None,
+            pid: Some(9),
+            run_id: 10,
+            error_kind: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&run).unwrap(),
+            r#"{"kind":"incremental","started_at":"2026-01-01T02:00:00.000000Z","finished_at":"2026-01-01T02:00:01.500000Z","pages":1,"calls_seen":2,"calls_written":3,"requests":4,"retries":5,"error":null,"horizon":null,"lag_secs":0.5,"detail_requests":6,"rate_limited":7,"throttled_secs":0.25,"future_rows":8,"host":"h\\u{1b}","instance":null,"pid":9,"run_id":10,"error_kind":null}"#
+        );
+        let status = ScheduleStatus {
+            last_run: Some(run),
+            ..ScheduleStatus::never_synced(Uuid::from_u128(0xab))
+        };
+        let json = serde_json::to_string(&status).unwrap();
+        assert!(
+            json.starts_with(r#"{"schedule_uid":"00000000-0000-0000-0000-0000000000ab","#),
+            "{json}"
+        );
     }
 }

@@ -9,9 +9,8 @@ use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use crate::service::{Campaign, Schedule, Timestamp};
 
-/// A campaign as the service answered (`?N` parameters: the PostgreSQL warehouse writes
-/// them `$N`, [`numbered_for_postgres`]).
-pub(super) const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
+/// A campaign as the service answered.
+const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
  ON CONFLICT (uid) DO UPDATE SET
@@ -20,7 +19,7 @@ pub(super) const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    recorded_at = excluded.recorded_at";
 
 /// A schedule as the service answered; an update keeps the campaign recorded before.
-pub(super) const RECORD_SCHEDULE: &str = "INSERT INTO schedules
+const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
     is_enabled, created_at, updated_at, recorded_at)
  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
@@ -31,12 +30,6 @@ pub(super) const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    retry_intervals = excluded.retry_intervals,
    is_enabled = excluded.is_enabled, updated_at = excluded.updated_at,
    recorded_at = excluded.recorded_at";
-
-/// `sql` with PostgreSQL's parameters: `?N` becomes `$N` (the statements above hold no other
-/// `?`).
-pub(super) fn numbered_for_postgres(sql: &str) -> String {
-    sql.replace('?', "$")
-}
 
 impl Warehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {

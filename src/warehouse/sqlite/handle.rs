@@ -10,6 +10,7 @@ use super::access;
 use super::error::WarehouseError;
 use super::file_lock::{FileIdentity, FileLock, LockByte, LockError, LockMode};
 use super::schema;
+use crate::warehouse::MigrationReport;
 
 pub struct Warehouse {
     pub(super) conn: Connection,
@@ -19,20 +20,6 @@ pub struct Warehouse {
     in_use: Option<FileLock>,
     /// How a read-only warehouse is read (a writer's is `Shared`).
     pub(super) reading: schema::Reading,
-}
-
-/// What `write_page` did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PageWrite {
-    pub calls_written: u64,
-    pub calls_unchanged: u64,
-}
-
-/// Schema versions before and after `migrate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MigrationReport {
-    pub from: usize,
-    pub to: usize,
 }
 
 impl Warehouse {

@@ -49,6 +49,8 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
     let mut call_results = CALL_RESULTS.to_vec();
     call_results.push(("schedule_name", ""));
     call_results.push(("call_id", "INTEGER"));
+    // Schema 12: each view's local day, appended (computed: no declared type).
+    call_results.push(("created_day", ""));
     assert_eq!(columns(&w.conn, "call_results"), owned(&call_results));
     assert_eq!(
         columns(&w.conn, "attempt_results"),
@@ -70,6 +72,7 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
             ("schedule_name", ""),
             ("attempt_id", "INTEGER"),
             ("call_id", "INTEGER"),
+            ("started_day", ""),
         ])
     );
     assert_eq!(
@@ -84,6 +87,8 @@ fn the_views_keep_every_column_in_place_and_append_the_new_ones_typed() {
             ("schedule_name", ""),
             ("attempt_id", "INTEGER"),
             ("call_id", "INTEGER"),
+            ("is_test_call", "INTEGER"),
+            ("started_day", ""),
         ])
     );
 }

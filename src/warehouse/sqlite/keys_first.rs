@@ -12,10 +12,10 @@ use rusqlite::Transaction;
 use rusqlite_migration::HookResult;
 
 /// The migration's own SQL (comments only: the hook does the work).
-pub(super) const UP: &str = include_str!("../../migrations/0009-keys-declared-first/up.sql");
+pub(super) const UP: &str = include_str!("../../../migrations/0009-keys-declared-first/up.sql");
 
 /// The views reading three of the tables, as schema 7 created them.
-const VIEWS: &str = include_str!("../../migrations/0009-keys-declared-first/views.sql");
+const VIEWS: &str = include_str!("../../../migrations/0009-keys-declared-first/views.sql");
 
 /// The views in [`VIEWS`]: a table they read cannot be renamed while they exist.
 const VIEW_NAMES: [&str; 3] = [
@@ -35,20 +35,20 @@ const TABLES: [ChildTable; 4] = [
     ChildTable {
         name: "call_custom_parameters",
         create: include_str!(
-            "../../migrations/0009-keys-declared-first/call_custom_parameters.sql"
+            "../../../migrations/0009-keys-declared-first/call_custom_parameters.sql"
         ),
     },
     ChildTable {
         name: "attempt_outcomes",
-        create: include_str!("../../migrations/0009-keys-declared-first/attempt_outcomes.sql"),
+        create: include_str!("../../../migrations/0009-keys-declared-first/attempt_outcomes.sql"),
     },
     ChildTable {
         name: "attempt_variables",
-        create: include_str!("../../migrations/0009-keys-declared-first/attempt_variables.sql"),
+        create: include_str!("../../../migrations/0009-keys-declared-first/attempt_variables.sql"),
     },
     ChildTable {
         name: "call_notifications",
-        create: include_str!("../../migrations/0009-keys-declared-first/call_notifications.sql"),
+        create: include_str!("../../../migrations/0009-keys-declared-first/call_notifications.sql"),
     },
 ];
 

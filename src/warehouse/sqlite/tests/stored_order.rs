@@ -140,6 +140,23 @@ fn a_version_8_warehouse_keeps_every_row_value_and_view() {
     assert_eq!((report.from, report.to), (8, schema::latest_version()));
     let w = Warehouse::open_read_only(&path).unwrap();
     let after: Vec<Vec<String>> = tables.iter().map(|(t, k)| read(&w.conn, t, k)).collect();
+    // The columns a later schema appends to a view (schema 12: outcome_results' is_test_call
+    // and started_day) are not compared: every column there before keeps its value.
+    let kept = |rows: &Vec<String>, like: &Vec<String>| -> Vec<String> {
+        let names: Vec<&str> = like
+            .first()
+            .map(|row| row.split(' ').filter_map(|c| c.split('=').next()).collect())
+            .unwrap_or_default();
+        rows.iter()
+            .map(|row| {
+                row.split(' ')
+                    .filter(|c| c.split('=').next().is_some_and(|n| names.contains(&n)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    let after: Vec<Vec<String>> = after.iter().zip(&before).map(|(a, b)| kept(a, b)).collect();
     assert_eq!(after, before);
     assert_eq!(after[2].len(), 2, "{after:?}");
     let check: String = w

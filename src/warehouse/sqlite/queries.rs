@@ -1,0 +1,247 @@
+//! Reading the warehouse back: per-schedule status (`callsync status`) and the demo's overview.
+
+use rusqlite::types::Value;
+
+use super::error::{SqlContext, WarehouseError};
+use super::handle::Warehouse;
+use super::runs::parse;
+use crate::service::Timestamp;
+use crate::warehouse::status::{Overview, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
+
+impl Warehouse {
+    pub fn overview(&self) -> Result<Overview, WarehouseError> {
+        let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
+            let mut stmt = self
+                .conn
+                .prepare(sql)
+                .sql(&self.path, "reading the overview")?;
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .and_then(Iterator::collect)
+                .sql(&self.path, "reading the overview")
+        };
+        let text = |v: Value| match v {
+            Value::Text(t) => t,
+            Value::Integer(i) => i.to_string(),
+            _ => String::new(),
+        };
+        Ok(Overview {
+            by_status: query(
+                "SELECT status, coalesce(progress, ''), count(*) FROM call_results
+                 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2",
+            )?
+            .into_iter()
+            .map(|(a, b, n)| (a, text(b), n))
+            .collect(),
+            top_outcomes: query(
+                "SELECT name, '', count(*) FROM outcome_results GROUP BY name ORDER BY 3 DESC, 1 LIMIT 10",
+            )?
+            .into_iter()
+            .map(|(a, _, n)| (a, n))
+            .collect(),
+            answer_rates: query(
+                "SELECT coalesce(schedule_name, schedule_uid), count(*), sum(answered)
+                 FROM call_results
+                 WHERE attempt_count > 0 AND is_test_call = 0
+                 GROUP BY schedule_uid ORDER BY 1",
+            )?
+            .into_iter()
+            .map(|(a, dialled, answered)| (a, match dialled { Value::Integer(i) => i, _ => 0 }, answered))
+            .collect(),
+        })
+    }
+
+    /// Every schedule's status now.
+    pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+        self.status_at(Timestamp::now())
+    }
+
+    /// Every schedule's status, with lags measured at `now`.
+    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT schedule_uid FROM sync_checkpoints
+                 UNION SELECT schedule_uid FROM sync_runs
+                 UNION SELECT DISTINCT schedule_uid FROM calls
+                 ORDER BY 1",
+            )
+            .sql(&self.path, "listing schedules")?;
+        let schedules: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .and_then(Iterator::collect)
+            .sql(&self.path, "listing schedules")?;
+        schedules
+            .iter()
+            .map(|s| self.schedule_status(s, now))
+            .collect()
+    }
+
+    /// When the oldest pass the warehouse remembers began (retention forgets older ones).
+    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+        let first: Option<String> = self
+            .conn
+            .query_row("SELECT min(started_at) FROM sync_runs", [], |r| r.get(0))
+            .sql(&self.path, "reading the first pass")?;
+        first
+            .map(|t| parse(&self.path, &t, "sync_runs.started_at"))
+            .transpose()
+    }
+
+    fn schedule_status(
+        &self,
+        schedule: &str,
+        now: Timestamp,
+    ) -> Result<ScheduleStatus, WarehouseError> {
+        let conn = &self.conn;
+        let schedule_uid = schedule.parse().map_err(|_| WarehouseError::BadUid {
+            path: self.path.clone(),
+            what: "schedule_uid",
+            value: schedule.to_owned(),
+        })?;
+        let (cursor, moved_at): (Option<String>, Option<String>) = conn
+            .query_row(
+                "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = ?1",
+                [schedule],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .or_else(none_if_empty)
+            .sql(&self.path, "reading a checkpoint")?;
+        let schedule_name: Option<String> = conn
+            .query_row(
+                "SELECT display_name FROM schedules WHERE uid = ?1",
+                [schedule],
+                |r| r.get(0),
+            )
+            .or_else(none_if_empty)
+            .sql(&self.path, "reading a schedule's name")?;
+        let last_success_at: Option<String> = conn
+            .query_row(
+                "SELECT max(finished_at) FROM sync_runs
+                 WHERE schedule_uid = ?1 AND outcome IN ('completed', 'behind')",
+                [schedule],
+                |r| r.get(0),
+            )
+            .sql(&self.path, "reading the last successful pass")?;
+        Ok(ScheduleStatus::of(
+            StatusFacts {
+                schedule_uid,
+                schedule_name,
+                cursor: self.instant(cursor, "sync_checkpoints.cursor")?,
+                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
+                recent_runs: self.recent_runs(schedule)?,
+                last_success_at: self.instant(last_success_at, "sync_runs.finished_at")?,
+                counts: self.row_counts(schedule)?,
+            },
+            now,
+        ))
+    }
+
+    /// The schedule's latest passes as stored, newest first, at most [`RECENT_PASSES`].
+    fn recent_runs(&self, schedule: &str) -> Result<Vec<StoredRun>, WarehouseError> {
+        const STEP: &str = "reading the last passes";
+        let mut runs = self
+            .conn
+            .prepare_cached(
+                "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
+                   retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
+                   throttled_secs, future_rows, host, instance, pid, id, error_kind
+                 FROM sync_runs WHERE schedule_uid = ?1 ORDER BY id DESC LIMIT ?2",
+            )
+            .sql(&self.path, STEP)?;
+        let runs = runs
+            .query_map(rusqlite::params![schedule, RECENT_PASSES], |r| {
+                self.stored_run(r)
+            })
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .sql(&self.path, STEP)?;
+        runs.into_iter().collect()
+    }
+
+    /// A `sync_runs` row as stored: a row the driver cannot read is the outer error, an
+    /// instant that is not one the inner (naming the file and the column).
+    fn stored_run(
+        &self,
+        r: &rusqlite::Row<'_>,
+    ) -> rusqlite::Result<Result<StoredRun, WarehouseError>> {
+        let (started, finished, horizon): (String, _, _) = (r.get(1)?, r.get(2)?, r.get(10)?);
+        let instants = parse(&self.path, &started, "sync_runs.started_at").and_then(|started| {
+            let finished = self.instant(finished, "sync_runs.finished_at")?;
+            Ok((
+                started,
+                finished,
+                self.instant(horizon, "sync_runs.horizon")?,
+            ))
+        });
+        let (started_at, finished_at, horizon) = match instants {
+            Ok(instants) => instants,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(StoredRun {
+            kind: r.get(0)?,
+            started_at,
+            finished_at,
+            pages: r.get(3)?,
+            calls_seen: r.get(4)?,
+            calls_written: r.get(5)?,
+            requests: r.get(6)?,
+            retries: r.get(7)?,
+            error: r.get(8)?,
+            outcome: r.get(9)?,
+            horizon,
+            lag_secs: r.get(11)?,
+            detail_requests: r.get(12)?,
+            rate_limited: r.get(13)?,
+            throttled_secs: r.get(14)?,
+            future_rows: r.get(15)?,
+            host: r.get(16)?,
+            instance: r.get(17)?,
+            pid: r.get(18)?,
+            run_id: r.get(19)?,
+            error_kind: r.get(20)?,
+        }))
+    }
+
+    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
+    fn row_counts(&self, schedule: &str) -> Result<[i64; 5], WarehouseError> {
+        let count = |sql: &str| -> Result<i64, WarehouseError> {
+            self.conn
+                .query_row(sql, [schedule], |r| r.get(0))
+                .sql(&self.path, "counting rows")
+        };
+        Ok([
+            count("SELECT count(*) FROM calls WHERE schedule_uid = ?1")?,
+            count(
+                "SELECT count(*) FROM call_attempts WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            count(
+                "SELECT count(*) FROM attempt_outcomes WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            count(
+                "SELECT count(*) FROM attempt_variables WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
+            )?,
+            count(
+                "SELECT count(*) FROM call_notifications WHERE call_id IN
+                   (SELECT id FROM calls WHERE schedule_uid = ?1)",
+            )?,
+        ])
+    }
+
+    /// A stored instant that may be missing, read as the warehouse writes it.
+    fn instant(
+        &self,
+        text: Option<String>,
+        what: &'static str,
+    ) -> Result<Option<Timestamp>, WarehouseError> {
+        text.map(|t| parse(&self.path, &t, what)).transpose()
+    }
+}
+
+fn none_if_empty<T: Default>(e: rusqlite::Error) -> rusqlite::Result<T> {
+    match e {
+        rusqlite::Error::QueryReturnedNoRows => Ok(T::default()),
+        e => Err(e),
+    }
+}
