@@ -131,10 +131,30 @@ pub struct PgClaim {
     session: Arc<Session>,
 }
 
-/// The advisory lock key of a schedule: its 128 bits folded into 64.
-pub(super) fn lock_key(schedule: Uuid) -> i64 {
+/// The advisory lock key of a schedule in the warehouse of `schema`: its 128 bits folded into
+/// 64, and, for a schema other than `public`, the schema's name folded in too.
+///
+/// Advisory locks belong to the database, not to a schema: without the name, two warehouses
+/// in two schemas of one database syncing the same schedule would take each other's claims —
+/// each pass of one skipped while the other walks the schedule into the other warehouse.
+/// `public`'s keys are the ones callsync took before `warehouse.schema` existed, so a daemon of
+/// either version claims the same schedule of the same warehouse with the same key.
+pub(super) fn lock_key(schedule: Uuid, schema: &str) -> i64 {
     let bits = schedule.as_u128();
-    ((bits >> 64) as u64 ^ bits as u64) as i64
+    let folded = (bits >> 64) as u64 ^ bits as u64;
+    let schema_bits = match schema {
+        crate::config::DEFAULT_SCHEMA => 0,
+        schema => fnv1a(schema.as_bytes()),
+    };
+    (folded ^ schema_bits) as i64
+}
+
+/// FNV-1a, 64 bits: a hash every callsync computes alike, whatever its build (the standard
+/// library's hasher is seeded per process).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl Session {
@@ -214,6 +234,11 @@ impl LockSession {
         }
     }
 
+    /// `schedule`'s advisory lock key in this warehouse.
+    fn key(&self, schedule: Uuid) -> i64 {
+        lock_key(schedule, self.target.schema())
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         // A panic while holding it leaves plain data behind, still consistent.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -279,7 +304,7 @@ impl LockSession {
                 step,
                 session
                     .client
-                    .query_one(LOCK_AND_BUMP, &[&lock_key(schedule), &schedule]),
+                    .query_one(LOCK_AND_BUMP, &[&self.key(schedule), &schedule]),
             );
             let answer = match asked {
                 Ok(Ok(row)) => row,
@@ -363,9 +388,10 @@ fn unlock(target: &PgTarget, session: &Session, schedule: Uuid) {
     let released = session.ask(
         target,
         "releasing a schedule's lock",
-        session
-            .client
-            .execute("SELECT pg_advisory_unlock($1)", &[&lock_key(schedule)]),
+        session.client.execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&lock_key(schedule, target.schema())],
+        ),
     );
     let error = match released {
         Ok(Ok(_)) => return,
@@ -406,8 +432,26 @@ mod tests {
     fn keys_differ_for_different_schedules() {
         let a = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11").unwrap();
         let b = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12").unwrap();
-        assert_ne!(lock_key(a), lock_key(b));
-        assert_eq!(lock_key(a), lock_key(a));
+        assert_ne!(lock_key(a, "public"), lock_key(b, "public"));
+        assert_eq!(lock_key(a, "public"), lock_key(a, "public"));
+    }
+
+    /// `public` keeps the keys of callsync before `warehouse.schema` (a daemon of each
+    /// version contends for one warehouse's schedule); another schema has keys of its own,
+    /// the same in every process.
+    #[test]
+    fn keys_of_another_schema_differ_and_public_keeps_the_old_ones() {
+        let a = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11").unwrap();
+        let before = {
+            let bits = a.as_u128();
+            ((bits >> 64) as u64 ^ bits as u64) as i64
+        };
+        assert_eq!(lock_key(a, "public"), before);
+        assert_ne!(lock_key(a, "analytics"), before);
+        assert_ne!(lock_key(a, "analytics"), lock_key(a, "sales"));
+        assert_eq!(lock_key(a, "analytics"), lock_key(a, "analytics"));
+        // FNV-1a's published value for "a": the hash is the same in every build.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

@@ -60,7 +60,7 @@ impl PgWarehouse {
         for (schedule, ids) in schedules {
             let free: bool = wait(self.client()?.query_one(
                 "SELECT pg_try_advisory_xact_lock($1)",
-                &[&lock_key(*schedule)],
+                &[&lock_key(*schedule, self.target.schema())],
             ))
             .pg(&self.target, STEP)?
             .column(0, &self.target, STEP)?;
