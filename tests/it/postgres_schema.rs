@@ -106,6 +106,27 @@ async fn a_sync_into_a_schema_of_its_own_holds_the_truth_and_leaves_public_empty
         "t",
         "the descriptions are on analytics' tables"
     );
+
+    // contrib/postgres/bi-role.sql grants the BI role the schema it is told (`-v schema=`).
+    let reads = "SELECT has_schema_privilege('callsync_reader', 'analytics', 'USAGE')
+                    AND has_table_privilege('callsync_reader', 'analytics.call_results', 'SELECT')";
+    pg::query(
+        &db,
+        "REVOKE ALL ON SCHEMA analytics FROM callsync_reader;
+         REVOKE ALL ON ALL TABLES IN SCHEMA analytics FROM callsync_reader",
+    );
+    assert_eq!(one(&db, reads), "f");
+    let superuser = pg::server().superuser.clone();
+    let (ran, stderr) = crate::described::bi_role_script(
+        &db.name,
+        &[
+            ("owner", &superuser),
+            ("db", &db.name),
+            ("schema", "analytics"),
+        ],
+    );
+    assert!(ran, "bi-role.sql: {stderr}");
+    assert_eq!(one(&db, reads), "t", "bi-role.sql granted analytics");
 }
 
 /// Two warehouses in two schemas of one database, each syncing the same schedules: each
