@@ -66,7 +66,7 @@ fn main() {
     let mut warehouse = PgWarehouse::open(&target).expect("the warehouse opens");
     // A page is written only under its schedule's claim, as a pass writes it.
     let claim = warehouse.claim(schedule).expect("the claim is taken");
-    let _claim = claim.expect("the schedule is free");
+    let claim = claim.expect("the schedule is free");
     let synced_at = Timestamp::now();
     let started = Instant::now();
     let mut written = 0;
@@ -80,6 +80,8 @@ fn main() {
     }
     let took = started.elapsed();
     assert_eq!(written, truth.len() as u64);
+    // Its lock session too, before the database is dropped.
+    drop(claim);
     drop(warehouse);
 
     // End to end: the release binary's first sync of the simulator's schedule, as a user runs

@@ -1,20 +1,23 @@
-//! Ten thousand schedules held by one daemon (issue 20, item 7), for BENCHMARKS.md (not a
-//! test).
+//! Ten thousand schedules held by one daemon (issue 20, item 7; issue 31, item 3), for
+//! BENCHMARKS.md (not a test).
 //!
 //! `cargo bench --locked --bench schedules` runs the release binary's `callsync run`, with the
 //! default configuration but for its cron (`0 * * * * *`, every minute, so each tick is one
-//! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick lines), against the
-//! simulator in this process: `SCHEDULES` [10000] schedules of `CALLS` [10] calls. It reports
-//! the daemon's own tick lines (`tick done … duration_ms`): the start-up tick (the first sync),
-//! the next clean tick (an idle pass: nothing changed), and one more for each latency of
-//! `LATENCIES` [0,50,100] above 0 (ms added to every response, side by side in one table);
+//! clean pass over every schedule; `CRON` for another) and the log level (`info`, for its tick
+//! lines), against the simulator in this process: `SCHEDULES` [10000] schedules of `CALLS`
+//! [10] calls, every response `LAT_MS` [50] ms late from the start. It reports the daemon's
+//! own tick lines (`tick done … duration_ms`): the start-up tick (the first sync), the next
+//! clean tick (an idle pass: nothing changed), and one more idle pass for each latency of
+//! `LATENCIES` [0,100] (ms added to every response from then on, side by side in one table);
 //! then the daemon's peak RSS (`VmHWM`). Reference, same run: the requests each idle pass
 //! made × the latency ÷ `sync.concurrency` (the most requests in flight) — the time a pass
 //! bound by latency alone would take. `CONCURRENCY` sets `sync.concurrency` (for an older
 //! build, whose default differs: `BENCH_BINARY=… CONCURRENCY=16`).
 //!
-//! With `CALLSYNC_BENCH_POSTGRES` (a server's URI, see benches/postgres.rs) the daemon writes
-//! into a new database on that server instead of a SQLite file.
+//! Each destination runs in turn, in the same run, against a new simulator of the same seed:
+//! a SQLite file, then, when `CALLSYNC_BENCH_POSTGRES` names a server (see
+//! benches/postgres.rs), a new database on it; the table ends with PostgreSQL's times over
+//! SQLite's. `DESTINATIONS=sqlite` or `postgres` runs one.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -79,15 +82,11 @@ enum Destination {
 }
 
 impl Destination {
-    fn new(dir: &Path, runtime: &tokio::runtime::Runtime) -> Destination {
-        match std::env::var("CALLSYNC_BENCH_POSTGRES") {
-            Ok(admin) => {
-                let name = format!("bench_schedules_{}", std::process::id());
-                runtime.block_on(pg::admin_sql(&admin, &format!("CREATE DATABASE {name}")));
-                Destination::Postgres(pg::with_dbname(&admin, &name))
-            }
-            Err(_) => Destination::Sqlite(dir.join("callsync.db")),
-        }
+    /// A new database on the server `admin` names.
+    fn postgres(admin: &str, runtime: &tokio::runtime::Runtime) -> Destination {
+        let name = format!("bench_schedules_{}", std::process::id());
+        runtime.block_on(pg::admin_sql(admin, &format!("CREATE DATABASE {name}")));
+        Destination::Postgres(pg::with_dbname(admin, &name))
     }
 
     fn name(&self) -> &'static str {
@@ -137,44 +136,114 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
+/// One tick the table reports.
+struct Tick {
+    /// "first sync" or "idle pass".
+    kind: &'static str,
+    /// Added to every response during the tick.
+    latency: Duration,
+    line: TickLine,
+    /// The requests of every schedule's latest pass after the tick.
+    requests: i64,
+}
+
+/// What one destination's daemon did.
+struct Measured {
+    destination: &'static str,
+    /// From the process's start to the end of the first sync.
+    first_wall: Duration,
+    /// The first sync, then the idle passes.
+    ticks: Vec<Tick>,
+    rss_mib: f64,
+}
+
+/// What every destination's daemon is given alike.
+struct Workload {
+    schedules: usize,
+    calls: usize,
+    /// From the start: the first sync's and the first idle pass's.
+    latency: Duration,
+    /// Of each further idle pass.
+    latencies: Vec<Duration>,
+}
+
 fn main() {
-    let schedules = env_usize("SCHEDULES", 10_000);
-    let calls = env_usize("CALLS", 10);
-    let latencies: Vec<Duration> = std::env::var("LATENCIES")
-        .unwrap_or_else(|_| "0,50,100".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .map(Duration::from_millis)
-        .filter(|latency| !latency.is_zero())
-        .collect();
+    let workload = Workload {
+        schedules: env_usize("SCHEDULES", 10_000),
+        calls: env_usize("CALLS", 10),
+        latency: Duration::from_millis(env_usize("LAT_MS", 50) as u64),
+        latencies: std::env::var("LATENCIES")
+            .unwrap_or_else(|_| "0,100".into())
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .map(Duration::from_millis)
+            .collect(),
+    };
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let postgres = std::env::var("CALLSYNC_BENCH_POSTGRES").ok();
+    let wanted = std::env::var("DESTINATIONS").unwrap_or_else(|_| "sqlite,postgres".into());
+    let mut measured = Vec::new();
+    let mut concurrency = 0;
+    for name in wanted.split(',') {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let destination = match (name, &postgres) {
+            ("sqlite", _) => Destination::Sqlite(dir.path().join("callsync.db")),
+            ("postgres", Some(admin)) => Destination::postgres(admin, &runtime),
+            ("postgres", None) => {
+                eprintln!("PostgreSQL left out: CALLSYNC_BENCH_POSTGRES is not set");
+                continue;
+            }
+            (other, _) => panic!("DESTINATIONS: unknown destination {other}"),
+        };
+        let (run, in_flight) = run_daemon(&runtime, dir.path(), &destination, &workload);
+        measured.push(run);
+        concurrency = in_flight;
+    }
+    print_table(&measured, &workload, concurrency);
+}
+
+/// Every response `latency` late from now on (none for zero).
+fn slow_down(sim: &Simulator, latency: Duration) {
+    sim.set_faults(FaultPlan {
+        slow_rate: if latency.is_zero() { 0.0 } else { 1.0 },
+        slow_delay: latency,
+        ..FaultPlan::default()
+    });
+}
+
+/// Runs the daemon into `destination` until its first sync, an idle pass and one more idle
+/// pass at each further latency are done, against a new simulator whose every response is
+/// `workload.latency` late from the start. Also returns `sync.concurrency`.
+fn run_daemon(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    destination: &Destination,
+    workload: &Workload,
+) -> (Measured, usize) {
     let sim = runtime
         .block_on(Simulator::start(
             "127.0.0.1:0".parse().expect("a loopback address"),
             SimulatorOptions {
-                schedules,
-                calls_per_schedule: calls,
+                schedules: workload.schedules,
+                calls_per_schedule: workload.calls,
                 seed: 42,
                 ..SimulatorOptions::default()
             },
         ))
         .expect("the simulator starts");
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let destination = Destination::new(dir.path(), &runtime);
+    slow_down(&sim, workload.latency);
     let cron = std::env::var("CRON").unwrap_or_else(|_| "0 * * * * *".into());
     let concurrency_line = std::env::var("CONCURRENCY")
         .map(|n| format!("concurrency = {n}\n"))
         .unwrap_or_default();
     let config = config::write_config(
-        dir.path(),
+        dir,
         &sim,
         &destination.config_line(),
         &format!("cron = \"{cron}\"\n{concurrency_line}"),
         "info",
     );
     let defaults = callsync::config::load(Some(&config)).expect("the config loads");
-    let concurrency = defaults.sync.concurrency;
-
     let binary =
         std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
     let started = Instant::now();
@@ -189,8 +258,59 @@ fn main() {
         .spawn()
         .expect("callsync run starts");
     let pid = daemon.id();
+    let tick_lines = tick_lines(daemon.stderr.take().expect("stderr piped"));
+    let patience = Duration::from_secs(900);
+    let next_tick = || tick_lines.recv_timeout(patience).expect("a tick line");
+    // A clean tick: every schedule's pass started by it (none still running from before).
+    let next_clean_tick = || loop {
+        let tick = next_tick();
+        if tick.still_running == 0 {
+            return tick;
+        }
+    };
+    let first = next_tick();
+    let first_wall = started.elapsed();
+    assert_eq!(first.number, 1, "the start-up tick comes first");
+    let mut ticks = vec![Tick {
+        kind: "first sync",
+        latency: workload.latency,
+        line: first,
+        requests: destination.last_pass_requests(runtime),
+    }];
+    for (i, &latency) in std::iter::once(&workload.latency)
+        .chain(&workload.latencies)
+        .enumerate()
+    {
+        if i > 0 {
+            slow_down(&sim, latency);
+        }
+        let line = next_clean_tick();
+        let requests = destination.last_pass_requests(runtime);
+        ticks.push(Tick {
+            kind: "idle pass",
+            latency,
+            line,
+            requests,
+        });
+    }
+    let rss_mib = peak_rss_mib(pid);
+    // SAFETY: a signal to our own child, by its pid.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let status = daemon.wait().expect("the daemon stops");
+    eprintln!("{}: the daemon stopped with {status}", destination.name());
+    runtime.block_on(sim.shutdown());
+    let measured = Measured {
+        destination: destination.name(),
+        first_wall,
+        ticks,
+        rss_mib,
+    };
+    (measured, defaults.sync.concurrency)
+}
+
+/// The daemon's `tick done` lines, as they come (its errors echoed).
+fn tick_lines(stderr: std::process::ChildStderr) -> mpsc::Receiver<TickLine> {
     let (ticks, tick_lines) = mpsc::channel();
-    let stderr = daemon.stderr.take().expect("stderr piped");
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains(" ERROR ") {
@@ -204,70 +324,76 @@ fn main() {
             }
         }
     });
-    let patience = Duration::from_secs(900);
-    let next_tick = || tick_lines.recv_timeout(patience).expect("a tick line");
-    // A clean tick: every schedule's pass started by it (none still running from before).
-    let next_clean_tick = || loop {
-        let tick = next_tick();
-        if tick.still_running == 0 {
-            return tick;
-        }
-    };
-    let first = next_tick();
-    let first_wall = started.elapsed();
-    assert_eq!(first.number, 1, "the start-up tick comes first");
-    let idle = next_clean_tick();
-    let idle_requests = destination.last_pass_requests(&runtime);
-    let mut slow = Vec::new();
-    for &latency in &latencies {
-        sim.set_faults(FaultPlan {
-            slow_rate: 1.0,
-            slow_delay: latency,
-            ..FaultPlan::default()
-        });
-        let tick = next_clean_tick();
-        slow.push((latency, tick, destination.last_pass_requests(&runtime)));
-    }
-    let rss = peak_rss_mib(pid);
-    // SAFETY: a signal to our own child, by its pid.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let status = daemon.wait().expect("the daemon stops");
+    tick_lines
+}
 
+fn print_table(measured: &[Measured], workload: &Workload, concurrency: usize) {
     println!(
-        "\n## schedules: one daemon, {schedules} schedules × {calls} calls, into {}, default configuration (sync.concurrency = {concurrency})\n",
-        destination.name()
+        "\n## schedules: one daemon, {} schedules × {} calls, {} ms a response from the start, default configuration (sync.concurrency = {concurrency})\n",
+        workload.schedules,
+        workload.calls,
+        workload.latency.as_millis()
     );
     println!(
-        "Reference: requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"
+        "Reference: an idle pass's requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"
     );
     println!(
-        "| tick | walked | failed | requests | added latency | tick s | reference s | × reference |"
+        "| destination | tick | walked | failed | requests | latency ms | tick s | reference s | × reference | peak RSS MiB |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    println!(
-        "| first sync (start-up tick; {:.1} s from the process's start) | {} | {} | | 0 | {:.1} | | |",
-        first_wall.as_secs_f64(),
-        first.walked,
-        first.failed,
-        first.duration_ms as f64 / 1000.0
-    );
-    println!(
-        "| idle pass | {} | {} | {idle_requests} | 0 | {:.1} | | |",
-        idle.walked,
-        idle.failed,
-        idle.duration_ms as f64 / 1000.0
-    );
-    for (latency, tick, requests) in slow {
-        let reference = requests as f64 * latency.as_secs_f64() / concurrency as f64;
-        let took = tick.duration_ms as f64 / 1000.0;
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for m in measured {
+        for (i, tick) in m.ticks.iter().enumerate() {
+            let took = tick.line.duration_ms as f64 / 1000.0;
+            let (kind, rss) = if i == 0 {
+                let kind = format!(
+                    "{} ({:.1} s from the process's start)",
+                    tick.kind,
+                    m.first_wall.as_secs_f64()
+                );
+                (kind, format!("{:.0}", m.rss_mib))
+            } else {
+                (tick.kind.to_owned(), String::new())
+            };
+            // The first sync's requests are not an idle pass's: no reference.
+            let reference =
+                tick.requests as f64 * tick.latency.as_secs_f64() / concurrency.max(1) as f64;
+            let (reference, times) = if i == 0 || reference == 0.0 {
+                (String::new(), String::new())
+            } else {
+                (
+                    format!("{reference:.1}"),
+                    format!("{:.2}", took / reference),
+                )
+            };
+            println!(
+                "| {} | {kind} | {} | {} | {} | {} | {took:.1} | {reference} | {times} | {rss} |",
+                m.destination,
+                tick.line.walked,
+                tick.line.failed,
+                tick.requests,
+                tick.latency.as_millis(),
+            );
+        }
+    }
+    if let [sqlite, postgres] = measured {
+        let ratios: Vec<String> = sqlite
+            .ticks
+            .iter()
+            .zip(&postgres.ticks)
+            .map(|(s, p)| {
+                format!(
+                    "{} at {} ms {:.2}×",
+                    s.kind,
+                    s.latency.as_millis(),
+                    p.line.duration_ms as f64 / s.line.duration_ms.max(1) as f64
+                )
+            })
+            .collect();
         println!(
-            "| idle pass | {} | {} | {requests} | {} ms | {took:.1} | {reference:.1} | {:.2} |",
-            tick.walked,
-            tick.failed,
-            latency.as_millis(),
-            took / reference
+            "\n{} ÷ {}: {}.",
+            postgres.destination,
+            sqlite.destination,
+            ratios.join(", ")
         );
     }
-    println!("\nPeak RSS of the daemon: {rss:.0} MiB; it stopped with {status}.");
-    runtime.block_on(sim.shutdown());
 }

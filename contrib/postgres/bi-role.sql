@@ -4,7 +4,9 @@
 -- (or the database's owner), connected to the warehouse's database, naming the role callsync
 -- logs in as (which owns the tables) and the database:
 --   psql -d callsync -v owner=callsync -v db=callsync [-v schema=public] -f bi-role.sql
--- (`schema`: warehouse.schema, public unless set.) Then give each tool a login of its own:
+-- (`schema`: warehouse.schema, public unless set; another schema must exist first: run this
+-- after callsync's first start or `callsync migrate`, which create it.) Then give each tool a
+-- login of its own:
 --   CREATE ROLE metabase LOGIN PASSWORD '…' IN ROLE callsync_reader;
 
 \set ON_ERROR_STOP on

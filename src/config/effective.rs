@@ -240,6 +240,7 @@ fn warehouse(entries: &mut Entries<'_>, config: &Config) {
                 "warehouse.url",
                 json!(super::pg_url::redacted(&postgres.url)),
             );
+            entries.add("warehouse.schema", json!(postgres.schema));
             // The password itself is never configured inline: `warehouse.password_file`,
             // the credential `warehouse_password`, or libpq's password file.
             match &postgres.password {

@@ -32,9 +32,9 @@ pub use load::{DEFAULT_PATHS, load_from};
 pub use log_filter::{FilterError, LogFilter};
 pub use secret::{Secret, SecretSource};
 pub use types::{
-    ApiConfig, AuthConfig, BackupConfig, Config, DEFAULT_CONCURRENCY, DestinationConfig,
-    DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig,
-    SyncConfig, WarehouseConfig,
+    ApiConfig, AuthConfig, BackupConfig, Config, DEFAULT_CONCURRENCY, DEFAULT_SCHEMA,
+    DestinationConfig, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
+    PostgresConfig, RetryConfig, SyncConfig, WarehouseConfig,
 };
 pub use values::CronSchedule;
 

@@ -282,6 +282,7 @@ mod tests {
         let config = crate::config::PostgresConfig {
             url: "postgresql://u:hunter2@h/d".into(),
             password: None,
+            schema: crate::config::DEFAULT_SCHEMA.into(),
         };
         let shown = format!("{config:?}");
         assert!(

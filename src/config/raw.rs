@@ -88,6 +88,8 @@ pub(super) struct RawWarehouse {
     /// A PostgreSQL URI: the warehouse on a server instead of a file.
     pub(super) url: Option<String>,
     pub(super) password_file: Option<PathBuf>,
+    /// The PostgreSQL schema callsync's tables live in.
+    pub(super) schema: Option<String>,
     #[serde(default, deserialize_with = "strict")]
     pub(super) busy_timeout_secs: Option<i64>,
     pub(super) keep_runs: Option<String>,

@@ -929,6 +929,7 @@ fn the_example_file_loads_and_documents_every_key() {
         "path",
         "url",
         "password_file",
+        "schema",
         "busy_timeout_secs",
         "keep_runs",
         "timezone",
@@ -1304,6 +1305,69 @@ fn a_postgres_url_replaces_the_path_and_both_are_refused_naming_the_keys() {
         err.contains("warehouse.password_file") && err.contains("warehouse.url"),
         "{err}"
     );
+}
+
+/// `warehouse.schema`: `public` unless set; a plain lower-case identifier of at most 63 bytes,
+/// not `pg_…`; only with `warehouse.url`. Each refusal names the key and says what is allowed.
+#[test]
+fn the_postgres_schema_is_a_plain_identifier_public_by_default() {
+    let postgres = |lines: &str| {
+        load_text(
+            &format!(
+                "{}[warehouse]\nurl = \"postgresql://db/cs\"\n{lines}",
+                minimal()
+            ),
+            &Env::default(),
+        )
+    };
+    let schema_of = |lines: &str| match postgres(lines).unwrap().warehouse.destination {
+        DestinationConfig::Postgres(pg) => pg.schema,
+        other => panic!("a PostgreSQL warehouse, not {other:?}"),
+    };
+    assert_eq!(schema_of(""), "public");
+    assert_eq!(schema_of("schema = \"callsync\"\n"), "callsync");
+    assert_eq!(schema_of("schema = \"_bi_2026\"\n"), "_bi_2026");
+    let longest = "s".repeat(63);
+    assert_eq!(schema_of(&format!("schema = \"{longest}\"\n")), longest);
+    let allowed = "must be a plain identifier: a lower-case letter or _ first, then lower-case letters, digits or _, at most 63 bytes";
+    for (bad, says) in [
+        ("Sales", allowed),
+        ("call-results", allowed),
+        ("2026", allowed),
+        ("a b", allowed),
+        ("public;drop", allowed),
+        ("caf\u{e9}", allowed),
+        (&"s".repeat(64), allowed),
+        ("pg_callsync", "may not begin with pg_"),
+    ] {
+        let err = postgres(&format!("schema = {bad:?}\n")).unwrap_err();
+        assert_eq!(
+            problem(&err),
+            at("warehouse.schema", ConfigErrorKind::BadName),
+            "{bad}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("config: warehouse.schema: ") && text.contains(says),
+            "{bad}: {text}"
+        );
+    }
+    let err = postgres("schema = \"\"\n").unwrap_err();
+    assert_eq!(
+        problem(&err),
+        at("warehouse.schema", ConfigErrorKind::Empty)
+    );
+    // An SQLite warehouse has no schema to set.
+    let err = load_text(
+        &format!("{}[warehouse]\nschema = \"callsync\"\n", minimal()),
+        &Env::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        problem(&err),
+        at("warehouse.schema", ConfigErrorKind::Conflict)
+    );
+    assert!(err.to_string().contains("set warehouse.url too"), "{err}");
 }
 
 #[test]

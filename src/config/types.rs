@@ -177,18 +177,26 @@ impl DestinationConfig {
 
 /// A PostgreSQL warehouse as configured: `warehouse.url` as written (a URI or a libpq
 /// connection string; one holding a password is refused where it is used, and `Debug` shows
-/// it redacted) and where the password is, if anywhere (read when a command connects).
+/// it redacted), where the password is, if anywhere (read when a command connects), and the
+/// schema its tables live in (`warehouse.schema`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct PostgresConfig {
     pub url: String,
     pub password: Option<SecretSource>,
+    /// A plain identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes, no `pg_` prefix): it needs
+    /// no quoting anywhere it goes, and names the same schema in every tool.
+    pub schema: String,
 }
+
+/// `warehouse.schema` when unset: PostgreSQL's own default schema.
+pub const DEFAULT_SCHEMA: &str = "public";
 
 impl std::fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresConfig")
             .field("url", &super::pg_url::redacted(&self.url))
             .field("password", &self.password)
+            .field("schema", &self.schema)
             .finish()
     }
 }

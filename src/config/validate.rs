@@ -16,7 +16,7 @@ use super::raw::{
     StringList,
 };
 use super::secret::{credential, secret};
-use super::types::{DEFAULT_CONCURRENCY, MAX_CONCURRENCY};
+use super::types::{DEFAULT_CONCURRENCY, DEFAULT_SCHEMA, MAX_CONCURRENCY};
 use super::values::{bounded, cron, duration, secs, url};
 use super::{
     ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DestinationConfig, DetailsMode,
@@ -99,17 +99,30 @@ fn destination(raw: &RawWarehouse, env: &Env) -> Result<DestinationConfig, Confi
     })
 }
 
-/// `warehouse.url` (PostgreSQL) and its password's source: `warehouse.password_file`, else
-/// the systemd credential `warehouse_password`, else none (`$PGPASSWORD`, libpq's password
-/// file, or a server that asks for none). `url` and `path` together are refused, naming both.
+/// `warehouse.url` (PostgreSQL), its password's source (`warehouse.password_file`, else
+/// the systemd credential `warehouse_password`, else none: `$PGPASSWORD`, libpq's password
+/// file, or a server that asks for none) and its schema (`warehouse.schema`, `public` by
+/// default). `url` and `path` together are refused, naming both; so are the password file and
+/// the schema without `url`.
 fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, ConfigError> {
     let Some(url) = &raw.url else {
-        if raw.password_file.is_some() {
-            return Err(ConfigError::new(
-                Kind::Conflict,
+        for (set, key, what) in [
+            (
+                raw.password_file.is_some(),
                 "warehouse.password_file",
-                "is the password of a PostgreSQL warehouse: set warehouse.url too, or remove it",
-            ));
+                "the password",
+            ),
+            (raw.schema.is_some(), "warehouse.schema", "the schema"),
+        ] {
+            if set {
+                return Err(ConfigError::new(
+                    Kind::Conflict,
+                    key,
+                    format!(
+                        "is {what} of a PostgreSQL warehouse: set warehouse.url too, or remove it"
+                    ),
+                ));
+            }
         }
         return Ok(None);
     };
@@ -137,7 +150,46 @@ fn postgres(raw: &RawWarehouse, env: &Env) -> Result<Option<PostgresConfig>, Con
     Ok(Some(PostgresConfig {
         url: url.trim().to_owned(),
         password,
+        schema: schema(raw.schema.as_deref().unwrap_or(DEFAULT_SCHEMA))?,
     }))
+}
+
+/// The longest name PostgreSQL keeps whole (`NAMEDATALEN` - 1); a longer one it cuts short.
+const MAX_SCHEMA_BYTES: usize = 63;
+
+/// `warehouse.schema`: a plain identifier, lower case (an unquoted name PostgreSQL folds to
+/// lower case, so `Sales` in a BI tool and in callsync would be two schemas), at most 63
+/// bytes, and not `pg_…`, which PostgreSQL keeps for itself.
+fn schema(name: &str) -> Result<String, ConfigError> {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if name.is_empty() {
+        return Err(ConfigError::new(
+            Kind::Empty,
+            "warehouse.schema",
+            "is empty; name the schema callsync's tables go into, or remove it for public",
+        ));
+    }
+    let problem = if !plain || name.len() > MAX_SCHEMA_BYTES {
+        "must be a plain identifier: a lower-case letter or _ first, then lower-case letters, digits or _, at most 63 bytes (e.g. \"callsync\" or \"call_results\")"
+    } else if name.starts_with("pg_") {
+        "may not begin with pg_, which PostgreSQL reserves for its own schemas; choose another name"
+    } else {
+        return Ok(name.to_owned());
+    };
+    Err(ConfigError::new(
+        Kind::BadName,
+        "warehouse.schema",
+        format!(
+            "{} {problem}",
+            crate::untrusted::untrusted_text(&format!("{name:?}"), 80)
+        ),
+    ))
 }
 
 /// `warehouse.path`, `callsync.db` when unset. An empty one is an error: SQLite would open a

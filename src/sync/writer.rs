@@ -1,11 +1,20 @@
-//! `Writer`: the one thread that owns the destination (the warehouse connection); every write goes
-//! through it.
+//! `Writer`: the threads that own the destination (the warehouse's connections); every write goes
+//! through them.
 //!
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
 //! instead of contending for the lock. A job is a closure over `&mut dyn Destination`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
 //! is being written. The tracing span of the submitter is carried into the job.
+//!
+//! A destination that writes from several connections at once (PostgreSQL) hands the writer
+//! more handles on itself ([`Destination::fork`]): a job submitted while as many are outstanding
+//! (queued or running) as there are threads starts another thread with another handle. A pass
+//! has at most one job outstanding at a time (it waits for each before its next), so the
+//! threads, and the connections they hold, grow to the passes in flight at their busiest and
+//! no further, whatever sets that number.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -19,7 +28,12 @@ type Job = Box<dyn FnOnce(&mut dyn Destination) + Send>;
 /// Jobs waiting for the writer; senders wait when it is full (bounded memory).
 const QUEUE: usize = 16;
 
-/// How long [`Writer::close`] waits for the thread to finish its queue and close the sink.
+/// The most threads (each with its connection) a destination that writes from several gets:
+/// a bound for a server's connections (PostgreSQL's `max_connections` is 100 by default),
+/// far above the passes a daemon runs at once.
+const MAX_THREADS: usize = 64;
+
+/// How long [`Writer::close`] waits for the thread to finish its queue and close the destination.
 /// The queue is a few jobs, and closing the SQLite warehouse empties its WAL: seconds at
 /// most. Only a write stuck on a connection the network cut (a PostgreSQL writer whose
 /// answers stopped coming: the kernel's keepalives end that within a minute, a proxy that
@@ -28,8 +42,39 @@ pub const CLOSE_PATIENCE: Duration = Duration::from_secs(30);
 
 pub struct Writer {
     jobs: Option<mpsc::Sender<Job>>,
-    /// Told when the thread has run its last job and dropped the sink.
-    closed: Option<oneshot::Receiver<()>>,
+    /// Ends when every thread has run its last job and dropped its destination.
+    closed: Option<mpsc::Receiver<()>>,
+    threads: Mutex<Threads>,
+    /// Jobs submitted and not yet run: queued, or running.
+    outstanding: Arc<AtomicUsize>,
+}
+
+/// A job's place among the outstanding ones, given up when the job is dropped: once run, or
+/// never sent (its submitter cancelled), or left in the queue at the end.
+struct Outstanding(Arc<AtomicUsize>);
+
+impl Outstanding {
+    /// Counts one more job; returns it with how many there are now.
+    fn count(jobs: &Arc<AtomicUsize>) -> (Outstanding, usize) {
+        let now = jobs.fetch_add(1, Ordering::SeqCst) + 1;
+        (Outstanding(jobs.clone()), now)
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The writer's threads, and what starts another.
+struct Threads {
+    /// A handle on the destination for the next thread; `None` when the destination allows one writer.
+    spare: Option<Box<dyn Destination>>,
+    started: usize,
+    queue: Arc<Mutex<mpsc::Receiver<Job>>>,
+    /// Each thread holds a clone until it ends.
+    alive: mpsc::Sender<()>,
 }
 
 /// The result of a submitted job, to be awaited later.
@@ -41,24 +86,64 @@ impl<T> Pending<T> {
     }
 }
 
-impl Writer {
-    /// Starts the writer thread, which owns `sink` until [`Writer::close`].
-    pub fn start(mut sink: Box<dyn Destination>) -> std::io::Result<Writer> {
-        let (tx, mut rx) = mpsc::channel::<Job>(QUEUE);
-        let (closing, closed) = oneshot::channel();
-        // Not joined: `close` waits for `closed` instead, within a bound.
+impl Threads {
+    /// Starts a thread that owns `destination` and runs queued jobs until the queue closes.
+    fn start(&mut self, mut sink: Box<dyn Destination>) -> std::io::Result<()> {
+        let (queue, alive) = (self.queue.clone(), self.alive.clone());
+        // Not joined: `close` waits for every thread's `alive` to drop instead, within a bound.
         std::thread::Builder::new()
             .name("callsync-writer".into())
             .spawn(move || {
-                while let Some(job) = rx.blocking_recv() {
+                loop {
+                    // One thread waits on the queue at a time; the others wait for it here.
+                    let job = queue
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .blocking_recv();
+                    let Some(job) = job else { break };
                     job(sink.as_mut());
                 }
                 drop(sink);
-                let _ = closing.send(());
+                drop(alive);
             })?;
+        self.started += 1;
+        Ok(())
+    }
+
+    /// A thread for each of the `outstanding` jobs, as far as the destination can be written from
+    /// more than one.
+    fn grow_to(&mut self, outstanding: usize) {
+        while self.started < outstanding.min(MAX_THREADS) {
+            let Some(sink) = self.spare.as_ref().and_then(|spare| spare.fork()) else {
+                return;
+            };
+            if let Err(err) = self.start(sink) {
+                // The threads there are go on with the work.
+                tracing::warn!(error = %err, "cannot start another writer thread");
+                return;
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread, which owns `destination` until [`Writer::close`]; more start as
+    /// jobs wait, when the destination can be forked.
+    pub fn start(sink: Box<dyn Destination>) -> std::io::Result<Writer> {
+        let (tx, rx) = mpsc::channel::<Job>(QUEUE);
+        let (alive, closed) = mpsc::channel(1);
+        let mut threads = Threads {
+            spare: sink.fork(),
+            started: 0,
+            queue: Arc::new(Mutex::new(rx)),
+            alive,
+        };
+        threads.start(sink)?;
         Ok(Writer {
             jobs: Some(tx),
             closed: Some(closed),
+            threads: Mutex::new(threads),
+            outstanding: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -71,12 +156,20 @@ impl Writer {
     {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
+        let (counted, outstanding) = Outstanding::count(&self.outstanding);
         let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
+            let result = job(sink).map_err(Into::into);
+            // Before the reply: the submitter's next job is not counted beside this one.
+            drop(counted);
             // The submitter may have gone (cancelled); the write itself has still happened.
-            let _ = reply.send(job(sink).map_err(Into::into));
+            let _ = reply.send(result);
         });
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
+        self.threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .grow_to(outstanding);
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
         Ok(Pending(result))
     }
@@ -91,16 +184,26 @@ impl Writer {
         self.submit(job).await?.wait().await
     }
 
-    /// Lets queued jobs finish, then stops the thread and closes the sink; returns after
-    /// [`CLOSE_PATIENCE`] even if the thread is stuck in a write (it is left to the process's
+    /// Lets queued jobs finish, then stops the threads and closes the destination; returns after
+    /// [`CLOSE_PATIENCE`] even if a thread is stuck in a write (it is left to the process's
     /// exit, and a transaction it had open is rolled back by the server, checkpoint and all).
     pub async fn close(mut self) {
         self.jobs.take();
-        let Some(closed) = self.closed.take() else {
+        {
+            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.spare.take();
+            // Only the threads' clones keep the channel open now.
+            let (ended, _) = mpsc::channel(1);
+            threads.alive = ended;
+        }
+        let Some(mut closed) = self.closed.take() else {
             return;
         };
-        // An error is a thread that ended without saying so (a panic): closed all the same.
-        if tokio::time::timeout(CLOSE_PATIENCE, closed).await.is_err() {
+        // `None` once every thread has dropped its destination (a panic ends one all the same).
+        if tokio::time::timeout(CLOSE_PATIENCE, closed.recv())
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 "the warehouse writer is still busy after {} s (a write waiting on a connection that stopped answering); exiting without it",
                 CLOSE_PATIENCE.as_secs()
@@ -111,7 +214,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Closing the channel ends the thread once its queue is empty; not joined here, as
+        // Closing the channel ends the threads once the queue is empty; not joined here, as
         // drop may run on an async worker.
         self.jobs.take();
     }
@@ -144,7 +247,7 @@ mod tests {
         unstick.send(()).unwrap();
     }
 
-    /// Otherwise `close` returns once the queue has run and the sink is closed (real time: a
+    /// Otherwise `close` returns once the queue has run and the destination is closed (real time: a
     /// paused clock would jump past the patience while the job runs).
     #[tokio::test]
     async fn close_waits_for_the_queued_jobs() {
@@ -163,5 +266,185 @@ mod tests {
             .unwrap();
         writer.close().await;
         assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A destination written from several threads at once (as PostgreSQL's): a dry run that
+    /// counts its handles.
+    struct Forking {
+        handles: Arc<AtomicUsize>,
+        inner: DryRun,
+    }
+
+    impl Forking {
+        fn new(handles: &Arc<AtomicUsize>) -> Forking {
+            handles.fetch_add(1, Ordering::SeqCst);
+            Forking {
+                handles: handles.clone(),
+                inner: DryRun::over(None),
+            }
+        }
+    }
+
+    use crate::service::{Campaign, Schedule, Timestamp};
+    use crate::warehouse::{
+        Checkpoint, Claim, PageBatch, PageWrite, Prepared, RunId, RunKind, RunRecord,
+        ScheduleStatus, Walker, WarehouseError, Watch,
+    };
+    use uuid::Uuid;
+
+    impl Destination for Forking {
+        fn name(&self) -> String {
+            self.inner.name()
+        }
+        fn watch(&self) -> Arc<dyn Watch> {
+            self.inner.watch()
+        }
+        fn claim(&self, schedule: Uuid) -> Result<Option<Claim>, WarehouseError> {
+            self.inner.claim(schedule)
+        }
+        fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
+            self.inner.checkpoint(schedule)
+        }
+        fn replace_checkpoint(
+            &mut self,
+            schedule: Uuid,
+            cursor: Option<Timestamp>,
+        ) -> Result<Option<Checkpoint>, WarehouseError> {
+            self.inner.replace_checkpoint(schedule, cursor)
+        }
+        fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
+            self.inner.knows_schedule(schedule)
+        }
+        fn walked_since(
+            &self,
+            schedule: Uuid,
+            kind: RunKind,
+            since: Timestamp,
+        ) -> Result<Option<Walker>, WarehouseError> {
+            self.inner.walked_since(schedule, kind, since)
+        }
+        fn start_run(
+            &mut self,
+            schedule: Uuid,
+            kind: RunKind,
+            started_at: Timestamp,
+            walker: &Walker,
+        ) -> Result<Option<RunId>, WarehouseError> {
+            self.inner.start_run(schedule, kind, started_at, walker)
+        }
+        fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
+            self.inner.write_page(page)
+        }
+        fn count_changes(&mut self, page: &PageBatch) -> Result<u64, WarehouseError> {
+            self.inner.count_changes(page)
+        }
+        fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
+            self.inner.finish_run(run, record)
+        }
+        fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
+            self.inner.forget_runs_before(cutoff)
+        }
+        fn prepare(&mut self, prepared: Prepared<'_>) -> Result<(), WarehouseError> {
+            self.inner.prepare(prepared)
+        }
+        fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
+            self.inner.status_at(now)
+        }
+        fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
+            self.inner.first_pass_at()
+        }
+        fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
+            self.inner.remember_campaign(campaign)
+        }
+        fn remember_schedule(
+            &mut self,
+            schedule: &Schedule,
+            campaign: Option<Uuid>,
+        ) -> Result<(), WarehouseError> {
+            self.inner.remember_schedule(schedule, campaign)
+        }
+        fn fork(&self) -> Option<Box<dyn Destination>> {
+            Some(Box::new(Forking::new(&self.handles)))
+        }
+    }
+
+    /// Patience only a hang reaches: a job waiting for others that never run beside it.
+    const HANG: Duration = Duration::from_secs(60);
+
+    /// Submits `jobs` jobs at once, each of which returns only once every one has started
+    /// (so they must all run at the same time; a job left waiting for the others longer than
+    /// [`HANG`] fails); returns the threads they ran on.
+    async fn all_at_once(writer: &Writer, jobs: usize) -> Vec<std::thread::ThreadId> {
+        let started = Arc::new((Mutex::new(0), std::sync::Condvar::new()));
+        let mut pending = Vec::new();
+        for _ in 0..jobs {
+            let started = started.clone();
+            let job = writer.submit(move |_| {
+                let (count, changed) = &*started;
+                let mut count = count.lock().unwrap();
+                *count += 1;
+                changed.notify_all();
+                let (count, waited) = changed
+                    .wait_timeout_while(count, HANG, |count| *count < jobs)
+                    .unwrap();
+                if waited.timed_out() {
+                    return Err(SyncError::WriterGone);
+                }
+                drop(count);
+                Ok::<_, SyncError>(std::thread::current().id())
+            });
+            pending.push(job.await.unwrap());
+        }
+        let mut threads = Vec::new();
+        for job in pending {
+            let thread = job.wait().await;
+            threads.push(thread.expect("the jobs ran at the same time"));
+        }
+        threads
+    }
+
+    /// A destination written from several connections gets a thread (and a handle) for each
+    /// job in flight at the busiest, and no more: jobs one after the other reuse them.
+    #[tokio::test]
+    async fn a_forking_destination_gets_a_thread_per_job_in_flight_and_no_more() {
+        let handles = Arc::new(AtomicUsize::new(0));
+        let writer = Writer::start(Box::new(Forking::new(&handles))).unwrap();
+        // The spare handle the writer keeps to fork from, beside the first thread's.
+        assert_eq!(handles.load(Ordering::SeqCst), 2);
+        let threads = all_at_once(&writer, 5).await;
+        let distinct: std::collections::HashSet<_> = threads.iter().collect();
+        assert_eq!(distinct.len(), 5, "five jobs in flight ran on five threads");
+        assert_eq!(
+            handles.load(Ordering::SeqCst),
+            6,
+            "one handle a thread, and the spare"
+        );
+        for _ in 0..20 {
+            writer.call(|_| Ok::<(), SyncError>(())).await.unwrap();
+        }
+        assert_eq!(
+            handles.load(Ordering::SeqCst),
+            6,
+            "jobs one at a time add no thread"
+        );
+        writer.close().await;
+    }
+
+    /// A destination written by one writer at a time (SQLite) keeps one thread, whatever the
+    /// jobs queued at once.
+    #[tokio::test]
+    async fn a_destination_that_cannot_fork_is_written_by_one_thread() {
+        let writer = Writer::start(Box::new(DryRun::over(None))).unwrap();
+        let mut pending = Vec::new();
+        for _ in 0..5 {
+            let job = writer.submit(|_| Ok::<_, SyncError>(std::thread::current().id()));
+            pending.push(job.await.unwrap());
+        }
+        let mut threads = std::collections::HashSet::new();
+        for job in pending {
+            threads.insert(job.wait().await.unwrap());
+        }
+        assert_eq!(threads.len(), 1);
+        writer.close().await;
     }
 }

@@ -5,8 +5,10 @@
 //! A [`Backend`] is a configured destination, not yet opened: what the commands that do not
 //! write pages need (`migrate`, `check`, `restore`, `/healthz`), and the three ways to open
 //! it. A [`Destination`] is one opened: the pages and checkpoints of passes, the records of
-//! passes, status, the write commands' records. A destination runs on the sync engine's
-//! writer thread, which owns it, so its methods are synchronous and never run concurrently.
+//! passes, status, the write commands' records. A destination runs on a sync engine's
+//! writer thread, which owns it, so its methods are synchronous and never run concurrently;
+//! a back end that can be written from several connections at once hands out more handles on
+//! itself (`fork`), one for each further writer thread.
 //!
 //! The contract of a page write: `write_page` stores the calls and moves the checkpoint in
 //! one atomic step (the checkpoint is never ahead of the data), never moves a checkpoint
@@ -188,6 +190,13 @@ pub trait Destination: Send + 'static {
         schedule: &Schedule,
         campaign: Option<Uuid>,
     ) -> Result<(), WarehouseError>;
+
+    /// Another handle on the same destination, for another writer thread to write through at
+    /// the same time (`sync/writer.rs`), sharing this one's claims; `None` (the default) for a
+    /// destination written by one writer at a time. Waits for nothing.
+    fn fork(&self) -> Option<Box<dyn Destination>> {
+        None
+    }
 
     /// Writes a consistent copy into the file `dest` (refused if something is there, unless
     /// `overwrite`).

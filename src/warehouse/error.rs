@@ -30,7 +30,7 @@ pub enum WarehouseError {
     /// Tables of another program where callsync would create its own: the configuration
     /// names the wrong database.
     #[error(
-        "{target} is a PostgreSQL database of another program, not a callsync warehouse (its schema {schema} holds tables, not callsync's: {tables}); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (CREATE SCHEMA callsync, then options=-c%20search_path%3Dcallsync in warehouse.url)"
+        "{target} is a PostgreSQL database of another program, not a callsync warehouse (its schema {schema} holds tables, not callsync's: {tables}); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (warehouse.schema = \"callsync\")"
     )]
     NotAPostgresWarehouse {
         target: String,

@@ -125,6 +125,7 @@ impl TestEnv {
         self.config.warehouse.destination = DestinationConfig::Postgres(PostgresConfig {
             url: db.url.clone(),
             password: None,
+            schema: db.schema.clone(),
         });
         self.pg = Some(db);
     }
@@ -286,7 +287,7 @@ impl TestEnv {
             token = self.sim.access_token(),
             warehouse = match &self.pg {
                 None => format!("path = \"{}\"", self.warehouse_path().display()),
-                Some(db) => format!("url = \"{}\"", db.url),
+                Some(db) => format!("url = \"{}\"\nschema = \"{}\"", db.url, db.schema),
             },
             schedules = schedules.join(", "),
         );

@@ -34,6 +34,8 @@ macro_rules! conformance {
 mod expected;
 // The PostgreSQL warehouse: TLS, migrations, claims, the BI role.
 mod postgres;
+// warehouse.schema: the warehouse in a schema of its own, two in one database, bad names refused.
+mod postgres_schema;
 // Incremental sync against the simulator in every setting (ties, churn, faults, …).
 mod sync;
 // A service ordering ties differently on every request: every group read whole, or a loud failure.

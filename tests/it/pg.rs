@@ -36,11 +36,24 @@ pub struct Database {
     pub name: String,
     /// `postgresql://postgres@/NAME?host=SOCKET_DIR`.
     pub url: String,
+    /// The warehouse's `warehouse.schema` in it: `public` unless [`Database::in_schema`].
+    pub schema: String,
 }
 
 impl Database {
     pub fn target(&self) -> PgTarget {
-        PgTarget::parse(&self.url, None).expect("the test database's URL parses")
+        PgTarget::parse(&self.url, None)
+            .expect("the test database's URL parses")
+            .with_schema(&self.schema)
+    }
+
+    /// The same database, the warehouse in `schema` (its configuration's `warehouse.schema`,
+    /// and where [`query`] reads).
+    pub fn in_schema(&self, schema: &str) -> Database {
+        Database {
+            schema: schema.to_owned(),
+            ..self.clone()
+        }
     }
 }
 
@@ -290,6 +303,7 @@ impl Server {
         Database {
             url: self.url(&name),
             name,
+            schema: callsync::config::DEFAULT_SCHEMA.to_owned(),
         }
     }
 }
@@ -333,9 +347,13 @@ pub fn admin(server: &Server, dbname: &str, sql: &str) -> Result<Vec<Vec<Option<
     .map_err(|_| "the admin thread panicked".to_owned())?
 }
 
-/// Runs `sql` in the test database `db`.
+/// Runs `sql` in the test database `db`, its warehouse's schema first on the search path.
 pub fn query(db: &Database, sql: &str) -> Vec<Vec<Option<String>>> {
-    admin(server(), &db.name, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    let sql = match db.schema.as_str() {
+        callsync::config::DEFAULT_SCHEMA => sql.to_owned(),
+        schema => format!("SET search_path TO {schema}; {sql}"),
+    };
+    admin(server(), &db.name, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 fn free_port() -> u16 {

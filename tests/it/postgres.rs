@@ -696,6 +696,7 @@ async fn healthz_says_503_while_the_server_is_unreachable_and_200_once_it_is_bac
         callsync::config::DestinationConfig::Postgres(callsync::config::PostgresConfig {
             url,
             password: None,
+            schema: callsync::config::DEFAULT_SCHEMA.to_owned(),
         });
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
@@ -823,7 +824,7 @@ async fn a_foreign_or_missing_database_is_a_configuration_error() {
     let config = env.write_config("");
     let c = config.to_str().unwrap();
     let foreign = format!(
-        "{} is a PostgreSQL database of another program, not a callsync warehouse (its schema public holds tables, not callsync's: invoices, unpaid); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (CREATE SCHEMA callsync, then options=-c%20search_path%3Dcallsync in warehouse.url)\n",
+        "{} is a PostgreSQL database of another program, not a callsync warehouse (its schema public holds tables, not callsync's: invoices, unpaid); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (warehouse.schema = \"callsync\")\n",
         db.target().display()
     );
     for command in [&["sync"][..], &["migrate"], &["status"], &["run"]] {

@@ -21,6 +21,8 @@ pub(super) struct Table {
     pub(super) columns: &'static [(&'static str, Kind)],
     /// The conflict target of the upsert.
     pub(super) key: &'static [&'static str],
+    /// What writing it is called in an error.
+    pub(super) writing: &'static str,
 }
 
 use Kind::{Bool, Int, Json, Text, Time};
@@ -67,6 +69,7 @@ pub(super) const CALLS: Table = Table {
         ("notification_count", Int),
     ],
     key: &["uid"],
+    writing: "writing calls",
 };
 
 pub(super) const PARAMETERS: Table = Table {
@@ -78,6 +81,7 @@ pub(super) const PARAMETERS: Table = Table {
         ("value", Text),
     ],
     key: &["call_id", "name"],
+    writing: "writing custom parameters",
 };
 
 pub(super) const ATTEMPTS: Table = Table {
@@ -101,6 +105,7 @@ pub(super) const ATTEMPTS: Table = Table {
         ("extra", Json),
     ],
     key: &["call_id", "uid"],
+    writing: "writing attempts",
 };
 
 pub(super) const OUTCOMES: Table = Table {
@@ -116,6 +121,7 @@ pub(super) const OUTCOMES: Table = Table {
         ("extra", Json),
     ],
     key: &["call_id", "attempt_id", "uid"],
+    writing: "writing outcomes",
 };
 
 pub(super) const VARIABLES: Table = Table {
@@ -133,6 +139,7 @@ pub(super) const VARIABLES: Table = Table {
         ("extra", Json),
     ],
     key: &["call_id", "attempt_id", "uid"],
+    writing: "writing variables",
 };
 
 pub(super) const NOTIFICATIONS: Table = Table {
@@ -147,6 +154,7 @@ pub(super) const NOTIFICATIONS: Table = Table {
         ("extra", Json),
     ],
     key: &["call_id", "uid"],
+    writing: "writing notifications",
 };
 
 /// One value of a row, as its column travels.

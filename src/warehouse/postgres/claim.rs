@@ -17,9 +17,10 @@
 //! and commits after would overwrite newer rows behind the new owner's checkpoint. A check
 //! on the client (is the lock connection open?) cannot close that window, and neither can
 //! one on the server made before the page's transaction (the lock may go right after). So
-//! each claim takes a **fencing token**: right after the lock, on the lock session, it bumps
-//! the schedule's `schedule_claims.generation` (migration `0004-claim_fence.sql`) and keeps
-//! the number it got. Every page's transaction, on the writer's connection, begins with
+//! each claim takes a **fencing token**: in the statement that takes the lock, under it, on
+//! the lock session, it bumps the schedule's `schedule_claims.generation` (migration
+//! `0004-claim_fence.sql`) and keeps the number it got. Every page's transaction, on its
+//! writer's connection, begins with
 //! `SELECT generation … FOR SHARE` (`write.rs`) and rolls back unless it is still that
 //! number. The row lock orders the two: a takeover's bump waits for a page transaction that
 //! locked the row first (so that page commits before the new owner reads the checkpoint),
@@ -78,12 +79,18 @@ const LOCK_STATEMENT_TIMEOUT: Duration = Duration::from_secs(4);
 /// What the lock session calls itself (`pg_stat_activity.application_name`).
 pub const LOCK_SESSION_NAME: &str = "callsync claims";
 
-/// Bumps a schedule's fencing token and returns it (the caller holds the schedule's lock).
-const NEXT_GENERATION: &str = "INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
-     VALUES ($1, 1, now())
-     ON CONFLICT (schedule_uid) DO UPDATE
-       SET generation = schedule_claims.generation + 1, claimed_at = now()
-     RETURNING generation";
+/// Takes a schedule's lock without waiting and, when it was free, bumps its fencing token,
+/// in one round trip: whether the lock was taken, and the new token. The lock is taken
+/// first (the CTE calls a volatile function, so it runs once, before the insert reads it);
+/// the bump runs only under it.
+const LOCK_AND_BUMP: &str = "WITH lock AS (SELECT pg_try_advisory_lock($1) AS taken),
+     bump AS (
+       INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
+       SELECT $2, 1, now() FROM lock WHERE lock.taken
+       ON CONFLICT (schedule_uid) DO UPDATE
+         SET generation = schedule_claims.generation + 1, claimed_at = now()
+       RETURNING generation)
+     SELECT lock.taken, (SELECT generation FROM bump) FROM lock";
 
 /// The fence a page's transaction checks first: the row stays locked (`FOR SHARE`) until the
 /// page commits, so a takeover's bump waits for it, and a page after the bump sees it.
@@ -124,10 +131,30 @@ pub struct PgClaim {
     session: Arc<Session>,
 }
 
-/// The advisory lock key of a schedule: its 128 bits folded into 64.
-pub(super) fn lock_key(schedule: Uuid) -> i64 {
+/// The advisory lock key of a schedule in the warehouse of `schema`: its 128 bits folded into
+/// 64, and, for a schema other than `public`, the schema's name folded in too.
+///
+/// Advisory locks belong to the database, not to a schema: without the name, two warehouses
+/// in two schemas of one database syncing the same schedule would take each other's claims —
+/// each pass of one skipped while the other walks the schedule into the other warehouse.
+/// `public`'s keys are the ones callsync took before `warehouse.schema` existed, so a daemon of
+/// either version claims the same schedule of the same warehouse with the same key.
+pub(super) fn lock_key(schedule: Uuid, schema: &str) -> i64 {
     let bits = schedule.as_u128();
-    ((bits >> 64) as u64 ^ bits as u64) as i64
+    let folded = (bits >> 64) as u64 ^ bits as u64;
+    let schema_bits = match schema {
+        crate::config::DEFAULT_SCHEMA => 0,
+        schema => fnv1a(schema.as_bytes()),
+    };
+    (folded ^ schema_bits) as i64
+}
+
+/// FNV-1a, 64 bits: a hash every callsync computes alike, whatever its build (the standard
+/// library's hasher is seeded per process).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl Session {
@@ -207,6 +234,11 @@ impl LockSession {
         }
     }
 
+    /// `schedule`'s advisory lock key in this warehouse.
+    fn key(&self, schedule: Uuid) -> i64 {
+        lock_key(schedule, self.target.schema())
+    }
+
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         // A panic while holding it leaves plain data behind, still consistent.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
@@ -236,15 +268,8 @@ impl LockSession {
         {
             return Ok(None);
         }
-        let Some(session) = self.try_lock(&mut sessions, schedule)? else {
+        let Some((session, generation)) = self.lock_and_bump(&mut sessions, schedule)? else {
             return Ok(None);
-        };
-        let generation = match self.next_generation(&session, schedule) {
-            Ok(Some(generation)) => generation,
-            other => {
-                unlock(&self.target, &session, schedule);
-                return other.map(|_| None);
-            }
         };
         sessions.held.insert(
             schedule,
@@ -260,13 +285,16 @@ impl LockSession {
         }))
     }
 
-    /// `pg_try_advisory_lock` on the current session; when that session turns out dead on the
-    /// way, once more on a new one. The session the lock was taken on, if it was.
-    fn try_lock(
+    /// [`LOCK_AND_BUMP`] on the current session; when that session turns out dead on the
+    /// way, once more on a new one. The session the lock was taken on, with the schedule's new
+    /// fencing token; `None` when another session holds the lock, or when the server
+    /// cancelled the bump (`statement_timeout`): a page transaction of the previous owner
+    /// still holds the fence, and the schedule is as good as busy.
+    fn lock_and_bump(
         &self,
         sessions: &mut Sessions,
         schedule: Uuid,
-    ) -> Result<Option<Arc<Session>>, WarehouseError> {
+    ) -> Result<Option<(Arc<Session>, i64)>, WarehouseError> {
         let step = "claiming a schedule";
         let mut retried = false;
         loop {
@@ -276,7 +304,7 @@ impl LockSession {
                 step,
                 session
                     .client
-                    .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(schedule)]),
+                    .query_one(LOCK_AND_BUMP, &[&self.key(schedule), &schedule]),
             );
             let answer = match asked {
                 Ok(Ok(row)) => row,
@@ -284,37 +312,35 @@ impl LockSession {
                     retried = true;
                     continue;
                 }
-                Ok(Err(err)) => return Err(pg_error(&self.target, step, &err)),
+                Ok(Err(err)) => {
+                    // The lock may have been taken before the bump failed: a session-level
+                    // lock outlives its statement's error.
+                    unlock(&self.target, &session, schedule);
+                    if err.code() == Some(&SqlState::QUERY_CANCELED) {
+                        tracing::info!(
+                            %schedule,
+                            "the schedule's previous walker is still committing a page; leaving it for now"
+                        );
+                        return Ok(None);
+                    }
+                    return Err(pg_error(&self.target, step, &err));
+                }
                 Err(err) => return Err(err),
             };
             let taken: bool = answer.column(0, &self.target, step)?;
-            return Ok(taken.then_some(session));
-        }
-    }
-
-    /// Bumps `schedule`'s fencing token on `session`, which holds its lock. `None` when the
-    /// server cancelled the bump (`statement_timeout`): a page transaction of the previous
-    /// owner still holds the fence, and the schedule is as good as busy.
-    fn next_generation(
-        &self,
-        session: &Session,
-        schedule: Uuid,
-    ) -> Result<Option<i64>, WarehouseError> {
-        let step = "taking a schedule's fencing token";
-        match session.ask(
-            &self.target,
-            step,
-            session.client.query_one(NEXT_GENERATION, &[&schedule]),
-        )? {
-            Ok(row) => Ok(Some(row.column(0, &self.target, step)?)),
-            Err(err) if err.code() == Some(&SqlState::QUERY_CANCELED) => {
-                tracing::info!(
-                    %schedule,
-                    "the schedule's previous walker is still committing a page; leaving it for now"
-                );
-                Ok(None)
-            }
-            Err(err) => Err(pg_error(&self.target, step, &err)),
+            let generation: Option<i64> = answer.column(1, &self.target, step)?;
+            return match (taken, generation) {
+                (true, Some(generation)) => Ok(Some((session, generation))),
+                (false, _) => Ok(None),
+                (true, None) => {
+                    unlock(&self.target, &session, schedule);
+                    Err(WarehouseError::Postgres {
+                        target: self.target.display().to_owned(),
+                        step,
+                        cause: "the server took the lock but bumped no fencing token (is schedule_claims as migrations-postgres/0004 made it?)".into(),
+                    })
+                }
+            };
         }
     }
 
@@ -362,9 +388,10 @@ fn unlock(target: &PgTarget, session: &Session, schedule: Uuid) {
     let released = session.ask(
         target,
         "releasing a schedule's lock",
-        session
-            .client
-            .execute("SELECT pg_advisory_unlock($1)", &[&lock_key(schedule)]),
+        session.client.execute(
+            "SELECT pg_advisory_unlock($1)",
+            &[&lock_key(schedule, target.schema())],
+        ),
     );
     let error = match released {
         Ok(Ok(_)) => return,
@@ -405,8 +432,26 @@ mod tests {
     fn keys_differ_for_different_schedules() {
         let a = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11").unwrap();
         let b = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12").unwrap();
-        assert_ne!(lock_key(a), lock_key(b));
-        assert_eq!(lock_key(a), lock_key(a));
+        assert_ne!(lock_key(a, "public"), lock_key(b, "public"));
+        assert_eq!(lock_key(a, "public"), lock_key(a, "public"));
+    }
+
+    /// `public` keeps the keys of callsync before `warehouse.schema` (a daemon of each
+    /// version contends for one warehouse's schedule); another schema has keys of its own,
+    /// the same in every process.
+    #[test]
+    fn keys_of_another_schema_differ_and_public_keeps_the_old_ones() {
+        let a = Uuid::parse_str("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11").unwrap();
+        let before = {
+            let bits = a.as_u128();
+            ((bits >> 64) as u64 ^ bits as u64) as i64
+        };
+        assert_eq!(lock_key(a, "public"), before);
+        assert_ne!(lock_key(a, "analytics"), before);
+        assert_ne!(lock_key(a, "analytics"), lock_key(a, "sales"));
+        assert_eq!(lock_key(a, "analytics"), lock_key(a, "analytics"));
+        // FNV-1a's published value for "a": the hash is the same in every build.
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }
 
     #[test]

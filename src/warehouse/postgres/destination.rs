@@ -213,6 +213,11 @@ impl Destination for PgWarehouse {
         PgWarehouse::remember_schedule(self, schedule, campaign)
     }
 
+    /// Each writer thread writes over a connection of its own.
+    fn fork(&self) -> Option<Box<dyn Destination>> {
+        Some(Box::new(PgWarehouse::fork(self)))
+    }
+
     fn backup_to(
         &self,
         _dest: &Path,

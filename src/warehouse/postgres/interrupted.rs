@@ -21,7 +21,7 @@ const STEP: &str = "marking interrupted passes";
 impl PgWarehouse {
     /// Marks the unfinished passes whose process is certainly gone; returns how many.
     pub(super) fn mark_interrupted_runs(&self) -> Result<u64, WarehouseError> {
-        let rows = wait(self.client().query(
+        let rows = wait(self.client()?.query(
             "SELECT id, schedule_uid, host, pid FROM sync_runs WHERE finished_at IS NULL",
             &[],
         ))
@@ -41,7 +41,7 @@ impl PgWarehouse {
         if schedules.is_empty() {
             return Ok(0);
         }
-        wait(self.client().batch_execute("BEGIN")).pg(&self.target, STEP)?;
+        wait(self.client()?.batch_execute("BEGIN")).pg(&self.target, STEP)?;
         let marked = self.mark_unclaimed(&schedules);
         let marked = self.end_transaction(marked, STEP)?;
         for (schedule, ids) in &marked {
@@ -58,16 +58,16 @@ impl PgWarehouse {
     ) -> Result<BTreeMap<Uuid, Vec<i64>>, WarehouseError> {
         let mut marked = BTreeMap::new();
         for (schedule, ids) in schedules {
-            let free: bool = wait(self.client().query_one(
+            let free: bool = wait(self.client()?.query_one(
                 "SELECT pg_try_advisory_xact_lock($1)",
-                &[&lock_key(*schedule)],
+                &[&lock_key(*schedule, self.target.schema())],
             ))
             .pg(&self.target, STEP)?
             .column(0, &self.target, STEP)?;
             if !free {
                 continue;
             }
-            let done = wait(self.client().query(
+            let done = wait(self.client()?.query(
                 "UPDATE sync_runs SET finished_at = started_at, outcome = 'interrupted',
                    error = $2
                  WHERE id = ANY($1) AND finished_at IS NULL RETURNING id",

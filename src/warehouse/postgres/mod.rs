@@ -19,6 +19,7 @@
 //! - `schema.rs` — versioned migrations (`migrations-postgres/`) under an advisory lock.
 //! - `write.rs` — a page and its checkpoint in one transaction, each table in one statement.
 //! - `batch.rs` — what `write.rs` sends: each table's columns as arrays, its `unnest()` upsert.
+//! - `pipeline.rs` — statements sent together, answered in one round trip.
 //! - `runs.rs` — checkpoints, `sync_runs`, retention, status.
 //! - `resources.rs` — `campaigns` and `schedules` as the write commands record them.
 //! - `session.rs` — connecting, waiting for answers, errors with their context.
@@ -31,6 +32,7 @@ mod claim;
 mod comments;
 pub mod destination;
 mod interrupted;
+mod pipeline;
 mod resources;
 mod runs;
 mod schema;
@@ -61,8 +63,16 @@ use session::{connect, pg_error, wait};
 /// administrator's `pg_terminate_backend`): each public method begins with
 /// [`PgWarehouse::reconnect_if_closed`], and only there, so that no transaction ever goes on
 /// over a new connection — one broken mid-way fails, and is rolled back by the server.
+///
+/// Passes write at once, each over a connection of its own: [`PgWarehouse::fork`] makes
+/// another handle on the same warehouse, which connects at its first use and shares this
+/// one's claims. The writer runs one handle a thread and adds one when more jobs are outstanding
+/// than it has threads (`sync/writer.rs`), so the connections, a small pool held one a
+/// thread, number the writes in flight at their busiest — never more than the passes in
+/// flight, whatever sets their number.
 pub struct PgWarehouse {
-    connection: Mutex<Connection>,
+    /// `None` until a forked handle's first use.
+    connection: Mutex<Option<Connection>>,
     target: PgTarget,
     locks: Arc<claim::LockSession>,
 }
@@ -108,41 +118,62 @@ impl PgWarehouse {
 
     fn with_client(client: Client, target: &PgTarget) -> PgWarehouse {
         PgWarehouse {
-            connection: Mutex::new(Connection {
-                client: Arc::new(client),
-                statements: HashMap::new(),
-            }),
+            connection: Mutex::new(Some(Connection::new(client))),
             target: target.clone(),
             locks: Arc::new(claim::LockSession::new(target.clone())),
         }
     }
 
-    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
+    /// Another handle on this warehouse, for another thread to write at the same time: its
+    /// own connection, opened at its first use (so forking waits for nothing), and this
+    /// handle's claims, which its pages check as their own.
+    pub fn fork(&self) -> PgWarehouse {
+        PgWarehouse {
+            connection: Mutex::new(None),
+            target: self.target.clone(),
+            locks: self.locks.clone(),
+        }
+    }
+
+    fn connection(&self) -> std::sync::MutexGuard<'_, Option<Connection>> {
         // A panic while holding it leaves plain data behind, still consistent.
         self.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// This warehouse's connection (as it is: see [`PgWarehouse::reconnect_if_closed`]).
-    fn client(&self) -> Arc<Client> {
-        self.connection().client.clone()
+    /// This handle's connection (as it is: see [`PgWarehouse::reconnect_if_closed`], which
+    /// every public method calls first, so that it exists).
+    fn client(&self) -> Result<Arc<Client>, WarehouseError> {
+        match self.connection().as_ref() {
+            Some(connection) => Ok(connection.client.clone()),
+            None => Err(self.unconnected()),
+        }
     }
 
-    /// Opens a new connection when the server has closed this one. Called at the start of
-    /// each public method, never inside a transaction.
+    /// The error of a handle used before it connected: a method that skipped
+    /// [`PgWarehouse::reconnect_if_closed`], callsync's bug.
+    fn unconnected(&self) -> WarehouseError {
+        WarehouseError::Postgres {
+            target: self.target.display().to_owned(),
+            step: "using the warehouse connection",
+            cause: "this handle has not connected yet (callsync's bug: please report it)".into(),
+        }
+    }
+
+    /// Opens a connection when this handle has none yet or the server has closed it. Called
+    /// at the start of each public method, never inside a transaction.
     fn reconnect_if_closed(&self) -> Result<(), WarehouseError> {
         let mut connection = self.connection();
-        if !connection.client.is_closed() {
+        if connection.as_ref().is_some_and(|c| !c.client.is_closed()) {
             return Ok(());
         }
         let client = connect(&self.target)?;
-        tracing::info!(
-            warehouse = self.target.display(),
-            "the server closed the warehouse connection; connected again"
-        );
-        *connection = Connection {
-            client: Arc::new(client),
-            statements: HashMap::new(),
-        };
+        if connection.is_some() {
+            tracing::info!(
+                warehouse = self.target.display(),
+                "the server closed the warehouse connection; connected again"
+            );
+        }
+        *connection = Some(Connection::new(client));
         Ok(())
     }
 
@@ -153,6 +184,9 @@ impl PgWarehouse {
     /// The statement for `sql`, prepared once per connection.
     fn statement(&self, sql: &str, step: &'static str) -> Result<Statement, WarehouseError> {
         let mut connection = self.connection();
+        let Some(connection) = connection.as_mut() else {
+            return Err(self.unconnected());
+        };
         if let Some(statement) = connection.statements.get(sql) {
             return Ok(statement.clone());
         }
@@ -162,6 +196,15 @@ impl PgWarehouse {
             .statements
             .insert(sql.to_owned(), statement.clone());
         Ok(statement)
+    }
+}
+
+impl Connection {
+    fn new(client: Client) -> Connection {
+        Connection {
+            client: Arc::new(client),
+            statements: HashMap::new(),
+        }
     }
 }
 

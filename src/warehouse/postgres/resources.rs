@@ -34,7 +34,7 @@ const RECORD_SCHEDULE: &str = "INSERT INTO schedules
 impl PgWarehouse {
     pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             RECORD_CAMPAIGN,
             &[
                 &campaign.uid,
@@ -60,7 +60,7 @@ impl PgWarehouse {
     ) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
         let intervals = serde_json::Value::from(schedule.retry_intervals.clone());
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             RECORD_SCHEDULE,
             &[
                 &schedule.uid,

@@ -27,7 +27,7 @@ pub(super) const ADVANCE_CHECKPOINT: &str =
 impl PgWarehouse {
     pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
         self.reconnect_if_closed()?;
-        let row = wait(self.client().query_opt(READ_CHECKPOINT, &[&schedule]))
+        let row = wait(self.client()?.query_opt(READ_CHECKPOINT, &[&schedule]))
             .pg(&self.target, "reading a checkpoint")?;
         row.map(|r| self.checkpoint_of(schedule, &r)).transpose()
     }
@@ -52,7 +52,7 @@ impl PgWarehouse {
     pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
         self.reconnect_if_closed()?;
         let step = "looking a schedule up";
-        wait(self.client().query_one(
+        wait(self.client()?.query_one(
             "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = $1)
                  OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = $1)
                  OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = $1)",
@@ -71,17 +71,17 @@ impl PgWarehouse {
     ) -> Result<Option<Checkpoint>, WarehouseError> {
         self.reconnect_if_closed()?;
         let target = self.target.clone();
-        wait(self.client().batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
+        wait(self.client()?.batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
         let result = (|| {
             let before = wait(
-                self.client()
+                self.client()?
                     .query_opt(&format!("{READ_CHECKPOINT} FOR UPDATE"), &[&schedule]),
             )
             .pg(&target, "reading a checkpoint")?
             .map(|r| self.checkpoint_of(schedule, &r))
             .transpose()?;
             match cursor {
-                Some(cursor) => wait(self.client().execute(
+                Some(cursor) => wait(self.client()?.execute(
                     "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at)
                      VALUES ($1, $2, $3)
                      ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
@@ -89,7 +89,7 @@ impl PgWarehouse {
                     &[&schedule, &micros(cursor), &micros(Timestamp::now())],
                 ))
                 .pg(&target, "saving a checkpoint")?,
-                None => wait(self.client().execute(
+                None => wait(self.client()?.execute(
                     "DELETE FROM sync_checkpoints WHERE schedule_uid = $1",
                     &[&schedule],
                 ))
@@ -109,11 +109,13 @@ impl PgWarehouse {
     ) -> Result<T, WarehouseError> {
         match result {
             Ok(value) => {
-                wait(self.client().batch_execute("COMMIT")).pg(&self.target, step)?;
+                wait(self.client()?.batch_execute("COMMIT")).pg(&self.target, step)?;
                 Ok(value)
             }
             Err(err) => {
-                let _ = wait(self.client().batch_execute("ROLLBACK"));
+                if let Ok(client) = self.client() {
+                    let _ = wait(client.batch_execute("ROLLBACK"));
+                }
                 Err(err)
             }
         }
@@ -132,7 +134,7 @@ impl PgWarehouse {
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
             "recording the start of a pass",
         )?;
-        let id: i64 = wait(self.client().query_one(
+        let id: i64 = wait(self.client()?.query_one(
             &statement,
             &[
                 &schedule,
@@ -159,7 +161,7 @@ impl PgWarehouse {
         since: Timestamp,
     ) -> Result<Option<Walker>, WarehouseError> {
         self.reconnect_if_closed()?;
-        let row = wait(self.client().query_opt(
+        let row = wait(self.client()?.query_opt(
             "SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $3, host,
                     instance, pid
              FROM sync_runs WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
@@ -201,7 +203,7 @@ impl PgWarehouse {
              WHERE id = $1",
             "recording the end of a pass",
         )?;
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             &statement,
             &[
                 &run.0,
@@ -230,7 +232,7 @@ impl PgWarehouse {
     /// latest and latest successful one, and any not finished.
     pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
         self.reconnect_if_closed()?;
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             "DELETE FROM sync_runs
              WHERE finished_at IS NOT NULL AND finished_at < $1
                AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
@@ -250,7 +252,7 @@ impl PgWarehouse {
     ) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
         let (schedules, campaigns): (Vec<Uuid>, Vec<Uuid>) = campaigns.into_iter().unzip();
-        wait(self.client().execute(
+        wait(self.client()?.execute(
             "INSERT INTO schedules (uid, campaign_uid)
              SELECT * FROM unnest($1::uuid[], $2::uuid[])
              ON CONFLICT (uid) DO UPDATE SET campaign_uid = excluded.campaign_uid",
@@ -277,17 +279,17 @@ impl PgWarehouse {
                 None => unnamed.push(uid),
             }
         }
-        wait(self.client().batch_execute("BEGIN"))
+        wait(self.client()?.batch_execute("BEGIN"))
             .pg(&self.target, "starting to record schedule names")?;
         let result = (|| {
-            wait(self.client().execute(
+            wait(self.client()?.execute(
                 "INSERT INTO schedules (uid, config_name)
                  SELECT * FROM unnest($1::uuid[], $2::text[])
                  ON CONFLICT (uid) DO UPDATE SET config_name = excluded.config_name",
                 &[&named, &names],
             ))
             .pg(&self.target, "recording a schedule's name")?;
-            wait(self.client().execute(
+            wait(self.client()?.execute(
                 "UPDATE schedules SET config_name = NULL
                  WHERE uid = ANY($1) AND config_name IS NOT NULL",
                 &[&unnamed],
@@ -302,7 +304,7 @@ impl PgWarehouse {
     pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
         self.reconnect_if_closed()?;
         let step = "listing schedules";
-        let schedules: Vec<Uuid> = wait(self.client().query(
+        let schedules: Vec<Uuid> = wait(self.client()?.query(
             "SELECT schedule_uid FROM sync_checkpoints
              UNION SELECT schedule_uid FROM sync_runs
              UNION SELECT DISTINCT schedule_uid FROM calls
@@ -324,7 +326,7 @@ impl PgWarehouse {
         self.reconnect_if_closed()?;
         let step = "reading the first pass";
         let first: Option<OffsetDateTime> = wait(
-            self.client()
+            self.client()?
                 .query_one("SELECT min(started_at) FROM sync_runs", &[]),
         )
         .pg(&self.target, step)?
@@ -341,7 +343,7 @@ impl PgWarehouse {
     ) -> Result<ScheduleStatus, WarehouseError> {
         let checkpoint = self.checkpoint(schedule)?;
         let cursor = checkpoint.as_ref().map(|c| c.cursor);
-        let schedule_name: Option<String> = wait(self.client().query_opt(
+        let schedule_name: Option<String> = wait(self.client()?.query_opt(
             "SELECT display_name FROM schedules WHERE uid = $1",
             &[&schedule],
         ))
@@ -350,7 +352,7 @@ impl PgWarehouse {
         .transpose()
         .pg(&self.target, "reading a schedule's name")?
         .flatten();
-        let last_success_at: Option<OffsetDateTime> = wait(self.client().query_one(
+        let last_success_at: Option<OffsetDateTime> = wait(self.client()?.query_one(
             "SELECT max(finished_at) FROM sync_runs
              WHERE schedule_uid = $1 AND outcome IN ('completed', 'behind')",
             &[&schedule],
@@ -373,7 +375,7 @@ impl PgWarehouse {
 
     /// The schedule's latest passes as stored, newest first, at most [`RECENT_PASSES`].
     fn recent_runs(&self, schedule: Uuid) -> Result<Vec<StoredRun>, WarehouseError> {
-        let runs = wait(self.client().query(
+        let runs = wait(self.client()?.query(
             "SELECT kind, started_at, finished_at, pages, calls_seen, calls_written, requests,
                retries, error, outcome, horizon, lag_secs, detail_requests, rate_limited,
                throttled_secs, future_rows, host, instance, pid, id, error_kind
@@ -386,7 +388,7 @@ impl PgWarehouse {
 
     /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
     fn row_counts(&self, schedule: Uuid) -> Result<[i64; 5], WarehouseError> {
-        let counts = wait(self.client().query_one(
+        let counts = wait(self.client()?.query_one(
             "WITH c AS (SELECT id FROM calls WHERE schedule_uid = $1)
              SELECT (SELECT count(*) FROM c),
                (SELECT count(*) FROM call_attempts WHERE call_id IN (SELECT id FROM c)),

@@ -3,6 +3,13 @@
 //! daemons starting at once never both migrate — the second waits, then finds nothing to do.
 //! The version is the one row of `callsync_schema`; a database without it but with tables
 //! (or a `calls` table on the search path) is another program's, and is refused.
+//!
+//! Everything lives in `warehouse.schema` (`public` unless set), every session's only
+//! `search_path` (`session.rs`): the migrations create that schema first when it is missing,
+//! then the tables, views, functions and `callsync_schema` in it, unqualified. The migration
+//! lock stays one per database, whatever the schema: the first migration creates the role
+//! `callsync_reader`, which belongs to the whole server, and two schemas' first migrations at
+//! once would both try.
 
 use include_dir::{Dir, include_dir};
 use tokio_postgres::Client;
@@ -88,12 +95,45 @@ pub(super) fn migrate(
 ) -> Result<MigrationReport, WarehouseError> {
     wait(client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK]))
         .pg(target, "waiting for another callsync's migration")?;
-    let result = migrate_locked(client, target).inspect(|_| describe(client, target));
+    let result = create_schema(client, target)
+        .and_then(|()| migrate_locked(client, target))
+        .inspect(|_| describe(client, target));
     let unlocked = wait(client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]))
         .pg(target, "releasing the migration lock");
     let report = result?;
     unlocked?;
     Ok(report)
+}
+
+/// Creates `warehouse.schema` when it does not exist yet. Asked first, as `CREATE SCHEMA IF
+/// NOT EXISTS` needs the database's `CREATE` privilege even when the schema is there: a role
+/// given a schema of its own (or `public`) needs no more.
+fn create_schema(client: &Client, target: &PgTarget) -> Result<(), WarehouseError> {
+    const STEP: &str = "creating the warehouse's schema";
+    let schema = target.schema();
+    let exists: bool = wait(client.query_one(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+        &[&schema],
+    ))
+    .pg(target, STEP)?
+    .column(0, target, STEP)?;
+    if exists {
+        return Ok(());
+    }
+    // A plain identifier (`config/validate.rs`); quoted all the same, for a keyword.
+    let created = wait(client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")));
+    created.map_err(|err| WarehouseError::Postgres {
+        target: target.display().to_owned(),
+        step: STEP,
+        cause: format!(
+            "{}; have the database's owner run CREATE SCHEMA {schema} AUTHORIZATION {}, or GRANT CREATE ON DATABASE {} to it",
+            problem(&err),
+            target.config.get_user().unwrap_or("ROLE"),
+            target.dbname(),
+        ),
+    })?;
+    tracing::info!(schema, warehouse = target.display(), "schema created");
+    Ok(())
 }
 
 /// The comments from the one source of descriptions: a role that may not write them (not
@@ -172,7 +212,12 @@ pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>,
                 AND CASE WHEN to_regclass('schedule_claims') IS NULL THEN true
                     ELSE has_table_privilege('schedule_claims', 'SELECT, INSERT, UPDATE') END"
         }
-        None => "SELECT has_schema_privilege(current_schema(), 'CREATE')",
+        // The migration creates a missing schema first, which needs the database's CREATE.
+        None => {
+            "SELECT CASE WHEN current_schema() IS NULL
+                    THEN has_database_privilege(current_database(), 'CREATE')
+                    ELSE has_schema_privilege(current_schema(), 'CREATE') END"
+        }
     };
     let may_write: Option<bool> = wait(client.query_one(sql, &[]))
         .pg(target, "checking this role's privileges")?
@@ -187,7 +232,8 @@ pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>,
                     "{user} may not write callsync's tables; connect as the role that owns them, or GRANT INSERT, UPDATE, DELETE on them"
                 ),
                 None => format!(
-                    "{user} may not create tables in the database's schema; GRANT CREATE ON SCHEMA to it, or connect as its owner"
+                    "{user} may not create tables in the schema {schema} (or, as it does not exist yet, create it in the database); GRANT CREATE ON SCHEMA {schema} to it, or create the schema for it (CREATE SCHEMA {schema} AUTHORIZATION {user}), or connect as its owner",
+                    schema = target.schema()
                 ),
             },
         });

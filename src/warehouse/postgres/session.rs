@@ -80,7 +80,7 @@ pub(super) fn connect_session(
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
-    session_settings(&mut config);
+    session_settings(&mut config, target.schema());
     keep_alive(&mut config);
     let runtime =
         runtime().map_err(|e| connection_error(format!("cannot start its runtime: {e}")))?;
@@ -186,7 +186,13 @@ fn notice_line(message: &str) -> (bool, String) {
 /// (`idle_in_transaction_session_timeout`): a page's statements follow each other without a
 /// pause, so only a client gone silent mid-page leaves one so long — and its open page would
 /// otherwise hold its schedule's fence (`claim.rs`) against the next owner until then.
-fn session_settings(config: &mut tokio_postgres::Config) {
+///
+/// Last, after the URI's options so that it wins over one there, `search_path` is
+/// `warehouse.schema` alone: every statement callsync sends names its tables unqualified, so
+/// every session (a writer's, a fork's, the claims', a reader's, a migration's) finds them, and
+/// creates them, in that schema and nowhere else. The built-in types and functions live in
+/// `pg_catalog`, which PostgreSQL searches first whatever the path says.
+fn session_settings(config: &mut tokio_postgres::Config, schema: &str) {
     let ours = format!(
         "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
          -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
@@ -194,9 +200,10 @@ fn session_settings(config: &mut tokio_postgres::Config) {
         KEEPALIVE_INTERVAL.as_secs(),
         KEEPALIVE_RETRIES,
     );
+    // A plain identifier (`config/validate.rs`): nothing in it to escape.
     let options = match config.get_options() {
-        Some(given) => format!("{ours} {given}"),
-        None => ours,
+        Some(given) => format!("{ours} {given} -c search_path={schema}"),
+        None => format!("{ours} -c search_path={schema}"),
     };
     config.options(options);
 }
@@ -410,17 +417,35 @@ mod session_settings_tests {
     fn commits_do_not_wait_for_the_flush_unless_the_uri_says_so() {
         let mut config: tokio_postgres::Config =
             "postgresql://u@/db?host=/run/postgresql".parse().unwrap();
-        session_settings(&mut config);
-        assert_eq!(config.get_options(), Some(OURS));
+        session_settings(&mut config, "public");
+        assert_eq!(
+            config.get_options(),
+            Some(format!("{OURS} -c search_path=public").as_str())
+        );
         let mut config: tokio_postgres::Config =
             "postgresql://u@/db?options=-c%20synchronous_commit%3Don"
                 .parse()
                 .unwrap();
-        session_settings(&mut config);
+        session_settings(&mut config, "public");
         assert_eq!(
             config.get_options(),
-            Some(format!("{OURS} -c synchronous_commit=on").as_str()),
-            "the URI's own setting comes last, and wins"
+            Some(format!("{OURS} -c synchronous_commit=on -c search_path=public").as_str()),
+            "the URI's own setting comes after callsync's, and wins"
+        );
+    }
+
+    /// `warehouse.schema` is the whole search path, after the URI's options: it wins over a
+    /// `search_path` there.
+    #[test]
+    fn the_search_path_is_the_warehouse_s_schema_whatever_the_uri_says() {
+        let mut config: tokio_postgres::Config =
+            "postgresql://u@/db?options=-c%20search_path%3Delsewhere"
+                .parse()
+                .unwrap();
+        session_settings(&mut config, "analytics");
+        assert_eq!(
+            config.get_options(),
+            Some(format!("{OURS} -c search_path=elsewhere -c search_path=analytics").as_str())
         );
     }
 

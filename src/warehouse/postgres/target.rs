@@ -59,6 +59,9 @@ pub struct PgTarget {
     pub(super) ssl_mode: SslMode,
     /// `sslrootcert`: a PEM file of the CAs to trust; `None`: the system's roots.
     pub(super) root_cert: Option<PathBuf>,
+    /// `warehouse.schema`: where callsync's tables live, every session's `search_path`
+    /// (`session.rs`); a plain identifier (`config/validate.rs`), so it needs no quoting.
+    schema: String,
     display: String,
 }
 
@@ -182,7 +185,8 @@ impl PgTarget {
             .root_cert
             .filter(|root| root != "system")
             .map(PathBuf::from);
-        let display = display(&config);
+        let schema = crate::config::DEFAULT_SCHEMA.to_owned();
+        let display = display(&config, &schema);
         let passfile = split.passfile.as_deref().map(Path::new);
         if let Some(found) = password_for(&config, password, pgpassword, passfile)? {
             config.password(found.expose());
@@ -191,6 +195,7 @@ impl PgTarget {
             config,
             ssl_mode,
             root_cert,
+            schema,
             display,
         })
     }
@@ -214,7 +219,7 @@ impl PgTarget {
                 };
                 ConfigError::new(kind, "warehouse.url", err.to_string())
             })?;
-        Ok(target)
+        Ok(target.with_schema(&config.schema))
     }
 
     /// The target, once its `sslrootcert` is known readable: a file it names that cannot
@@ -231,7 +236,8 @@ impl PgTarget {
         Ok(self)
     }
 
-    /// `postgresql://user@host:port/dbname`: what logs, errors, status and metrics show.
+    /// `postgresql://user@host:port/dbname`, followed by ` (schema NAME)` for a schema other
+    /// than `public`: what logs, errors, status and metrics show.
     pub fn display(&self) -> &str {
         &self.display
     }
@@ -249,8 +255,22 @@ impl PgTarget {
     pub fn with_dbname(&self, dbname: &str) -> PgTarget {
         let mut target = self.clone();
         target.config.dbname(dbname);
-        target.display = display(&target.config);
+        target.display = display(&target.config, &target.schema);
         target
+    }
+
+    /// The same database, its tables in `schema` (a name `warehouse.schema` allows: the
+    /// configuration checked it).
+    pub fn with_schema(&self, schema: &str) -> PgTarget {
+        let mut target = self.clone();
+        schema.clone_into(&mut target.schema);
+        target.display = display(&target.config, schema);
+        target
+    }
+
+    /// The schema callsync's tables live in (`public` unless `warehouse.schema` says).
+    pub fn schema(&self) -> &str {
+        &self.schema
     }
 
     pub fn ssl_mode(&self) -> SslMode {
@@ -274,7 +294,7 @@ fn parse_ssl_mode(value: &str) -> Result<SslMode, TargetError> {
     })
 }
 
-fn display(config: &tokio_postgres::Config) -> String {
+fn display(config: &tokio_postgres::Config, schema: &str) -> String {
     let user = config
         .get_user()
         .map(|u| format!("{u}@"))
@@ -288,11 +308,16 @@ fn display(config: &tokio_postgres::Config) -> String {
             Host::Unix(dir) => format!("[{}]:{port}", dir.display()),
         })
         .collect();
-    format!(
+    let database = format!(
         "postgresql://{user}{}/{}",
         hosts.join(","),
         config.get_dbname().unwrap_or_default()
-    )
+    );
+    // Two warehouses in one database tell themselves apart; the default says nothing.
+    match schema {
+        crate::config::DEFAULT_SCHEMA => database,
+        schema => format!("{database} (schema {schema})"),
+    }
 }
 
 /// The password to send: the configured one, else `$PGPASSWORD` (unless empty, as libpq
@@ -554,6 +579,7 @@ mod tests {
             PgTarget::configured(&PostgresConfig {
                 url: url.to_owned(),
                 password: None,
+                schema: crate::config::DEFAULT_SCHEMA.to_owned(),
             })
             .unwrap_err()
         };

@@ -22,7 +22,7 @@ impl PgWarehouse {
         self.reconnect_if_closed()?;
         let want = wanted_rows(zone)?;
         let step = "reading the time zone's offsets";
-        let have = wait(self.client().query(
+        let have = wait(self.client()?.query(
             "SELECT CASE WHEN starts_at = '-infinity' THEN NULL ELSE starts_at END,
                utc_offset_secs, zone
              FROM timezone_offsets ORDER BY starts_at",
@@ -47,12 +47,12 @@ impl PgWarehouse {
             return Ok(false);
         }
         let (starts, seconds): (Vec<Option<OffsetDateTime>>, Vec<i32>) = want.into_iter().unzip();
-        wait(self.client().batch_execute("BEGIN"))
+        wait(self.client()?.batch_execute("BEGIN"))
             .pg(&self.target, "starting to record the time zone")?;
         let result = (|| {
-            wait(self.client().execute("DELETE FROM timezone_offsets", &[]))
+            wait(self.client()?.execute("DELETE FROM timezone_offsets", &[]))
                 .pg(&self.target, "forgetting the old time zone's offsets")?;
-            wait(self.client().execute(
+            wait(self.client()?.execute(
                 "INSERT INTO timezone_offsets (starts_at, utc_offset_secs, zone)
                  SELECT coalesce(s, '-infinity'), o, $3
                  FROM unnest($1::timestamptz[], $2::integer[]) AS u(s, o)",

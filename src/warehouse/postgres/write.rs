@@ -1,13 +1,17 @@
 //! A page and its checkpoint in one PostgreSQL transaction, each table written by ONE
 //! statement: the page's rows go as arrays (`unnest($1::text[], …)`, binary protocol), upserted
-//! with `ON CONFLICT`, so a page costs a dozen round trips whatever its size.
+//! with `ON CONFLICT`; the statements that need no answer of another go together
+//! (`pipeline.rs`), so a page costs five round trips whatever its size: the transaction's
+//! start with its fence and the stored calls' fingerprints; the calls; their own children
+//! (parameters, attempts, notifications); the attempts' children and the summaries; the
+//! checkpoint with the commit. A page that changes no call costs two.
 //!
 //! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
 //! which round, how their children mirror the service and whether their summary is known.
 //! One statement cannot touch a row twice, where row-by-row writes let the last one win: so a
-//! call listed twice in a page goes into a second round of statements (the plan's rounds), and a child
-//! uid repeated within a call keeps its last row (and an attempt's last sent list of outcomes
-//! or variables), which is what the row-by-row writes leave.
+//! call listed twice in a page goes into a second round of statements (the plan's rounds),
+//! and a child uid repeated within a call keeps its last row (and an attempt's last sent list
+//! of outcomes or variables), which is what the row-by-row writes leave.
 //!
 //! A page is written only under its schedule's claim, and its transaction begins with the
 //! claim's fence (`claim.rs`): a process that lost its claim, even without knowing it, never
@@ -17,19 +21,76 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
+use tokio_postgres::types::ToSql;
+
 use super::PgWarehouse;
 use super::batch::{
     ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t, upsert_sql,
 };
 use super::claim::READ_FENCE;
+use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINT;
 use super::session::{PgContext, RowColumn, micros, wait};
-use crate::service::{OutboundCall, Timestamp};
+use crate::service::{Attempt, OutboundCall, Timestamp};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::{self, AttemptRow, CallRow};
-use crate::warehouse::write_plan::{
-    Fingerprint, PageWrite, plan, repeats_a_child_uid, rows_of, sends_every_child_list,
-};
+use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
+
+const READ_FINGERPRINTS: &str =
+    "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)";
+
+/// Deletes a mirrored call's attempts the service no longer shows, with their outcomes and
+/// variables (`$2`, `$3`: the attempts kept, by call id and uid).
+const DELETE_GONE_ATTEMPTS: &str = "WITH gone AS (
+       DELETE FROM call_attempts WHERE call_id = ANY($1)
+         AND (call_id, uid) NOT IN
+           (SELECT k.c, k.u::uuid FROM unnest($2::int8[], $3::text[]) AS k(c, u))
+       RETURNING call_id, id),
+     outcomes AS (
+       DELETE FROM attempt_outcomes AS x USING gone
+       WHERE x.call_id = gone.call_id AND x.attempt_id = gone.id)
+     DELETE FROM attempt_variables AS x USING gone
+     WHERE x.call_id = gone.call_id AND x.attempt_id = gone.id";
+
+/// Recomputes the summary columns of the calls `$1` from their child rows: the SQLite
+/// warehouse's `summarize`, with its orderings spelt out (NULLs as SQLite sorts them, names
+/// byte by byte); then their last attempt's columns, from the attempt the first one chose.
+const SUMMARIZE: [(&str, &str); 2] = [
+    (
+        "UPDATE calls SET
+           attempt_count = (SELECT count(*) FROM call_attempts WHERE call_id = calls.id),
+           last_attempt_uid = (SELECT uid FROM call_attempts WHERE call_id = calls.id
+               ORDER BY coalesce(started_at, created_at) DESC NULLS LAST, position DESC
+               LIMIT 1),
+           answered = EXISTS (SELECT 1 FROM call_attempts
+               WHERE call_id = calls.id AND answered_at IS NOT NULL),
+           transferred = EXISTS (SELECT 1 FROM call_attempts
+               WHERE call_id = calls.id AND transfer_started_at IS NOT NULL),
+           notification_count =
+               (SELECT count(*) FROM call_notifications WHERE call_id = calls.id),
+           outcome_names = (SELECT string_agg(name, ', '
+                   ORDER BY first_position, first_at NULLS FIRST, name COLLATE \"C\")
+               FROM (SELECT o.name AS name, min(a.position) AS first_position,
+                       min(o.created_at) AS first_at
+                     FROM attempt_outcomes AS o
+                     JOIN call_attempts AS a ON a.id = o.attempt_id
+                     WHERE o.call_id = calls.id
+                     GROUP BY o.name) AS g)
+         WHERE id = ANY($1)",
+        "summarising calls' attempts",
+    ),
+    (
+        "UPDATE calls SET
+           (last_attempt_status, last_attempt_started_at, last_attempt_answered_at,
+            last_attempt_ended_at, last_attempt_duration) =
+           (SELECT status, started_at, answered_at, ended_at, duration
+            FROM call_attempts WHERE call_id = calls.id AND uid = calls.last_attempt_uid)
+         WHERE id = ANY($1)",
+        "summarising calls' last attempts",
+    ),
+];
+
+const DELETING_GONE: &str = "deleting children the service no longer shows";
 
 /// A call of the round being written, with what its write needs.
 struct Pending<'p> {
@@ -57,39 +118,88 @@ impl PgWarehouse {
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        wait(self.client().batch_execute("BEGIN"))
-            .pg(&self.target, "starting a page transaction")?;
-        let result = (|| {
-            self.check_fence(schedule, generation)?;
-            let stored = self.stored_fingerprints(calls)?;
+        let written = (|| {
+            let stored = self.begin_page(schedule, generation, calls)?;
             let plan = plan(calls, &call_rows, stored, schedule);
             let (written, rounds) = (plan.counts, plan.rounds());
             let synced_at = synced_at.to_sqlite();
             for round in rounds {
                 self.write_round(calls, &call_rows, &round, &synced_at)?;
             }
-            if let Some(cursor) = checkpoint {
-                let statement = self.statement(ADVANCE_CHECKPOINT, "saving a checkpoint")?;
-                wait(self.client().execute(
-                    &statement,
-                    &[&schedule, &micros(cursor), &micros(Timestamp::now())],
-                ))
-                .pg(&self.target, "saving a checkpoint")?;
-            }
             Ok(written)
         })();
-        self.end_transaction(result, "committing a page")
+        let written = match written {
+            Ok(written) => written,
+            Err(err) => return self.end_transaction(Err(err), "committing a page"),
+        };
+        self.commit_page(schedule, checkpoint)?;
+        Ok(written)
     }
 
-    /// The page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token is
-    /// still `generation`, the one this process's claim took, and stays so until the page
-    /// commits (the row is locked `FOR SHARE`: another process's claim waits for the commit).
-    /// Else another process has claimed the schedule since, and the page is refused.
-    fn check_fence(&self, schedule: Uuid, generation: i64) -> Result<(), WarehouseError> {
+    /// One round trip: the page's transaction begins, its fence is checked
+    /// ([`Self::check_fence`]), and the page's stored calls' fingerprints are read.
+    fn begin_page(
+        &self,
+        schedule: Uuid,
+        generation: i64,
+        calls: &[OutboundCall],
+    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        let mut pipeline = Pipeline::default();
+        let fence = self.statement(READ_FENCE, "checking the schedule's fence")?;
+        pipeline.push(fence, vec![&schedule], "checking the schedule's fence");
+        if !uids.is_empty() {
+            let read = self.statement(READ_FINGERPRINTS, "reading the page's stored calls")?;
+            pipeline.push(read, vec![&uids], "reading the page's stored calls");
+        }
+        let client = self.client()?;
+        let (begun, answers) = wait(async {
+            futures::join!(client.batch_execute("BEGIN"), pipeline.answers(&client))
+        });
+        begun.pg(&self.target, "starting a page transaction")?;
+        let mut answers = pipeline.rows(answers, &self.target)?.into_iter();
+        let fence = answers.next().unwrap_or_default();
+        self.check_fence(schedule, generation, fence.first())?;
+        stored_fingerprints(&answers.next().unwrap_or_default())
+            .pg(&self.target, "reading the page's stored calls")
+    }
+
+    /// One round trip: the checkpoint moved forward, when the page moves it, and the commit.
+    /// A checkpoint refused aborts the transaction, and the commit sent with it then rolls it
+    /// back.
+    fn commit_page(
+        &self,
+        schedule: Uuid,
+        checkpoint: Option<Timestamp>,
+    ) -> Result<(), WarehouseError> {
+        let step = "saving a checkpoint";
+        let cursor = checkpoint.map(micros);
+        let now = micros(Timestamp::now());
+        let mut pipeline = Pipeline::default();
+        if let Some(cursor) = &cursor {
+            let statement = self.statement(ADVANCE_CHECKPOINT, step)?;
+            pipeline.push(statement, vec![&schedule, cursor, &now], step);
+        }
+        let client = self.client()?;
+        let (answers, committed) = wait(async {
+            futures::join!(pipeline.answers(&client), client.batch_execute("COMMIT"))
+        });
+        pipeline.rows(answers, &self.target)?;
+        committed.pg(&self.target, "committing a page")
+    }
+
+    /// The page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token
+    /// (`current`, read `FOR SHARE` there) is still `generation`, the one this process's
+    /// claim took, and stays so until the page commits (another process's claim waits for the
+    /// commit). Else another process has claimed the schedule since, and the page is refused.
+    fn check_fence(
+        &self,
+        schedule: Uuid,
+        generation: i64,
+        current: Option<&tokio_postgres::Row>,
+    ) -> Result<(), WarehouseError> {
         let step = "checking the schedule's fence";
-        let statement = self.statement(READ_FENCE, step)?;
-        let current: Option<i64> = wait(self.client().query_opt(&statement, &[&schedule]))
-            .pg(&self.target, step)?
+        let current: Option<i64> = current
             .map(|row| row.column(0, &self.target, step))
             .transpose()?;
         if current == Some(generation) {
@@ -114,39 +224,19 @@ impl PgWarehouse {
         self.reconnect_if_closed()?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let stored = self.stored_fingerprints(calls)?;
+        let step = "reading the page's stored calls";
+        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        let statement = self.statement(READ_FINGERPRINTS, step)?;
+        let found = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
+        let stored = stored_fingerprints(&found).pg(&self.target, step)?;
         Ok(plan(calls, &call_rows, stored, schedule)
             .counts
             .calls_written)
     }
 
-    /// `uid → (content_hash, schedule_uid)` of the page's stored calls: one query.
-    fn stored_fingerprints(
-        &mut self,
-        calls: &[OutboundCall],
-    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
-        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let statement = self.statement(
-            "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)",
-            "reading the page's stored calls",
-        )?;
-        let found = wait(self.client().query(&statement, &[&uids]))
-            .pg(&self.target, "reading the page's stored calls")?;
-        found
-            .iter()
-            .map(|r| {
-                let fingerprint = Fingerprint {
-                    content_hash: r.try_get(1)?,
-                    schedule: r.try_get(2)?,
-                };
-                Ok((r.try_get(0)?, fingerprint))
-            })
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .pg(&self.target, "reading the page's stored calls")
-    }
-
     /// Writes the calls `round` names (indexes into `calls`, each with whether it was stored):
-    /// no uid twice.
+    /// no uid twice. Three round trips: the calls, their own children, their attempts'
+    /// children with the summaries.
     fn write_round(
         &mut self,
         calls: &[OutboundCall],
@@ -154,231 +244,11 @@ impl PgWarehouse {
         round: &[(usize, bool)],
         synced_at: &str,
     ) -> Result<(), WarehouseError> {
-        let pending: Vec<Pending<'_>> = round
-            .iter()
-            .map(|&(i, was_stored)| {
-                let call = &calls[i];
-                let repeats = repeats_a_child_uid(call);
-                Pending {
-                    call,
-                    row: &call_rows[i],
-                    attempts: call
-                        .outbound_call_attempts
-                        .iter()
-                        .flatten()
-                        .enumerate()
-                        .map(|(position, a)| rows::attempt(position, a))
-                        .collect(),
-                    mirror: was_stored || repeats,
-                    summary_known: !repeats && (!was_stored || sends_every_child_list(call)),
-                }
-            })
-            .collect();
+        let pending = pending_of(calls, call_rows, round);
         let ids = self.upsert_calls(&pending, synced_at)?;
         let id_of = |p: &Pending<'_>| ids.get(&p.call.uid).copied().unwrap_or_default();
-        let mirrored: Vec<i64> = pending.iter().filter(|p| p.mirror).map(id_of).collect();
-
-        // Custom parameters: always sent (a map), replaced whole when mirrored.
-        self.delete_of_calls("call_custom_parameters", &mirrored)?;
-        let mut parameters = Batch::new(&PARAMETERS);
-        for p in &pending {
-            for (name, value) in rows::custom_parameters(p.call) {
-                parameters.push(vec![
-                    V::I(Some(id_of(p))),
-                    t(Some(&p.row.uid)),
-                    t(Some(name)),
-                    V::T(value),
-                ]);
-            }
-        }
-        self.run(&parameters, "", "writing custom parameters")?;
-
-        // Attempts: those sent, upserted (so an attempt keeps its id); a mirrored call's
-        // others deleted with their outcomes and variables.
-        let sending: Vec<&Pending<'_>> = pending
-            .iter()
-            .filter(|p| p.call.outbound_call_attempts.is_some())
-            .collect();
-        let (mut keep_calls, mut keep_ids, mut keep_uids) = (Vec::new(), Vec::new(), Vec::new());
-        let mut attempts = Batch::new(&ATTEMPTS);
-        for p in &sending {
-            let call_id = id_of(p);
-            if p.mirror {
-                keep_calls.push(call_id);
-                for a in &p.attempts {
-                    keep_ids.push(call_id);
-                    keep_uids.push(a.uid.clone());
-                }
-            }
-            for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
-                attempts.push(vec![
-                    t(Some(&a.uid)),
-                    V::I(Some(call_id)),
-                    t(Some(&p.row.uid)),
-                    V::I(Some(a.position)),
-                    t(Some(&a.status)),
-                    V::T(a.started_at.clone()),
-                    V::T(a.answered_at.clone()),
-                    V::T(a.ended_at.clone()),
-                    V::I(a.duration),
-                    V::T(a.created_at.clone()),
-                    V::T(a.updated_at.clone()),
-                    V::T(a.error_details.clone()),
-                    V::T(a.transfer_started_at.clone()),
-                    V::T(a.transfer_answered_at.clone()),
-                    V::T(a.transfer_destination.clone()),
-                    V::T(a.extra.clone()),
-                ]);
-            }
-        }
-        if !keep_calls.is_empty() {
-            let statement = self.statement(
-                "WITH gone AS (
-                   DELETE FROM call_attempts WHERE call_id = ANY($1)
-                     AND (call_id, uid) NOT IN
-                       (SELECT k.c, k.u::uuid FROM unnest($2::int8[], $3::text[]) AS k(c, u))
-                   RETURNING call_id, id),
-                 outcomes AS (
-                   DELETE FROM attempt_outcomes AS x USING gone
-                   WHERE x.call_id = gone.call_id AND x.attempt_id = gone.id)
-                 DELETE FROM attempt_variables AS x USING gone
-                 WHERE x.call_id = gone.call_id AND x.attempt_id = gone.id",
-                "deleting attempts the service no longer shows",
-            )?;
-            wait(
-                self.client()
-                    .execute(&statement, &[&keep_calls, &keep_ids, &keep_uids]),
-            )
-            .pg(
-                &self.target,
-                "deleting attempts the service no longer shows",
-            )?;
-        }
-        let attempt_ids: HashMap<(i64, Uuid), i64> = self
-            .run(&attempts, "RETURNING call_id, uid, id", "writing attempts")?
-            .iter()
-            .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .pg(&self.target, "writing attempts")?;
-
-        // Outcomes and variables of each attempt whose list was sent: two lists written
-        // alike, each row led by the call, the attempt and the item's uid, then the item's
-        // own columns.
-        let mut children = [
-            (Batch::new(&OUTCOMES), Vec::new(), "writing outcomes"),
-            (Batch::new(&VARIABLES), Vec::new(), "writing variables"),
-        ];
-        for p in &sending {
-            let call_id = id_of(p);
-            let sent = p.call.outbound_call_attempts.as_deref().unwrap_or_default();
-            for (index, a) in last_of_each(&p.attempts, |a| a.uid.as_str())
-                .into_iter()
-                .map(|a| (a.position, a))
-            {
-                let uid = sent
-                    .get(usize::try_from(index).unwrap_or(usize::MAX))
-                    .map(|s| s.uid);
-                let Some(attempt_id) = uid.and_then(|u| attempt_ids.get(&(call_id, u)).copied())
-                else {
-                    continue;
-                };
-                // The last occurrence of the uid that sent each list: (item uid, the item's
-                // other columns) per item.
-                let same = sent.iter().filter(|s| Some(s.uid) == uid);
-                let outcomes = same
-                    .clone()
-                    .filter_map(|s| s.call_outcomes.as_ref())
-                    .next_back()
-                    .map(|list| {
-                        last_of_each(list, |o| o.uid)
-                            .into_iter()
-                            .map(|o| {
-                                let (uid, name, created_at, extra) = rows::outcome(o);
-                                (uid, vec![V::T(Some(name)), V::T(created_at), V::T(extra)])
-                            })
-                            .collect::<Vec<_>>()
-                    });
-                let variables = same
-                    .filter_map(|s| s.call_attempts_variables.as_ref())
-                    .next_back()
-                    .map(|list| {
-                        last_of_each(list, |v| v.uid)
-                            .into_iter()
-                            .map(|v| {
-                                let (uid, name, value, status, created_at, extra) =
-                                    rows::variable(v);
-                                (
-                                    uid,
-                                    vec![
-                                        V::T(Some(name)),
-                                        V::T(value),
-                                        V::T(status),
-                                        V::T(created_at),
-                                        V::T(extra),
-                                    ],
-                                )
-                            })
-                            .collect()
-                    });
-                for ((batch, replaced, _), items) in children.iter_mut().zip([outcomes, variables])
-                {
-                    let Some(items) = items else {
-                        continue;
-                    };
-                    if p.mirror {
-                        replaced.push((call_id, attempt_id));
-                    }
-                    for (uid, own) in items {
-                        let mut row = vec![
-                            V::I(Some(call_id)),
-                            V::I(Some(attempt_id)),
-                            V::T(Some(uid)),
-                            t(Some(&a.uid)),
-                            t(Some(&p.row.uid)),
-                        ];
-                        row.extend(own);
-                        batch.push(row);
-                    }
-                }
-            }
-        }
-        for (batch, replaced, step) in &children {
-            self.delete_of_attempts(batch.table.name, replaced)?;
-            self.run(batch, "", step)?;
-        }
-
-        // Notifications, when sent.
-        let mut notifications = Batch::new(&NOTIFICATIONS);
-        let mut replaced = Vec::new();
-        for p in &pending {
-            let Some(sent) = p.call.notifications() else {
-                continue;
-            };
-            if p.mirror {
-                replaced.push(id_of(p));
-            }
-            for n in last_of_each(sent, |n| n.uid) {
-                let (uid, status, count, delivered, extra) = rows::notification(n);
-                notifications.push(vec![
-                    V::I(Some(id_of(p))),
-                    V::T(Some(uid)),
-                    t(Some(&p.row.uid)),
-                    V::T(status),
-                    V::I(count),
-                    V::T(delivered),
-                    V::T(extra),
-                ]);
-            }
-        }
-        self.delete_of_calls("call_notifications", &replaced)?;
-        self.run(&notifications, "", "writing notifications")?;
-
-        let unknown: Vec<i64> = pending
-            .iter()
-            .filter(|p| !p.summary_known)
-            .map(id_of)
-            .collect();
-        self.summarize(&unknown)
+        let attempt_ids = self.write_call_children(&pending, &id_of)?;
+        self.write_attempt_children(&pending, &id_of, &attempt_ids)
     }
 
     /// Upserts the calls' rows with their summaries; returns their ids by uid.
@@ -389,160 +259,428 @@ impl PgWarehouse {
     ) -> Result<HashMap<Uuid, i64>, WarehouseError> {
         let mut batch = Batch::new(&CALLS);
         for p in pending {
-            let r = p.row;
-            let notification_count = p.call.notifications().map_or(0, <[_]>::len);
-            let s = rows::summary(
-                p.call,
-                &p.attempts,
-                i64::try_from(notification_count).unwrap_or(i64::MAX),
-            );
-            batch.push(vec![
-                t(Some(&r.uid)),
-                t(Some(r.schedule_uid)),
-                t(r.external_id),
-                t(Some(r.status)),
-                t(r.progress),
-                V::B(r.is_test_call),
-                V::T(r.cooldown_until.clone()),
-                V::T(r.delay.clone()),
-                V::T(r.priority.clone()),
-                V::I(r.attempts_remaining),
-                V::T(r.retry_intervals.clone()),
-                V::T(Some(r.created_at.clone())),
-                V::T(Some(r.updated_at.clone())),
-                t(r.phone_number),
-                V::T(r.phone_e164.clone()),
-                t(r.full_name),
-                t(r.first_name),
-                t(r.last_name),
-                t(r.phonetic_full_name),
-                t(r.phonetic_first_name),
-                t(r.phonetic_last_name),
-                t(r.email),
-                V::T(r.event_date_time.clone()),
-                V::T(r.extra.clone()),
-                V::I(Some(r.content_hash)),
-                t(Some(synced_at)),
-                V::I(Some(s.attempt_count)),
-                V::T(s.last_attempt_uid),
-                V::T(s.last_attempt_status),
-                V::T(s.last_attempt_started_at),
-                V::T(s.last_attempt_answered_at),
-                V::T(s.last_attempt_ended_at),
-                V::I(s.last_attempt_duration),
-                V::T(s.outcome_names),
-                V::B(Some(s.answered)),
-                V::B(Some(s.transferred)),
-                V::I(Some(s.notification_count)),
-            ]);
+            batch.push(call_values(p, synced_at));
         }
-        self.run(&batch, "RETURNING uid, id", "writing calls")?
+        let step = "writing calls";
+        let statement = self.statement(&upsert_sql(batch.table, "RETURNING uid, id"), step)?;
+        wait(self.client()?.query(&statement, &batch.params()))
+            .pg(&self.target, step)?
             .iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<_, tokio_postgres::Error>>()
-            .pg(&self.target, "writing calls")
+            .pg(&self.target, step)
     }
 
-    /// Runs `batch`'s upsert (nothing for an empty batch), returning what `returning` asks.
-    fn run(
+    /// One round trip: custom parameters (always sent, a map: replaced whole when mirrored);
+    /// attempts (those sent, upserted so that an attempt keeps its id; a mirrored call's
+    /// others deleted with their outcomes and variables); notifications (when sent). Returns
+    /// the attempts' ids by call id and uid.
+    fn write_call_children(
         &mut self,
-        batch: &Batch,
-        returning: &str,
-        step: &'static str,
-    ) -> Result<Vec<tokio_postgres::Row>, WarehouseError> {
-        if batch.len == 0 {
-            return Ok(Vec::new());
+        pending: &[Pending<'_>],
+        id_of: &dyn Fn(&Pending<'_>) -> i64,
+    ) -> Result<HashMap<(i64, Uuid), i64>, WarehouseError> {
+        let mirrored: Vec<i64> = pending.iter().filter(|p| p.mirror).map(id_of).collect();
+        let parameters = parameters_batch(pending, id_of);
+        let (attempts, kept) = attempts_batch(pending, id_of);
+        let (notifications, replaced) = notifications_batch(pending, id_of);
+        let (parameter_params, attempt_params, notification_params) = (
+            parameters.params(),
+            attempts.params(),
+            notifications.params(),
+        );
+        let mut pipeline = Pipeline::default();
+        self.delete_of_calls(&mut pipeline, "call_custom_parameters", &mirrored)?;
+        self.upsert(&mut pipeline, &parameters, &parameter_params, "")?;
+        if !kept.calls.is_empty() {
+            let step = "deleting attempts the service no longer shows";
+            let statement = self.statement(DELETE_GONE_ATTEMPTS, step)?;
+            pipeline.push(statement, vec![&kept.calls, &kept.ids, &kept.uids], step);
         }
-        let statement = self.statement(&upsert_sql(batch.table, returning), step)?;
-        wait(self.client().query(&statement, &batch.params())).pg(&self.target, step)
+        let written = self.upsert(
+            &mut pipeline,
+            &attempts,
+            &attempt_params,
+            "RETURNING call_id, uid, id",
+        )?;
+        self.delete_of_calls(&mut pipeline, "call_notifications", &replaced)?;
+        self.upsert(&mut pipeline, &notifications, &notification_params, "")?;
+        let answers = wait(pipeline.answers(&*self.client()?));
+        let mut rows = pipeline.rows(answers, &self.target)?;
+        let attempt_rows = written.map(|i| std::mem::take(&mut rows[i]));
+        attempt_rows
+            .unwrap_or_default()
+            .iter()
+            .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .pg(&self.target, "writing attempts")
     }
 
-    /// Deletes `table`'s rows of the calls `ids` (compile-time table names only).
-    fn delete_of_calls(&mut self, table: &'static str, ids: &[i64]) -> Result<(), WarehouseError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let statement = self.statement(
-            &format!("DELETE FROM {table} WHERE call_id = ANY($1)"),
-            "deleting children the service no longer shows",
-        )?;
-        wait(self.client().execute(&statement, &[&ids])).pg(
-            &self.target,
-            "deleting children the service no longer shows",
-        )?;
-        Ok(())
-    }
-
-    /// Deletes `table`'s rows of the attempts `(call_id, attempt_id)`.
-    fn delete_of_attempts(
+    /// One round trip: the outcomes and variables of each attempt whose list was sent (a
+    /// mirrored call's attempts' lists replaced whole), then the summaries the children sent
+    /// do not tell.
+    fn write_attempt_children(
         &mut self,
-        table: &'static str,
-        attempts: &[(i64, i64)],
+        pending: &[Pending<'_>],
+        id_of: &dyn Fn(&Pending<'_>) -> i64,
+        attempt_ids: &HashMap<(i64, Uuid), i64>,
     ) -> Result<(), WarehouseError> {
-        if attempts.is_empty() {
-            return Ok(());
+        let [outcomes, variables] = attempt_children(pending, id_of, attempt_ids);
+        let unknown: Vec<i64> = pending
+            .iter()
+            .filter(|p| !p.summary_known)
+            .map(id_of)
+            .collect();
+        let replaced: [(Vec<i64>, Vec<i64>); 2] = [
+            outcomes.1.into_iter().unzip(),
+            variables.1.into_iter().unzip(),
+        ];
+        let params = [outcomes.0.params(), variables.0.params()];
+        let mut pipeline = Pipeline::default();
+        for ((batch, (calls, ids)), params) in [&outcomes.0, &variables.0]
+            .into_iter()
+            .zip(&replaced)
+            .zip(&params)
+        {
+            if !calls.is_empty() {
+                let sql = format!(
+                    "DELETE FROM {} WHERE (call_id, attempt_id) IN
+                       (SELECT * FROM unnest($1::int8[], $2::int8[]))",
+                    batch.table.name
+                );
+                let statement = self.statement(&sql, DELETING_GONE)?;
+                pipeline.push(statement, vec![calls, ids], DELETING_GONE);
+            }
+            self.upsert(&mut pipeline, batch, params, "")?;
         }
-        let (calls, ids): (Vec<i64>, Vec<i64>) = attempts.iter().copied().unzip();
-        let statement = self.statement(
-            &format!(
-                "DELETE FROM {table} WHERE (call_id, attempt_id) IN
-                   (SELECT * FROM unnest($1::int8[], $2::int8[]))"
-            ),
-            "deleting children the service no longer shows",
-        )?;
-        wait(self.client().execute(&statement, &[&calls, &ids])).pg(
-            &self.target,
-            "deleting children the service no longer shows",
-        )?;
-        Ok(())
+        if !unknown.is_empty() {
+            for (sql, step) in SUMMARIZE {
+                let statement = self.statement(sql, step)?;
+                pipeline.push(statement, vec![&unknown], step);
+            }
+        }
+        let answers = wait(pipeline.answers(&*self.client()?));
+        pipeline.rows(answers, &self.target).map(drop)
     }
 
-    /// Recomputes the summary columns of the calls `ids` from their child rows: the SQLite
-    /// warehouse's `summarize`, with its orderings spelt out (NULLs as SQLite sorts them,
-    /// names byte by byte).
-    fn summarize(&mut self, ids: &[i64]) -> Result<(), WarehouseError> {
+    /// Adds `batch`'s upsert (nothing for an empty batch), returning what `returning` asks;
+    /// its place in the pipeline.
+    fn upsert<'a>(
+        &self,
+        pipeline: &mut Pipeline<'a>,
+        batch: &Batch,
+        params: &[&'a (dyn ToSql + Sync)],
+        returning: &str,
+    ) -> Result<Option<usize>, WarehouseError> {
+        if batch.len == 0 {
+            return Ok(None);
+        }
+        let step = batch.table.writing;
+        let statement = self.statement(&upsert_sql(batch.table, returning), step)?;
+        Ok(Some(pipeline.push(statement, params.to_vec(), step)))
+    }
+
+    /// Adds the deletion of `table`'s rows of the calls `ids` (compile-time table names
+    /// only).
+    fn delete_of_calls<'a>(
+        &self,
+        pipeline: &mut Pipeline<'a>,
+        table: &'static str,
+        ids: &'a Vec<i64>,
+    ) -> Result<(), WarehouseError> {
         if ids.is_empty() {
             return Ok(());
         }
-        for (sql, step) in [
-            (
-                "UPDATE calls SET
-                   attempt_count = (SELECT count(*) FROM call_attempts WHERE call_id = calls.id),
-                   last_attempt_uid = (SELECT uid FROM call_attempts WHERE call_id = calls.id
-                       ORDER BY coalesce(started_at, created_at) DESC NULLS LAST, position DESC
-                       LIMIT 1),
-                   answered = EXISTS (SELECT 1 FROM call_attempts
-                       WHERE call_id = calls.id AND answered_at IS NOT NULL),
-                   transferred = EXISTS (SELECT 1 FROM call_attempts
-                       WHERE call_id = calls.id AND transfer_started_at IS NOT NULL),
-                   notification_count =
-                       (SELECT count(*) FROM call_notifications WHERE call_id = calls.id),
-                   outcome_names = (SELECT string_agg(name, ', '
-                           ORDER BY first_position, first_at NULLS FIRST, name COLLATE \"C\")
-                       FROM (SELECT o.name AS name, min(a.position) AS first_position,
-                               min(o.created_at) AS first_at
-                             FROM attempt_outcomes AS o
-                             JOIN call_attempts AS a ON a.id = o.attempt_id
-                             WHERE o.call_id = calls.id
-                             GROUP BY o.name) AS g)
-                 WHERE id = ANY($1)",
-                "summarising calls' attempts",
-            ),
-            (
-                "UPDATE calls SET
-                   (last_attempt_status, last_attempt_started_at, last_attempt_answered_at,
-                    last_attempt_ended_at, last_attempt_duration) =
-                   (SELECT status, started_at, answered_at, ended_at, duration
-                    FROM call_attempts WHERE call_id = calls.id AND uid = calls.last_attempt_uid)
-                 WHERE id = ANY($1)",
-                "summarising calls' last attempts",
-            ),
-        ] {
-            let statement = self.statement(sql, step)?;
-            wait(self.client().execute(&statement, &[&ids])).pg(&self.target, step)?;
-        }
+        let sql = format!("DELETE FROM {table} WHERE call_id = ANY($1)");
+        let statement = self.statement(&sql, DELETING_GONE)?;
+        pipeline.push(statement, vec![ids], DELETING_GONE);
         Ok(())
     }
+}
+
+/// `uid → (content_hash, schedule_uid)` of the page's stored calls, from their rows.
+fn stored_fingerprints(
+    rows: &[tokio_postgres::Row],
+) -> Result<HashMap<Uuid, Fingerprint>, tokio_postgres::Error> {
+    rows.iter()
+        .map(|r| {
+            let fingerprint = Fingerprint {
+                content_hash: r.try_get(1)?,
+                schedule: r.try_get(2)?,
+            };
+            Ok((r.try_get(0)?, fingerprint))
+        })
+        .collect()
+}
+
+/// The calls `round` names, with what their write needs.
+fn pending_of<'p>(
+    calls: &'p [OutboundCall],
+    call_rows: &'p [CallRow<'p>],
+    round: &[(usize, bool)],
+) -> Vec<Pending<'p>> {
+    round
+        .iter()
+        .map(|&(i, was_stored)| {
+            let call = &calls[i];
+            let ChildRule {
+                mirror,
+                summary_known,
+            } = ChildRule::of(call, was_stored);
+            Pending {
+                call,
+                row: &call_rows[i],
+                attempts: call
+                    .outbound_call_attempts
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(position, a)| rows::attempt(position, a))
+                    .collect(),
+                mirror,
+                summary_known,
+            }
+        })
+        .collect()
+}
+
+/// A call's row of `calls`, with its summary.
+fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<V> {
+    let r = p.row;
+    let notification_count = p.call.notifications().map_or(0, <[_]>::len);
+    let s = rows::summary(
+        p.call,
+        &p.attempts,
+        i64::try_from(notification_count).unwrap_or(i64::MAX),
+    );
+    vec![
+        t(Some(&r.uid)),
+        t(Some(r.schedule_uid)),
+        t(r.external_id),
+        t(Some(r.status)),
+        t(r.progress),
+        V::B(r.is_test_call),
+        V::T(r.cooldown_until.clone()),
+        V::T(r.delay.clone()),
+        V::T(r.priority.clone()),
+        V::I(r.attempts_remaining),
+        V::T(r.retry_intervals.clone()),
+        V::T(Some(r.created_at.clone())),
+        V::T(Some(r.updated_at.clone())),
+        t(r.phone_number),
+        V::T(r.phone_e164.clone()),
+        t(r.full_name),
+        t(r.first_name),
+        t(r.last_name),
+        t(r.phonetic_full_name),
+        t(r.phonetic_first_name),
+        t(r.phonetic_last_name),
+        t(r.email),
+        V::T(r.event_date_time.clone()),
+        V::T(r.extra.clone()),
+        V::I(Some(r.content_hash)),
+        t(Some(synced_at)),
+        V::I(Some(s.attempt_count)),
+        V::T(s.last_attempt_uid),
+        V::T(s.last_attempt_status),
+        V::T(s.last_attempt_started_at),
+        V::T(s.last_attempt_answered_at),
+        V::T(s.last_attempt_ended_at),
+        V::I(s.last_attempt_duration),
+        V::T(s.outcome_names),
+        V::B(Some(s.answered)),
+        V::B(Some(s.transferred)),
+        V::I(Some(s.notification_count)),
+    ]
+}
+
+/// The calls' custom parameters.
+fn parameters_batch(pending: &[Pending<'_>], id_of: &dyn Fn(&Pending<'_>) -> i64) -> Batch {
+    let mut parameters = Batch::new(&PARAMETERS);
+    for p in pending {
+        for (name, value) in rows::custom_parameters(p.call) {
+            parameters.push(vec![
+                V::I(Some(id_of(p))),
+                t(Some(&p.row.uid)),
+                t(Some(name)),
+                V::T(value),
+            ]);
+        }
+    }
+    parameters
+}
+
+/// The attempts a mirrored call keeps (every other of its attempts goes), by call id and
+/// uid, and the calls they are of.
+#[derive(Default)]
+struct Kept {
+    calls: Vec<i64>,
+    ids: Vec<i64>,
+    uids: Vec<String>,
+}
+
+/// The attempts of the calls that sent their list (a uid repeated: its last row), and what
+/// each mirrored call keeps.
+fn attempts_batch(pending: &[Pending<'_>], id_of: &dyn Fn(&Pending<'_>) -> i64) -> (Batch, Kept) {
+    let mut kept = Kept::default();
+    let mut attempts = Batch::new(&ATTEMPTS);
+    for p in pending
+        .iter()
+        .filter(|p| p.call.outbound_call_attempts.is_some())
+    {
+        let call_id = id_of(p);
+        if p.mirror {
+            kept.calls.push(call_id);
+            for a in &p.attempts {
+                kept.ids.push(call_id);
+                kept.uids.push(a.uid.clone());
+            }
+        }
+        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
+            attempts.push(vec![
+                t(Some(&a.uid)),
+                V::I(Some(call_id)),
+                t(Some(&p.row.uid)),
+                V::I(Some(a.position)),
+                t(Some(&a.status)),
+                V::T(a.started_at.clone()),
+                V::T(a.answered_at.clone()),
+                V::T(a.ended_at.clone()),
+                V::I(a.duration),
+                V::T(a.created_at.clone()),
+                V::T(a.updated_at.clone()),
+                V::T(a.error_details.clone()),
+                V::T(a.transfer_started_at.clone()),
+                V::T(a.transfer_answered_at.clone()),
+                V::T(a.transfer_destination.clone()),
+                V::T(a.extra.clone()),
+            ]);
+        }
+    }
+    (attempts, kept)
+}
+
+/// The calls' notifications, when sent (a uid repeated: its last row), and the mirrored
+/// calls whose stored ones they replace.
+fn notifications_batch(
+    pending: &[Pending<'_>],
+    id_of: &dyn Fn(&Pending<'_>) -> i64,
+) -> (Batch, Vec<i64>) {
+    let mut notifications = Batch::new(&NOTIFICATIONS);
+    let mut replaced = Vec::new();
+    for p in pending {
+        let Some(sent) = p.call.notifications() else {
+            continue;
+        };
+        if p.mirror {
+            replaced.push(id_of(p));
+        }
+        for n in last_of_each(sent, |n| n.uid) {
+            let (uid, status, count, delivered, extra) = rows::notification(n);
+            notifications.push(vec![
+                V::I(Some(id_of(p))),
+                V::T(Some(uid)),
+                t(Some(&p.row.uid)),
+                V::T(status),
+                V::I(count),
+                V::T(delivered),
+                V::T(extra),
+            ]);
+        }
+    }
+    (notifications, replaced)
+}
+
+/// An attempt's list of children (outcomes or variables) as rows: the item's uid, then its
+/// own columns.
+type Items = Vec<(String, Vec<V>)>;
+
+/// The outcomes and variables of each attempt whose list was sent, two lists written alike,
+/// each row led by the call, the attempt and the item's uid, then the item's own columns;
+/// with the `(call_id, attempt_id)` of the mirrored calls' attempts whose lists they replace.
+fn attempt_children(
+    pending: &[Pending<'_>],
+    id_of: &dyn Fn(&Pending<'_>) -> i64,
+    attempt_ids: &HashMap<(i64, Uuid), i64>,
+) -> [(Batch, Vec<(i64, i64)>); 2] {
+    let mut children = [
+        (Batch::new(&OUTCOMES), Vec::new()),
+        (Batch::new(&VARIABLES), Vec::new()),
+    ];
+    for p in pending {
+        let call_id = id_of(p);
+        let Some(sent) = p.call.outbound_call_attempts.as_deref() else {
+            continue;
+        };
+        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
+            let uid = sent
+                .get(usize::try_from(a.position).unwrap_or(usize::MAX))
+                .map(|s| s.uid);
+            let Some(attempt_id) = uid.and_then(|u| attempt_ids.get(&(call_id, u)).copied()) else {
+                continue;
+            };
+            for ((batch, replaced), items) in children.iter_mut().zip(sent_lists(sent, uid)) {
+                let Some(items) = items else {
+                    continue;
+                };
+                if p.mirror {
+                    replaced.push((call_id, attempt_id));
+                }
+                for (item, own) in items {
+                    let mut row = vec![
+                        V::I(Some(call_id)),
+                        V::I(Some(attempt_id)),
+                        V::T(Some(item)),
+                        t(Some(&a.uid)),
+                        t(Some(&p.row.uid)),
+                    ];
+                    row.extend(own);
+                    batch.push(row);
+                }
+            }
+        }
+    }
+    children
+}
+
+/// The outcomes and the variables of the attempt `uid`, each as the last occurrence of the
+/// uid that sent its list has it (a uid repeated within a list: its last item); `None` for a
+/// list not sent.
+fn sent_lists(sent: &[Attempt], uid: Option<Uuid>) -> [Option<Items>; 2] {
+    let same = sent.iter().filter(|s| Some(s.uid) == uid);
+    let outcomes = same
+        .clone()
+        .filter_map(|s| s.call_outcomes.as_ref())
+        .next_back()
+        .map(|list| {
+            last_of_each(list, |o| o.uid)
+                .into_iter()
+                .map(|o| {
+                    let (uid, name, created_at, extra) = rows::outcome(o);
+                    (uid, vec![V::T(Some(name)), V::T(created_at), V::T(extra)])
+                })
+                .collect()
+        });
+    let variables = same
+        .filter_map(|s| s.call_attempts_variables.as_ref())
+        .next_back()
+        .map(|list| {
+            last_of_each(list, |v| v.uid)
+                .into_iter()
+                .map(|v| {
+                    let (uid, name, value, status, created_at, extra) = rows::variable(v);
+                    let own = vec![
+                        V::T(Some(name)),
+                        V::T(value),
+                        V::T(status),
+                        V::T(created_at),
+                        V::T(extra),
+                    ];
+                    (uid, own)
+                })
+                .collect()
+        });
+    [outcomes, variables]
 }
 
 /// The items whose key appears last among those with that key, in their order.
