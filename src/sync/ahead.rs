@@ -9,9 +9,13 @@
 //! a walk that left a run (it fell back, or found an unstable tie order) never reads a page
 //! asked before what it read since.
 //!
-//! Memory is bounded by [`MAX_BYTES_AHEAD`]: the answers waiting plus, for each request in
-//! flight, the largest page seen yet. A request that would pass it waits until the walk
-//! takes answers (the next request always goes out: the walk needs it).
+//! How far ahead adapts to the distance: a *window* of requests out or waiting, which doubles
+//! (up to [`MAX_WINDOW`]) each time the walk has to wait for an answer still in flight, and
+//! shrinks by one each time it takes an answer while others pile up unread. A service next
+//! door is read a page or two ahead, as before (asking more would only take the CPU the
+//! writer needs); one 100 ms away gets as many pages in flight as its latency hides. Memory
+//! is bounded besides by [`MAX_BYTES_AHEAD`]: the answers waiting plus, for each request in
+//! flight, the largest page seen yet. The next request always goes out: the walk needs it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -26,6 +30,15 @@ use crate::api::Listed;
 
 /// The bytes of one walk's pages asked ahead (waiting, or reserved for those in flight).
 pub(super) const MAX_BYTES_AHEAD: u64 = 32 * 1024 * 1024;
+
+/// The most requests out or waiting for one walk (a quiet run's longest).
+pub(super) const MAX_WINDOW: usize = 64;
+
+/// The window to start with, and the least: the next request and one after it.
+const MIN_WINDOW: usize = 2;
+
+/// Answers waiting unread from which the window shrinks: the walk is slower than the service.
+const PILED_UP: usize = 2;
 
 /// What a page is taken to weigh before any answer said (a page of 100 calls with their
 /// attempts is about this in JSON).
@@ -46,6 +59,8 @@ pub(super) struct Ahead<'a> {
     waiting: u64,
     /// The largest page yet, reserved for each request in flight.
     page_bytes: u64,
+    /// Requests out or waiting that the walk may have at once.
+    window: usize,
 }
 
 impl<'a> Ahead<'a> {
@@ -57,6 +72,7 @@ impl<'a> Ahead<'a> {
             asks: 0,
             waiting: 0,
             page_bytes: FIRST_PAGE_BYTES,
+            window: MIN_WINDOW,
         }
     }
 
@@ -82,7 +98,10 @@ impl<'a> Ahead<'a> {
             if self.asked.contains_key(request) || self.answered.contains_key(request) {
                 continue;
             }
-            if i > 0 && self.bytes() + self.page_bytes > MAX_BYTES_AHEAD {
+            let outstanding = self.asked.len() + self.answered.len();
+            if i > 0
+                && (outstanding >= self.window || self.bytes() + self.page_bytes > MAX_BYTES_AHEAD)
+            {
                 break;
             }
             self.asks += 1;
@@ -100,15 +119,23 @@ impl<'a> Ahead<'a> {
         &mut self,
         request: &PageRequest,
     ) -> Option<Result<Listed, SyncError>> {
+        if let Some(answer) = self.take_answered(request) {
+            if self.answered.len() >= PILED_UP {
+                self.window = self.window.saturating_sub(1).max(MIN_WINDOW);
+            }
+            return Some(answer);
+        }
+        if !self.asked.contains_key(request) {
+            return None;
+        }
+        // The walk waits on the service: more in flight would have hidden that.
+        self.window = (self.window * 2).min(MAX_WINDOW);
         loop {
+            let (ask, answer) = self.in_flight.next().await?;
+            self.keep(ask, answer);
             if let Some(answer) = self.take_answered(request) {
                 return Some(answer);
             }
-            if !self.asked.contains_key(request) {
-                return None;
-            }
-            let (ask, answer) = self.in_flight.next().await?;
-            self.keep(ask, answer);
         }
     }
 
@@ -126,6 +153,15 @@ impl<'a> Ahead<'a> {
     #[cfg(test)]
     pub(super) fn in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// Keeps every answer already in (for tests: the service answered, the walk is busy).
+    #[cfg(test)]
+    fn keep_ready(&mut self) {
+        use futures::FutureExt;
+        while let Some(Some((ask, answer))) = self.in_flight.next().now_or_never() {
+            self.keep(ask, answer);
+        }
     }
 
     fn keep(&mut self, ask: u64, answer: Result<Listed, SyncError>) {
@@ -224,11 +260,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_window_opens_while_the_walk_waits_and_closes_while_answers_pile_up() {
+        let asks = AtomicU64::new(0);
+        let fetch = tagged(&asks, 1000);
+        let mut ahead = Ahead::new();
+        let wanted: Vec<PageRequest> = (1..=40).map(page).collect();
+        ahead.want(&wanted, &fetch);
+        assert_eq!(
+            ahead.in_flight(),
+            MIN_WINDOW,
+            "a page or two ahead to start with"
+        );
+        // The walk asks for page 1 before it answered: it waits, and the window doubles.
+        assert_eq!(ask_of(ahead.answer(&page(1)).await), 1);
+        assert_eq!(ahead.window, 2 * MIN_WINDOW);
+        ahead.want(&wanted[1..], &fetch);
+        assert_eq!(asks.load(Ordering::SeqCst), 1 + 2 * MIN_WINDOW as u64);
+        // The service answers them all while the walk is busy: taking one while as many
+        // wait unread shrinks the window by one, and asks one more (not more).
+        ahead.keep_ready();
+        assert_eq!(ask_of(ahead.answer(&page(2)).await), 2);
+        assert_eq!(ahead.window, 2 * MIN_WINDOW - 1);
+        ahead.want(&wanted[2..], &fetch);
+        assert_eq!(asks.load(Ordering::SeqCst), 1 + 2 * MIN_WINDOW as u64);
+    }
+
+    #[tokio::test]
     async fn the_bytes_waiting_and_in_flight_stay_under_the_cap() {
         let asks = AtomicU64::new(0);
         let half = MAX_BYTES_AHEAD / 2;
         let fetch = tagged(&asks, half);
         let mut ahead = Ahead::new();
+        ahead.window = MAX_WINDOW;
         ahead.want(&[page(1)], &fetch);
         assert_eq!(ask_of(ahead.answer(&page(1)).await), 1);
         // Pages weigh half the cap now: two may be out (or waiting), not three.

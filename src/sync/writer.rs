@@ -29,9 +29,10 @@ type Job = Box<dyn FnOnce(&mut dyn Destination) + Send>;
 const QUEUE: usize = 16;
 
 /// The most threads (each with its connection) a destination that writes from several gets:
-/// a bound for a server's connections (PostgreSQL's `max_connections` is 100 by default),
-/// far above the passes a daemon runs at once.
-const MAX_THREADS: usize = 64;
+/// a bound for a server's connections. PostgreSQL's `max_connections` is 100 by default, and
+/// daemons share schedules: two daemons at 33 connections each, with room for the BI tools.
+/// More writers than this gain little on one server (each page is a few round trips).
+const MAX_THREADS: usize = 32;
 
 /// How long [`Writer::close`] waits for the thread to finish its queue and close the destination.
 /// The queue is a few jobs, and closing the SQLite warehouse empties its WAL: seconds at
