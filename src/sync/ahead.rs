@@ -29,7 +29,7 @@ use super::error::SyncError;
 use crate::api::Listed;
 
 /// The bytes of one walk's pages asked ahead (waiting, or reserved for those in flight).
-pub(super) const MAX_BYTES_AHEAD: u64 = 32 * 1024 * 1024;
+pub(super) const MAX_BYTES_AHEAD: u64 = 16 * 1024 * 1024;
 
 /// The most requests out or waiting for one walk (a quiet run's longest).
 pub(super) const MAX_WINDOW: usize = 64;
