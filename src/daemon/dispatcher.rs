@@ -370,7 +370,7 @@ impl TickTally {
 /// systemd's `STATUS=` after a pass: the schedule by name, what the pass did, and how many
 /// other passes are under way.
 fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
-    let busy = metrics.busy().len();
+    let busy = metrics.busy_count();
     let under_way = match busy {
         0 => String::new(),
         n => format!("; {} under way", crate::counted(n as u64, "pass", "passes")),
