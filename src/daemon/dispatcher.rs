@@ -33,9 +33,9 @@ pub(super) struct Dispatcher {
     /// Schedules in the configured order (a `BTreeMap` would reorder them).
     slots: Vec<(Uuid, Slot)>,
     pub(super) passes: JoinSet<PassReport>,
-    /// Which schedule each task runs (and the tick that started it), to free its slot even
-    /// if the task panicked.
-    tasks: HashMap<tokio::task::Id, (Uuid, Option<u64>)>,
+    /// Which schedule each task runs (its index in `slots`) and the tick that started it, to
+    /// free its slot even if the task panicked.
+    tasks: HashMap<tokio::task::Id, (usize, Option<u64>)>,
     /// The ticks whose passes are still running, by number: each logs one line when its
     /// last pass ends.
     ticks: HashMap<u64, TickTally>,
@@ -190,9 +190,10 @@ impl Dispatcher {
             Ok((id, _)) => *id,
             Err(err) => err.id(),
         };
-        let Some((schedule, tick)) = self.tasks.remove(&id) else {
+        let Some((i, tick)) = self.tasks.remove(&id) else {
             return;
         };
+        let schedule = self.slots[i].0;
         let result = match done {
             Ok((_, report)) => {
                 self.metrics.record(&report);
@@ -218,9 +219,6 @@ impl Dispatcher {
             tally.log();
             self.ticks.remove(&number);
         }
-        let Some(i) = self.slots.iter().position(|(s, _)| *s == schedule) else {
-            return;
-        };
         let slot = &mut self.slots[i].1;
         let recovered =
             slot.failures > 0 && matches!(result, PassResult::Completed | PassResult::Behind);
@@ -290,7 +288,7 @@ impl Dispatcher {
             .instrument(span),
         );
         self.tasks
-            .insert(task.id(), (schedule, tick.map(|(number, _)| number)));
+            .insert(task.id(), (i, tick.map(|(number, _)| number)));
     }
 }
 
@@ -370,7 +368,7 @@ impl TickTally {
 /// systemd's `STATUS=` after a pass: the schedule by name, what the pass did, and how many
 /// other passes are under way.
 fn status_line(report: &PassReport, metrics: &metrics::Metrics) -> String {
-    let busy = metrics.busy().len();
+    let busy = metrics.busy_count();
     let under_way = match busy {
         0 => String::new(),
         n => format!("; {} under way", crate::counted(n as u64, "pass", "passes")),

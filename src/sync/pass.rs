@@ -38,7 +38,7 @@ use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::config::DetailsMode;
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{Claim, PageBatch};
+use crate::warehouse::{Claim, Destination, PageBatch, RunKind};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
@@ -139,22 +139,15 @@ impl Engine {
 impl<'e> Pass<'e> {
     async fn run(mut self) -> PassReport {
         let started = Instant::now();
-        let result = match self.claim().await {
-            Ok(Some(claim)) => {
-                let result = match self.walked_elsewhere().await {
-                    Ok(Some(walker)) => PassResult::Skipped(Skip::WalkedSince {
-                        schedule: self.schedule,
-                        walker,
-                    }),
-                    Ok(None) => self.recorded().await,
-                    Err(err) => PassResult::failed(&err),
-                };
-                self.release(claim).await;
-                result
-            }
-            Ok(None) => PassResult::Skipped(Skip::Busy {
+        let result = match self.open().await {
+            Ok(Opening::Started { claim, run, stored }) => self.recorded(claim, run, stored).await,
+            Ok(Opening::Busy) => PassResult::Skipped(Skip::Busy {
                 schedule: self.schedule,
                 destination: self.engine.name.clone(),
+            }),
+            Ok(Opening::WalkedBy(walker)) => PassResult::Skipped(Skip::WalkedSince {
+                schedule: self.schedule,
+                walker,
             }),
             Err(err) => PassResult::failed(&err),
         };
@@ -179,63 +172,42 @@ impl<'e> Pass<'e> {
         report
     }
 
-    /// The schedule's claim; `None` while another process holds it.
-    async fn claim(&self) -> Result<Option<Claim>, SyncError> {
-        let schedule = self.schedule;
-        self.engine.writer.call(move |s| s.claim(schedule)).await
-    }
-
-    /// Releases the claim on the writer thread, where it was taken: a release asks the lock
-    /// session (PostgreSQL), a wait an async worker must not make (bounded, but by seconds
-    /// when the session went silent: `warehouse::postgres::LOCK_PATIENCE`).
-    async fn release(&self, claim: Claim) {
-        // When the writer is gone, the job and the claim in it are dropped here.
-        let released = self.engine.writer.call(move |_| {
-            drop(claim);
-            Ok::<(), SyncError>(())
-        });
-        let _ = released.await;
-    }
-
-    /// Who walked this schedule since the daemon's tick (`PassPlan::unless_walked_since`):
-    /// with several daemons sharing the schedules, the first to claim it on a tick walks it,
-    /// and the others, claiming it after that pass ended, leave it for the next tick.
-    async fn walked_elsewhere(&self) -> Result<Option<Walker>, SyncError> {
-        let Some(since) = self.plan.unless_walked_since else {
-            return Ok(None);
-        };
+    /// Claims the schedule, records the pass's start and reads the checkpoint, in one job of
+    /// the writer ([`open`]): an idle pass is a request and three writer jobs (this, its page,
+    /// [`Self::finish`]), and at 10,000 schedules every round trip to the one writer thread
+    /// counts.
+    async fn open(&mut self) -> Result<Opening, SyncError> {
         let (schedule, kind) = (self.schedule, self.plan.kind);
-        self.engine
-            .writer
-            .call(move |s| s.walked_since(schedule, kind, since))
-            .await
-    }
-
-    /// The walk, between its `sync_runs` row's start and end.
-    async fn recorded(&mut self) -> PassResult {
-        let (schedule, kind, started_at) = (self.schedule, self.plan.kind, Timestamp::now());
+        let walked_since = self.plan.unless_walked_since;
         let walker = self.engine.walker.clone();
-        let run = match self
+        let opening = self
             .engine
             .writer
-            .call(move |s| s.start_run(schedule, kind, started_at, &walker))
-            .await
-        {
-            Ok(run) => run,
-            Err(err) => return PassResult::failed(&err),
-        };
-        if let Some(run) = run {
+            .call(move |s| open(s, schedule, kind, walked_since, &walker))
+            .await?;
+        if let Opening::Started { run: Some(run), .. } = &opening {
             tracing::Span::current().record("run", run.get());
-            self.run = Some(run);
+            self.run = Some(*run);
         }
-        let walked = self.walk().await;
+        Ok(opening)
+    }
+
+    /// The walk from `stored` (the checkpoint, or why it could not be read), between its
+    /// `sync_runs` row's start and end.
+    async fn recorded(
+        &mut self,
+        claim: Claim,
+        run: Option<RunId>,
+        stored: Result<Option<Timestamp>, SyncError>,
+    ) -> PassResult {
+        let walked = match stored {
+            Ok(stored) => self.walk(stored).await,
+            Err(err) => Err(err),
+        };
         let result = self.result(walked);
-        match run {
-            Some(run) => match self.finish(run, &result).await {
-                Ok(()) => result,
-                Err(err) => PassResult::failed(&err),
-            },
-            None => result,
+        match self.finish(claim, run, &result).await {
+            Ok(()) => result,
+            Err(err) => PassResult::failed(&err),
         }
     }
 
@@ -257,9 +229,37 @@ impl<'e> Pass<'e> {
         }
     }
 
-    /// Closes the `sync_runs` row; a failure here is the pass's failure.
-    async fn finish(&self, run: RunId, result: &PassResult) -> Result<(), SyncError> {
-        let record = RunRecord {
+    /// Closes the `sync_runs` row, if the pass has one (a failure there is the pass's
+    /// failure), then lets the claim go, in one job of the writer. Released on the writer
+    /// thread, where it was taken: a release asks the lock session (PostgreSQL), a wait an
+    /// async worker must not make (bounded, but by seconds when the session went silent:
+    /// `warehouse::postgres::LOCK_PATIENCE`). When the writer is gone, the job and the claim
+    /// in it are dropped here.
+    async fn finish(
+        &self,
+        claim: Claim,
+        run: Option<RunId>,
+        result: &PassResult,
+    ) -> Result<(), SyncError> {
+        let record = run.map(|run| (run, self.record(result)));
+        let finished = self.engine.writer.call(move |s| {
+            let finished = match &record {
+                Some((run, record)) => s.finish_run(*run, record),
+                None => Ok(()),
+            };
+            drop(claim);
+            finished
+        });
+        match (finished.await, run) {
+            // Nothing to record: the claim is let go, whether or not the writer still runs.
+            (Err(_), None) => Ok(()),
+            (finished, _) => finished,
+        }
+    }
+
+    /// How the pass ended, as its `sync_runs` row keeps it.
+    fn record(&self, result: &PassResult) -> RunRecord {
+        RunRecord {
             outcome: result.outcome().unwrap_or(RunOutcome::Failed),
             stats: self.stats(),
             finished_at: Timestamp::now(),
@@ -270,21 +270,11 @@ impl<'e> Pass<'e> {
                 PassResult::Failed { kind, .. } => Some(*kind),
                 _ => None,
             },
-        };
-        self.engine
-            .writer
-            .call(move |s| s.finish_run(run, &record))
-            .await
+        }
     }
 
     /// The page loop: page steps until one stops the walk, then the last write settled.
-    async fn walk(&mut self) -> Result<Stop, SyncError> {
-        let schedule = self.schedule;
-        let stored = self
-            .engine
-            .writer
-            .call(move |s| Ok::<_, SyncError>(s.checkpoint(schedule)?.map(|c| c.cursor)))
-            .await?;
+    async fn walk(&mut self, stored: Option<Timestamp>) -> Result<Stop, SyncError> {
         let settings = &self.engine.settings;
         let start = self.plan.start(stored, settings.lookback);
         let rule = CheckpointRule::new(stored, start);
@@ -621,6 +611,56 @@ impl<'e> Pass<'e> {
     fn lag_secs(&self) -> Option<f64> {
         Some(self.clock.now()?.secs_since(self.position?))
     }
+}
+
+/// What the opening of a pass found ([`open`]).
+enum Opening {
+    /// Another process holds the schedule's claim.
+    Busy,
+    /// Another process walked the schedule since the daemon's tick (`PassPlan::
+    /// unless_walked_since`): with several daemons sharing the schedules, the first to claim
+    /// it on a tick walks it, and the others, claiming it after that pass ended, leave it
+    /// for the next tick. The claim was let go.
+    WalkedBy(Walker),
+    /// The schedule is claimed and the pass's start recorded (`run`: its `sync_runs` row;
+    /// `None` from a destination that keeps none); `stored`: the checkpoint, or why it
+    /// could not be read (the pass's failure, recorded in its row).
+    Started {
+        claim: Claim,
+        run: Option<RunId>,
+        stored: Result<Option<Timestamp>, SyncError>,
+    },
+}
+
+/// A pass's opening, on the writer thread: the claim, then whether another walked the
+/// schedule since `walked_since`, then its `sync_runs` row, then the checkpoint. A claim
+/// left (walked elsewhere, or a failure after it) is dropped here, on the thread that took
+/// it.
+fn open(
+    sink: &mut dyn Destination,
+    schedule: Uuid,
+    kind: RunKind,
+    walked_since: Option<Timestamp>,
+    walker: &Walker,
+) -> Result<Opening, SyncError> {
+    let Some(claim) = sink.claim(schedule)? else {
+        return Ok(Opening::Busy);
+    };
+    if let Some(since) = walked_since
+        && let Some(walker) = sink.walked_since(schedule, kind, since)?
+    {
+        return Ok(Opening::WalkedBy(walker));
+    }
+    // Once the claim is held, not when the job was queued: passes of one schedule by two
+    // processes never overlap in `sync_runs` (a job may wait its turn while the claim's
+    // previous holder finishes).
+    let run = sink.start_run(schedule, kind, Timestamp::now(), walker)?;
+    let stored = sink.checkpoint(schedule).map_err(SyncError::from);
+    Ok(Opening::Started {
+        claim,
+        run,
+        stored: stored.map(|checkpoint| checkpoint.map(|c| c.cursor)),
+    })
 }
 
 /// A page the walk accepted, before its details are fetched.

@@ -693,3 +693,212 @@ async fn tie_groups_read_again_are_not_written_again() {
     // checkpoint (with no calls).
     assert_eq!((writes.load(SeqCst), pages), (13, 17));
 }
+
+/// The step of a pass's bookkeeping [`FailingSink`] fails, once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bookkeeping {
+    WalkedSince,
+    StartRun,
+    Checkpoint,
+    FinishRun,
+}
+
+/// The SQLite warehouse, failing the next `fail` step of a pass's bookkeeping (then working
+/// again): what a disk error there does to the pass, its record and its claim.
+struct FailingSink {
+    inner: callsync::warehouse::sqlite::Warehouse,
+    fail: std::sync::Arc<std::sync::Mutex<Option<Bookkeeping>>>,
+}
+
+impl FailingSink {
+    fn failing(&self, step: Bookkeeping) -> Result<(), WarehouseError> {
+        let mut fail = self.fail.lock().unwrap();
+        if *fail != Some(step) {
+            return Ok(());
+        }
+        *fail = None;
+        Err(WarehouseError::Sql {
+            path: env!("CARGO_MANIFEST_DIR").into(),
+            step: "a step of the pass's bookkeeping",
+            problem: format!("disk I/O error (injected into {step:?})"),
+        })
+    }
+}
+
+impl callsync::warehouse::Destination for FailingSink {
+    delegate! {
+        ref name() -> String;
+        ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
+        ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
+        mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
+        ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
+        mut write_page(page: &callsync::warehouse::PageBatch) -> Result<callsync::warehouse::PageWrite, WarehouseError>;
+        mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
+        mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
+        mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
+        ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
+        ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
+        mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
+        mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
+    }
+
+    fn walked_since(
+        &self,
+        schedule: uuid::Uuid,
+        kind: callsync::warehouse::RunKind,
+        since: Timestamp,
+    ) -> Result<Option<callsync::warehouse::Walker>, WarehouseError> {
+        self.failing(Bookkeeping::WalkedSince)?;
+        callsync::warehouse::Destination::walked_since(&self.inner, schedule, kind, since)
+    }
+
+    fn start_run(
+        &mut self,
+        schedule: uuid::Uuid,
+        kind: callsync::warehouse::RunKind,
+        started_at: Timestamp,
+        walker: &callsync::warehouse::Walker,
+    ) -> Result<Option<callsync::warehouse::RunId>, WarehouseError> {
+        self.failing(Bookkeeping::StartRun)?;
+        callsync::warehouse::Destination::start_run(
+            &mut self.inner,
+            schedule,
+            kind,
+            started_at,
+            walker,
+        )
+    }
+
+    fn checkpoint(
+        &self,
+        schedule: uuid::Uuid,
+    ) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError> {
+        self.failing(Bookkeeping::Checkpoint)?;
+        callsync::warehouse::Destination::checkpoint(&self.inner, schedule)
+    }
+
+    fn finish_run(
+        &mut self,
+        run: callsync::warehouse::RunId,
+        record: &callsync::warehouse::RunRecord,
+    ) -> Result<(), WarehouseError> {
+        self.failing(Bookkeeping::FinishRun)?;
+        callsync::warehouse::Destination::finish_run(&mut self.inner, run, record)
+    }
+}
+
+/// A pass opens (claim, walked since the tick, its `sync_runs` row, the checkpoint) in one job
+/// of the writer and ends (its row closed, the claim let go) in another. A failure at any of
+/// those steps fails the pass, with the error; its row, when it has one, ends `failed` with
+/// that error (but when closing the row is what failed: it stays open); the claim is let go
+/// whatever failed, so the next pass walks the schedule (a claim kept would make it
+/// `Skipped`); nothing is written past a checkpoint not read. After each, a pass that fails
+/// nowhere completes, and the warehouse equals the truth.
+#[tokio::test]
+async fn a_failure_opening_or_ending_a_pass_is_its_failure_and_lets_the_claim_go() {
+    let env = TestEnv::start(options(1, 120)).await;
+    let s = env.schedules();
+    let fail = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let warehouse =
+        callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .expect("the warehouse opens");
+    let sink = FailingSink {
+        inner: warehouse,
+        fail: fail.clone(),
+    };
+    let client = callsync::api::ApiClient::new(
+        &env.config.api,
+        &env.config.api.credentials().expect("credentials"),
+    )
+    .expect("a client");
+    let engine =
+        callsync::sync::Engine::with_destination(&env.config, client, Box::new(sink), false)
+            .expect("the engine starts");
+    let runs = || -> Vec<(Option<String>, Option<String>)> {
+        let conn = rusqlite::Connection::open(env.warehouse_path()).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT outcome, error FROM sync_runs ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let pass = || pass_on_a_tick(&engine, s[0]);
+    let checkpoint = || {
+        callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .unwrap()
+            .checkpoint(s[0])
+            .unwrap()
+    };
+    let steps = [
+        Bookkeeping::Checkpoint,
+        Bookkeeping::FinishRun,
+        Bookkeeping::StartRun,
+        Bookkeeping::WalkedSince,
+    ];
+    for step in steps {
+        env.sim.touch_calls(&[env.sim.truth(s[0])[0].uid]);
+        let rows_before = runs().len();
+        let checkpoint_before = checkpoint();
+        *fail.lock().unwrap() = Some(step);
+        let report = pass().await;
+        assert_eq!(*fail.lock().unwrap(), None, "{step:?} was reached");
+        let PassResult::Failed { kind, error } = &report.result else {
+            panic!("{step:?}: the pass did not fail: {report:?}");
+        };
+        assert_eq!(*kind, ErrorKind::Warehouse, "{step:?}: {error}");
+        assert!(
+            error.contains(&format!("injected into {step:?}")),
+            "{error}"
+        );
+        let rows = runs();
+        let opened = rows.len() - rows_before;
+        match step {
+            // Failed before its row exists: none.
+            Bookkeeping::WalkedSince | Bookkeeping::StartRun => {
+                assert_eq!((opened, report.run), (0, None), "{step:?}: {rows:?}")
+            }
+            // Its row ends failed, with why; nothing was read, nothing written.
+            Bookkeeping::Checkpoint => {
+                assert_eq!(opened, 1);
+                let (outcome, stored) = rows.last().unwrap();
+                assert_eq!(outcome.as_deref(), Some("failed"));
+                assert!(
+                    stored.as_deref().unwrap().contains("injected"),
+                    "{stored:?}"
+                );
+                assert_eq!(report.stats.requests, 0);
+                assert_eq!(checkpoint(), checkpoint_before);
+            }
+            // The walk committed its pages and checkpoint; the row could not be closed.
+            Bookkeeping::FinishRun => {
+                assert_eq!(opened, 1);
+                assert_eq!(rows.last().unwrap(), &(None, None));
+                assert!(report.stats.calls_written > 0, "{report:?}");
+            }
+        }
+        let next = pass().await;
+        assert_eq!(next.result, PassResult::Completed, "after {step:?}");
+        assert_eq!(
+            runs().last().unwrap(),
+            &(Some("completed".to_owned()), None)
+        );
+        env.assert_matches_truth(&s);
+    }
+    engine.close().await;
+}
+
+/// An incremental pass of `schedule` as the daemon plans it on a tick now: it first asks who
+/// walked the schedule since.
+async fn pass_on_a_tick(
+    engine: &callsync::sync::Engine,
+    schedule: uuid::Uuid,
+) -> callsync::sync::PassReport {
+    let mut plan = callsync::sync::PassPlan::incremental(engine.settings());
+    plan.unless_walked_since = Some(Timestamp::now());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    engine
+        .run_pass(schedule, &plan, &cancel, &callsync::sync::Quiet)
+        .await
+}
