@@ -1147,10 +1147,12 @@ proptest! {
                 prop_assert!(why != Incomplete::Young, "{why:?}");
                 assert_next_walk_completes(&mut service, out.checkpoint, page_size, facts);
             }
-            // Without counts nothing tells an order drawn anew on every request from calls
-            // moving: the scans may not settle, and say so within their page bound.
+            // Without counts nothing tells an unstable order from calls moving: the scans may
+            // not settle, and say so within their page bound (an order drawn anew on every
+            // request; or a top-N order with pages of one, where each page number is its own
+            // LIMIT: found on a fresh seed, kept in the regressions).
             Some(WalkError::TieUnsettled { .. })
-                if order == TieOrder::Shuffled && facts == Facts::Hidden =>
+                if order != TieOrder::Stable && facts == Facts::Hidden =>
             {
                 assert_next_walk_completes(&mut service, out.checkpoint, page_size, facts);
             }
