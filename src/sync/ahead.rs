@@ -44,8 +44,9 @@ const PILED_UP: usize = 2;
 /// attempts is about this in JSON).
 const FIRST_PAGE_BYTES: u64 = 512 * 1024;
 
-/// One request in flight, answering with its ask's number.
-type Fetch<'a> = Pin<Box<dyn Future<Output = (u64, Result<Listed, SyncError>)> + Send + 'a>>;
+/// One request in flight, answering with its ask's number and the request.
+type Fetch<'a> =
+    Pin<Box<dyn Future<Output = (u64, PageRequest, Result<Listed, SyncError>)> + Send + 'a>>;
 
 /// Requests in flight ahead of the walk and the answers waiting for it.
 pub(super) struct Ahead<'a> {
@@ -107,9 +108,9 @@ impl<'a> Ahead<'a> {
             self.asks += 1;
             let ask = self.asks;
             self.asked.insert(*request, ask);
-            let fetching = fetch(*request);
+            let (request, fetching) = (*request, fetch(*request));
             self.in_flight
-                .push(Box::pin(async move { (ask, fetching.await) }));
+                .push(Box::pin(async move { (ask, request, fetching.await) }));
         }
     }
 
@@ -131,8 +132,8 @@ impl<'a> Ahead<'a> {
         // The walk waits on the service: more in flight would have hidden that.
         self.window = (self.window * 2).min(MAX_WINDOW);
         loop {
-            let (ask, answer) = self.in_flight.next().await?;
-            self.keep(ask, answer);
+            let (ask, asked, answer) = self.in_flight.next().await?;
+            self.keep(ask, asked, answer);
             if let Some(answer) = self.take_answered(request) {
                 return Some(answer);
             }
@@ -143,7 +144,7 @@ impl<'a> Ahead<'a> {
     pub(super) async fn drive(&mut self) {
         loop {
             match self.in_flight.next().await {
-                Some((ask, answer)) => self.keep(ask, answer),
+                Some((ask, asked, answer)) => self.keep(ask, asked, answer),
                 None => std::future::pending().await,
             }
         }
@@ -159,19 +160,17 @@ impl<'a> Ahead<'a> {
     #[cfg(test)]
     fn keep_ready(&mut self) {
         use futures::FutureExt;
-        while let Some(Some((ask, answer))) = self.in_flight.next().now_or_never() {
-            self.keep(ask, answer);
+        while let Some(Some((ask, asked, answer))) = self.in_flight.next().now_or_never() {
+            self.keep(ask, asked, answer);
         }
     }
 
-    fn keep(&mut self, ask: u64, answer: Result<Listed, SyncError>) {
-        let Some(request) = self
-            .asked
-            .iter()
-            .find_map(|(request, a)| (*a == ask).then_some(*request))
-        else {
+    /// Keeps an answer the walk still wants: its request still asked under this ask's number
+    /// (not dropped, nor asked again since).
+    fn keep(&mut self, ask: u64, request: PageRequest, answer: Result<Listed, SyncError>) {
+        if self.asked.get(&request) != Some(&ask) {
             return;
-        };
+        }
         self.asked.remove(&request);
         let bytes = answer.as_ref().map_or(0, weight);
         self.page_bytes = self.page_bytes.max(bytes);
