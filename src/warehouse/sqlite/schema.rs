@@ -87,7 +87,7 @@ pub fn open_for_writing(
     let migrating = before > 0 && before < latest_version();
     let under_wal = !migrating || !rollback_journal(&conn, path).map_err(open_err)?;
     if under_wal {
-        set_wal(&conn).map_err(open_err)?;
+        set_wal(&conn, busy_timeout).map_err(open_err)?;
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(open_err)?;
@@ -115,14 +115,35 @@ pub fn open_for_writing(
             .map_err(open_err)?;
     }
     if !under_wal {
-        set_wal(&conn).map_err(open_err)?;
+        set_wal(&conn, busy_timeout).map_err(open_err)?;
     }
     Ok((conn, before))
 }
 
-fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
-    conn.pragma_update(None, "journal_mode", "WAL")
+/// Puts the file in WAL mode, waiting up to `busy_timeout` for other connections.
+///
+/// Why a loop of its own: switching a new file to WAL needs it exclusively, and when two
+/// connections both hold a shared lock and both want it (daemons starting together on a new
+/// warehouse), SQLite refuses one at once instead of calling its busy handler, since waiting
+/// could deadlock. The refused one lets go of its lock and asks again; by then the other has
+/// usually switched the file, which makes the switch a no-op.
+fn set_wal(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(WAL_SWITCH_RETRY);
+            }
+            done => return done,
+        }
+    }
 }
+
+/// The pause before asking again for WAL mode after SQLite refused it to avoid a deadlock.
+const WAL_SWITCH_RETRY: Duration = Duration::from_millis(5);
 
 /// Puts the warehouse under a rollback journal for the migrations about to run; false when
 /// another connection has it open (after the busy timeout), which keeps it in WAL mode (the
