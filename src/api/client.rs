@@ -151,9 +151,20 @@ impl ApiClient {
 
     /// `GET /api/v1/outbound_calls/{uid}`: the call with every attempt's children.
     pub async fn get_call(&self, uid: Uuid, counters: &Counters) -> Result<OutboundCall, ApiError> {
+        Ok(self.get_call_sized(uid, counters).await?.0)
+    }
+
+    /// [`Self::get_call`], with the body's size when the response said it (`Content-Length`):
+    /// what a detail fetched ahead of the walk weighs while it waits.
+    pub async fn get_call_sized(
+        &self,
+        uid: Uuid,
+        counters: &Counters,
+    ) -> Result<(OutboundCall, Option<u64>), ApiError> {
         let url = self.endpoint(&["outbound_calls", &uid.to_string()]);
-        let call: SingleObject<OutboundCall> = self.get_json(url, &[], counters).await?;
-        Ok(call.into_inner())
+        let whole = std::marker::PhantomData::<SingleObject<OutboundCall>>;
+        let answer = self.get_json_dated(url, &[], counters, whole).await?;
+        Ok((answer.value.into_inner(), answer.bytes))
     }
 
     /// How errors and logs name a list request: `GET /api/v1/schedules/…?updated_after=…`.

@@ -218,7 +218,7 @@ fn every_invalid_value_is_one_line_naming_its_key() {
             BadUrl,
         ),
         (
-            with("api", "detail_concurrency = 65"),
+            with("api", "detail_concurrency = 1025"),
             "api.detail_concurrency",
             OutOfRange,
         ),

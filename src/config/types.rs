@@ -42,7 +42,8 @@ pub struct ApiConfig {
     pub connect_timeout: Duration,
     /// The ceiling of the adaptive request rate shared by all schedules; `None` = none.
     pub requests_per_second: Option<u32>,
-    /// Detail requests in flight at once per schedule.
+    /// Detail requests of one walk in flight at once (across its pages asked ahead), under
+    /// the adaptive limit of requests in flight shared by all schedules.
     pub detail_concurrency: usize,
     /// A response body larger than this fails its request instead of filling memory.
     pub max_response_bytes: u64,

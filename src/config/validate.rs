@@ -289,7 +289,12 @@ pub(super) fn api(raw: RawApi, env: &Env) -> Result<ApiConfig, ConfigError> {
             0 => None,
             n => Some(n),
         },
-        detail_concurrency: bounded("api.detail_concurrency", raw.detail_concurrency, 4, 1..=64)?,
+        detail_concurrency: bounded(
+            "api.detail_concurrency",
+            raw.detail_concurrency,
+            64,
+            1..=1024,
+        )?,
         // A full page of 100 calls is a few hundred KiB: 32 MiB is a hundred times that, and
         // still a bound on what one request may take of memory and of the warehouse.
         max_response_bytes: bounded::<u64>(

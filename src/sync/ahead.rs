@@ -1,7 +1,8 @@
 //! Requests asked for ahead of the walk: the walker's next request and the rest of a quiet
 //! run's pages ([`PageWalker::requests_ahead`](super::cursor::PageWalker::requests_ahead)),
 //! in flight together while the pass completes and writes the pages before them; their
-//! answers wait here until the walk takes them, in its own order.
+//! answers, each with its details ([`super::details`]), wait here until the walk takes them,
+//! in its own order.
 //!
 //! An answer is only ever given to the walk for a request it wanted from the moment the
 //! request went out until it was taken: whenever the walk's wants change, what it no longer
@@ -14,8 +15,8 @@
 //! shrinks by one each time it takes an answer while others pile up unread. A service next
 //! door is read a page or two ahead, as before (asking more would only take the CPU the
 //! writer needs); one 100 ms away gets as many pages in flight as its latency hides. Memory
-//! is bounded besides by [`MAX_BYTES_AHEAD`]: the answers waiting plus, for each request in
-//! flight, the largest page seen yet. The next request always goes out: the walk needs it.
+//! is bounded besides by [`MAX_BYTES_AHEAD`]: the answers waiting (their details included)
+//! plus, for each request in flight, the largest answer seen yet. The next request always goes out: the walk needs it.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -25,8 +26,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
 use super::cursor::PageRequest;
+use super::details::Fetched;
 use super::error::SyncError;
-use crate::api::Listed;
 
 /// The bytes of one walk's pages asked ahead (waiting, or reserved for those in flight).
 pub(super) const MAX_BYTES_AHEAD: u64 = 16 * 1024 * 1024;
@@ -46,7 +47,7 @@ const FIRST_PAGE_BYTES: u64 = 512 * 1024;
 
 /// One request in flight, answering with its ask's number and the request.
 type Fetch<'a> =
-    Pin<Box<dyn Future<Output = (u64, PageRequest, Result<Listed, SyncError>)> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = (u64, PageRequest, Result<Fetched, SyncError>)> + Send + 'a>>;
 
 /// Requests in flight ahead of the walk and the answers waiting for it.
 pub(super) struct Ahead<'a> {
@@ -54,7 +55,7 @@ pub(super) struct Ahead<'a> {
     /// Each request in flight that the walk still wants, by the number of its ask: an
     /// answer whose number is not here was dropped (or asked again since) and is thrown away.
     asked: HashMap<PageRequest, u64>,
-    answered: HashMap<PageRequest, (Result<Listed, SyncError>, u64)>,
+    answered: HashMap<PageRequest, (Result<Fetched, SyncError>, u64)>,
     asks: u64,
     /// Bytes of the answers waiting.
     waiting: u64,
@@ -82,7 +83,7 @@ impl<'a> Ahead<'a> {
     /// the first always goes out.
     pub(super) fn want<F>(&mut self, wanted: &[PageRequest], fetch: impl Fn(PageRequest) -> F)
     where
-        F: Future<Output = Result<Listed, SyncError>> + Send + 'a,
+        F: Future<Output = Result<Fetched, SyncError>> + Send + 'a,
     {
         let keep: HashSet<&PageRequest> = wanted.iter().collect();
         self.asked.retain(|request, _| keep.contains(request));
@@ -119,7 +120,7 @@ impl<'a> Ahead<'a> {
     pub(super) async fn answer(
         &mut self,
         request: &PageRequest,
-    ) -> Option<Result<Listed, SyncError>> {
+    ) -> Option<Result<Fetched, SyncError>> {
         if let Some(answer) = self.take_answered(request) {
             if self.answered.len() >= PILED_UP {
                 self.window = self.window.saturating_sub(1).max(MIN_WINDOW);
@@ -167,7 +168,7 @@ impl<'a> Ahead<'a> {
 
     /// Keeps an answer the walk still wants: its request still asked under this ask's number
     /// (not dropped, nor asked again since).
-    fn keep(&mut self, ask: u64, request: PageRequest, answer: Result<Listed, SyncError>) {
+    fn keep(&mut self, ask: u64, request: PageRequest, answer: Result<Fetched, SyncError>) {
         if self.asked.get(&request) != Some(&ask) {
             return;
         }
@@ -178,7 +179,7 @@ impl<'a> Ahead<'a> {
         self.answered.insert(request, (answer, bytes));
     }
 
-    fn take_answered(&mut self, request: &PageRequest) -> Option<Result<Listed, SyncError>> {
+    fn take_answered(&mut self, request: &PageRequest) -> Option<Result<Fetched, SyncError>> {
         let (answer, bytes) = self.answered.remove(request)?;
         self.waiting -= bytes;
         Some(answer)
@@ -191,13 +192,15 @@ impl<'a> Ahead<'a> {
     }
 }
 
-/// What an answer weighs: its `Content-Length`, or else its rows at the weight of a first
-/// page's row.
-fn weight(listed: &Listed) -> u64 {
+/// What an answer weighs: its `Content-Length` (or else its rows at the weight of a first
+/// page's row), and its details'.
+fn weight(fetched: &Fetched) -> u64 {
+    let listed = &fetched.listed;
     let rows = listed.page.data.len() as u64;
     listed
         .bytes
         .unwrap_or(rows.saturating_mul(FIRST_PAGE_BYTES / 100))
+        .saturating_add(fetched.detail_bytes())
 }
 
 #[cfg(test)]
@@ -205,6 +208,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
     use super::*;
+    use crate::api::Listed;
     use crate::service::{CallPage, Timestamp};
     use crate::sync::cursor::Purpose;
 
@@ -224,19 +228,19 @@ mod tests {
             Box::pin(async move {
                 let page: CallPage = serde_json::from_str(r#"{"data": []}"#).unwrap();
                 let served_at = Timestamp::from_unix_nanos(i128::from(n) * 1_000_000_000);
-                Ok(Listed {
+                Ok(Fetched::listed_only(Listed {
                     page,
                     served_at,
                     bytes: Some(bytes),
-                })
+                }))
             })
         }
     }
 
-    type BoxedAnswer = Pin<Box<dyn Future<Output = Result<Listed, SyncError>> + Send>>;
+    type BoxedAnswer = Pin<Box<dyn Future<Output = Result<Fetched, SyncError>> + Send>>;
 
-    fn ask_of(listed: Option<Result<Listed, SyncError>>) -> i128 {
-        let served_at = listed.unwrap().unwrap().served_at.unwrap();
+    fn ask_of(fetched: Option<Result<Fetched, SyncError>>) -> i128 {
+        let served_at = fetched.unwrap().unwrap().listed.served_at.unwrap();
         served_at.unix_nanos() / 1_000_000_000
     }
 

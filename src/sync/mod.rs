@@ -12,6 +12,7 @@
 mod ahead;
 mod checkpoint_rule;
 pub mod cursor;
+mod details;
 mod error;
 mod pass;
 mod recent;

@@ -29,13 +29,12 @@ use uuid::Uuid;
 use super::ahead::Ahead;
 use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
+use super::details::{DetailPlan, Details, Fetched, needs_detail};
 use super::error::SyncError;
-use super::recent::RecentRows;
 use super::service_clock::{Reading, ServiceClock};
 use super::writer::Pending;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
-use crate::config::DetailsMode;
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{Claim, Destination, PageBatch, RunKind};
@@ -57,7 +56,9 @@ enum Stop {
 struct Walk<'e> {
     walker: PageWalker,
     rule: CheckpointRule,
-    recent: RecentRows,
+    /// Which items need a detail, the rows handed over that the walk may list again, and the
+    /// walk's detail permits: shared with its page fetches.
+    details: DetailPlan,
     /// The page handed to the sink last, until it commits.
     in_flight: Option<Pending<PageWrite>>,
     /// The checkpoint of the page handed to the sink last; `None` before the first.
@@ -291,7 +292,7 @@ impl<'e> Pass<'e> {
             next: walker.next_request(),
             walker,
             rule,
-            recent: RecentRows::default(),
+            details: DetailPlan::new(self.plan.details, self.engine.detail_concurrency),
             in_flight: None,
             submitted: None,
             ahead: Ahead::new(),
@@ -345,12 +346,13 @@ impl<'e> Pass<'e> {
         if let Some(stop) = self.stop_before(&walk.walker) {
             return Ok(ControlFlow::Break(stop));
         }
-        let listed = tokio::select! {
+        let fetched = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
-            listed = self.answer(&mut walk.ahead, request) => listed,
+            fetched = self.answer(&mut walk.ahead, &walk.details, request) => fetched,
         };
-        let accepted = self.accept(&request, listed?, &mut walk.walker, &mut walk.recent)?;
+        let Fetched { listed, details } = fetched?;
+        let accepted = self.accept(&request, listed, walk)?;
         // The next request is known as soon as this page is accepted, and within a quiet
         // run the pages after it too: they go out while this page's details are fetched and
         // the page before it is written, so a latency-bound pass keeps the service busy.
@@ -363,11 +365,11 @@ impl<'e> Pass<'e> {
                 .chain(walk.walker.requests_ahead())
                 .collect(),
         };
-        walk.ahead.want(&wanted, self.fetcher());
+        walk.ahead.want(&wanted, self.fetcher(&walk.details));
         let calls = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
-            calls = self.complete(accepted.calls, accepted.content_hashes) => calls,
+            calls = self.complete(accepted.calls, accepted.content_hashes, details) => calls,
             () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
         };
         let (calls, content_hashes) = calls?;
@@ -443,9 +445,9 @@ impl<'e> Pass<'e> {
         &mut self,
         request: &PageRequest,
         listed: Listed,
-        walker: &mut PageWalker,
-        recent: &mut RecentRows,
+        walk: &mut Walk<'e>,
     ) -> Result<AcceptedPage, SyncError> {
+        let walker = &mut walk.walker;
         let Listed {
             page, served_at, ..
         } = listed;
@@ -479,9 +481,7 @@ impl<'e> Pass<'e> {
             SyncError::Walk { request, source }
         })?;
         self.position = Some(walker.position().min(service_now));
-        let (calls, content_hashes) = recent.keep_fresh(data, walker.position());
-        let mode = self.plan.details;
-        self.tally.detail_requests += calls.iter().filter(|c| needs_detail(c, mode)).count() as u64;
+        let (calls, content_hashes) = walk.details.recent().keep_fresh(data, walker.position());
         Ok(AcceptedPage {
             calls,
             content_hashes,
@@ -510,8 +510,9 @@ impl<'e> Pass<'e> {
     async fn answer(
         &self,
         ahead: &mut Ahead<'e>,
+        details: &DetailPlan,
         request: PageRequest,
-    ) -> Result<Listed, SyncError> {
+    ) -> Result<Fetched, SyncError> {
         loop {
             if let Some(listed) = ahead.answer(&request).await {
                 if listed.is_ok() {
@@ -520,24 +521,31 @@ impl<'e> Pass<'e> {
                 return listed;
             }
             // Not asked ahead (the first request of the walk): the walk wants it alone.
-            ahead.want(&[request], self.fetcher());
+            ahead.want(&[request], self.fetcher(details));
         }
     }
 
     /// How a request goes out: a future owning what it needs, so that it can stay in flight
-    /// while the pass does other work.
+    /// while the pass does other work. A walk's page brings its details
+    /// ([`DetailPlan::fetch`]); a quiet check's rows are not the walk's.
     fn fetcher(
         &self,
-    ) -> impl Fn(PageRequest) -> BoxFuture<'e, Result<Listed, SyncError>> + use<'e> {
+        details: &DetailPlan,
+    ) -> impl Fn(PageRequest) -> BoxFuture<'e, Result<Fetched, SyncError>> + use<'e> {
         let (engine, schedule, counters) = (self.engine, self.schedule, self.counters.clone());
+        let details = details.clone();
         move |request| {
-            let counters = counters.clone();
+            let (counters, details) = (counters.clone(), details.clone());
             Box::pin(async move {
                 let query = list_query(&engine.settings.filter, &request);
-                Ok(engine
+                let listed = engine
                     .client
                     .list_calls(schedule, &query, &counters)
-                    .await?)
+                    .await?;
+                Ok(match request.purpose {
+                    Purpose::Walk => details.fetch(&engine.client, &counters, listed).await,
+                    Purpose::QuietCheck => Fetched::listed_only(listed),
+                })
             })
         }
     }
@@ -550,29 +558,35 @@ impl<'e> Pass<'e> {
         ApiClient::describe_list(self.schedule, &self.query(request))
     }
 
-    /// Replaces list items that lack attempt children (or all, in `always` mode) by the
-    /// detail endpoint's version, a bounded number at a time, keeping the page's order.
-    /// Replaces the list items that need it by their detail; `hashes` are the calls'
-    /// content hashes, recomputed for the calls replaced (each call is hashed once a pass).
+    /// Replaces the list items that lack attempt children (or all, in `always` mode) by the
+    /// detail endpoint's version, keeping the page's order: the details fetched with the
+    /// page, and any the fetch did not ask for, asked now. `hashes` are the calls' content
+    /// hashes, recomputed for the calls replaced (each call is hashed once a pass).
     async fn complete(
-        &self,
+        &mut self,
         mut calls: Vec<OutboundCall>,
         mut hashes: Vec<u64>,
+        mut fetched: Details,
     ) -> Result<(Vec<OutboundCall>, Vec<u64>), SyncError> {
         let mode = self.plan.details;
         let client: &ApiClient = &self.engine.client;
         let counters = &self.counters;
-        // Only the calls that need one go into the stream: a list item that needs none would
-        // hold a place of `detail_concurrency` while it waits its turn to be yielded.
-        let wanted: Vec<(usize, uuid::Uuid)> = calls
-            .iter()
-            .enumerate()
-            .filter(|(_, call)| needs_detail(call, mode))
-            .map(|(i, call)| (i, call.uid))
-            .collect();
-        let mut details = futures::stream::iter(wanted)
+        self.tally.detail_requests += fetched.len() as u64;
+        let mut answered = Vec::new();
+        let mut missing = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            if needs_detail(call, mode) {
+                match fetched.take(call.uid) {
+                    Some(detail) => answered.push((i, call.uid, detail)),
+                    None => missing.push((i, call.uid)),
+                }
+            }
+        }
+        self.tally.detail_requests += missing.len() as u64;
+        let asked_now = futures::stream::iter(missing)
             .map(|(i, uid)| async move { (i, uid, client.get_call(uid, counters).await) })
             .buffer_unordered(self.engine.detail_concurrency);
+        let mut details = futures::stream::iter(answered).chain(asked_now);
         while let Some((i, uid, detail)) = details.next().await {
             if detail.is_ok() || detail.as_ref().is_err_and(ApiError::is_not_found) {
                 self.progress.answered(self.schedule);
@@ -672,14 +686,6 @@ struct AcceptedPage {
     /// at the service's clock).
     checkpoint: Timestamp,
     service_now: Timestamp,
-}
-
-fn needs_detail(call: &OutboundCall, mode: DetailsMode) -> bool {
-    match mode {
-        DetailsMode::Always => true,
-        DetailsMode::Never => false,
-        DetailsMode::Auto => call.lacks_attempt_children() || call.notifications().is_none(),
-    }
 }
 
 fn list_query<'f>(filter: &'f ListFilter, request: &PageRequest) -> ListQuery<'f> {

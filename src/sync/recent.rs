@@ -16,6 +16,13 @@ pub(super) struct RecentRows {
 }
 
 impl RecentRows {
+    /// Whether `call` was handed on identical already (so that its list item needs nothing).
+    pub(super) fn handed_over(&self, call: &OutboundCall) -> bool {
+        self.rows
+            .get(&call.uid)
+            .is_some_and(|&(at, hash)| at == call.updated_at && hash == call.content_hash())
+    }
+
     /// The calls not already handed on identical, with their content hashes.
     pub(super) fn keep_fresh(
         &mut self,

@@ -461,6 +461,43 @@ async fn details_modes_decide_detail_requests() {
     env.assert_matches_truth(&s);
 }
 
+/// Summary list items of a walk long enough for quiet runs, every answer 20 ms away: each
+/// page asked ahead brings its details, and still every call costs exactly one detail
+/// request (none for a row the walk handed over already) and the warehouse equals the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn details_come_with_the_pages_asked_ahead_once_a_call() {
+    let mut env = TestEnv::start(SimulatorOptions {
+        summary_list: true,
+        faults: FaultPlan {
+            slow_rate: 1.0,
+            slow_delay: Duration::from_millis(20),
+            ..FaultPlan::default()
+        },
+        ..options(1, 600)
+    })
+    .await;
+    // 60 pages: the walk opens quiet runs, whose pages it asks ahead.
+    env.config.sync.page_size = 10;
+    env.config.api.detail_concurrency = 64;
+    // Every call needs one (with `auto`, those without attempts would not).
+    env.config.sync.details = DetailsMode::Always;
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
+    let requests = env.sim.requests();
+    let details: Vec<&str> = requests
+        .iter()
+        .filter_map(|r| r.path.strip_prefix("/api/v1/outbound_calls/"))
+        .collect();
+    let calls: std::collections::HashSet<&str> = details.iter().copied().collect();
+    assert_eq!((details.len(), calls.len()), (600, 600));
+    let counts = requests
+        .iter()
+        .filter(|r| r.path.ends_with("/outbound_calls") && r.query.ends_with("&page_size=1"))
+        .count();
+    assert!(counts > 0, "the walk read in quiet runs: {requests:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_catches_changes_that_did_not_bump_updated_at() {
     let env = TestEnv::start(SimulatorOptions {
