@@ -106,8 +106,7 @@ impl Drop for Grant<'_> {
         state.in_flight.release();
         let limit = state.in_flight.limit();
         state.passes.follow(limit);
-        drop(state);
-        self.limiter.changed.notify_waiters();
+        state.queue.wake_next();
     }
 }
 
@@ -123,8 +122,11 @@ pub struct PausedBeyondDeadline {
 #[derive(Debug)]
 pub struct Limiter {
     state: Mutex<State>,
-    /// Woken whenever the turn or the rate changes, so waiters look again.
-    changed: Notify,
+    /// Wakes every waiter when a `Retry-After` pauses every lane (which may end a wait beyond
+    /// its deadline). Anything else that may let a request go wakes only the waiter whose
+    /// turn it is (`Queue::wake_next`): waking all of them, each to find it is not its turn,
+    /// cost a schedule's detail fetches a third of the CPU with a thousand waiting.
+    paused: Notify,
     ceiling: Option<f64>,
 }
 
@@ -165,7 +167,7 @@ impl Limiter {
                 in_flight,
                 passes,
             }),
-            changed: Notify::new(),
+            paused: Notify::new(),
             ceiling,
         }
     }
@@ -209,21 +211,30 @@ impl Limiter {
         // Whether this request waited for its slot of the rate: only then is its success
         // evidence that the rate can rise (not when it waited for room in flight).
         let mut held_by_rate = false;
+        let (id, wake) = self.lock().queue.push(lane);
         let mut ticket = Ticket {
             limiter: self,
-            id: self.lock().queue.push(lane),
+            id,
             queued: true,
         };
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
+            let paused = self.paused.notified();
+            tokio::pin!(paused);
+            paused.as_mut().enable();
+            // `notify_one` keeps a permit for a waiter not yet waiting: no wake-up is lost
+            // between the look at the turn and the wait.
+            let woken = wake.notified();
+            let changed = async {
+                tokio::select! {
+                    () = paused => {}
+                    () = woken => {}
+                }
+            };
             let now = Instant::now();
             let next = self.lock().turn(ticket.id, now, arrived, deadline);
             match next {
                 Turn::Granted(granted) => {
                     ticket.queued = false;
-                    self.changed.notify_waiters();
                     return Ok(Grant {
                         limiter: self,
                         epoch: granted.epoch,
@@ -258,6 +269,9 @@ impl Limiter {
         state
             .in_flight
             .answered(grant.sent, grant.sent_at.elapsed());
+        // A limit grown, or a rate climbed below: the waiter whose turn it is looks again once
+        // the lock is let go (it cannot look before).
+        state.queue.wake_next();
         if !grant.limited || grant.epoch != state.epoch {
             return;
         }
@@ -276,8 +290,6 @@ impl Limiter {
                 None => Some(climbed),
             };
         }
-        drop(state);
-        self.changed.notify_waiters();
     }
 
     /// The service answered 5xx, or not at all: fewer requests in flight (once per round).
@@ -328,7 +340,7 @@ impl Limiter {
             );
         }
         drop(state);
-        self.changed.notify_waiters();
+        self.paused.notify_waiters();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -382,6 +394,8 @@ impl State {
             return Turn::Full;
         }
         self.queue.pop_next();
+        // The next waiter may go too (room for several, or no rate to space them).
+        self.queue.wake_next();
         self.last_grant = Some(now);
         self.recent.push_back(now);
         while self
@@ -412,28 +426,52 @@ impl State {
 /// Waiters by lane; lanes with waiters take turns, each lane's waiters go in order.
 #[derive(Debug, Default)]
 struct Queue {
-    lanes: HashMap<Lane, VecDeque<u64>>,
+    lanes: HashMap<Lane, VecDeque<Waiter>>,
     /// Lanes with waiters, the one whose turn it is first.
     order: VecDeque<Lane>,
     next_id: u64,
 }
 
+/// A request waiting for its turn, and how to wake it when its turn may have come.
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    wake: Arc<Notify>,
+}
+
 impl Queue {
-    fn push(&mut self, lane: Lane) -> u64 {
+    /// A new waiter at the back of `lane`: its id, and what wakes it.
+    fn push(&mut self, lane: Lane) -> (u64, Arc<Notify>) {
         let id = self.next_id;
         self.next_id += 1;
         let waiters = self.lanes.entry(lane).or_default();
         if waiters.is_empty() {
             self.order.push_back(lane);
         }
-        waiters.push_back(id);
-        id
+        let wake = Arc::new(Notify::new());
+        waiters.push_back(Waiter {
+            id,
+            wake: Arc::clone(&wake),
+        });
+        (id, wake)
+    }
+
+    fn head(&self) -> Option<&Waiter> {
+        let lane = self.order.front()?;
+        self.lanes.get(lane)?.front()
     }
 
     /// The waiter whose turn it is.
     fn next(&self) -> Option<u64> {
-        let lane = self.order.front()?;
-        self.lanes.get(lane)?.front().copied()
+        self.head().map(|waiter| waiter.id)
+    }
+
+    /// Wakes the waiter whose turn it is to look again (room in flight, a rate that rose, or
+    /// the turn itself came to it).
+    fn wake_next(&self) {
+        if let Some(waiter) = self.head() {
+            waiter.wake.notify_one();
+        }
     }
 
     /// Serves the waiter whose turn it is; its lane goes to the back of the line.
@@ -456,13 +494,13 @@ impl Queue {
         let Some(lane) = self
             .lanes
             .iter()
-            .find(|(_, waiters)| waiters.contains(&id))
+            .find(|(_, waiters)| waiters.iter().any(|w| w.id == id))
             .map(|(lane, _)| *lane)
         else {
             return;
         };
         if let Some(waiters) = self.lanes.get_mut(&lane) {
-            waiters.retain(|w| *w != id);
+            waiters.retain(|w| w.id != id);
             if waiters.is_empty() {
                 self.lanes.remove(&lane);
                 self.order.retain(|l| *l != lane);
@@ -481,8 +519,10 @@ struct Ticket<'a> {
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if self.queued {
-            self.limiter.lock().queue.remove(self.id);
-            self.limiter.changed.notify_waiters();
+            let mut state = self.limiter.lock();
+            state.queue.remove(self.id);
+            // It may have been the waiter whose turn it was.
+            state.queue.wake_next();
         }
     }
 }
