@@ -118,11 +118,7 @@ impl DetailPlan {
         let wanted = self.wanted(&listed);
         let mut asked: FuturesUnordered<_> = wanted
             .into_iter()
-            .map(|uid| async move {
-                // Never closed: a permit always comes.
-                let _permit = self.permits.acquire().await;
-                (uid, client.get_call_sized(uid, counters).await)
-            })
+            .map(|uid| async move { (uid, self.ask(client, counters, uid).await) })
             .collect();
         let mut details = Details::default();
         while let Some((uid, answer)) = asked.next().await {
@@ -133,6 +129,19 @@ impl DetailPlan {
             details.answers.insert(uid, answer);
         }
         Fetched { listed, details }
+    }
+
+    /// One detail request, under one of the walk's permits (every detail of a walk takes
+    /// one, those asked with a page and those the walk asks later alike).
+    pub(super) async fn ask(
+        &self,
+        client: &ApiClient,
+        counters: &Counters,
+        uid: Uuid,
+    ) -> Result<(OutboundCall, Option<u64>), ApiError> {
+        // Never closed: a permit always comes.
+        let _permit = self.permits.acquire().await;
+        client.get_call_sized(uid, counters).await
     }
 }
 

@@ -369,7 +369,7 @@ impl<'e> Pass<'e> {
         let calls = tokio::select! {
             biased;
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
-            calls = self.complete(accepted.calls, accepted.content_hashes, details) => calls,
+            calls = self.complete(accepted.calls, accepted.content_hashes, details, &walk.details) => calls,
             () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
         };
         let (calls, content_hashes) = calls?;
@@ -567,6 +567,7 @@ impl<'e> Pass<'e> {
         mut calls: Vec<OutboundCall>,
         mut hashes: Vec<u64>,
         mut fetched: Details,
+        plan: &DetailPlan,
     ) -> Result<(Vec<OutboundCall>, Vec<u64>), SyncError> {
         let mode = self.plan.details;
         let client: &ApiClient = &self.engine.client;
@@ -584,7 +585,10 @@ impl<'e> Pass<'e> {
         }
         self.tally.detail_requests += missing.len() as u64;
         let asked_now = futures::stream::iter(missing)
-            .map(|(i, uid)| async move { (i, uid, client.get_call(uid, counters).await) })
+            .map(|(i, uid)| async move {
+                let detail = plan.ask(client, counters, uid).await;
+                (i, uid, detail.map(|(call, _)| call))
+            })
             .buffer_unordered(self.engine.detail_concurrency);
         let mut details = futures::stream::iter(answered).chain(asked_now);
         while let Some((i, uid, detail)) = details.next().await {

@@ -18,9 +18,14 @@ pub(super) struct RecentRows {
 impl RecentRows {
     /// Whether `call` was handed on identical already (so that its list item needs nothing).
     pub(super) fn handed_over(&self, call: &OutboundCall) -> bool {
-        self.rows
-            .get(&call.uid)
-            .is_some_and(|&(at, hash)| at == call.updated_at && hash == call.content_hash())
+        // Hashed only when the call is there at all: most of a walk's calls are not.
+        self.rows.contains_key(&call.uid)
+            && self.holds(call.uid, call.updated_at, call.content_hash())
+    }
+
+    /// Whether the call `uid` was handed on as stamped `at` with content `hash`.
+    fn holds(&self, uid: Uuid, at: Timestamp, hash: u64) -> bool {
+        self.rows.get(&uid) == Some(&(at, hash))
     }
 
     /// The calls not already handed on identical, with their content hashes.
@@ -33,7 +38,7 @@ impl RecentRows {
         let fresh: Vec<bool> = calls
             .iter()
             .zip(&hashes)
-            .map(|(call, hash)| self.rows.get(&call.uid) != Some(&(call.updated_at, *hash)))
+            .map(|(call, hash)| !self.holds(call.uid, call.updated_at, *hash))
             .collect();
         // Only rows at or after the new position can be listed again.
         self.rows.retain(|_, (at, _)| *at >= position);
