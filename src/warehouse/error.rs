@@ -151,6 +151,17 @@ pub enum WarehouseError {
         step: &'static str,
         cause: String,
     },
+    /// The server refused a statement this connection prepared before (0A000: "cached plan
+    /// must not change result type", after someone changed a column's type under a running
+    /// callsync). Nothing it asked was done; the warehouse prepares its statements anew and
+    /// asks once more (`postgres/mod.rs`, `replanning`), so this is seen only when that fails
+    /// too.
+    #[error("warehouse {target}: {step}: {cause}")]
+    PostgresPlanChanged {
+        target: String,
+        step: &'static str,
+        cause: String,
+    },
     /// This process's claim on a schedule no longer holds on the server: its lock connection
     /// closed (`taken: false`), or another process claimed the schedule since, which the
     /// page's fence showed (`taken: true`; `postgres/claim.rs`). The page was not written.

@@ -232,6 +232,59 @@ fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
         status.contains("column `pages`") && status.contains("reading the last passes"),
         "{status}"
     );
+    // Prepared while the column was text, the checkpoint's statement is prepared again.
+    let checkpoint = warehouse
+        .checkpoint(schedule)
+        .unwrap()
+        .expect("the checkpoint");
+    assert_eq!(checkpoint.schedule_uid, schedule);
+}
+
+/// Statements are prepared once per connection; a column whose type changes under a running
+/// callsync makes the server refuse them ("cached plan must not change result type"), and
+/// the warehouse prepares them again and asks once more, on a single statement as in a
+/// page's transaction (rolled back first), rather than failing every pass until a restart.
+#[test]
+fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
+    if !pg::available("postgres::replanned") {
+        return;
+    }
+    use callsync::service::Timestamp;
+    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, RunStats, Walker};
+    let db = pg::database();
+    let mut w = PgWarehouse::open(&db.target()).unwrap();
+    let schedule = Uuid::from_u128(0x61);
+    let walker = Walker {
+        host: "a-host".into(),
+        instance: "an-instance".into(),
+        pid: 7,
+    };
+    let started = Timestamp::parse("2026-01-02T03:04:05Z").unwrap();
+    let run = w
+        .start_run(schedule, RunKind::Incremental, started, &walker)
+        .unwrap();
+    let record = RunRecord {
+        outcome: RunOutcome::Completed,
+        stats: RunStats::default(),
+        finished_at: started,
+        horizon: None,
+        lag_secs: None,
+        error: None,
+        error_kind: None,
+    };
+    w.finish_run(run, &record).unwrap();
+    let walked = || w.walked_since(schedule, RunKind::Incremental, started);
+    assert_eq!(walked().unwrap().as_ref(), Some(&walker));
+    pg::query(
+        &db,
+        "ALTER TABLE sync_runs ALTER COLUMN host TYPE varchar(300)",
+    );
+    assert_eq!(walked().unwrap().as_ref(), Some(&walker), "prepared again");
+    pg::query(
+        &db,
+        "ALTER TABLE sync_runs ALTER COLUMN instance TYPE varchar(300)",
+    );
+    assert_eq!(walked().unwrap().as_ref(), Some(&walker), "and again");
 }
 
 #[test]
@@ -796,6 +849,53 @@ async fn connections_the_server_closed_are_opened_again() {
     assert!(
         passes.last().unwrap().iter().all(|r| r.succeeded()),
         "no pass succeeded after the server closed the connections: {passes:?}"
+    );
+    engine.close().await;
+    env.assert_matches_truth(&s);
+}
+
+/// A page's statements and the claim's, prepared when the engine first wrote, are refused by
+/// the server once a column they return changed type (here to a domain over the same type,
+/// which callsync reads as before): the claim is asked again, the page's transaction is
+/// rolled back and written again, with statements prepared anew, so the pass succeeds, and
+/// the warehouse equals the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_whose_statements_a_changed_column_refused_is_written_again() {
+    if !pg::available("postgres::replanned_page") {
+        return;
+    }
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 20,
+            seed: 9,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let s = env.schedules();
+    let db = env.pg.clone().unwrap();
+    let engine = env.engine();
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let first = engine.sync_all(&s, &plan, &cancel).await;
+    assert!(first.iter().all(|r| r.succeeded()), "{first:?}");
+    pg::query(
+        &db,
+        "CREATE DOMAIN fingerprint AS bigint;
+         ALTER TABLE calls ALTER COLUMN content_hash TYPE fingerprint;
+         CREATE DOMAIN fencing_token AS bigint;
+         ALTER TABLE schedule_claims ALTER COLUMN generation TYPE fencing_token",
+    );
+    for schedule in &s {
+        env.sim.bulk_create_now(*schedule, 5);
+    }
+    let second = engine.sync_all(&s, &plan, &cancel).await;
+    assert!(second.iter().all(|r| r.succeeded()), "{second:?}");
+    assert!(
+        second.iter().all(|r| r.stats.calls_written == 5),
+        "the new calls written once each: {second:?}"
     );
     engine.close().await;
     env.assert_matches_truth(&s);

@@ -197,6 +197,31 @@ impl PgWarehouse {
             .insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
+
+    /// `ask`, and once more when the server refused a statement prepared before a column's
+    /// type changed ([`WarehouseError::PostgresPlanChanged`]), with this connection's
+    /// statements forgotten, so prepared anew. Only for an `ask` that a refusal leaves
+    /// undone: one statement (which the server undoes whole when it fails), or a transaction
+    /// rolled back on its error.
+    fn replanning<T>(
+        &self,
+        mut ask: impl FnMut() -> Result<T, WarehouseError>,
+    ) -> Result<T, WarehouseError> {
+        match ask() {
+            Err(WarehouseError::PostgresPlanChanged { step, .. }) => {
+                tracing::info!(
+                    warehouse = self.target.display(),
+                    step,
+                    "a table changed under a prepared statement; preparing the statements again"
+                );
+                if let Some(connection) = self.connection().as_mut() {
+                    connection.statements.clear();
+                }
+                ask()
+            }
+            answer => answer,
+        }
+    }
 }
 
 impl Connection {

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::FromSql;
 use tokio_postgres::{Client, Row};
 
@@ -310,10 +311,20 @@ pub(super) fn pg_error(
     step: &'static str,
     err: &tokio_postgres::Error,
 ) -> WarehouseError {
+    let (target, cause) = (target.display().to_owned(), problem(err));
+    // By its code, not its words: a server may answer in another language (`lc_messages`).
+    // Every other 0A000 (a feature the server lacks) fails again when asked once more.
+    if err.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
+        return WarehouseError::PostgresPlanChanged {
+            target,
+            step,
+            cause,
+        };
+    }
     WarehouseError::Postgres {
-        target: target.display().to_owned(),
+        target,
         step,
-        cause: problem(err),
+        cause,
     }
 }
 

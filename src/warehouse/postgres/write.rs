@@ -118,22 +118,26 @@ impl PgWarehouse {
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let written = (|| {
-            let stored = self.begin_page(schedule, generation, calls)?;
-            let plan = plan(calls, &call_rows, stored, schedule);
-            let (written, rounds) = (plan.counts, plan.rounds());
-            let synced_at = synced_at.to_sqlite();
-            for round in rounds {
-                self.write_round(calls, &call_rows, &round, &synced_at)?;
-            }
+        // A refused statement aborts the transaction, which is rolled back (or, refused with
+        // the commit, rolled back by it) before the page is asked again.
+        self.replanning(|| {
+            let written = (|| {
+                let stored = self.begin_page(schedule, generation, calls)?;
+                let plan = plan(calls, &call_rows, stored, schedule);
+                let (written, rounds) = (plan.counts, plan.rounds());
+                let synced_at = synced_at.to_sqlite();
+                for round in rounds {
+                    self.write_round(calls, &call_rows, &round, &synced_at)?;
+                }
+                Ok(written)
+            })();
+            let written = match written {
+                Ok(written) => written,
+                Err(err) => return self.end_transaction(Err(err), "committing a page"),
+            };
+            self.commit_page(schedule, checkpoint)?;
             Ok(written)
-        })();
-        let written = match written {
-            Ok(written) => written,
-            Err(err) => return self.end_transaction(Err(err), "committing a page"),
-        };
-        self.commit_page(schedule, checkpoint)?;
-        Ok(written)
+        })
     }
 
     /// One round trip: the page's transaction begins, its fence is checked
@@ -226,8 +230,10 @@ impl PgWarehouse {
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         let step = "reading the page's stored calls";
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let statement = self.statement(READ_FINGERPRINTS, step)?;
-        let found = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
+        let found = self.replanning(|| {
+            let statement = self.statement(READ_FINGERPRINTS, step)?;
+            wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)
+        })?;
         let stored = stored_fingerprints(&found).pg(&self.target, step)?;
         Ok(plan(calls, &call_rows, stored, schedule)
             .counts
@@ -238,7 +244,7 @@ impl PgWarehouse {
     /// no uid twice. Three round trips: the calls, their own children, their attempts'
     /// children with the summaries.
     fn write_round(
-        &mut self,
+        &self,
         calls: &[OutboundCall],
         call_rows: &[CallRow<'_>],
         round: &[(usize, bool)],
@@ -253,7 +259,7 @@ impl PgWarehouse {
 
     /// Upserts the calls' rows with their summaries; returns their ids by uid.
     fn upsert_calls(
-        &mut self,
+        &self,
         pending: &[Pending<'_>],
         synced_at: &str,
     ) -> Result<HashMap<Uuid, i64>, WarehouseError> {
@@ -276,7 +282,7 @@ impl PgWarehouse {
     /// others deleted with their outcomes and variables); notifications (when sent). Returns
     /// the attempts' ids by call id and uid.
     fn write_call_children(
-        &mut self,
+        &self,
         pending: &[Pending<'_>],
         id_of: &dyn Fn(&Pending<'_>) -> i64,
     ) -> Result<HashMap<(i64, Uuid), i64>, WarehouseError> {
@@ -320,7 +326,7 @@ impl PgWarehouse {
     /// mirrored call's attempts' lists replaced whole), then the summaries the children sent
     /// do not tell.
     fn write_attempt_children(
-        &mut self,
+        &self,
         pending: &[Pending<'_>],
         id_of: &dyn Fn(&Pending<'_>) -> i64,
         attempt_ids: &HashMap<(i64, Uuid), i64>,
