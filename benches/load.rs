@@ -22,7 +22,8 @@
 //! - `latency`: `LAT_SCHEDULES` [20] schedules × `LAT_CALLS` [5000] changed calls, with full
 //!   list items and with summary list items (one detail request per call). Reference:
 //!   requests × latency ÷ `sync.concurrency` (the most in flight), beside the average in
-//!   flight the pass reached (requests × latency ÷ wall).
+//!   flight the pass reached (requests × latency ÷ wall), and the CPU time the pass took
+//!   (callsync and the simulator, in this process: on a small machine they share its cores).
 //! - `quota`: against a quota (`simulate --rate-limit`): `QUOTA` [50] requests a second (a
 //!   second's burst, 429s without `Retry-After`), `QUOTA_SCHEDULES` [4] × `QUOTA_CALLS` [700]
 //!   summary list items (a detail request a call: about a minute of requests at 50 a second),
@@ -532,15 +533,17 @@ async fn latency() {
         "Reference: requests × latency ÷ sync.concurrency (the most in flight); in flight on average: requests × latency ÷ wall.\n"
     );
     println!(
-        "| list items | latency ms | requests | wall s | in flight on average | requests × latency ÷ sync.concurrency, s | × that |"
+        "| list items | latency ms | requests | wall s | in flight on average | requests × latency ÷ sync.concurrency, s | × that | CPU s (callsync and the simulator) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for summary in [false, true] {
         for latency in latencies() {
             let sim = simulator(schedules, calls, at_latency(latency), summary).await;
             let dir = tempfile::tempdir().expect("a temp dir");
             let config = config_for(&sim, &dir.path().join("callsync.db"));
+            let cpu_before = process_cpu();
             let (reports, took) = pass(&config).await;
+            let cpu = process_cpu().saturating_sub(cpu_before);
             let n = requests(&reports);
             let busy = n as f64 * latency.as_secs_f64();
             let ideal = busy / config.sync.concurrency as f64;
@@ -550,7 +553,7 @@ async fn latency() {
                 String::new()
             };
             println!(
-                "| {} | {} | {n} | {:.1} | {:.1} | {ideal:.1} | {vs_ideal} |",
+                "| {} | {} | {n} | {:.1} | {:.1} | {ideal:.1} | {vs_ideal} | {:.1} |",
                 if summary {
                     "summary (details fetched)"
                 } else {
@@ -559,10 +562,25 @@ async fn latency() {
                 latency.as_millis(),
                 took.as_secs_f64(),
                 busy / took.as_secs_f64(),
+                cpu.as_secs_f64(),
             );
             sim.shutdown().await;
         }
     }
+}
+
+/// The CPU time this process has used, user and system: callsync's engine and the
+/// simulator together, which share the machine's cores in these scenarios.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// A walk against a quota: requests a second answered and the share answered 429, per build.
