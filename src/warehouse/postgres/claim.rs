@@ -193,6 +193,24 @@ impl Session {
         Ok(prepared)
     }
 
+    /// `query` over `sql` prepared on this session ([`Self::prepared`]), asked as
+    /// [`Self::ask`] asks.
+    fn ask_prepared<T, F>(
+        &self,
+        target: &PgTarget,
+        step: &'static str,
+        sql: &'static str,
+        query: impl FnOnce(Statement) -> F,
+    ) -> Result<Result<T, tokio_postgres::Error>, WarehouseError>
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        match self.prepared(target, step, sql)? {
+            Ok(statement) => self.ask(target, step, query(statement)),
+            Err(err) => Ok(Err(err)),
+        }
+    }
+
     fn forget_prepared(&self) {
         self.prepared
             .lock()
@@ -332,18 +350,11 @@ impl LockSession {
         let (mut retried, mut replanned) = (false, false);
         loop {
             let session = self.current(sessions)?;
-            let asked = session
-                .prepared(&self.target, step, LOCK_AND_BUMP)
-                .and_then(|prepared| match prepared {
-                    Ok(statement) => session.ask(
-                        &self.target,
-                        step,
-                        session
-                            .client
-                            .query_one(&statement, &[&self.key(schedule), &schedule]),
-                    ),
-                    Err(err) => Ok(Err(err)),
-                });
+            let key = self.key(schedule);
+            let asked = session.ask_prepared(&self.target, step, LOCK_AND_BUMP, |statement| {
+                let client = &session.client;
+                async move { client.query_one(&statement, &[&key, &schedule]).await }
+            });
             let answer = match asked {
                 Ok(Ok(row)) => row,
                 Ok(Err(_)) | Err(_) if !session.alive() && !retried => {
@@ -431,17 +442,11 @@ fn unlock(target: &PgTarget, session: &Session, schedule: Uuid) {
         return;
     }
     let step = "releasing a schedule's lock";
-    let released = session
-        .prepared(target, step, "SELECT pg_advisory_unlock($1)")
-        .and_then(|prepared| match prepared {
-            Ok(statement) => session.ask(
-                target,
-                step,
-                session
-                    .client
-                    .execute(&statement, &[&lock_key(schedule, target.schema())]),
-            ),
-            Err(err) => Ok(Err(err)),
+    let key = lock_key(schedule, target.schema());
+    let released =
+        session.ask_prepared(target, step, "SELECT pg_advisory_unlock($1)", |statement| {
+            let client = &session.client;
+            async move { client.execute(&statement, &[&key]).await }
         });
     let error = match released {
         Ok(Ok(_)) => return,
