@@ -800,6 +800,55 @@ async fn healthz_says_503_while_the_server_is_unreachable_and_200_once_it_is_bac
     daemon.await.unwrap().unwrap();
 }
 
+/// An engine that synced a simulator's 2 schedules × 20 calls (of `seed`) into a new
+/// PostgreSQL database once, kept, with its connections, for the passes a test runs next.
+struct SyncedOnce {
+    env: crate::harness::TestEnv,
+    schedules: Vec<Uuid>,
+    db: pg::Database,
+    engine: callsync::sync::Engine,
+    plan: callsync::sync::PassPlan,
+}
+
+impl SyncedOnce {
+    async fn start(seed: u64) -> SyncedOnce {
+        let env = crate::harness::TestEnv::start_on(
+            callsync::simulator::SimulatorOptions {
+                schedules: 2,
+                calls_per_schedule: 20,
+                seed,
+                ..Default::default()
+            },
+            crate::harness::Dest::Postgres,
+        )
+        .await;
+        let engine = env.engine();
+        let synced = SyncedOnce {
+            schedules: env.schedules(),
+            db: env.pg.clone().expect("a PostgreSQL destination"),
+            plan: callsync::sync::PassPlan::incremental(engine.settings()),
+            engine,
+            env,
+        };
+        let first = synced.pass().await;
+        assert!(first.iter().all(|r| r.succeeded()), "{first:?}");
+        synced
+    }
+
+    async fn pass(&self) -> Vec<callsync::sync::PassReport> {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        self.engine
+            .sync_all(&self.schedules, &self.plan, &cancel)
+            .await
+    }
+
+    /// Closes the engine; the warehouse must equal the truth.
+    async fn close_and_compare(self) {
+        self.engine.close().await;
+        self.env.assert_matches_truth(&self.schedules);
+    }
+}
+
 /// The server closing the warehouse's connections (a restart, a failover, an administrator)
 /// costs at most the pass it breaks: the engine connects again at its next operation, and the
 /// next pass succeeds and leaves the warehouse equal to the truth.
@@ -808,25 +857,10 @@ async fn connections_the_server_closed_are_opened_again() {
     if !pg::available("postgres::reconnect") {
         return;
     }
-    let env = crate::harness::TestEnv::start_on(
-        callsync::simulator::SimulatorOptions {
-            schedules: 2,
-            calls_per_schedule: 20,
-            seed: 8,
-            ..Default::default()
-        },
-        crate::harness::Dest::Postgres,
-    )
-    .await;
-    let s = env.schedules();
-    let db = env.pg.clone().unwrap();
-    let engine = env.engine();
-    let plan = callsync::sync::PassPlan::incremental(engine.settings());
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let first = engine.sync_all(&s, &plan, &cancel).await;
-    assert!(first.iter().all(|r| r.succeeded()), "{first:?}");
+    let synced = SyncedOnce::start(8).await;
+    let db = &synced.db;
     let ended = pg::query(
-        &db,
+        db,
         "SELECT count(pg_terminate_backend(pid, 60000)) FROM pg_stat_activity
          WHERE datname = current_database() AND pid <> pg_backend_pid()",
     );
@@ -839,7 +873,7 @@ async fn connections_the_server_closed_are_opened_again() {
     // it fails, and the client then knows.
     let mut passes = Vec::new();
     for _ in 0..2 {
-        let reports = engine.sync_all(&s, &plan, &cancel).await;
+        let reports = synced.pass().await;
         let ok = reports.iter().all(|r| r.succeeded());
         passes.push(reports);
         if ok {
@@ -850,8 +884,7 @@ async fn connections_the_server_closed_are_opened_again() {
         passes.last().unwrap().iter().all(|r| r.succeeded()),
         "no pass succeeded after the server closed the connections: {passes:?}"
     );
-    engine.close().await;
-    env.assert_matches_truth(&s);
+    synced.close_and_compare().await;
 }
 
 /// A page's statements and the claim's, prepared when the engine first wrote, are refused by
@@ -864,41 +897,25 @@ async fn a_page_whose_statements_a_changed_column_refused_is_written_again() {
     if !pg::available("postgres::replanned_page") {
         return;
     }
-    let env = crate::harness::TestEnv::start_on(
-        callsync::simulator::SimulatorOptions {
-            schedules: 2,
-            calls_per_schedule: 20,
-            seed: 9,
-            ..Default::default()
-        },
-        crate::harness::Dest::Postgres,
-    )
-    .await;
-    let s = env.schedules();
-    let db = env.pg.clone().unwrap();
-    let engine = env.engine();
-    let plan = callsync::sync::PassPlan::incremental(engine.settings());
-    let cancel = tokio_util::sync::CancellationToken::new();
-    let first = engine.sync_all(&s, &plan, &cancel).await;
-    assert!(first.iter().all(|r| r.succeeded()), "{first:?}");
+    let synced = SyncedOnce::start(9).await;
+    let (env, s, db) = (&synced.env, &synced.schedules, &synced.db);
     pg::query(
-        &db,
+        db,
         "CREATE DOMAIN fingerprint AS bigint;
          ALTER TABLE calls ALTER COLUMN content_hash TYPE fingerprint;
          CREATE DOMAIN fencing_token AS bigint;
          ALTER TABLE schedule_claims ALTER COLUMN generation TYPE fencing_token",
     );
-    for schedule in &s {
+    for schedule in s {
         env.sim.bulk_create_now(*schedule, 5);
     }
-    let second = engine.sync_all(&s, &plan, &cancel).await;
+    let second = synced.pass().await;
     assert!(second.iter().all(|r| r.succeeded()), "{second:?}");
     assert!(
         second.iter().all(|r| r.stats.calls_written == 5),
         "the new calls written once each: {second:?}"
     );
-    engine.close().await;
-    env.assert_matches_truth(&s);
+    synced.close_and_compare().await;
 }
 
 /// A database of another program's tables, and one that does not exist: named as such, with
