@@ -178,7 +178,7 @@ pub enum WalkError {
         pages: u32,
     },
     #[error(
-        "only {read} of the {size} calls sharing updated_at {at} could be read: the service orders calls sharing an updated_at differently from one request to the next, and {why}; the checkpoint stays at {at} and the next pass reads the group again"
+        "the {size} calls sharing updated_at {at} could not be proven read whole ({read} read): {why}; such a group is read until all its calls have shown while it did not change, as the service may order calls sharing an updated_at differently from one request to the next (or calls entered the group long after its instant) — the checkpoint stays at {at} and the next pass reads the group again"
     )]
     GroupIncomplete {
         at: Timestamp,

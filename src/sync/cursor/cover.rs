@@ -25,7 +25,9 @@
 //!   instant as after `T`; calls between `T` and it are not the group's.)
 //!
 //! A window that is not quiet is dropped and the group read again in a new one (the count
-//! that closed one opens the next); a group that cannot be covered within the page budget,
+//! that closed one opens the next; a window a page's count spoiled reads its sweep to the
+//! end, for what the sweep shows of the order, then asks for a new count, as a call
+//! created meanwhile raised the departure count too); a group that cannot be covered within the page budget,
 //! or in `WalkLimits::max_cover_windows` windows, or that cannot be proven at all (no
 //! `Date` or `total_count`, or younger than the late-commit window) ends the walk with
 //! `WalkError::GroupIncomplete`, the checkpoint held at `T`.
@@ -119,6 +121,9 @@ pub(super) struct Cover {
     pub(super) at: Timestamp,
     /// What the window's first page said: its `total_count` every page must repeat.
     quiet: Option<Quiet>,
+    /// A page of the window did not repeat its `total_count`: the window ends with its
+    /// sweep, proving nothing.
+    spoiled: bool,
     /// The departure count (`total_count` after `at + COUNTED_FROM`) when the window
     /// opened: the same count when it closes shows no call left the group meanwhile.
     departures: Option<u64>,
@@ -167,6 +172,7 @@ impl Cover {
         Cover {
             at,
             quiet: None,
+            spoiled: false,
             departures: None,
             read: HashSet::new(),
             sweep_read: HashSet::new(),
@@ -220,9 +226,14 @@ impl Cover {
         let opening = self.quiet.is_none();
         if opening {
             self.quiet = Quiet::of(facts, late_commits);
-        } else if self.quiet.map(|q| q.total_count) != facts.total_count {
-            // Calls entered the group or were created: positions moved under the window.
-            return self.new_window(limits);
+        } else if !self.spoiled && self.quiet.map(|q| q.total_count) != facts.total_count {
+            // Calls entered the group or were created: the window proves nothing. Its sweep
+            // is read to the end all the same, for what a sweep shows of the order: a call
+            // created after the group moves none of its positions (see `Cover::confirming`).
+            // A call created since the departure count was taken raised that count too, so
+            // the next window opens with a count of its own, not the one that opened this.
+            self.spoiled = true;
+            self.departures = None;
         }
         let size = self.page_size();
         let tie_rows = count_at(self.at, rows);
@@ -252,6 +263,9 @@ impl Cover {
             exit_through(self.at, rows, rows.len() == size as usize)
         });
         self.end_sweep();
+        if self.spoiled {
+            return self.new_window(limits);
+        }
         if self.size.is_some_and(|n| len_u32(self.read.len()) >= n) {
             self.counting = true;
             return CoverStep::Next(self);
@@ -303,8 +317,8 @@ impl Cover {
         }
     }
 
-    /// Something moved under the window: read the group again in a new one (its departure
-    /// count is the one that closed the last).
+    /// Something moved under the window: read the group again in a new one, opened by the
+    /// departure count that closed the last, or by a new count when a page dropped it.
     fn new_window(mut self, limits: Limits) -> CoverStep {
         if let Some(scanned) = self.scanned
             && !self.shown_unstable
@@ -322,6 +336,7 @@ impl Cover {
         self.windows += 1;
         self.sweeps += 1;
         self.quiet = None;
+        self.spoiled = false;
         self.read.clear();
         self.sweep_read.clear();
         self.size = None;
