@@ -123,6 +123,7 @@ impl Simulator {
             )),
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
+            frozen_details: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             delayed_writes: AtomicUsize::new(0),
             list_hold: Mutex::new(None),
@@ -253,6 +254,20 @@ impl Simulator {
             Some(bad) => broken.insert(schedule, bad),
             None => broken.remove(&schedule),
         };
+    }
+
+    /// From now on, the detail endpoint answers the call `uid` as it is now, however it
+    /// changes (a replica lagging the list's), until [`Simulator::thaw_details`].
+    pub fn freeze_detail(&self, uid: Uuid) {
+        let call = self.shared.state().call(&uid).map(|c| c.call.clone());
+        if let Some(call) = call {
+            lock(&self.shared.frozen_details).insert(uid, call);
+        }
+    }
+
+    /// Every detail answered as the call is now again.
+    pub fn thaw_details(&self) {
+        lock(&self.shared.frozen_details).clear();
     }
 
     /// `n` new calls sharing one `updated_at`: a bulk upload with `force=true`, without HTTP.

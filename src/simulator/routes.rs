@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::auth::token;
 use super::life;
+use super::mutex::lock;
 use super::query::{ListParams, parse_list_query, parse_post_query};
 use super::reply::{
     Fail, JsonBody, Reply, bad_request, fail, json_body, json_errors, not_found, not_found_error,
@@ -235,6 +236,9 @@ async fn bulk_create(
 
 async fn get_call(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -> Reply {
     let uid = parse_uid(&uid, "outbound call")?;
+    if let Some(frozen) = lock(&shared.frozen_details).get(&uid) {
+        return Ok(Json(frozen.clone()).into_response());
+    }
     let mut state = shared.state();
     state.apply_due();
     match state.call(&uid) {

@@ -42,6 +42,9 @@ pub(crate) struct Shared {
     pub(super) quota: Mutex<(f64, Timestamp)>,
     pub(super) fault_counter: AtomicUsize,
     pub(super) broken: Mutex<HashMap<Uuid, BadBody>>,
+    /// Calls whose detail is answered as it was when a test froze it, however they change
+    /// since: a detail endpoint served by a replica that lags the list's.
+    pub(super) frozen_details: Mutex<HashMap<Uuid, crate::service::OutboundCall>>,
     pub(super) requests: Mutex<Vec<RequestRecord>>,
     /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
     /// log has a request only once it is answered, and its client may be gone before that.

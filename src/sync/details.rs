@@ -7,9 +7,9 @@
 //! which calls of a page it keeps (`RecentRows::keep_fresh`, once the page is accepted in
 //! its turn), and completes those from the cache, asking then for any detail the fetch did
 //! not (an item it took for one handed over already). A detail is always asked after its
-//! list item was served, as when it was asked in turn; that it is then at least as new as
-//! the item is trusted, not checked (the spec promises nothing about the two endpoints'
-//! consistency): a detail older than its item would be written as it is.
+//! list item was served, as when it was asked in turn; one older than its item all the same
+//! (the spec promises nothing about the two endpoints' consistency) fails the pass when it
+//! is completed (`Pass::complete`, `SyncError::DetailBehindList`).
 //!
 //! Bounded twice: a walk's detail requests in flight share `api.detail_concurrency` permits
 //! (the earliest pages' first: the semaphore is fair), and every request waits its turn in

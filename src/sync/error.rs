@@ -45,6 +45,16 @@ pub enum SyncError {
         stamped: Timestamp,
         ahead_secs: f64,
     },
+    /// A call's detail older than its list item: written, it would stand in the warehouse
+    /// for the newer version while the checkpoint passes that version's `updated_at`.
+    #[error(
+        "call {call}: GET /api/v1/outbound_calls/{call} answered the version of {detail}, older than the {listed} its list item shows (the detail endpoint lags the list, as a replica behind its primary would); its page is not written and the checkpoint stays before it, so the next pass asks again. If every pass says so, report it to the service's operators"
+    )]
+    DetailBehindList {
+        call: Uuid,
+        listed: Timestamp,
+        detail: Timestamp,
+    },
 }
 
 impl SyncError {
@@ -66,12 +76,12 @@ impl SyncError {
 
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
-    /// walk's rules), `busy` (another process holds the schedule), `clock` (calls stamped
+    /// walk's rules, a detail older than its list item), `busy` (another process holds the schedule), `clock` (calls stamped
     /// past the service's clock further than the walk can go).
     pub fn kind(&self) -> ErrorKind {
         match self {
             SyncError::Api(err) => err.kind(),
-            SyncError::Walk { .. } => ErrorKind::Protocol,
+            SyncError::Walk { .. } | SyncError::DetailBehindList { .. } => ErrorKind::Protocol,
             SyncError::Warehouse(WarehouseError::Busy { .. }) => ErrorKind::Busy,
             SyncError::ClockBehindCalls { .. } => ErrorKind::Clock,
             SyncError::Config(_) => ErrorKind::Config,

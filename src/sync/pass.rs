@@ -596,6 +596,15 @@ impl<'e> Pass<'e> {
                 self.progress.answered(self.schedule);
             }
             match detail {
+                // Not promised by the spec, so checked: the checkpoint will pass the list
+                // item's instant, so an older version written for it would stay.
+                Ok(detail) if detail.updated_at < calls[i].updated_at => {
+                    return Err(SyncError::DetailBehindList {
+                        call: uid,
+                        listed: calls[i].updated_at,
+                        detail: detail.updated_at,
+                    });
+                }
                 Ok(detail) => {
                     hashes[i] = detail.content_hash();
                     calls[i] = detail;

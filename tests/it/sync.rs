@@ -349,6 +349,61 @@ async fn summary_lists_are_completed_from_the_detail_endpoint(dest: Dest) {
     env.assert_matches_truth(&s);
 }
 
+/// The spec does not promise that a call's detail is at least as new as its list item. A
+/// detail endpoint answering an older version (a replica behind the list's) fails the pass
+/// loudly, naming the call, with its page unwritten and the checkpoint held: written, the
+/// older version would have stayed while the checkpoint passed the newer one's instant.
+/// Once the detail has caught up, the next pass leaves the warehouse equal to the truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detail_older_than_its_list_item_fails_the_pass_and_the_next_writes_the_newer() {
+    let clock = ManualClock::new(Timestamp::parse("2026-03-01T12:00:00.250Z").unwrap());
+    let env = TestEnv::start(SimulatorOptions {
+        summary_list: true,
+        clock: clock.clone().into(),
+        ..options(1, 120)
+    })
+    .await;
+    let s = env.schedules();
+    env.pass_ok(&s).await;
+    let checkpoint = || {
+        callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .and_then(|w| w.checkpoint(s[0]))
+            .expect("the checkpoint reads")
+            .expect("the first pass wrote one")
+            .cursor
+    };
+    let (held, written) = (checkpoint(), env.snapshot(s[0]));
+
+    let calls = env.sim.truth(s[0]);
+    let lagging = calls[7].uid;
+    env.sim.freeze_detail(lagging);
+    clock.advance(Duration::from_secs(5));
+    env.sim.touch_calls(&[calls[3].uid, lagging, calls[9].uid]);
+    let report = env.pass(&s).await.remove(0);
+    let PassResult::Failed {
+        kind: ErrorKind::Protocol,
+        error,
+    } = &report.result
+    else {
+        panic!("a detail older than its list item fails the pass: {report:?}");
+    };
+    assert!(
+        error.contains(&format!("call {lagging}")) && error.contains("older than"),
+        "the error names the call and what is wrong: {error}"
+    );
+    assert_eq!(checkpoint(), held, "the checkpoint is held");
+    assert_eq!(
+        env.snapshot(s[0]),
+        written,
+        "nothing of the page is written"
+    );
+
+    env.sim.thaw_details();
+    let report = env.pass_ok(&s).await.remove(0);
+    assert_eq!(report.stats.calls_written, 3);
+    env.assert_matches_truth(&s);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
     for bad in [
