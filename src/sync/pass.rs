@@ -37,7 +37,7 @@ use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{Claim, Destination, PageBatch, RunKind};
+use crate::warehouse::{Claim, Destination, PageBatch, PassOpened, PassStart, RunKind};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
@@ -659,8 +659,9 @@ enum Opening {
     },
 }
 
-/// A pass's opening, on the writer thread: the claim, then whether another walked the
-/// schedule since `walked_since`, then its `sync_runs` row, then the checkpoint. A claim
+/// A pass's opening, on the writer thread: the claim, then the destination's opening
+/// (`Destination::open_pass`: whether another walked the schedule since `walked_since`,
+/// else its `sync_runs` row and the checkpoint, in one round trip on PostgreSQL). A claim
 /// left (walked elsewhere, or a failure after it) is dropped here, on the thread that took
 /// it.
 fn open(
@@ -673,20 +674,25 @@ fn open(
     let Some(claim) = sink.claim(schedule)? else {
         return Ok(Opening::Busy);
     };
-    if let Some(since) = walked_since
-        && let Some(walker) = sink.walked_since(schedule, kind, since)?
-    {
-        return Ok(Opening::WalkedBy(walker));
-    }
-    // Once the claim is held, not when the job was queued: passes of one schedule by two
-    // processes never overlap in `sync_runs` (a job may wait its turn while the claim's
-    // previous holder finishes).
-    let run = sink.start_run(schedule, kind, Timestamp::now(), walker)?;
-    let stored = sink.checkpoint(schedule).map_err(SyncError::from);
-    Ok(Opening::Started {
-        claim,
-        run,
-        stored: stored.map(|checkpoint| checkpoint.map(|c| c.cursor)),
+    let start = PassStart {
+        schedule,
+        kind,
+        // Once the claim is held, not when the job was queued: passes of one schedule by
+        // two processes never overlap in `sync_runs` (a job may wait its turn while the
+        // claim's previous holder finishes).
+        started_at: Timestamp::now(),
+        walker,
+        unless_walked_since: walked_since,
+    };
+    Ok(match sink.open_pass(&start)? {
+        PassOpened::WalkedBy(walker) => Opening::WalkedBy(walker),
+        PassOpened::Started { run, checkpoint } => Opening::Started {
+            claim,
+            run,
+            stored: checkpoint
+                .map(|checkpoint| checkpoint.map(|c| c.cursor))
+                .map_err(SyncError::from),
+        },
     })
 }
 

@@ -288,8 +288,8 @@ mod tests {
 
     use crate::service::{Campaign, Schedule, Timestamp};
     use crate::warehouse::{
-        Checkpoint, Claim, PageBatch, PageWrite, Prepared, RunId, RunKind, RunRecord,
-        ScheduleStatus, Walker, WarehouseError, Watch,
+        Checkpoint, Claim, PageBatch, PageWrite, PassOpened, PassStart, Prepared, RunId, RunRecord,
+        ScheduleStatus, WarehouseError, Watch,
     };
     use uuid::Uuid;
 
@@ -316,22 +316,8 @@ mod tests {
         fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
             self.inner.knows_schedule(schedule)
         }
-        fn walked_since(
-            &self,
-            schedule: Uuid,
-            kind: RunKind,
-            since: Timestamp,
-        ) -> Result<Option<Walker>, WarehouseError> {
-            self.inner.walked_since(schedule, kind, since)
-        }
-        fn start_run(
-            &mut self,
-            schedule: Uuid,
-            kind: RunKind,
-            started_at: Timestamp,
-            walker: &Walker,
-        ) -> Result<Option<RunId>, WarehouseError> {
-            self.inner.start_run(schedule, kind, started_at, walker)
+        fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
+            self.inner.open_pass(start)
         }
         fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
             self.inner.write_page(page)

@@ -47,6 +47,34 @@ pub struct PageBatch {
     pub synced_at: Timestamp,
 }
 
+/// What a pass asks of the destination as it opens, its claim held ([`Destination::open_pass`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PassStart<'a> {
+    pub schedule: Uuid,
+    pub kind: RunKind,
+    pub started_at: Timestamp,
+    pub walker: &'a Walker,
+    /// With several daemons sharing the schedules, the daemon's tick: a pass of `kind` that
+    /// began at or after it and finished means another process walked the schedule since,
+    /// and this pass is not started.
+    pub unless_walked_since: Option<Timestamp>,
+}
+
+/// What a pass found as it opened ([`Destination::open_pass`]).
+#[derive(Debug)]
+pub enum PassOpened {
+    /// Another process walked the schedule since `PassStart::unless_walked_since` (its
+    /// latest pass of the kind began then and finished); nothing was recorded.
+    WalkedBy(Walker),
+    /// The pass's start is recorded (`run`; `None` from a destination that keeps no record)
+    /// and its checkpoint read, or why it could not be: a failure the pass records in its
+    /// row.
+    Started {
+        run: Option<RunId>,
+        checkpoint: Result<Option<Checkpoint>, WarehouseError>,
+    },
+}
+
 /// Proof that this process may walk a schedule into the destination; released on drop.
 pub struct Claim(#[allow(dead_code)] Box<dyn Send>);
 
@@ -147,25 +175,12 @@ pub trait Destination: Send + 'static {
     ) -> Result<Option<Checkpoint>, WarehouseError>;
     /// Whether the warehouse has a checkpoint, a pass or a call of `schedule`.
     fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError>;
-    /// Who walked `schedule`'s latest pass of `kind`, if it began at or after `since` and
-    /// finished (asked while holding the claim, so an unfinished one's process died). A
-    /// daemon sharing the schedules with others skips a schedule another walked since its
-    /// tick; `None` from a destination that keeps no record.
-    fn walked_since(
-        &self,
-        schedule: Uuid,
-        kind: RunKind,
-        since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError>;
-    /// Records that a pass began, walked by `walker`; `None` when the destination keeps no
-    /// record (a dry run).
-    fn start_run(
-        &mut self,
-        schedule: Uuid,
-        kind: RunKind,
-        started_at: Timestamp,
-        walker: &Walker,
-    ) -> Result<Option<RunId>, WarehouseError>;
+    /// Opens a pass of `start.schedule`, whose claim the caller holds: unless another
+    /// process walked it since `start.unless_walked_since` (its latest pass of the kind
+    /// began then and finished; an unfinished one's process died, as the claim is held),
+    /// records that the pass began and reads its checkpoint. One round trip where the back
+    /// end allows: every pass of every schedule opens so, idle or not.
+    fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError>;
     /// Stores a page and its checkpoint, all or nothing.
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError>;
     /// How many of the page's calls `write_page` would write; writes nothing.

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use super::destination::{Claim, Destination, PageBatch, Prepared, Watch};
+use super::destination::{Claim, Destination, PageBatch, PassOpened, PassStart, Prepared, Watch};
 use super::error::WarehouseError;
-use super::records::{Checkpoint, RunId, RunKind, RunRecord, Walker};
+use super::records::{Checkpoint, RunId, RunRecord};
 use super::status::ScheduleStatus;
 use super::write_plan::PageWrite;
 use crate::service::{Campaign, Schedule, Timestamp};
@@ -75,23 +75,12 @@ impl Destination for DryRun {
         }
     }
 
-    fn walked_since(
-        &self,
-        _schedule: Uuid,
-        _kind: RunKind,
-        _since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError> {
-        Ok(None)
-    }
-
-    fn start_run(
-        &mut self,
-        _schedule: Uuid,
-        _kind: RunKind,
-        _started_at: Timestamp,
-        _walker: &Walker,
-    ) -> Result<Option<RunId>, WarehouseError> {
-        Ok(None)
+    /// Records nothing, so knows of no other walker either.
+    fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
+        Ok(PassOpened::Started {
+            run: None,
+            checkpoint: self.checkpoint(start.schedule),
+        })
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {

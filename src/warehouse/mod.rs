@@ -27,7 +27,9 @@ mod status;
 mod write_plan;
 
 pub use capabilities::{BackupReport, ChunkKey, ChunkState, Contents, RestoreReport, UploadLedger};
-pub use destination::{Backend, Claim, Destination, MigrationReport, PageBatch, Prepared, Watch};
+pub use destination::{
+    Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared, Watch,
+};
 pub use dry_run::DryRun;
 pub use error::{Capability, WarehouseError};
 pub use open::open;

@@ -15,7 +15,7 @@ pub const INTERRUPTED: &str = "interrupted by shutdown";
 /// its machine lost), written by the next callsync that opened the warehouse for writing
 /// once nothing held the schedule any more (`interrupted.rs`). Its outcome is `interrupted`,
 /// its `finished_at` its `started_at` (when it ended is not known). Not a pass that walked:
-/// [`crate::warehouse::Destination::walked_since`] passes over it.
+/// [`crate::warehouse::Destination::open_pass`] passes over it.
 pub const PROCESS_ENDED: &str = "interrupted: its process ended mid-pass (killed or crashed); the next pass resumed from the last committed page";
 
 #[derive(Debug, Clone, PartialEq, Eq)]

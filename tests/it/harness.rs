@@ -387,3 +387,26 @@ pub fn integrity_and_calls(path: &std::path::Path) -> (String, i64) {
         .expect("count");
     (check, calls)
 }
+
+/// Records the start of a pass of `kind` as a pass opens one (`Destination::open_pass`,
+/// with no other walker to defer to); its row's id.
+pub fn start_run(
+    dest: &mut dyn callsync::warehouse::Destination,
+    schedule: Uuid,
+    kind: callsync::warehouse::RunKind,
+    started_at: callsync::service::Timestamp,
+    walker: &callsync::warehouse::Walker,
+) -> callsync::warehouse::RunId {
+    use callsync::warehouse::{PassOpened, PassStart};
+    let start = PassStart {
+        schedule,
+        kind,
+        started_at,
+        walker,
+        unless_walked_since: None,
+    };
+    match dest.open_pass(&start).expect("the pass opens") {
+        PassOpened::Started { run: Some(run), .. } => run,
+        other => panic!("the pass's start is recorded: {other:?}"),
+    }
+}

@@ -250,7 +250,9 @@ fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
         return;
     }
     use callsync::service::Timestamp;
-    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, RunStats, Walker};
+    use callsync::warehouse::{
+        PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+    };
     let db = pg::database();
     let mut w = PgWarehouse::open(&db.target()).unwrap();
     let schedule = Uuid::from_u128(0x61);
@@ -260,9 +262,7 @@ fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
         pid: 7,
     };
     let started = Timestamp::parse("2026-01-02T03:04:05Z").unwrap();
-    let run = w
-        .start_run(schedule, RunKind::Incremental, started, &walker)
-        .unwrap();
+    let run = crate::harness::start_run(&mut w, schedule, RunKind::Incremental, started, &walker);
     let record = RunRecord {
         outcome: RunOutcome::Completed,
         stats: RunStats::default(),
@@ -273,18 +273,29 @@ fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
         error_kind: None,
     };
     w.finish_run(run, &record).unwrap();
-    let walked = || w.walked_since(schedule, RunKind::Incremental, started);
-    assert_eq!(walked().unwrap().as_ref(), Some(&walker));
+    // The opening of the next pass, on a tick before the last began: that one walked it.
+    let tick = PassStart {
+        schedule,
+        kind: RunKind::Incremental,
+        started_at: Timestamp::now(),
+        walker: &walker,
+        unless_walked_since: Some(started),
+    };
+    let mut walked = || match w.open_pass(&tick).unwrap() {
+        PassOpened::WalkedBy(by) => Some(by),
+        PassOpened::Started { .. } => None,
+    };
+    assert_eq!(walked().as_ref(), Some(&walker));
     pg::query(
         &db,
         "ALTER TABLE sync_runs ALTER COLUMN host TYPE varchar(300)",
     );
-    assert_eq!(walked().unwrap().as_ref(), Some(&walker), "prepared again");
+    assert_eq!(walked().as_ref(), Some(&walker), "prepared again");
     pg::query(
         &db,
         "ALTER TABLE sync_runs ALTER COLUMN instance TYPE varchar(300)",
     );
-    assert_eq!(walked().unwrap().as_ref(), Some(&walker), "and again");
+    assert_eq!(walked().as_ref(), Some(&walker), "and again");
 }
 
 #[test]
@@ -1003,8 +1014,13 @@ fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
         pid: 4242,
     };
     for schedule in [walking, ended] {
-        w.start_run(schedule, RunKind::Incremental, Timestamp::now(), &walker)
-            .unwrap();
+        crate::harness::start_run(
+            &mut w,
+            schedule,
+            RunKind::Incremental,
+            Timestamp::now(),
+            &walker,
+        );
     }
     drop(w);
     let rows = || {

@@ -641,3 +641,149 @@ async fn every_command_respects_a_schedule_another_process_walks() {
     );
     env.assert_matches_truth(&s);
 }
+
+conformance!(
+    a_pass_opens_unless_another_walked_the_schedule_since_the_tick,
+    a_pass_opens_unless_walked_since
+);
+
+/// `Destination::open_pass` on every back end alike: a pass of the kind that began at or
+/// after the tick (to the nanosecond, though stored to the microsecond) and finished means
+/// the schedule was walked, by whom it says, and nothing is recorded; one begun before, one
+/// not finished (its process died: the caller holds the claim), one the next opener marked
+/// interrupted, or one of another kind does not, and the pass's row is recorded beside its
+/// checkpoint.
+async fn a_pass_opens_unless_walked_since(dest: crate::harness::Dest) {
+    use callsync::warehouse::{
+        Destination, PROCESS_ENDED, PassOpened, PassStart, RunKind, RunOutcome, RunRecord,
+        RunStats, Walker,
+    };
+    let env = TestEnv::start_on(SimulatorOptions::default(), dest).await;
+    let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
+    // The destinations' calls block (PostgreSQL's on a runtime of its own).
+    tokio::task::spawn_blocking(move || {
+        let mut w = warehouse.writer().expect("the warehouse opens");
+        let schedule = Uuid::from_u128(0x0_9e9);
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let tick = at("2026-01-01T01:00:00Z");
+        let (ours, other) = (
+            Walker {
+                host: "our-host".into(),
+                instance: "our-host".into(),
+                pid: 1,
+            },
+            Walker {
+                host: "other-host".into(),
+                instance: "blue".into(),
+                pid: 7,
+            },
+        );
+        let open = |w: &mut Box<dyn Destination>, kind, started_at, walker, since| {
+            let start = PassStart {
+                schedule,
+                kind,
+                started_at,
+                walker,
+                unless_walked_since: since,
+            };
+            w.open_pass(&start).expect("the pass opens")
+        };
+        let finish = |w: &mut Box<dyn Destination>, run, error: Option<&str>| {
+            let record = RunRecord {
+                outcome: RunOutcome::Failed,
+                stats: RunStats::default(),
+                finished_at: tick,
+                horizon: None,
+                lag_secs: None,
+                error: error.map(str::to_owned),
+                error_kind: None,
+            };
+            w.finish_run(run, &record).expect("the end is recorded");
+        };
+        let started = |opened: PassOpened| match opened {
+            PassOpened::Started {
+                run: Some(run),
+                checkpoint,
+            } => (run, checkpoint.expect("the checkpoint reads")),
+            other => panic!("started: {other:?}"),
+        };
+        let incremental = RunKind::Incremental;
+
+        // No pass yet: it opens, with no checkpoint.
+        let (run, checkpoint) = started(open(
+            &mut w,
+            incremental,
+            at("2026-01-01T00:59:59.999Z"),
+            &other,
+            Some(tick),
+        ));
+        assert_eq!(checkpoint, None);
+        finish(&mut w, run, None);
+        let cursor = at("2026-01-01T00:30:00.123456Z");
+        w.replace_checkpoint(schedule, Some(cursor)).unwrap();
+        // The latest began a millisecond before the tick: it opens, with the checkpoint.
+        let (run, checkpoint) = started(open(&mut w, incremental, tick, &other, Some(tick)));
+        assert_eq!(checkpoint.map(|c| c.cursor), Some(cursor));
+        // The latest began at the tick, but the next opener marked it interrupted (its
+        // process ended mid-pass): it opens.
+        finish(&mut w, run, Some(PROCESS_ENDED));
+        let later = at("2026-01-01T01:00:00.000002Z");
+        let (run, _) = started(open(&mut w, incremental, later, &other, Some(tick)));
+        // The latest began after the tick and finished, whatever its outcome: walked, by
+        // whom it says; and nothing is recorded, so the next opening finds it again.
+        finish(&mut w, run, Some("HTTP 503"));
+        for second in ["05", "06"] {
+            let walked = open(
+                &mut w,
+                incremental,
+                at(&format!("2026-01-01T01:00:{second}Z")),
+                &ours,
+                Some(tick),
+            );
+            assert!(
+                matches!(&walked, PassOpened::WalkedBy(by) if *by == other),
+                "{walked:?}"
+            );
+        }
+        // A nanosecond after it began is after it, though it is stored to the microsecond.
+        let just_after = later.saturating_add(std::time::Duration::from_nanos(1));
+        let (run, _) = started(open(
+            &mut w,
+            incremental,
+            at("2026-01-01T01:00:07Z"),
+            &ours,
+            Some(just_after),
+        ));
+        finish(&mut w, run, None);
+        // Another kind is another question; a pass with no tick to defer to opens; and
+        // then the latest is not finished (its process died, as the claim is ours): it opens.
+        let (run, _) = started(open(
+            &mut w,
+            RunKind::Reconcile,
+            at("2026-01-01T01:00:07Z"),
+            &ours,
+            Some(tick),
+        ));
+        finish(&mut w, run, None);
+        started(open(
+            &mut w,
+            incremental,
+            at("2026-01-01T01:00:08Z"),
+            &ours,
+            None,
+        ));
+        let walked = open(
+            &mut w,
+            incremental,
+            at("2026-01-01T01:00:09Z"),
+            &other,
+            Some(tick),
+        );
+        assert!(
+            matches!(&walked, PassOpened::Started { .. }),
+            "the last is unfinished: {walked:?}"
+        );
+    })
+    .await
+    .expect("the scenario ran");
+}

@@ -654,8 +654,7 @@ impl callsync::warehouse::Destination for CountingSink {
         ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
         mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
         ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
-        ref walked_since(schedule: uuid::Uuid, kind: callsync::warehouse::RunKind, since: Timestamp) -> Result<Option<callsync::warehouse::Walker>, WarehouseError>;
-        mut start_run(schedule: uuid::Uuid, kind: callsync::warehouse::RunKind, started_at: Timestamp, walker: &callsync::warehouse::Walker) -> Result<Option<callsync::warehouse::RunId>, WarehouseError>;
+        mut open_pass(start: &callsync::warehouse::PassStart<'_>) -> Result<callsync::warehouse::PassOpened, WarehouseError>;
         mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
         mut finish_run(run: callsync::warehouse::RunId, record: &callsync::warehouse::RunRecord) -> Result<(), WarehouseError>;
         mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
@@ -789,8 +788,7 @@ async fn tie_groups_read_again_are_not_written_again() {
 /// The step of a pass's bookkeeping [`FailingSink`] fails, once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bookkeeping {
-    WalkedSince,
-    StartRun,
+    OpenPass,
     Checkpoint,
     FinishRun,
 }
@@ -822,6 +820,7 @@ impl callsync::warehouse::Destination for FailingSink {
         ref name() -> String;
         ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
         ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
+        ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
         mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
         ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
         mut write_page(page: &callsync::warehouse::PageBatch) -> Result<callsync::warehouse::PageWrite, WarehouseError>;
@@ -834,39 +833,23 @@ impl callsync::warehouse::Destination for FailingSink {
         mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
     }
 
-    fn walked_since(
-        &self,
-        schedule: uuid::Uuid,
-        kind: callsync::warehouse::RunKind,
-        since: Timestamp,
-    ) -> Result<Option<callsync::warehouse::Walker>, WarehouseError> {
-        self.failing(Bookkeeping::WalkedSince)?;
-        callsync::warehouse::Destination::walked_since(&self.inner, schedule, kind, since)
-    }
-
-    fn start_run(
+    /// Fails the opening whole (`OpenPass`: nothing recorded), or only its checkpoint read
+    /// (`Checkpoint`: the pass's row recorded, as when the checkpoint's row cannot be read).
+    fn open_pass(
         &mut self,
-        schedule: uuid::Uuid,
-        kind: callsync::warehouse::RunKind,
-        started_at: Timestamp,
-        walker: &callsync::warehouse::Walker,
-    ) -> Result<Option<callsync::warehouse::RunId>, WarehouseError> {
-        self.failing(Bookkeeping::StartRun)?;
-        callsync::warehouse::Destination::start_run(
-            &mut self.inner,
-            schedule,
-            kind,
-            started_at,
-            walker,
+        start: &callsync::warehouse::PassStart<'_>,
+    ) -> Result<callsync::warehouse::PassOpened, WarehouseError> {
+        use callsync::warehouse::PassOpened;
+        self.failing(Bookkeeping::OpenPass)?;
+        Ok(
+            match callsync::warehouse::Destination::open_pass(&mut self.inner, start)? {
+                PassOpened::Started { run, checkpoint } => PassOpened::Started {
+                    run,
+                    checkpoint: self.failing(Bookkeeping::Checkpoint).and(checkpoint),
+                },
+                walked => walked,
+            },
         )
-    }
-
-    fn checkpoint(
-        &self,
-        schedule: uuid::Uuid,
-    ) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError> {
-        self.failing(Bookkeeping::Checkpoint)?;
-        callsync::warehouse::Destination::checkpoint(&self.inner, schedule)
     }
 
     fn finish_run(
@@ -926,8 +909,7 @@ async fn a_failure_opening_or_ending_a_pass_is_its_failure_and_lets_the_claim_go
     let steps = [
         Bookkeeping::Checkpoint,
         Bookkeeping::FinishRun,
-        Bookkeeping::StartRun,
-        Bookkeeping::WalkedSince,
+        Bookkeeping::OpenPass,
     ];
     for step in steps {
         env.sim.touch_calls(&[env.sim.truth(s[0])[0].uid]);
@@ -948,7 +930,7 @@ async fn a_failure_opening_or_ending_a_pass_is_its_failure_and_lets_the_claim_go
         let opened = rows.len() - rows_before;
         match step {
             // Failed before its row exists: none.
-            Bookkeeping::WalkedSince | Bookkeeping::StartRun => {
+            Bookkeeping::OpenPass => {
                 assert_eq!((opened, report.run), (0, None), "{step:?}: {rows:?}")
             }
             // Its row ends failed, with why; nothing was read, nothing written.

@@ -15,8 +15,8 @@ use crate::config::{ConfigError, PostgresConfig};
 use crate::service::{Campaign, Schedule, Timestamp};
 use crate::warehouse::{
     Capability, Checkpoint, Claim, Destination, DryRun, MigrationReport, PageBatch, PageWrite,
-    Prepared, RunId, RunKind, RunRecord, ScheduleStatus, UploadLedger, Walker, WarehouseError,
-    Watch,
+    PassOpened, PassStart, Prepared, RunId, RunRecord, ScheduleStatus, UploadLedger,
+    WarehouseError, Watch,
 };
 
 /// The PostgreSQL database at `warehouse.url`, not yet connected.
@@ -143,25 +143,8 @@ impl Destination for PgWarehouse {
         PgWarehouse::knows_schedule(self, schedule)
     }
 
-    fn walked_since(
-        &self,
-        schedule: Uuid,
-        kind: RunKind,
-        since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError> {
-        PgWarehouse::walked_since(self, schedule, kind, since)
-    }
-
-    fn start_run(
-        &mut self,
-        schedule: Uuid,
-        kind: RunKind,
-        started_at: Timestamp,
-        walker: &Walker,
-    ) -> Result<Option<RunId>, WarehouseError> {
-        Ok(Some(PgWarehouse::start_run(
-            self, schedule, kind, started_at, walker,
-        )?))
+    fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
+        PgWarehouse::open_pass(self, start)
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {

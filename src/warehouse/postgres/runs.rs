@@ -6,16 +6,39 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::PgWarehouse;
-use super::session::{PgContext, RowColumn, instant, micros, wait};
+use super::session::{PgContext, RowColumn, instant, micros, micros_from, wait};
 use crate::service::Timestamp;
+use crate::warehouse::destination::{PassOpened, PassStart};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::records::{
-    Checkpoint, PROCESS_ENDED, RunId, RunKind, RunRecord, WALKER_CHARS, Walker,
+    Checkpoint, PROCESS_ENDED, RunId, RunRecord, WALKER_CHARS, Walker,
 };
 use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 const READ_CHECKPOINT: &str =
     "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = $1";
+
+/// A pass's opening (`PgWarehouse::open_pass`). `$7`, the instant since which another's
+/// pass means this one is not started, is NULL when any is; rounded up to the microsecond,
+/// as `started_at` is stored to it. With none walked since, the row's `id` and the
+/// checkpoint; else no `id`, and who walked it.
+const OPEN_PASS: &str = "WITH latest AS (
+       SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $8 AS finished,
+              host, instance, pid
+       FROM sync_runs
+       WHERE $7::timestamptz IS NOT NULL AND schedule_uid = $1 AND kind = $2
+       ORDER BY id DESC LIMIT 1
+     ), walked AS (
+       SELECT host, instance, pid FROM latest WHERE finished AND started_at >= $7
+     ), run AS (
+       INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
+       SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM walked)
+       RETURNING id
+     )
+     SELECT (SELECT id FROM run), w.host, w.instance, w.pid, c.cursor, c.updated_at
+     FROM (VALUES (1)) AS one (x)
+     LEFT JOIN walked AS w ON true
+     LEFT JOIN sync_checkpoints AS c ON c.schedule_uid = $1";
 
 /// Moves the checkpoint forward only (instants compared by the server).
 pub(super) const ADVANCE_CHECKPOINT: &str =
@@ -34,20 +57,26 @@ impl PgWarehouse {
             wait(self.client()?.query_opt(&statement, &[&schedule]))
                 .pg(&self.target, "reading a checkpoint")
         })?;
-        row.map(|r| self.checkpoint_of(schedule, &r)).transpose()
+        row.map(|r| self.checkpoint_of(schedule, &r, 0)).transpose()
     }
 
-    fn checkpoint_of(&self, schedule: Uuid, row: &Row) -> Result<Checkpoint, WarehouseError> {
+    /// A checkpoint's `cursor` and `updated_at`, from column `first` on.
+    fn checkpoint_of(
+        &self,
+        schedule: Uuid,
+        row: &Row,
+        first: usize,
+    ) -> Result<Checkpoint, WarehouseError> {
         Ok(Checkpoint {
             schedule_uid: schedule,
             cursor: instant(
                 &self.target,
-                row.column(0, &self.target, "reading a checkpoint")?,
+                row.column(first, &self.target, "reading a checkpoint")?,
                 "sync_checkpoints.cursor",
             )?,
             updated_at: instant(
                 &self.target,
-                row.column(1, &self.target, "reading a checkpoint")?,
+                row.column(first + 1, &self.target, "reading a checkpoint")?,
                 "sync_checkpoints.updated_at",
             )?,
         })
@@ -83,7 +112,7 @@ impl PgWarehouse {
                     .query_opt(&format!("{READ_CHECKPOINT} FOR UPDATE"), &[&schedule]),
             )
             .pg(&target, "reading a checkpoint")?
-            .map(|r| self.checkpoint_of(schedule, &r))
+            .map(|r| self.checkpoint_of(schedule, &r, 0))
             .transpose()?;
             match cursor {
                 Some(cursor) => wait(self.client()?.execute(
@@ -126,81 +155,61 @@ impl PgWarehouse {
         }
     }
 
-    pub fn start_run(
-        &mut self,
-        schedule: Uuid,
-        kind: RunKind,
-        started_at: Timestamp,
-        walker: &Walker,
-    ) -> Result<RunId, WarehouseError> {
+    /// The pass's opening in one statement, prepared once per connection
+    /// ([`crate::warehouse::Destination::open_pass`]): the latest pass of the kind read, the
+    /// pass's row inserted unless that one was walked since `unless_walked_since`, and the
+    /// checkpoint read. At 10,000 schedules every idle pass opens so; three statements were
+    /// three round trips and three commits each.
+    pub fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
         self.reconnect_if_closed()?;
         let step = "recording the start of a pass";
+        let walker = start.walker;
         let row = self.replanning(|| {
-            let statement = self.statement(
-                "INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                step,
-            )?;
+            let statement = self.statement(OPEN_PASS, step)?;
             wait(self.client()?.query_one(
                 &statement,
                 &[
-                    &schedule,
-                    &kind.as_str(),
-                    &micros(started_at),
+                    &start.schedule,
+                    &start.kind.as_str(),
+                    &micros(start.started_at),
                     &walker.host,
                     &walker.instance,
                     &i64::from(walker.pid),
+                    &start.unless_walked_since.map(micros_from),
+                    &PROCESS_ENDED,
                 ],
             ))
             .pg(&self.target, step)
         })?;
-        Ok(RunId(row.column(0, &self.target, step)?))
+        let run: Option<i64> = row.column(0, &self.target, step)?;
+        let Some(run) = run else {
+            return Ok(PassOpened::WalkedBy(self.walker_of(&row, 1)?));
+        };
+        let cursor: Option<OffsetDateTime> = row.column(4, &self.target, step)?;
+        let checkpoint = cursor
+            .map(|_| self.checkpoint_of(start.schedule, &row, 4))
+            .transpose();
+        Ok(PassOpened::Started {
+            run: Some(RunId(run)),
+            checkpoint,
+        })
     }
 
-    /// Who walked `schedule`'s latest pass of `kind`, if that pass began at or after `since`
-    /// and finished (the SQLite warehouse's `walked_since`: the caller holds the schedule's
-    /// claim, so a latest pass not finished is one whose process died; nor is one found so).
-    pub fn walked_since(
-        &self,
-        schedule: Uuid,
-        kind: RunKind,
-        since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError> {
-        self.reconnect_if_closed()?;
+    /// Who walked a pass: its `host`, `instance` and `pid` from column `first` on.
+    fn walker_of(&self, row: &Row, first: usize) -> Result<Walker, WarehouseError> {
         let what = "reading a schedule's latest pass";
-        let row = self.replanning(|| {
-            let statement = self.statement(
-                "SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $3,
-                        host, instance, pid
-                 FROM sync_runs WHERE schedule_uid = $1 AND kind = $2 ORDER BY id DESC LIMIT 1",
-                what,
-            )?;
-            wait(
-                self.client()?
-                    .query_opt(&statement, &[&schedule, &kind.as_str(), &PROCESS_ENDED]),
-            )
-            .pg(&self.target, what)
-        })?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let started_at: OffsetDateTime = row.try_get(0).pg(&self.target, what)?;
-        let finished: bool = row.try_get(1).pg(&self.target, what)?;
-        if !finished || instant(&self.target, started_at, "sync_runs.started_at")? < since {
-            return Ok(None);
-        }
         let text = |i: usize| -> Result<Option<String>, WarehouseError> {
-            let value: Option<String> = row.try_get(i).pg(&self.target, what)?;
+            let value: Option<String> = row.column(i, &self.target, what)?;
             // Text from the database, shown in log lines: made safe first.
             Ok(value.map(|t| crate::untrusted::untrusted_text(&t, WALKER_CHARS)))
         };
-        let host = text(2)?.unwrap_or_else(|| "?".to_owned());
-        let pid: Option<i64> = row.try_get(4).pg(&self.target, what)?;
-        Ok(Some(Walker {
-            instance: text(3)?.unwrap_or_else(|| host.clone()),
+        let host = text(first)?.unwrap_or_else(|| "?".to_owned());
+        let pid: Option<i64> = row.column(first + 2, &self.target, what)?;
+        Ok(Walker {
+            instance: text(first + 1)?.unwrap_or_else(|| host.clone()),
             host,
             pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or_default(),
-        }))
+        })
     }
 
     pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {

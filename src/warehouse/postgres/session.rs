@@ -382,6 +382,18 @@ pub(super) fn micros(t: crate::service::Timestamp) -> time::OffsetDateTime {
     t.truncated(1_000).as_offset_date_time()
 }
 
+/// The first microsecond at or after `t`: an instant stored to the microsecond is at or
+/// after it exactly when it is at or after `t`.
+pub(super) fn micros_from(t: crate::service::Timestamp) -> time::OffsetDateTime {
+    let down = t.truncated(1_000);
+    if down < t {
+        down.saturating_add(std::time::Duration::from_micros(1))
+            .as_offset_date_time()
+    } else {
+        down.as_offset_date_time()
+    }
+}
+
 pub(super) fn instant(
     target: &PgTarget,
     value: time::OffsetDateTime,

@@ -16,8 +16,8 @@ use crate::config::WarehouseConfig;
 use crate::service::{Campaign, Schedule, Timestamp};
 use crate::warehouse::{
     BackupReport, Capability, Checkpoint, Claim, Contents, Destination, DryRun, MigrationReport,
-    PageBatch, PageWrite, Prepared, RestoreReport, RunId, RunKind, RunRecord, ScheduleStatus,
-    UploadLedger, Walker, WarehouseError, Watch,
+    PageBatch, PageWrite, PassOpened, PassStart, Prepared, RestoreReport, RunId, RunRecord,
+    ScheduleStatus, UploadLedger, WarehouseError, Watch,
 };
 
 /// The SQLite file at `warehouse.path`, not yet opened.
@@ -175,26 +175,19 @@ impl Destination for Warehouse {
         Warehouse::knows_schedule(self, schedule)
     }
 
-    fn walked_since(
-        &self,
-        schedule: Uuid,
-        kind: RunKind,
-        since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError> {
-        Warehouse::walked_since(self, schedule, kind, since)
-    }
-
-    fn start_run(
-        &mut self,
-        schedule: Uuid,
-        kind: RunKind,
-        started_at: Timestamp,
-        walker: &Walker,
-    ) -> Result<Option<RunId>, WarehouseError> {
-        Ok(Some(
-            self.in_place()?
-                .start_run(schedule, kind, started_at, walker)?,
-        ))
+    /// Three statements: on one file they cost no round trip.
+    fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
+        let PassStart { schedule, kind, .. } = *start;
+        if let Some(since) = start.unless_walked_since
+            && let Some(walker) = Warehouse::walked_since(self, schedule, kind, since)?
+        {
+            return Ok(PassOpened::WalkedBy(walker));
+        }
+        let run = (self.in_place()?).start_run(schedule, kind, start.started_at, start.walker)?;
+        Ok(PassOpened::Started {
+            run: Some(run),
+            checkpoint: Warehouse::checkpoint(self, schedule),
+        })
     }
 
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
