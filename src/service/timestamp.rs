@@ -103,6 +103,19 @@ impl Timestamp {
         Timestamp::from_unix_nanos(n - n.rem_euclid(unit_nanos)).unwrap_or(self)
     }
 
+    /// Whether `self` is before `other` cut to the precision `self` shows: the coarsest of
+    /// whole seconds, milliseconds and microseconds that leaves `self` as it is. So an
+    /// instant one endpoint writes to the millisecond is not before the same instant another
+    /// writes to the microsecond (the spec does not say that they write alike); an instant
+    /// written to the nanosecond is compared as it is.
+    pub fn before_at_own_precision(self, other: Timestamp) -> bool {
+        let shown = [1_000_000_000, 1_000_000, 1_000]
+            .into_iter()
+            .find(|unit| self.truncated(*unit) == self)
+            .unwrap_or(1);
+        self < other.truncated(shown)
+    }
+
     pub fn saturating_sub(self, d: std::time::Duration) -> Self {
         let d = Duration::try_from(d).unwrap_or(Duration::MAX);
         Timestamp(self.0.checked_sub(d).unwrap_or(self.0))
@@ -419,5 +432,32 @@ mod tests {
             t.truncated(1_000).to_rfc3339(),
             "2026-01-31T09:30:37.123456Z"
         );
+    }
+
+    #[test]
+    fn before_at_own_precision_cuts_the_other_to_the_precision_it_shows() {
+        let t = |text: &str| Timestamp::parse(text).unwrap();
+        let listed = t("2026-03-01T12:00:00.123456Z");
+        // The same instant, written coarser: not before it.
+        for same in [
+            "2026-03-01T12:00:00Z",
+            "2026-03-01T12:00:00.123Z",
+            "2026-03-01T12:00:00.123456Z",
+        ] {
+            assert!(!t(same).before_at_own_precision(listed), "{same}");
+        }
+        // An older instant, at any precision; and one a nanosecond older at nanoseconds.
+        for older in [
+            "2026-03-01T11:59:59Z",
+            "2026-03-01T12:00:00.122Z",
+            "2026-03-01T12:00:00.123455Z",
+        ] {
+            assert!(t(older).before_at_own_precision(listed), "{older}");
+        }
+        let fine = t("2026-03-01T12:00:00.123456789Z");
+        assert!(t("2026-03-01T12:00:00.123456788Z").before_at_own_precision(fine));
+        assert!(!fine.before_at_own_precision(fine));
+        // Newer is never before.
+        assert!(!t("2026-03-01T12:00:01Z").before_at_own_precision(listed));
     }
 }

@@ -597,8 +597,13 @@ impl<'e> Pass<'e> {
             }
             match detail {
                 // Not promised by the spec, so checked: the checkpoint will pass the list
-                // item's instant, so an older version written for it would stay.
-                Ok(detail) if detail.updated_at < calls[i].updated_at => {
+                // item's instant, so an older version written for it would stay. At the
+                // detail's own precision, which the spec does not promise is the list's.
+                Ok(detail)
+                    if detail
+                        .updated_at
+                        .before_at_own_precision(calls[i].updated_at) =>
+                {
                     return Err(SyncError::DetailBehindList {
                         call: uid,
                         listed: calls[i].updated_at,
