@@ -209,7 +209,7 @@ fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
              ALTER TABLE sync_checkpoints ALTER COLUMN cursor TYPE text"
         ),
     );
-    let warehouse = PgWarehouse::open_existing(&target).unwrap();
+    let mut warehouse = PgWarehouse::open_existing(&target).unwrap();
     let now = callsync::service::Timestamp::now();
     let status = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         warehouse.status_at(now).map(|_| ())
@@ -223,6 +223,27 @@ fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
     );
     let checkpoint = warehouse.checkpoint(schedule).unwrap_err().to_string();
     assert!(checkpoint.contains("column `cursor`"), "{checkpoint}");
+    // A pass's opening records its row all the same: the checkpoint it cannot read is the
+    // pass's failure, which the pass keeps in that row.
+    let walker = callsync::warehouse::Walker {
+        host: "a-host".into(),
+        instance: "a-host".into(),
+        pid: 1,
+    };
+    let start = callsync::warehouse::PassStart {
+        schedule,
+        kind: callsync::warehouse::RunKind::Incremental,
+        started_at: now,
+        walker: &walker,
+        unless_walked_since: None,
+    };
+    match warehouse.open_pass(&start).unwrap() {
+        callsync::warehouse::PassOpened::Started {
+            run: Some(_),
+            checkpoint: Err(err),
+        } => assert!(err.to_string().contains("column `cursor`"), "{err}"),
+        other => panic!("the row recorded, the checkpoint failed: {other:?}"),
+    }
     pg::query(
         &db,
         "ALTER TABLE sync_checkpoints ALTER COLUMN cursor TYPE timestamptz USING cursor::timestamptz",

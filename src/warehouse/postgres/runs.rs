@@ -185,10 +185,14 @@ impl PgWarehouse {
         let Some(run) = run else {
             return Ok(PassOpened::WalkedBy(self.walker_of(&row, 1)?));
         };
-        let cursor: Option<OffsetDateTime> = row.column(4, &self.target, step)?;
-        let checkpoint = cursor
-            .map(|_| self.checkpoint_of(start.schedule, &row, 4))
-            .transpose();
+        // The row is recorded: a checkpoint that cannot be read is the pass's failure, kept
+        // in that row, not the opening's.
+        let cursor = row.column::<Option<OffsetDateTime>>(4, &self.target, "reading a checkpoint");
+        let checkpoint = cursor.and_then(|cursor| {
+            cursor
+                .map(|_| self.checkpoint_of(start.schedule, &row, 4))
+                .transpose()
+        });
         Ok(PassOpened::Started {
             run: Some(RunId(run)),
             checkpoint,
