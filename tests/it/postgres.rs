@@ -1067,3 +1067,106 @@ fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
     let _later = PgWarehouse::open(&db.target()).unwrap();
     assert_eq!(rows(), [marked(walking), marked(ended)]);
 }
+
+/// A pass that opened with a checkpoint reads its pages first, outside a transaction: one
+/// that changes nothing writes nothing and takes no fence (a transaction would have met the
+/// fence another claim moved, and been refused). A page whose calls are unchanged but whose
+/// checkpoint would move the stored one is written in a transaction, fenced (refused here),
+/// and once claimed again it moves the checkpoint; a page with a changed call is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_the_fence() {
+    if !pg::available("postgres::unchanged_page") {
+        return;
+    }
+    use callsync::service::{OutboundCall, Timestamp};
+    use callsync::warehouse::{PageWrite, PassOpened, PassStart, RunKind, Walker, WarehouseError};
+    let env = crate::harness::TestEnv::start(callsync::simulator::SimulatorOptions {
+        schedules: 1,
+        calls_per_schedule: 20,
+        ..callsync::simulator::SimulatorOptions::default()
+    })
+    .await;
+    let schedule = env.schedules()[0];
+    let calls = env.sim.truth(schedule);
+    let db = pg::database();
+    let target = db.target();
+    tokio::task::spawn_blocking(move || {
+        let mut w = PgWarehouse::open(&target).unwrap();
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let walker = Walker {
+            host: "a-host".into(),
+            instance: "a-host".into(),
+            pid: 1,
+        };
+        let open = |w: &mut PgWarehouse| {
+            let start = PassStart {
+                schedule,
+                kind: RunKind::Incremental,
+                started_at: Timestamp::now(),
+                walker: &walker,
+                unless_walked_since: None,
+            };
+            match w.open_pass(&start).unwrap() {
+                PassOpened::Started { checkpoint, .. } => checkpoint.unwrap().map(|c| c.cursor),
+                other => panic!("{other:?}"),
+            }
+        };
+        let write = |w: &mut PgWarehouse, calls: &[OutboundCall], checkpoint: &str| {
+            let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
+            w.write_hashed_page(
+                schedule,
+                calls,
+                &hashes,
+                Some(at(checkpoint)),
+                Timestamp::now(),
+            )
+        };
+        let (first, later) = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z");
+        let claim = w.claim(schedule).unwrap().expect("free");
+        assert_eq!(open(&mut w), None, "a first sync");
+        assert_eq!(write(&mut w, &calls, first).unwrap().calls_written, 20);
+        drop(claim);
+
+        let claim = w.claim(schedule).unwrap().expect("free");
+        assert_eq!(open(&mut w), Some(at(first)));
+        // Another claim moves the fence: only a page that writes meets it.
+        pg::query(
+            &db,
+            "UPDATE schedule_claims SET generation = generation + 1",
+        );
+        let unchanged = write(&mut w, &calls, first).expect("read, not written: no fence");
+        assert_eq!(
+            unchanged,
+            PageWrite {
+                calls_written: 0,
+                calls_unchanged: 20
+            }
+        );
+        let moved = write(&mut w, &calls, later);
+        assert!(
+            matches!(moved, Err(WarehouseError::ClaimLost { .. })),
+            "a checkpoint to move is written, under the fence: {moved:?}"
+        );
+        drop(claim);
+
+        let claim = w.claim(schedule).unwrap().expect("free");
+        assert_eq!(open(&mut w), Some(at(first)), "nothing was written");
+        let moved = write(&mut w, &calls, later).unwrap();
+        assert_eq!(moved.calls_written, 0);
+        assert_eq!(
+            w.checkpoint(schedule).unwrap().map(|c| c.cursor),
+            Some(at(later))
+        );
+        let mut changed = calls.clone();
+        changed[3].status = "a status never seen".into();
+        assert_eq!(write(&mut w, &changed, later).unwrap().calls_written, 1);
+        let stored = pg::query(
+            &db,
+            &format!("SELECT status FROM calls WHERE uid = '{}'", changed[3].uid),
+        );
+        assert_eq!(stored, [[Some("a status never seen".to_owned())]]);
+        drop(claim);
+    })
+    .await
+    .expect("the scenario ran");
+}

@@ -42,7 +42,7 @@ mod timezone;
 mod tls;
 mod write;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio_postgres::{Client, Statement};
@@ -75,6 +75,11 @@ pub struct PgWarehouse {
     connection: Mutex<Option<Connection>>,
     target: PgTarget,
     locks: Arc<claim::LockSession>,
+    /// Schedules whose pass opened with a checkpoint and whose pages have changed nothing so
+    /// far: their next page is read first, outside a transaction (`write.rs`), as an idle
+    /// pass's page changes nothing. Shared by the forks, since a pass's opening and its pages
+    /// may go over different connections.
+    quiet: Arc<Mutex<HashSet<Uuid>>>,
 }
 
 struct Connection {
@@ -121,6 +126,7 @@ impl PgWarehouse {
             connection: Mutex::new(Some(Connection::new(client))),
             target: target.clone(),
             locks: Arc::new(claim::LockSession::new(target.clone())),
+            quiet: Arc::default(),
         }
     }
 
@@ -132,6 +138,7 @@ impl PgWarehouse {
             connection: Mutex::new(None),
             target: self.target.clone(),
             locks: self.locks.clone(),
+            quiet: self.quiet.clone(),
         }
     }
 

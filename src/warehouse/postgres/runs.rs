@@ -15,7 +15,7 @@ use crate::warehouse::records::{
 };
 use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
-const READ_CHECKPOINT: &str =
+pub(super) const READ_CHECKPOINT: &str =
     "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = $1";
 
 /// A pass's opening (`PgWarehouse::open_pass`). `$7`, the instant since which another's
@@ -193,6 +193,7 @@ impl PgWarehouse {
                 .map(|_| self.checkpoint_of(start.schedule, &row, 4))
                 .transpose()
         });
+        self.expect_quiet(start.schedule, matches!(checkpoint, Ok(Some(_))));
         Ok(PassOpened::Started {
             run: Some(RunId(run)),
             checkpoint,

@@ -4,7 +4,7 @@
 //! (`pipeline.rs`), so a page costs five round trips whatever its size: the transaction's
 //! start with its fence and the stored calls' fingerprints; the calls; their own children
 //! (parameters, attempts, notifications); the attempts' children and the summaries; the
-//! checkpoint with the commit. A page that changes no call costs two.
+//! checkpoint with the commit. A page that changes no call costs two, or one (below).
 //!
 //! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
 //! which round, how their children mirror the service and whether their summary is known.
@@ -16,8 +16,18 @@
 //! A page is written only under its schedule's claim, and its transaction begins with the
 //! claim's fence (`claim.rs`): a process that lost its claim, even without knowing it, never
 //! commits a page after another process claimed the schedule.
+//!
+//! An idle pass's page changes nothing: its calls are stored as they are, its checkpoint
+//! stays. So a pass that opened with a checkpoint reads its pages first outside a transaction
+//! (the stored fingerprints and the checkpoint, one round trip), and writes nothing for one
+//! that changes nothing: nothing is written, so there is nothing to fence or commit. Its
+//! first page that changes something is written as any other, and so are its pages after it
+//! (a round trip more for that one page, where an idle page saves one and four statements).
 
 use std::collections::HashMap;
+use std::sync::PoisonError;
+
+use time::OffsetDateTime;
 
 use uuid::Uuid;
 
@@ -29,7 +39,7 @@ use super::batch::{
 };
 use super::claim::READ_FENCE;
 use super::pipeline::Pipeline;
-use super::runs::ADVANCE_CHECKPOINT;
+use super::runs::{ADVANCE_CHECKPOINT, READ_CHECKPOINT};
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{Attempt, OutboundCall, Timestamp};
 use crate::warehouse::error::WarehouseError;
@@ -118,6 +128,12 @@ impl PgWarehouse {
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
+        if self.quiet_expected(schedule)
+            && let Some(unchanged) =
+                self.replanning(|| self.unchanged_page(schedule, calls, &call_rows, checkpoint))?
+        {
+            return Ok(unchanged);
+        }
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
         self.replanning(|| {
@@ -138,6 +154,67 @@ impl PgWarehouse {
             self.commit_page(schedule, checkpoint)?;
             Ok(written)
         })
+    }
+
+    /// Notes whether `schedule`'s pass opened with a checkpoint: then its pages are read
+    /// first, as long as they change nothing ([`Self::unchanged_page`]).
+    pub(super) fn expect_quiet(&self, schedule: Uuid, quiet: bool) {
+        let mut expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
+        if quiet {
+            expected.insert(schedule);
+        } else {
+            expected.remove(&schedule);
+        }
+    }
+
+    fn quiet_expected(&self, schedule: Uuid) -> bool {
+        let expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
+        expected.contains(&schedule)
+    }
+
+    /// One round trip outside a transaction: the page's stored fingerprints and the
+    /// schedule's checkpoint. The page's counts when no call of it changed and its checkpoint
+    /// would not move the stored one (the write would change nothing); else `None`, and the
+    /// schedule's pages are written in a transaction from now on.
+    fn unchanged_page(
+        &self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+        call_rows: &[CallRow<'_>],
+        checkpoint: Option<Timestamp>,
+    ) -> Result<Option<PageWrite>, WarehouseError> {
+        let (fingerprints, checkpoints) =
+            ("reading the page's stored calls", "reading a checkpoint");
+        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        let mut pipeline = Pipeline::default();
+        pipeline.push(
+            self.statement(READ_FINGERPRINTS, fingerprints)?,
+            vec![&uids],
+            fingerprints,
+        );
+        pipeline.push(
+            self.statement(READ_CHECKPOINT, checkpoints)?,
+            vec![&schedule],
+            checkpoints,
+        );
+        let answers = wait(pipeline.answers(&*self.client()?));
+        let mut answers = pipeline.rows(answers, &self.target)?.into_iter();
+        let stored = stored_fingerprints(&answers.next().unwrap_or_default())
+            .pg(&self.target, fingerprints)?;
+        let cursor: Option<OffsetDateTime> = answers
+            .next()
+            .unwrap_or_default()
+            .first()
+            .map(|row| row.column(0, &self.target, checkpoints))
+            .transpose()?;
+        let plan = plan(calls, call_rows, stored, schedule);
+        // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
+        let stays = checkpoint.is_none_or(|c| cursor.is_some_and(|stored| stored >= micros(c)));
+        if plan.calls.is_empty() && stays {
+            return Ok(Some(plan.counts));
+        }
+        self.expect_quiet(schedule, false);
+        Ok(None)
     }
 
     /// One round trip: the page's transaction begins, its fence is checked
