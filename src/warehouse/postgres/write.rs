@@ -22,7 +22,7 @@
 //! (the stored fingerprints and the checkpoint, one round trip), and writes nothing for one
 //! that changes nothing: nothing is written, so there is nothing to fence or commit. Its
 //! first page that changes something is written as any other, and so are its pages after it
-//! (a round trip more for that one page, where an idle page saves one and four statements).
+//! (a round trip more for that one page, where an idle page saves one and three statements).
 
 use std::collections::HashMap;
 use std::sync::PoisonError;
