@@ -671,10 +671,13 @@ impl PageWalker {
             // Past the group: rows left it since its last page was read. Every row still in
             // it was read by the downward scan (departures only shift rows towards pages it
             // read later), so only an exit page is missing: the group now ends at or before
-            // `first`, and the next probe goes there.
+            // `first`, and the next probe goes there. With pages of the largest size: many
+            // rows may have left (a campaign's batch dialled at once), and a probe reaching
+            // 100 positions below `first` finds the group's end within them, where one of the
+            // walk's size would step back a page at a time and outrun the scan's bound.
             tie.end = Some(first);
             self.within_bounds(&tie)?;
-            return Ok(probe_exit(tie, self.page_size));
+            return Ok(probe_exit(tie, MAX_PAGE_SIZE));
         }
         // The page holds the group's last row next to what follows, or starts at `T` itself
         // (page 1): leave from it.

@@ -1472,3 +1472,27 @@ fn a_window_dropped_by_a_created_call_opens_the_next_with_its_own_departure_coun
     assert_eq!(service.rows.values().filter(|t| **t == at(4)).count(), 426);
     assert_eq!(out.checkpoint, at(now(59)));
 }
+
+/// A third of a large group leaving at once while it is scanned (found by a random seed of
+/// `churn_in_groups_larger_than_a_page_never_skips`): 355 calls at 3 s in a stable order,
+/// pages of 7; 102 of them leave during the downward scan. The exit probe after it finds the
+/// group ending below where the scan saw it end, and looks again below: with pages of the
+/// walk's size it stepped back six rows a probe, ran out of the scan's bound and failed the
+/// walk (`TieUnsettled`) though the schedule was still; with the largest pages it reaches
+/// the group's new end in two probes, and the walk completes.
+#[test]
+fn a_mass_departure_under_a_downward_scan_is_probed_past_in_large_pages() {
+    let events = [(0, 2, 1, 0), (3, 2, 1, 0), (7, 3, 1, 4), (149, 3, 3, 102)];
+    let mut service = Service::ordered(&[(3, 241), (1, 80), (3, 114)], TieOrder::Stable);
+    let how = (Facts::Shown, Duration::ZERO, Serving::InTurn);
+    let (out, error) = walk_served(&mut service, at(0), 7, how, |s, n| {
+        for &(when, kind, secs, k) in &events {
+            if when == n {
+                apply(s, n, kind, secs, k);
+            }
+        }
+    });
+    assert!(error.is_none(), "{error:?}");
+    assert_complete(&service, &out);
+    assert_eq!(out.checkpoint, at(now(149)));
+}
