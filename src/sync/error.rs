@@ -76,8 +76,9 @@ impl SyncError {
 
     /// The failure's kind for scripts (`error_kind`): the API's ([`ApiError::kind`]),
     /// `warehouse` (the SQLite file or the writer thread), `protocol` (pages that break the
-    /// walk's rules, a detail older than its list item), `busy` (another process holds the schedule), `clock` (calls stamped
-    /// past the service's clock further than the walk can go).
+    /// walk's rules, a detail older than its list item), `busy` (another process holds the
+    /// schedule), `clock` (calls stamped past the service's clock further than the walk can
+    /// go).
     pub fn kind(&self) -> ErrorKind {
         match self {
             SyncError::Api(err) => err.kind(),

@@ -26,11 +26,11 @@
 //!
 //! A window that is not quiet is dropped and the group read again in a new one (the count
 //! that closed one opens the next; a window a page's count spoiled reads its sweep to the
-//! end, for what the sweep shows of the order, then asks for a new count, as a call
-//! created meanwhile raised the departure count too); a group that cannot be covered within the page budget,
-//! or in `WalkLimits::max_cover_windows` windows, or that cannot be proven at all (no
-//! `Date` or `total_count`, or younger than the late-commit window) ends the walk with
-//! `WalkError::GroupIncomplete`, the checkpoint held at `T`.
+//! end, for what the sweep shows of the order, then asks for a new count, as a call created
+//! meanwhile raised the departure count too); a group that cannot be covered within the
+//! page budget, or in `WalkLimits::max_cover_windows` windows, or that cannot be proven at
+//! all (no `Date` or `total_count`, or younger than the late-commit window) ends the walk
+//! with `WalkError::GroupIncomplete`, the checkpoint held at `T`.
 //!
 //! Within one sweep, a stable order never shows a call twice: nothing enters the group
 //! (the count), so calls only leave, which moves the calls after them to positions already
