@@ -358,6 +358,44 @@ fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
         .expect("free once its session died");
 }
 
+/// The writer's threads claim together (each on its own handle, one lock session between
+/// them): of claims of one schedule at once, one is granted, though the server would grant
+/// each of them (a session's lock is re-entrant); the others see it held.
+#[test]
+fn of_claims_of_one_schedule_at_once_in_one_process_one_is_granted() {
+    if !pg::available("postgres::concurrent_claims") {
+        return;
+    }
+    let db = pg::database();
+    let first = PgWarehouse::open(&db.target()).unwrap();
+    let handles: Vec<PgWarehouse> = (0..6).map(|_| first.fork()).collect();
+    let schedule = Uuid::from_u128(11);
+    for round in 0..20 {
+        let start = std::sync::Barrier::new(handles.len());
+        let claims: Vec<_> = std::thread::scope(|scope| {
+            let claiming: Vec<_> = handles
+                .iter()
+                .map(|w| {
+                    let start = &start;
+                    scope.spawn(move || {
+                        start.wait();
+                        w.claim(schedule).unwrap()
+                    })
+                })
+                .collect();
+            claiming.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let granted: Vec<_> = claims.into_iter().flatten().collect();
+        assert_eq!(granted.len(), 1, "round {round}: one claim granted");
+        drop(granted);
+        let again = first.claim(schedule).unwrap();
+        assert!(
+            again.is_some(),
+            "round {round}: free once the one granted is dropped"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bi_role_reads_the_views_and_writes_nothing() {
     if !pg::available("postgres::bi_role") {

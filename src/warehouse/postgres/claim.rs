@@ -49,7 +49,7 @@
 //! partition (a warehouse on a network filesystem is not supported: SQLite's locking is not
 //! reliable there).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -109,6 +109,9 @@ struct Sessions {
     current: Option<Arc<Session>>,
     /// The schedules this process holds: the session each lock is on, and its token.
     held: HashMap<Uuid, Held>,
+    /// The schedules a claim of this process is being taken on (its statement in flight):
+    /// a second claim of one of them is refused as if it were held.
+    claiming: HashSet<Uuid>,
 }
 
 struct Held {
@@ -307,19 +310,31 @@ impl LockSession {
 
     /// Takes `schedule`'s lock without waiting; `None` when another session (another process,
     /// or this one) holds it, or when the previous owner's page still holds its fence.
+    ///
+    /// The round trip is made outside the mutex, so that the claims of many passes ride the
+    /// lock session together (pipelined on its connection) instead of one after another:
+    /// held under it, they were the idle pass's critical path at 10,000 schedules. The
+    /// `claiming` set keeps a second claim of the same schedule in this process out
+    /// meanwhile, as `held` does once it is taken (the session's lock is re-entrant, so the
+    /// server would grant it twice).
     pub(super) fn claim(
         self: &Arc<Self>,
         schedule: Uuid,
     ) -> Result<Option<PgClaim>, WarehouseError> {
-        let mut sessions = self.sessions();
-        if sessions
-            .held
-            .get(&schedule)
-            .is_some_and(|held| held.session.alive())
         {
-            return Ok(None);
+            let mut sessions = self.sessions();
+            let held = sessions
+                .held
+                .get(&schedule)
+                .is_some_and(|held| held.session.alive());
+            if held || !sessions.claiming.insert(schedule) {
+                return Ok(None);
+            }
         }
-        let Some((session, generation)) = self.lock_and_bump(&mut sessions, schedule)? else {
+        let taken = self.lock_and_bump(schedule);
+        let mut sessions = self.sessions();
+        sessions.claiming.remove(&schedule);
+        let Some((session, generation)) = taken? else {
             return Ok(None);
         };
         sessions.held.insert(
@@ -341,15 +356,11 @@ impl LockSession {
     /// fencing token; `None` when another session holds the lock, or when the server
     /// cancelled the bump (`statement_timeout`): a page transaction of the previous owner
     /// still holds the fence, and the schedule is as good as busy.
-    fn lock_and_bump(
-        &self,
-        sessions: &mut Sessions,
-        schedule: Uuid,
-    ) -> Result<Option<(Arc<Session>, i64)>, WarehouseError> {
+    fn lock_and_bump(&self, schedule: Uuid) -> Result<Option<(Arc<Session>, i64)>, WarehouseError> {
         let step = "claiming a schedule";
         let (mut retried, mut replanned) = (false, false);
         loop {
-            let session = self.current(sessions)?;
+            let session = self.current(&mut self.sessions())?;
             let key = self.key(schedule);
             let asked = session.ask_prepared(&self.target, step, LOCK_AND_BUMP, |statement| {
                 let client = &session.client;
