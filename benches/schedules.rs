@@ -17,7 +17,10 @@
 //! Each destination runs in turn, in the same run, against a new simulator of the same seed:
 //! a SQLite file, then, when `CALLSYNC_BENCH_POSTGRES` names a server (see
 //! benches/postgres.rs), a new database on it; the table ends with PostgreSQL's times over
-//! SQLite's. `DESTINATIONS=sqlite` or `postgres` runs one.
+//! SQLite's. `DESTINATIONS=sqlite` or `postgres` runs one. `PG_RTT_MS` puts the server that
+//! many milliseconds (a round trip) away from the daemon, as on another machine: the daemon
+//! reaches it over TCP through a port of this process that delays every byte by half of it
+//! each way (`common/distant.rs`; by tokio's timers, so to the next millisecond or so).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -29,8 +32,17 @@ use callsync::simulator::{FaultPlan, Simulator, SimulatorOptions};
 
 #[path = "common/config.rs"]
 mod config;
+#[path = "common/distant.rs"]
+mod distant;
 #[path = "common/pg.rs"]
 mod pg;
+
+fn env_f64(name: &str, default: f64) -> f64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -78,28 +90,50 @@ impl TickLine {
 /// Where the daemon writes: a SQLite file in the temp dir, or a new PostgreSQL database.
 enum Destination {
     Sqlite(std::path::PathBuf),
-    Postgres(String),
+    /// The daemon's URI, and the round trip to the server it adds (`PG_RTT_MS`).
+    Postgres(String, Duration),
 }
 
 impl Destination {
     /// A new database on the server `admin` names.
+    /// With `PG_RTT_MS`, the daemon reaches it through [`pg::distant`]: a server that many
+    /// milliseconds away, as on another machine.
     fn postgres(admin: &str, runtime: &tokio::runtime::Runtime) -> Destination {
         let name = format!("bench_schedules_{}", std::process::id());
         runtime.block_on(pg::admin_sql(admin, &format!("CREATE DATABASE {name}")));
-        Destination::Postgres(pg::with_dbname(admin, &name))
+        let url = pg::with_dbname(admin, &name);
+        let rtt = Duration::from_micros((env_f64("PG_RTT_MS", 0.0) * 1000.0) as u64);
+        if rtt.is_zero() {
+            return Destination::Postgres(url, Duration::ZERO);
+        }
+        let port = runtime.block_on(distant::distant(&url, rtt / 2));
+        let user = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('@'))
+            .map_or("postgres", |(user, _)| user);
+        Destination::Postgres(
+            format!("postgresql://{user}@127.0.0.1:{port}/{name}?sslmode=disable"),
+            rtt,
+        )
     }
 
-    fn name(&self) -> &'static str {
+    fn name(&self) -> String {
         match self {
-            Destination::Sqlite(_) => "SQLite",
-            Destination::Postgres(_) => "PostgreSQL (local, Unix socket)",
+            Destination::Sqlite(_) => "SQLite".into(),
+            Destination::Postgres(_, rtt) if rtt.is_zero() => {
+                "PostgreSQL (local, Unix socket)".into()
+            }
+            Destination::Postgres(_, rtt) => format!(
+                "PostgreSQL ({} ms a round trip away)",
+                rtt.as_secs_f64() * 1000.0
+            ),
         }
     }
 
     fn config_line(&self) -> String {
         match self {
             Destination::Sqlite(path) => format!("path = \"{}\"", path.display()),
-            Destination::Postgres(url) => format!("url = \"{url}\""),
+            Destination::Postgres(url, _) => format!("url = \"{url}\""),
         }
     }
 
@@ -117,7 +151,7 @@ impl Destination {
                 conn.query_row(&SQL.replace("::bigint", ""), [], |r| r.get(0))
                     .expect("sync_runs reads")
             }
-            Destination::Postgres(url) => runtime.block_on(async {
+            Destination::Postgres(url, _) => runtime.block_on(async {
                 let client = pg::connect(url).await;
                 let row = client.query_one(SQL, &[]).await.expect("sync_runs reads");
                 row.get(0)
@@ -149,7 +183,7 @@ struct Tick {
 
 /// What one destination's daemon did.
 struct Measured {
-    destination: &'static str,
+    destination: String,
     /// From the process's start to the end of the first sync.
     first_wall: Duration,
     /// The first sync, then the idle passes.

@@ -110,6 +110,15 @@ impl Drop for Grant<'_> {
     }
 }
 
+/// A pass waiting for its slot, counted as long as it waits (`PassSlots::binding`).
+struct WaitingForSlot<'a>(&'a Limiter);
+
+impl Drop for WaitingForSlot<'_> {
+    fn drop(&mut self) {
+        self.0.lock().passes.stop_waiting();
+    }
+}
+
 /// Every lane is paused by a `Retry-After` beyond the deadline of the request that waited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PausedBeyondDeadline {
@@ -189,6 +198,9 @@ impl Limiter {
     /// `None` never happens (the slots are never closed), but a caller need not trust that.
     pub async fn pass_slot(&self) -> Option<PassSlot> {
         let slots = self.lock().passes.semaphore();
+        self.lock().passes.start_waiting();
+        // Counted out when it has its slot or its wait is dropped (cancel-safe).
+        let _waiting = WaitingForSlot(self);
         loop {
             let slot = Arc::clone(&slots).acquire_owned().await.ok()?;
             let mut state = self.lock();
@@ -409,7 +421,7 @@ impl State {
             epoch: self.epoch,
             rated: spacing.is_some(),
             waited: now.duration_since(arrived),
-            sent: self.in_flight.send(),
+            sent: self.in_flight.send(self.passes.binding()),
         })
     }
 

@@ -21,13 +21,21 @@
 //! - **A 429, a 5xx or a request unanswered cuts it** to [`DROP_DECREASE`] of itself, once per
 //!   round: answers to requests sent before the last cut say nothing of the new limit (as the
 //!   rate's cuts, `limiter.rs`).
-//! - **Only a limit that is used grows**: an answer while fewer than half the limit were in
-//!   flight (the passes had no more to send: the writer, or the schedules, bound them) leaves
-//!   it as it is, so an idle stretch does not leave a limit no latency ever justified.
+//! - **Only a limit that is used grows**: an answer to a request sent while fewer than half the
+//!   limit were in flight leaves it as it is, so an idle stretch does not leave a limit no
+//!   latency ever justified — unless the limit was binding the passes: every pass slot taken
+//!   and a pass waiting for one (see below).
 //!
 //! The same limit bounds the passes running at once ([`PassSlots`]): a pass that waits for a
 //! slot holds nothing but its place in a FIFO queue, and passes start as the limit lets
-//! requests through, not a fixed number of them.
+//! requests through, not a fixed number of them. A pass spends part of its time on the
+//! warehouse, not in a request: with a warehouse a round trip away (PostgreSQL on another
+//! machine) most of it, so the passes running had fewer than half the limit in flight, and the
+//! limit, unused by that rule, never grew — nor, bound by it, did the passes: 16 at a time
+//! whatever waited (10,000 schedules, the server 1 ms away, the service at 0 ms: an idle pass
+//! took 12.3–13.9 s, against 9.8–9.9 s with this rule; BENCHMARKS.md). A request sent while
+//! passes wait for slots all taken is counted as using the limit: the passes are what it
+//! holds back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +72,8 @@ pub struct Sent {
     round: u64,
     /// Requests in flight once it was sent, itself included.
     in_flight: usize,
+    /// Whether, when it was sent, the limit held passes back ([`PassSlots::binding`]).
+    passes_held: bool,
 }
 
 /// The limit and what is in flight under it.
@@ -101,12 +111,14 @@ impl InFlight {
         self.in_flight < self.limit()
     }
 
-    /// Counts a request going out (whether or not there was room: the caller checks).
-    pub fn send(&mut self) -> Sent {
+    /// Counts a request going out (whether or not there was room: the caller checks);
+    /// `passes_held`: whether the limit holds passes back now ([`PassSlots::binding`]).
+    pub fn send(&mut self, passes_held: bool) -> Sent {
         self.in_flight += 1;
         Sent {
             round: self.round,
             in_flight: self.in_flight,
+            passes_held,
         }
     }
 
@@ -115,8 +127,8 @@ impl InFlight {
     pub fn answered(&mut self, sent: Sent, latency: Duration) {
         let short = latency.as_secs_f64().max(1e-6);
         let long = self.average(short);
-        // Used: at least half the limit was in flight when it was sent.
-        if (sent.in_flight as f64) < self.limit / 2.0 {
+        // Used: at least half the limit was in flight when it was sent, or it held passes back.
+        if (sent.in_flight as f64) < self.limit / 2.0 && !sent.passes_held {
             return;
         }
         let gradient = (TOLERANCE * long / short).clamp(0.5, 1.0);
@@ -166,6 +178,8 @@ pub struct PassSlots {
     semaphore: Arc<Semaphore>,
     /// Permits that exist, held or not; above the limit until enough are returned to forget.
     issued: usize,
+    /// Passes waiting for a slot.
+    waiting: usize,
 }
 
 /// A running pass's slot, given back when dropped.
@@ -176,7 +190,22 @@ impl PassSlots {
         PassSlots {
             semaphore: Arc::new(Semaphore::new(limit)),
             issued: limit,
+            waiting: 0,
         }
+    }
+
+    /// Whether the limit holds passes back: every slot is taken and a pass waits for one.
+    pub fn binding(&self) -> bool {
+        self.waiting > 0 && self.semaphore.available_permits() == 0
+    }
+
+    /// A pass begins waiting for a slot ([`Self::stop_waiting`] when it has one, or gives up).
+    pub fn start_waiting(&mut self) {
+        self.waiting += 1;
+    }
+
+    pub fn stop_waiting(&mut self) {
+        self.waiting = self.waiting.saturating_sub(1);
     }
 
     /// Makes the slots follow `limit`: new ones at once; fewer as running passes end.

@@ -206,3 +206,43 @@ async fn passes_run_as_many_at_once_as_the_limit_in_flight() {
     slots.pop();
     assert!(limiter.pass_slot().await.is_some());
 }
+
+/// Passes that spend their time on the warehouse send few requests at once, fewer than half
+/// the limit; while passes wait for slots all taken, those requests count as using the limit,
+/// which grows (0.8 an answer) until no pass waits, and then stops.
+#[tokio::test(start_paused = true)]
+async fn a_limit_that_holds_passes_back_grows_until_none_waits() {
+    let limiter = Arc::new(Limiter::new(None, 256));
+    let far = Instant::now() + Duration::from_secs(3600);
+    // 56 passes, each holding its slot once it has one (as a pass on the warehouse does).
+    let running = Arc::new(AtomicUsize::new(0));
+    let mut passes = Vec::new();
+    for _ in 0..56 {
+        let (limiter, running) = (Arc::clone(&limiter), Arc::clone(&running));
+        passes.push(tokio::spawn(async move {
+            let slot = limiter.pass_slot().await.expect("a slot");
+            running.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<()>().await;
+            drop(slot);
+        }));
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(running.load(Ordering::SeqCst), 16);
+    // One request at a time, never half the limit in flight.
+    for _ in 0..200 {
+        let grant = limiter.acquire(None, far).await.unwrap();
+        tokio::time::sleep(ms(50)).await;
+        limiter.succeeded(&grant);
+        drop(grant);
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(running.load(Ordering::SeqCst), 56, "every pass runs");
+    assert_eq!(
+        limiter.in_flight_limit(),
+        56,
+        "and the limit grew no further"
+    );
+    for pass in passes {
+        pass.abort();
+    }
+}
