@@ -24,7 +24,8 @@
 //! - **Only a limit that is used grows**: an answer to a request sent while fewer than half the
 //!   limit were in flight leaves it as it is, so an idle stretch does not leave a limit no
 //!   latency ever justified — unless the limit was binding the passes: every pass slot taken
-//!   and a pass waiting for one (see below).
+//!   and a pass waiting for one (see below); then it grows while latency holds, and never
+//!   shrinks for it.
 //!
 //! The same limit bounds the passes running at once ([`PassSlots`]): a pass that waits for a
 //! slot holds nothing but its place in a FIFO queue, and passes start as the limit lets
@@ -127,13 +128,23 @@ impl InFlight {
     pub fn answered(&mut self, sent: Sent, latency: Duration) {
         let short = latency.as_secs_f64().max(1e-6);
         let long = self.average(short);
-        // Used: at least half the limit was in flight when it was sent, or it held passes back.
-        if (sent.in_flight as f64) < self.limit / 2.0 && !sent.passes_held {
+        // Used: at least half the limit was in flight when it was sent.
+        let used = sent.in_flight as f64 >= self.limit / 2.0;
+        if !used && !sent.passes_held {
             return;
         }
         let gradient = (TOLERANCE * long / short).clamp(0.5, 1.0);
         let suggested = self.limit * gradient + QUEUE;
         let smoothed = self.limit * (1.0 - SMOOTHING) + suggested * SMOOTHING;
+        // Passes held back, with few requests in flight, are evidence that more may run, never
+        // that fewer should: the latency of so few requests says nothing of the load the limit
+        // allows (a service at a fraction of a millisecond, its answers' jitter, cut it to a
+        // tenth, and a service that then moved away was learnt a few seconds later).
+        let smoothed = if used {
+            smoothed
+        } else {
+            smoothed.max(self.limit)
+        };
         self.limit = smoothed.clamp(1.0, self.max);
     }
 

@@ -246,3 +246,52 @@ async fn a_limit_that_holds_passes_back_grows_until_none_waits() {
         pass.abort();
     }
 }
+
+/// With passes held back and few requests in flight, a latency that rises (the jitter of a
+/// service answering in a fraction of a millisecond, or one that moved away) leaves the
+/// limit as it is: so few requests say nothing of the load the limit allows.
+#[tokio::test(start_paused = true)]
+async fn few_requests_while_passes_are_held_never_shrink_the_limit() {
+    let limiter = Arc::new(Limiter::new(None, 256));
+    let far = Instant::now() + Duration::from_secs(3600);
+    let mut slots = Vec::new();
+    for _ in 0..16 {
+        slots.push(limiter.pass_slot().await.expect("a slot"));
+    }
+    // Passes wait for slots all taken (as at a tick of 10,000 schedules).
+    let waiting: Vec<_> = (0..100)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let slot = limiter.pass_slot().await;
+                std::future::pending::<()>().await;
+                drop(slot);
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let answer_after = |latency| {
+        let limiter = Arc::clone(&limiter);
+        async move {
+            let grant = limiter.acquire(None, far).await.unwrap();
+            tokio::time::sleep(latency).await;
+            limiter.succeeded(&grant);
+        }
+    };
+    // Ten answers at 1 ms: the average is learnt (the first ten are averaged plainly), and
+    // each adds 0.8.
+    for _ in 0..10 {
+        answer_after(ms(1)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(limiter.in_flight_limit(), 24);
+    // The latency rises 50-fold: no cut, and no growth either (the gradient is below 1).
+    for _ in 0..20 {
+        answer_after(ms(50)).await;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(limiter.in_flight_limit(), 24, "neither cut nor grown");
+    for pass in waiting {
+        pass.abort();
+    }
+}
