@@ -197,8 +197,11 @@ impl Limiter {
     /// flight. A waiter holds only its place in the queue (first come, first served).
     /// `None` never happens (the slots are never closed), but a caller need not trust that.
     pub async fn pass_slot(&self) -> Option<PassSlot> {
-        let slots = self.lock().passes.semaphore();
-        self.lock().passes.start_waiting();
+        let slots = {
+            let mut state = self.lock();
+            state.passes.start_waiting();
+            state.passes.semaphore()
+        };
         // Counted out when it has its slot or its wait is dropped (cancel-safe).
         let _waiting = WaitingForSlot(self);
         loop {

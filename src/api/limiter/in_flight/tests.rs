@@ -45,6 +45,33 @@ async fn rounds(limiter: &Limiter, latency: Duration, rounds: usize) -> Vec<usiz
     limits
 }
 
+/// One request, alone, answered after `latency`.
+async fn one_answered_after(limiter: &Limiter, latency: Duration) {
+    let far = Instant::now() + Duration::from_secs(3600);
+    let grant = limiter.acquire(None, far).await.expect("no pause");
+    tokio::time::sleep(latency).await;
+    limiter.succeeded(&grant);
+}
+
+/// `n` passes that each wait for a slot and, once they have one, hold it (as a pass busy on
+/// the warehouse does); `running` counts those that have one.
+fn passes_holding_slots(
+    limiter: &Arc<Limiter>,
+    n: usize,
+    running: &Arc<AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let (limiter, running) = (Arc::clone(limiter), Arc::clone(running));
+            tokio::spawn(async move {
+                let _slot = limiter.pass_slot().await.expect("a slot");
+                running.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            })
+        })
+        .collect()
+}
+
 #[tokio::test(start_paused = true)]
 async fn latency_that_holds_grows_the_limit_to_the_maximum() {
     let limiter = Limiter::new(None, 256);
@@ -144,12 +171,9 @@ async fn a_429_or_a_5xx_cuts_it_once_a_round() {
 #[tokio::test(start_paused = true)]
 async fn a_limit_not_used_does_not_grow() {
     let limiter = Limiter::new(None, 256);
-    let far = Instant::now() + Duration::from_secs(3600);
     // One request at a time, a thousand times: never half the limit in flight.
     for _ in 0..1000 {
-        let grant = limiter.acquire(None, far).await.unwrap();
-        tokio::time::sleep(ms(50)).await;
-        limiter.succeeded(&grant);
+        one_answered_after(&limiter, ms(50)).await;
     }
     assert_eq!(limiter.in_flight_limit(), 16);
 }
@@ -213,27 +237,13 @@ async fn passes_run_as_many_at_once_as_the_limit_in_flight() {
 #[tokio::test(start_paused = true)]
 async fn a_limit_that_holds_passes_back_grows_until_none_waits() {
     let limiter = Arc::new(Limiter::new(None, 256));
-    let far = Instant::now() + Duration::from_secs(3600);
-    // 56 passes, each holding its slot once it has one (as a pass on the warehouse does).
     let running = Arc::new(AtomicUsize::new(0));
-    let mut passes = Vec::new();
-    for _ in 0..56 {
-        let (limiter, running) = (Arc::clone(&limiter), Arc::clone(&running));
-        passes.push(tokio::spawn(async move {
-            let slot = limiter.pass_slot().await.expect("a slot");
-            running.fetch_add(1, Ordering::SeqCst);
-            std::future::pending::<()>().await;
-            drop(slot);
-        }));
-    }
+    let passes = passes_holding_slots(&limiter, 56, &running);
     tokio::task::yield_now().await;
     assert_eq!(running.load(Ordering::SeqCst), 16);
     // One request at a time, never half the limit in flight.
     for _ in 0..200 {
-        let grant = limiter.acquire(None, far).await.unwrap();
-        tokio::time::sleep(ms(50)).await;
-        limiter.succeeded(&grant);
-        drop(grant);
+        one_answered_after(&limiter, ms(50)).await;
         tokio::task::yield_now().await;
     }
     assert_eq!(running.load(Ordering::SeqCst), 56, "every pass runs");
@@ -253,45 +263,26 @@ async fn a_limit_that_holds_passes_back_grows_until_none_waits() {
 #[tokio::test(start_paused = true)]
 async fn few_requests_while_passes_are_held_never_shrink_the_limit() {
     let limiter = Arc::new(Limiter::new(None, 256));
-    let far = Instant::now() + Duration::from_secs(3600);
-    let mut slots = Vec::new();
-    for _ in 0..16 {
-        slots.push(limiter.pass_slot().await.expect("a slot"));
-    }
-    // Passes wait for slots all taken (as at a tick of 10,000 schedules).
-    let waiting: Vec<_> = (0..100)
-        .map(|_| {
-            let limiter = Arc::clone(&limiter);
-            tokio::spawn(async move {
-                let slot = limiter.pass_slot().await;
-                std::future::pending::<()>().await;
-                drop(slot);
-            })
-        })
-        .collect();
+    // 16 passes run, 100 more wait for slots all taken (as at a tick of 10,000 schedules).
+    let running = Arc::new(AtomicUsize::new(0));
+    let passes = passes_holding_slots(&limiter, 116, &running);
     tokio::task::yield_now().await;
-    let answer_after = |latency| {
-        let limiter = Arc::clone(&limiter);
-        async move {
-            let grant = limiter.acquire(None, far).await.unwrap();
-            tokio::time::sleep(latency).await;
-            limiter.succeeded(&grant);
-        }
-    };
+    assert_eq!(running.load(Ordering::SeqCst), 16);
     // Ten answers at 1 ms: the average is learnt (the first ten are averaged plainly), and
-    // each adds 0.8.
+    // each adds 0.8; the eight passes let in take the new slots, and the rest still wait.
     for _ in 0..10 {
-        answer_after(ms(1)).await;
+        one_answered_after(&limiter, ms(1)).await;
         tokio::task::yield_now().await;
     }
     assert_eq!(limiter.in_flight_limit(), 24);
+    assert_eq!(running.load(Ordering::SeqCst), 24);
     // The latency rises 50-fold: no cut, and no growth either (the gradient is below 1).
     for _ in 0..20 {
-        answer_after(ms(50)).await;
+        one_answered_after(&limiter, ms(50)).await;
         tokio::task::yield_now().await;
     }
     assert_eq!(limiter.in_flight_limit(), 24, "neither cut nor grown");
-    for pass in waiting {
+    for pass in passes {
         pass.abort();
     }
 }
