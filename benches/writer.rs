@@ -270,7 +270,7 @@ impl ServedParams {
             external_ids: sample().filter_map(|c| c.external_id.clone()).collect(),
             recent: updated
                 .get(updated.len() * 9 / 10)
-                .map_or_else(String::new, |t| t.to_sqlite()),
+                .map_or_else(String::new, |t| t.to_warehouse_text()),
             parameter: truth
                 .iter()
                 .flat_map(|c| c.outbound_call_info.custom_parameters.keys())

@@ -106,7 +106,7 @@ fn new_warehouse(path: &Path, layout: Layout) -> Connection {
 }
 
 fn ts(t: Option<Timestamp>) -> Option<String> {
-    t.map(Timestamp::to_sqlite)
+    t.map(Timestamp::to_warehouse_text)
 }
 
 fn insert_call(tx: &rusqlite::Transaction<'_>, call: &OutboundCall) {
@@ -135,8 +135,8 @@ fn insert_call(tx: &rusqlite::Transaction<'_>, call: &OutboundCall) {
         ts(call.cooldown_until),
         call.attempts_remaining,
         serde_json::to_string(&call.retry_intervals).ok(),
-        call.created_at.to_sqlite(),
-        call.updated_at.to_sqlite(),
+        call.created_at.to_warehouse_text(),
+        call.updated_at.to_warehouse_text(),
         info.phone_number,
         info.phone_number.as_ref().map(|p| format!("+{p}")),
         info.full_name,
@@ -155,7 +155,7 @@ fn insert_call(tx: &rusqlite::Transaction<'_>, call: &OutboundCall) {
         false,
         call.notifications().map_or(0, <[_]>::len) as i64,
         call.content_hash() as i64,
-        Timestamp::now().to_sqlite(),
+        Timestamp::now().to_warehouse_text(),
     ])
     .expect("a call");
     let mut params_stmt = tx
@@ -267,8 +267,8 @@ fn insert_call_ordered(tx: &rusqlite::Transaction<'_>, call: &OutboundCall) {
         ts(call.cooldown_until),
         call.attempts_remaining,
         serde_json::to_string(&call.retry_intervals).ok(),
-        call.created_at.to_sqlite(),
-        call.updated_at.to_sqlite(),
+        call.created_at.to_warehouse_text(),
+        call.updated_at.to_warehouse_text(),
         info.phone_number,
         info.phone_number.as_ref().map(|p| format!("+{p}")),
         info.full_name,
@@ -287,7 +287,7 @@ fn insert_call_ordered(tx: &rusqlite::Transaction<'_>, call: &OutboundCall) {
         false,
         call.notifications().map_or(0, <[_]>::len) as i64,
         call.content_hash() as i64,
-        Timestamp::now().to_sqlite(),
+        Timestamp::now().to_warehouse_text(),
     ])
     .expect("a call");
     let call_id = tx.last_insert_rowid();

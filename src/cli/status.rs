@@ -85,7 +85,10 @@ pub(super) fn needing_attention(
                 .unwrap_or_default();
             let backing_off = match &row.backing_off {
                 Some(b) if row.is_backing_off() => {
-                    format!("; the daemon backs off until {}", b.next_try_at)
+                    format!(
+                        "; the daemon backs off until {}",
+                        b.next_try_at.to_warehouse_text()
+                    )
                 }
                 _ => String::new(),
             };
@@ -204,7 +207,7 @@ fn note_backing_off(config: &Config, row: &mut crate::warehouse::ScheduleStatus,
     row.backing_off = Some(crate::warehouse::BackingOff {
         failures: row.failed_passes,
         ticks,
-        next_try_at: next.to_sqlite(),
+        next_try_at: next,
     });
 }
 
@@ -228,30 +231,11 @@ mod tests {
         // A schedule whose latest pass ended `last` (`None`: it has not ended).
         let row = |uid: &Uuid, last: Option<crate::warehouse::RunOutcome>, behind: i64| {
             crate::warehouse::ScheduleStatus {
-                schedule_uid: *uid,
-                cursor: None,
-                lag_secs: None,
-                last_run: None,
                 last_result: Some(last),
-                last_success_at: None,
                 behind_passes: behind,
                 falling_behind: behind >= crate::warehouse::FALLING_BEHIND_PASSES,
-                slowed_by: Vec::new(),
-                failed_passes: 0,
-                backing_off: None,
-                ticks_since_last_pass: None,
-                no_recent_pass: false,
                 never_synced: false,
-                calls: 0,
-                attempts: 0,
-                outcomes: 0,
-                variables: 0,
-                notifications: 0,
-                schedule_name: None,
-                busy_since: None,
-                checkpoint_moved_at: None,
-                stale_secs: None,
-                over_max_lag: false,
+                ..crate::warehouse::ScheduleStatus::never_synced(*uid)
             }
         };
         use crate::warehouse::RunOutcome::*;
@@ -292,7 +276,7 @@ mod tests {
         // and named.
         let mut busy = row(&c, None, 0);
         busy.schedule_name = Some("Renewals".into());
-        busy.busy_since = Some("2026-11-25T03:30:00Z".into());
+        busy.busy_since = Some(crate::service::Timestamp::parse("2026-11-25T03:30:00Z").unwrap());
         busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS - 1);
         assert!(needing_attention(&[busy.clone()], &[c]).is_empty());
         busy.set_ticks_since_last_pass(crate::warehouse::LATE_PASS_TICKS);

@@ -55,9 +55,9 @@ impl Timestamp {
         Timestamp::try_from(parsed).map_err(|e| error(e.reason))
     }
 
-    /// Parses the warehouse's text form ([`Self::to_sqlite`]), and the form of schema 6 and
+    /// Parses the warehouse's text form ([`Self::to_warehouse_text`]), and the form of schema 6 and
     /// older (`YYYY-MM-DD HH:MM:SS[.fraction]`, UTC, no zone), which migration 7 rewrites.
-    pub fn parse_sqlite(text: &str) -> Result<Self, TimestampError> {
+    pub fn parse_warehouse_text(text: &str) -> Result<Self, TimestampError> {
         let text = text.trim();
         if text.ends_with(['Z', 'z']) {
             Self::parse(text)
@@ -89,7 +89,7 @@ impl Timestamp {
     /// `2026-01-31T09:30:00.250000Z`. Fixed width, so text order is time order; a finer
     /// fraction is truncated to the microsecond (the instant at or before this one), which is
     /// what SQLite (milliseconds), pandas and Grafana (nanoseconds) read alike.
-    pub fn to_sqlite(self) -> String {
+    pub fn to_warehouse_text(self) -> String {
         self.text(Fraction::Micros).as_str().to_owned()
     }
 
@@ -300,7 +300,7 @@ mod tests {
             assert_eq!(t.to_rfc3339(), rfc3339);
             assert_eq!(t.to_string(), rfc3339);
             assert_eq!(serde_json::to_string(&t).unwrap(), format!("\"{rfc3339}\""));
-            assert_eq!(t.to_sqlite(), sqlite);
+            assert_eq!(t.to_warehouse_text(), sqlite);
         }
     }
 
@@ -348,7 +348,7 @@ mod tests {
         }
         // The edges themselves are fine, and print back in four digits.
         assert_eq!(
-            ts("9999-12-31T22:59:59-01:00").to_sqlite(),
+            ts("9999-12-31T22:59:59-01:00").to_warehouse_text(),
             "9999-12-31T23:59:59.000000Z"
         );
         assert_eq!(
@@ -386,20 +386,23 @@ mod tests {
             ts("2026-01-31T09:30:36.999Z"),
             ts("2026-01-31T09:30:37.25Z"),
         ];
-        let mut texts: Vec<String> = values.iter().map(|t| t.to_sqlite()).collect();
+        let mut texts: Vec<String> = values.iter().map(|t| t.to_warehouse_text()).collect();
         values.sort();
         texts.sort();
-        let sorted: Vec<String> = values.iter().map(|t| t.to_sqlite()).collect();
+        let sorted: Vec<String> = values.iter().map(|t| t.to_warehouse_text()).collect();
         assert_eq!(texts, sorted);
         assert_eq!(sorted[0], "2026-01-31T09:30:36.999000Z");
         assert_eq!(sorted[1], "2026-01-31T09:30:37.000000Z");
         assert_eq!(sorted[2], "2026-01-31T09:30:37.000001Z");
         // Read back as the same instant; the form of schema 6 and older too.
         for t in values {
-            assert_eq!(Timestamp::parse_sqlite(&t.to_sqlite()).unwrap(), t);
+            assert_eq!(
+                Timestamp::parse_warehouse_text(&t.to_warehouse_text()).unwrap(),
+                t
+            );
         }
         assert_eq!(
-            Timestamp::parse_sqlite("2026-01-31 09:30:37.250").unwrap(),
+            Timestamp::parse_warehouse_text("2026-01-31 09:30:37.250").unwrap(),
             ts("2026-01-31T09:30:37.25Z")
         );
     }
@@ -408,11 +411,11 @@ mod tests {
     fn sqlite_form_truncates_below_the_microsecond() {
         // The instant at or before: a checkpoint read back never skips a change.
         assert_eq!(
-            ts("2026-01-31T09:30:37.123456789Z").to_sqlite(),
+            ts("2026-01-31T09:30:37.123456789Z").to_warehouse_text(),
             "2026-01-31T09:30:37.123456Z"
         );
         assert_eq!(
-            ts("1969-12-31T23:59:59.999999999Z").to_sqlite(),
+            ts("1969-12-31T23:59:59.999999999Z").to_warehouse_text(),
             "1969-12-31T23:59:59.999999Z"
         );
     }

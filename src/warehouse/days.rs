@@ -69,7 +69,7 @@ pub fn offsets(zone: Tz) -> Vec<OffsetRow> {
                 }
             }
             let at = Timestamp::from_unix_nanos(i128::from(hi) * 1_000_000_000)
-                .map(Timestamp::to_sqlite)
+                .map(Timestamp::to_warehouse_text)
                 .unwrap_or_else(|| BEGINNING.to_owned());
             rows.push(OffsetRow {
                 starts_at: at,

@@ -1,7 +1,7 @@
 //! What every table, view and column of the warehouse means, from ONE source:
 //! `contrib/datasette/metadata.json` (what Datasette shows), compiled in. PostgreSQL gets the
 //! same text as `COMMENT ON` (`postgres/comments.rs`), which Metabase, Grafana, DBeaver and
-//! `\d+` show; the few objects only PostgreSQL has are described here, as Datasette never
+//! `\d+` show; the few objects only PostgreSQL has are described there, as Datasette never
 //! sees them. Tests keep every column of both back ends described.
 
 /// One table or view and its columns, in the order the source gives them.
@@ -38,43 +38,6 @@ pub fn shared() -> Vec<Described> {
         .collect()
 }
 
-/// The tables only the PostgreSQL warehouse has.
-pub fn postgres_only() -> Vec<Described> {
-    let described = |object: &str, description: &str, columns: &[(&str, &str)]| Described {
-        object: object.to_owned(),
-        description: description.to_owned(),
-        columns: columns
-            .iter()
-            .map(|(c, d)| ((*c).to_owned(), (*d).to_owned()))
-            .collect(),
-    };
-    vec![
-        described(
-            "callsync_schema",
-            "PostgreSQL only: the version of callsync's schema (migrations-postgres/), one row. callsync refuses a database whose version it does not know.",
-            &[(
-                "version",
-                "The schema version: the number of migrations applied.",
-            )],
-        ),
-        described(
-            "schedule_claims",
-            "PostgreSQL only: each schedule's fencing token. A process that claims a schedule (its advisory lock) bumps generation; each page it writes checks the number is still its own, so a process that lost its claim unknowingly cannot commit.",
-            &[
-                ("schedule_uid", "The schedule."),
-                (
-                    "generation",
-                    "Bumped by every claim; the writer's page commits only while it holds the latest.",
-                ),
-                ("claimed_at", "When the latest claim was taken (UTC)."),
-            ],
-        ),
-    ]
-}
-
-/// `local_day(t)`'s description (PostgreSQL's function).
-pub const LOCAL_DAY_FUNCTION: &str = "The day of instant t in the warehouse's time zone (warehouse.timezone; UTC until set), from timezone_offsets: the same days as the views' created_day and started_day, and as SQLite's local_days. SELECT local_day(started_at), count(*) FROM attempt_results GROUP BY 1.";
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,7 +47,7 @@ mod tests {
         let shared = shared();
         assert!(shared.iter().any(|d| d.object == "calls"));
         assert!(shared.iter().any(|d| d.object == "schedule_outcomes"));
-        for d in shared.iter().chain(&postgres_only()) {
+        for d in &shared {
             assert!(!d.description.trim().is_empty(), "{}", d.object);
             assert!(!d.columns.is_empty(), "{}", d.object);
             for (column, about) in &d.columns {

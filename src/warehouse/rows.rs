@@ -1,6 +1,6 @@
 //! Model → row: the one place that decides how a field of the service becomes a column.
 //!
-//! Timestamps become the warehouse's UTC text (`Timestamp::to_sqlite`: RFC 3339, six fraction
+//! Timestamps become the warehouse's UTC text (`Timestamp::to_warehouse_text`: RFC 3339, six fraction
 //! digits, `Z`); a phonetic name the service sends empty becomes NULL, as every absent value
 //! is; JSON of unknown shape
 //! (`delay`, `priority`, `error_details`, unknown fields) becomes JSON text; custom parameter
@@ -76,8 +76,8 @@ pub fn call<'a>(schedule_uid: &'a str, call: &'a OutboundCall, content_hash: u64
             .retry_intervals
             .as_ref()
             .and_then(|r| serde_json::to_string(r).ok()),
-        created_at: call.created_at.to_sqlite(),
-        updated_at: call.updated_at.to_sqlite(),
+        created_at: call.created_at.to_warehouse_text(),
+        updated_at: call.updated_at.to_warehouse_text(),
         phone_number: info.phone_number.as_deref(),
         phone_e164: info.phone_number.as_deref().and_then(e164),
         full_name: info.full_name.as_deref(),
@@ -287,7 +287,7 @@ fn given(text: Option<&str>) -> Option<&str> {
 }
 
 fn ts(t: Option<Timestamp>) -> Option<String> {
-    t.map(Timestamp::to_sqlite)
+    t.map(Timestamp::to_warehouse_text)
 }
 
 /// JSON text of a value of unknown shape; `None` for null or absent.

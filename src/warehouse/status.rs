@@ -25,8 +25,10 @@ pub(crate) const STORED_ERROR_CHARS: usize = 4000;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScheduleStatus {
     pub schedule_uid: Uuid,
-    /// RFC 3339; the next incremental pass reads from here (minus the lookback).
-    pub cursor: Option<String>,
+    /// The next incremental pass reads from here (minus the lookback); written as the
+    /// warehouse writes instants (RFC 3339, six fraction digits, `Z`), as are the others.
+    #[serde(serialize_with = "warehouse_form_or_null")]
+    pub cursor: Option<Timestamp>,
     /// Seconds from the cursor to the time of the status: the age of the newest change
     /// synced. Negative when the cursor is ahead of this machine's clock (never clamped).
     /// `None` without a cursor.
@@ -38,7 +40,8 @@ pub struct ScheduleStatus {
     pub last_result: Option<Option<RunOutcome>>,
     /// When the latest pass that read everything up to its horizon finished (RFC 3339):
     /// `completed` or `behind`.
-    pub last_success_at: Option<String>,
+    #[serde(serialize_with = "warehouse_form_or_null")]
+    pub last_success_at: Option<Timestamp>,
     /// The latest passes ended `behind`, this many in a row (0: the latest did not).
     pub behind_passes: i64,
     /// Two passes or more in a row ended behind: one alone may be a burst, two say that
@@ -77,7 +80,8 @@ pub struct ScheduleStatus {
     /// While its latest pass runs (RFC 3339): when it started. Ticks the daemon sits the
     /// schedule out for meanwhile are its own choice, not a missing pass: see
     /// [`LATE_PASS_TICKS`].
-    pub busy_since: Option<String>,
+    #[serde(serialize_with = "warehouse_form_or_null")]
+    pub busy_since: Option<Timestamp>,
     /// When its checkpoint last moved (a page committed), for a running pass's bound.
     #[serde(skip)]
     pub checkpoint_moved_at: Option<Timestamp>,
@@ -101,7 +105,8 @@ pub struct BackingOff {
     pub ticks: u64,
     /// The tick of the next try (RFC 3339): the first after those sat out. A daemon started
     /// since tries at its start.
-    pub next_try_at: String,
+    #[serde(serialize_with = "warehouse_form")]
+    pub next_try_at: Timestamp,
 }
 
 /// A running pass is late — and `status` exits 3 — once this many ticks of `sync.cron` have
@@ -181,9 +186,7 @@ impl ScheduleStatus {
             }),
             _ => None,
         };
-        caught_up.or_else(|| {
-            (self.last_success_at.as_deref()).and_then(|text| Timestamp::parse(text).ok())
-        })
+        caught_up.or(self.last_success_at)
     }
 
     /// Notes how stale the warehouse's copy is at `now`, and whether more than `max_lag` past
@@ -263,9 +266,9 @@ pub struct RunSummary {
     pub outcome: Option<RunOutcome>,
 }
 
-/// An instant in `status --json`: the warehouse's form ([`Timestamp::to_sqlite`]).
+/// An instant in `status --json`: the warehouse's form ([`Timestamp::to_warehouse_text`]).
 fn warehouse_form<S: serde::Serializer>(at: &Timestamp, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&at.to_sqlite())
+    serializer.serialize_str(&at.to_warehouse_text())
 }
 
 /// An instant in `status --json` that may be missing: the warehouse's form, or `null`.
@@ -377,13 +380,13 @@ impl ScheduleStatus {
         let busy_since = last_run
             .as_ref()
             .filter(|run| run.outcome.is_none())
-            .map(|run| run.started_at.to_sqlite());
+            .map(|run| run.started_at);
         ScheduleStatus {
             schedule_uid,
             schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
             busy_since,
             checkpoint_moved_at,
-            cursor: cursor.map(Timestamp::to_sqlite),
+            cursor,
             lag_secs: cursor.map(|c| now.secs_since(c)),
             last_result: last_run.as_ref().map(|run| run.outcome),
             slowed_by: last_run
@@ -398,7 +401,7 @@ impl ScheduleStatus {
             no_recent_pass: false,
             never_synced: false,
             last_run,
-            last_success_at: last_success_at.map(Timestamp::to_sqlite),
+            last_success_at,
             stale_secs: None,
             over_max_lag: false,
             calls,
@@ -533,12 +536,28 @@ mod tests {
         );
         let status = ScheduleStatus {
             last_run: Some(run),
+            cursor: Some(at("2026-01-01T01:59:00.25Z")),
+            last_success_at: Some(at("2026-01-01T02:00:01.5Z")),
+            busy_since: Some(at("2026-01-01T03:00:00Z")),
+            backing_off: Some(BackingOff {
+                failures: 2,
+                ticks: 3,
+                next_try_at: at("2026-01-01T03:04:00.123456789Z"),
+            }),
             ..ScheduleStatus::never_synced(Uuid::from_u128(0xab))
         };
-        let json = serde_json::to_string(&status).unwrap();
-        assert!(
-            json.starts_with(r#"{"schedule_uid":"00000000-0000-0000-0000-0000000000ab","#),
-            "{json}"
+        let json: serde_json::Value = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["schedule_uid"], "00000000-0000-0000-0000-0000000000ab");
+        assert_eq!(json["cursor"], "2026-01-01T01:59:00.250000Z");
+        assert_eq!(json["last_success_at"], "2026-01-01T02:00:01.500000Z");
+        assert_eq!(json["busy_since"], "2026-01-01T03:00:00.000000Z");
+        assert_eq!(
+            json["backing_off"]["next_try_at"],
+            "2026-01-01T03:04:00.123456Z"
         );
+        let none = serde_json::to_value(ScheduleStatus::never_synced(Uuid::nil())).unwrap();
+        for field in ["cursor", "last_success_at", "busy_since", "backing_off"] {
+            assert!(none[field].is_null(), "{field}: {}", none[field]);
+        }
     }
 }

@@ -1131,7 +1131,7 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     let said = |ticks| {
         format!(
             "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)\n",
-            stale_at.to_sqlite()
+            stale_at.to_warehouse_text()
         )
     };
     assert!(

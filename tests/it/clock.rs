@@ -228,7 +228,7 @@ async fn status_exits_3_when_a_schedules_lag_passes_the_bound() {
         .expect("the warehouse")
         .execute(
             "UPDATE sync_runs SET started_at = ?1",
-            [two_hours_ago.to_sqlite()],
+            [two_hours_ago.to_warehouse_text()],
         )
         .expect("the pass's start moved back");
     let (code, err, row) = status(&[]).await;

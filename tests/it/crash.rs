@@ -67,13 +67,13 @@ fn assert_checkpoint_not_ahead(env: &TestEnv, schedule: Uuid) {
         }
     };
     let Some(cursor) = cursor else { return };
-    let cursor = Timestamp::parse_sqlite(&cursor).expect("cursor parses");
+    let cursor = Timestamp::parse_warehouse_text(&cursor).expect("cursor parses");
     let stored: HashMap<String, Timestamp> = stored
         .into_iter()
         .map(|(uid, at)| {
             (
                 uid,
-                Timestamp::parse_sqlite(&at).expect("updated_at parses"),
+                Timestamp::parse_warehouse_text(&at).expect("updated_at parses"),
             )
         })
         .collect();

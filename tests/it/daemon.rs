@@ -43,8 +43,8 @@ fn runs(env: &TestEnv, schedule: Uuid) -> Vec<Run> {
         let finished: Option<String> = r.get(2)?;
         Ok(Run {
             kind: r.get(0)?,
-            started: Timestamp::parse_sqlite(&started).expect("timestamp"),
-            finished: finished.map(|f| Timestamp::parse_sqlite(&f).expect("timestamp")),
+            started: Timestamp::parse_warehouse_text(&started).expect("timestamp"),
+            finished: finished.map(|f| Timestamp::parse_warehouse_text(&f).expect("timestamp")),
             error: r.get(3)?,
         })
     })

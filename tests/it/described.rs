@@ -9,7 +9,7 @@ use std::process::Command;
 
 use callsync::simulator::SimulatorOptions;
 use callsync::warehouse::descriptions;
-use callsync::warehouse::postgres::PgWarehouse;
+use callsync::warehouse::postgres::{LOCAL_DAY_FUNCTION, PgWarehouse, postgres_only};
 use uuid::Uuid;
 
 use crate::harness::{Dest, TestEnv};
@@ -36,7 +36,7 @@ fn every_postgres_table_view_and_column_is_described_as_datasette_describes_it()
     );
     let source: BTreeMap<(String, String), String> = descriptions::shared()
         .into_iter()
-        .chain(descriptions::postgres_only())
+        .chain(postgres_only())
         .flat_map(|d| {
             let object = d.object.clone();
             std::iter::once(((object.clone(), String::new()), d.description)).chain(
@@ -52,7 +52,7 @@ fn every_postgres_table_view_and_column_is_described_as_datasette_describes_it()
         let comment = row[2].as_deref();
         assert!(
             comment.is_some_and(|c| !c.trim().is_empty()),
-            "{key:?} has no description: add it to contrib/datasette/metadata.json (or, for a PostgreSQL-only table, to warehouse/descriptions.rs)"
+            "{key:?} has no description: add it to contrib/datasette/metadata.json (or, for a PostgreSQL-only table, to warehouse/postgres/comments.rs)"
         );
         assert_eq!(comment, source.get(&key).map(String::as_str), "{key:?}");
     }
@@ -60,10 +60,7 @@ fn every_postgres_table_view_and_column_is_described_as_datasette_describes_it()
         &db,
         "SELECT obj_description('local_day(timestamptz)'::regprocedure, 'pg_proc')",
     );
-    assert_eq!(
-        function[0][0].as_deref(),
-        Some(descriptions::LOCAL_DAY_FUNCTION)
-    );
+    assert_eq!(function[0][0].as_deref(), Some(LOCAL_DAY_FUNCTION));
     // A comment changed by hand is put back at the next start; the others are left alone.
     pg::query(&db, "COMMENT ON COLUMN calls.uid IS 'changed'");
     PgWarehouse::open(&db.target()).expect("opens again");

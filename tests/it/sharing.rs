@@ -65,7 +65,7 @@ impl Destination for Sqlite {
         ) else {
             return Vec::new();
         };
-        let ts = |t: String| Timestamp::parse_sqlite(&t).expect("a stored timestamp");
+        let ts = |t: String| Timestamp::parse_warehouse_text(&t).expect("a stored timestamp");
         stmt.query_map([], |r| {
             Ok((
                 r.get::<_, String>(0)?,
@@ -119,7 +119,7 @@ impl Destination for Postgres {
         let Ok(rows) = crate::pg::admin(crate::pg::server(), &self.0.name, &sql) else {
             return Vec::new();
         };
-        let ts = |t: &str| Timestamp::parse_sqlite(t).expect("a stored timestamp");
+        let ts = |t: &str| Timestamp::parse_warehouse_text(t).expect("a stored timestamp");
         rows.into_iter()
             .map(|r| Run {
                 schedule: r[0].as_deref().expect("a schedule").parse().expect("a uid"),

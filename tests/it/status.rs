@@ -143,7 +143,7 @@ fn expected() -> ScheduleStatus {
             outcome: Some(RunOutcome::Behind),
         }),
         last_result: Some(Some(RunOutcome::Behind)),
-        last_success_at: Some(finished.to_sqlite()),
+        last_success_at: Some(finished),
         behind_passes: RECENT_PASSES,
         falling_behind: true,
         slowed_by: Vec::new(),

@@ -31,8 +31,6 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
 fn render_where(out: &mut String, s: &ScheduleStatus, now: Timestamp) {
     let lag = s
         .cursor
-        .as_deref()
-        .and_then(|c| Timestamp::parse(c).ok())
         .map(|c| format!("{:.0}s", now.secs_since(c)))
         .unwrap_or_else(|| "-".into());
     match &s.schedule_name {
@@ -43,7 +41,7 @@ fn render_where(out: &mut String, s: &ScheduleStatus, now: Timestamp) {
             let _ = writeln!(out, "schedule {}", s.schedule_uid);
         }
     }
-    if let Some(since) = &s.busy_since {
+    if let Some(since) = s.busy_since.map(Timestamp::to_warehouse_text) {
         let _ = writeln!(
             out,
             "  busy since   {since}: its pass is running (late, and exit 3, after {LATE_PASS_TICKS} ticks of sync.cron without its checkpoint moving)"
@@ -52,7 +50,7 @@ fn render_where(out: &mut String, s: &ScheduleStatus, now: Timestamp) {
     let _ = writeln!(
         out,
         "  cursor       {}  (lag {lag})",
-        s.cursor.as_deref().unwrap_or("none")
+        s.cursor.map_or("none".into(), Timestamp::to_warehouse_text)
     );
 }
 
@@ -66,7 +64,7 @@ fn render_last_pass(out: &mut String, s: &ScheduleStatus) {
                 "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
                 run.kind,
                 run.run_id,
-                run.started_at.to_sqlite(),
+                run.started_at.to_warehouse_text(),
                 run.walked_by()
                     .map(|by| format!(" by {by}"))
                     .unwrap_or_default(),
@@ -90,7 +88,8 @@ fn render_last_pass(out: &mut String, s: &ScheduleStatus) {
     let _ = writeln!(
         out,
         "  last success {}",
-        s.last_success_at.as_deref().unwrap_or("never")
+        s.last_success_at
+            .map_or("never".into(), Timestamp::to_warehouse_text)
     );
 }
 
@@ -128,7 +127,7 @@ fn render_attention(out: &mut String, s: &ScheduleStatus) {
             "  BACKING OFF  after {} failed passes in a row the daemon sits out {} of sync.cron: next try at {}",
             b.failures,
             crate::counted(b.ticks, "tick", "ticks"),
-            b.next_try_at
+            b.next_try_at.to_warehouse_text()
         );
     }
     if let Some(ticks) = s.ticks_since_last_pass.filter(|_| s.no_recent_pass) {
@@ -142,15 +141,15 @@ fn render_attention(out: &mut String, s: &ScheduleStatus) {
                 out,
                 "  NEVER SYNCED though configured {ticks} ticks of sync.cron ago: the daemon is not running, was not restarted since the schedule was added, or cannot record its passes; see its log (journalctl -u callsync)"
             );
-        } else if let Some(since) = &s.busy_since {
-            let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+        } else if let Some(since) = s.busy_since.map(Timestamp::to_warehouse_text) {
+            let last = s.last_recorded_at().map(Timestamp::to_warehouse_text);
             let _ = writeln!(
                 out,
                 "  LATE: the pass running since {since} has not moved the checkpoint for {ticks} ticks of sync.cron (last at {}): it is stuck, or its process died; see its log (journalctl -u callsync)",
                 last.as_deref().unwrap_or("?")
             );
         } else {
-            let last = s.last_recorded_at().map(Timestamp::to_sqlite);
+            let last = s.last_recorded_at().map(Timestamp::to_warehouse_text);
             let _ = writeln!(
                 out,
                 "  NO PASS RECORDED for {ticks} ticks of sync.cron (last at {}): the daemon has stopped, cannot record its passes, or is in one long pass; see its log (journalctl -u callsync)",
@@ -200,7 +199,7 @@ mod tests {
 
     fn status(cursor: Option<&str>) -> ScheduleStatus {
         ScheduleStatus {
-            cursor: cursor.map(str::to_owned),
+            cursor: cursor.map(ts),
             never_synced: false,
             ..ScheduleStatus::never_synced(uuid::Uuid::nil())
         }
@@ -341,7 +340,7 @@ mod tests {
             "ended 02:00:01, 30 s behind"
         );
         s.last_run = Some(incremental(RunOutcome::Failed, Some("HTTP 503")));
-        s.last_success_at = Some("2025-12-31T02:00:07.000000Z".into());
+        s.last_success_at = Some(ts("2025-12-31T02:00:07.000000Z"));
         assert_eq!(s.caught_up_at(), Some(ts("2025-12-31T02:00:07Z")));
         // A backfill read a range, not everything up to its start: the last success's end.
         s.last_run = Some(run(Some(RunOutcome::Completed), None));

@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 
 use super::session::{PgContext, RowColumn, wait};
 use super::target::PgTarget;
-use crate::warehouse::descriptions::{self, LOCAL_DAY_FUNCTION};
+use crate::warehouse::descriptions::{self, Described};
 use crate::warehouse::error::WarehouseError;
 
 const STEP: &str = "describing the tables (COMMENT ON)";
@@ -28,6 +28,43 @@ fn identifier(name: &str) -> String {
 fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
+
+/// The tables only the PostgreSQL warehouse has.
+pub fn postgres_only() -> Vec<Described> {
+    let described = |object: &str, description: &str, columns: &[(&str, &str)]| Described {
+        object: object.to_owned(),
+        description: description.to_owned(),
+        columns: columns
+            .iter()
+            .map(|(c, d)| ((*c).to_owned(), (*d).to_owned()))
+            .collect(),
+    };
+    vec![
+        described(
+            "callsync_schema",
+            "PostgreSQL only: the version of callsync's schema (migrations-postgres/), one row. callsync refuses a database whose version it does not know.",
+            &[(
+                "version",
+                "The schema version: the number of migrations applied.",
+            )],
+        ),
+        described(
+            "schedule_claims",
+            "PostgreSQL only: each schedule's fencing token. A process that claims a schedule (its advisory lock) bumps generation; each page it writes checks the number is still its own, so a process that lost its claim unknowingly cannot commit.",
+            &[
+                ("schedule_uid", "The schedule."),
+                (
+                    "generation",
+                    "Bumped by every claim; the writer's page commits only while it holds the latest.",
+                ),
+                ("claimed_at", "When the latest claim was taken (UTC)."),
+            ],
+        ),
+    ]
+}
+
+/// `local_day(t)`'s description (PostgreSQL's function).
+pub const LOCAL_DAY_FUNCTION: &str = "The day of instant t in the warehouse's time zone (warehouse.timezone; UTC until set), from timezone_offsets: the same days as the views' created_day and started_day, and as SQLite's local_days. SELECT local_day(started_at), count(*) FROM attempt_results GROUP BY 1.";
 
 /// What the warehouse's schema holds now: each relation's kind and comment, each column's
 /// comment (`""` for none), keyed by (relation, column; `""` for the relation itself).
@@ -60,10 +97,7 @@ fn found(client: &Client, target: &PgTarget) -> Result<Found, WarehouseError> {
 /// The statements that make the comments the source's, for the objects that exist.
 fn statements(found: &Found) -> Vec<String> {
     let mut sql = Vec::new();
-    for described in descriptions::shared()
-        .into_iter()
-        .chain(descriptions::postgres_only())
-    {
+    for described in descriptions::shared().into_iter().chain(postgres_only()) {
         let object = &described.object;
         let Some((kind, comment)) = found.get(&(object.clone(), String::new())) else {
             continue;
@@ -120,6 +154,17 @@ pub(super) fn describe(client: &Client, target: &PgTarget) -> Result<usize, Ware
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tables_only_postgresql_has_are_described_column_by_column() {
+        for d in postgres_only() {
+            assert!(!d.description.trim().is_empty(), "{}", d.object);
+            assert!(!d.columns.is_empty(), "{}", d.object);
+            for (column, about) in &d.columns {
+                assert!(!about.trim().is_empty(), "{}.{column}", d.object);
+            }
+        }
+    }
 
     #[test]
     fn names_and_texts_are_quoted() {

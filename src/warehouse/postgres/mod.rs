@@ -49,6 +49,7 @@ use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
 pub use claim::{LOCK_PATIENCE, LOCK_SESSION_NAME, PgClaim};
+pub use comments::{LOCAL_DAY_FUNCTION, postgres_only};
 pub use schema::latest_version;
 pub use session::ping;
 pub use target::{PgTarget, SslMode, TargetError};

@@ -141,7 +141,7 @@ impl PgWarehouse {
                 let stored = self.begin_page(schedule, generation, calls)?;
                 let plan = plan(calls, &call_rows, stored, schedule);
                 let (written, rounds) = (plan.counts, plan.rounds());
-                let synced_at = synced_at.to_sqlite();
+                let synced_at = synced_at.to_warehouse_text();
                 for round in rounds {
                     self.write_round(calls, &call_rows, &round, &synced_at)?;
                 }

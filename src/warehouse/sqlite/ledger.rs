@@ -36,7 +36,7 @@ impl crate::warehouse::UploadLedger for Warehouse {
                 // A time that does not read (edited by hand) counts as long ago: the chunk is
                 // looked up once, not waited for.
                 _ => ChunkState::Sent {
-                    at: Timestamp::parse_sqlite(&sent_at).unwrap_or(Timestamp::EPOCH),
+                    at: Timestamp::parse_warehouse_text(&sent_at).unwrap_or(Timestamp::EPOCH),
                 },
             }),
         )
@@ -64,7 +64,7 @@ impl crate::warehouse::UploadLedger for Warehouse {
                     key.first_line as i64,
                     last_line as i64,
                     rows as i64,
-                    now.to_sqlite()
+                    now.to_warehouse_text()
                 ],
             )
             .sql(&self.path, "recording a chunk in the upload ledger")?;
@@ -83,7 +83,7 @@ impl crate::warehouse::UploadLedger for Warehouse {
                     key.fingerprint,
                     key.first_line as i64,
                     uids,
-                    Timestamp::now().to_sqlite()
+                    Timestamp::now().to_warehouse_text()
                 ],
             )
             .sql(&self.path, "recording created calls in the upload ledger")?;

@@ -127,7 +127,7 @@ impl Warehouse {
                 schedule_uid,
                 schedule_name,
                 cursor: self.instant(cursor, "sync_checkpoints.cursor")?,
-                checkpoint_moved_at: moved_at.and_then(|t| Timestamp::parse_sqlite(&t).ok()),
+                checkpoint_moved_at: self.instant(moved_at, "sync_checkpoints.updated_at")?,
                 recent_runs: self.recent_runs(schedule)?,
                 last_success_at: self.instant(last_success_at, "sync_runs.finished_at")?,
                 counts: self.row_counts(schedule)?,

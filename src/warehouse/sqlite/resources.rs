@@ -42,9 +42,9 @@ impl Warehouse {
                     campaign.kind,
                     campaign.direction,
                     campaign.is_enabled,
-                    campaign.created_at.to_sqlite(),
-                    campaign.updated_at.to_sqlite(),
-                    Timestamp::now().to_sqlite(),
+                    campaign.created_at.to_warehouse_text(),
+                    campaign.updated_at.to_warehouse_text(),
+                    Timestamp::now().to_warehouse_text(),
                 ],
             )
             .sql(&self.path, "recording a campaign")?;
@@ -67,14 +67,14 @@ impl Warehouse {
                     schedule.uid.to_string(),
                     campaign.map(|c| c.to_string()),
                     schedule.name,
-                    schedule.starts_at.to_sqlite(),
-                    schedule.ends_at.to_sqlite(),
+                    schedule.starts_at.to_warehouse_text(),
+                    schedule.ends_at.to_warehouse_text(),
                     schedule.retry_type,
                     intervals,
                     schedule.is_enabled,
-                    schedule.created_at.to_sqlite(),
-                    schedule.updated_at.to_sqlite(),
-                    Timestamp::now().to_sqlite(),
+                    schedule.created_at.to_warehouse_text(),
+                    schedule.updated_at.to_warehouse_text(),
+                    Timestamp::now().to_warehouse_text(),
                 ],
             )
             .sql(&self.path, "recording a schedule")?;

@@ -74,7 +74,7 @@ impl Warehouse {
                 s.execute(params![
                     schedule.to_string(),
                     kind.as_str(),
-                    started_at.to_sqlite(),
+                    started_at.to_warehouse_text(),
                     walker.host,
                     walker.instance,
                     walker.pid,
@@ -140,7 +140,7 @@ impl Warehouse {
                    AND id NOT IN (SELECT max(id) FROM sync_runs
                                   WHERE outcome IN ('completed', 'behind')
                                   GROUP BY schedule_uid)",
-                [cutoff.to_sqlite()],
+                [cutoff.to_warehouse_text()],
             )
             .sql(&self.path, "forgetting old passes")?;
         Ok(deleted as u64)
@@ -160,7 +160,7 @@ impl Warehouse {
             .and_then(|mut s| {
                 s.execute(params![
                     run.0,
-                    record.finished_at.to_sqlite(),
+                    record.finished_at.to_warehouse_text(),
                     n(stats.pages),
                     n(stats.calls_seen),
                     n(stats.calls_written),
@@ -168,7 +168,7 @@ impl Warehouse {
                     n(stats.retries),
                     record.error,
                     record.outcome.as_str(),
-                    record.horizon.map(Timestamp::to_sqlite),
+                    record.horizon.map(Timestamp::to_warehouse_text),
                     record.lag_secs,
                     n(stats.detail_requests),
                     n(stats.rate_limited),
@@ -210,8 +210,8 @@ fn write_checkpoint(
     .and_then(|mut s| {
         s.execute(params![
             schedule.to_string(),
-            cursor.to_sqlite(),
-            Timestamp::now().to_sqlite()
+            cursor.to_warehouse_text(),
+            Timestamp::now().to_warehouse_text()
         ])
     })
     .sql(path, "saving a checkpoint")?;
@@ -245,7 +245,7 @@ pub(super) fn parse(
     text: &str,
     what: &'static str,
 ) -> Result<Timestamp, WarehouseError> {
-    Timestamp::parse_sqlite(text).map_err(|_| WarehouseError::BadTimestamp {
+    Timestamp::parse_warehouse_text(text).map_err(|_| WarehouseError::BadTimestamp {
         path: path.to_owned(),
         what,
         value: text.to_owned(),

@@ -912,11 +912,16 @@ fn status_reports_runs_checkpoints_and_counts() {
     let status = w.status_at(ts("2026-01-01T02:00:10.5Z")).unwrap();
     assert_eq!(status.len(), 1);
     let s = &status[0];
-    assert_eq!(s.cursor.as_deref(), Some("2026-01-01T00:10:00.000000Z"));
+    assert_eq!(
+        s.cursor.map(Timestamp::to_warehouse_text).as_deref(),
+        Some("2026-01-01T00:10:00.000000Z")
+    );
     assert_eq!(s.lag_secs, Some(6610.5));
     assert_eq!(s.last_result, Some(Some(RunOutcome::Failed)));
     assert_eq!(
-        s.last_success_at.as_deref(),
+        s.last_success_at
+            .map(Timestamp::to_warehouse_text)
+            .as_deref(),
         Some("2026-01-01T01:00:05.000000Z")
     );
     let last = s.last_run.as_ref().unwrap();
@@ -1128,7 +1133,9 @@ fn status_says_a_schedule_falls_behind_and_why() {
     assert_eq!(two.slowed_by, ["rate limit", "detail fetches"]);
     // A behind pass still read everything up to its horizon.
     assert_eq!(
-        two.last_success_at.as_deref(),
+        two.last_success_at
+            .map(Timestamp::to_warehouse_text)
+            .as_deref(),
         Some("2026-01-01T01:00:10.000000Z")
     );
     let json = serde_json::to_value(two).unwrap();
@@ -1314,7 +1321,10 @@ fn version_2_passes_get_their_outcome_from_what_they_recorded() {
     let status = &w.status().unwrap()[0];
     assert_eq!(status.last_result, Some(None), "not ended");
     assert_eq!(
-        status.last_success_at.as_deref(),
+        status
+            .last_success_at
+            .map(Timestamp::to_warehouse_text)
+            .as_deref(),
         Some("2026-01-01T00:00:01.000000Z")
     );
 }

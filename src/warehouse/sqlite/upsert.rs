@@ -51,7 +51,7 @@ impl Warehouse {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .sql(path, "starting a page transaction")?;
-        let synced_at = synced_at.to_sqlite();
+        let synced_at = synced_at.to_warehouse_text();
         // Formatted once a page, not once a call.
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);

@@ -321,8 +321,8 @@ fn a_version_4_warehouse_migrates_to_5_keeping_every_row() {
     // Every value kept; schema 7 rewrote the times in RFC 3339 (six fraction digits, `Z`).
     let in_rfc3339 = |value: &Sql| match value {
         Sql::Text(t) if t.starts_with("2026-") => {
-            let utc = Timestamp::parse_sqlite(t).expect("a time");
-            Sql::Text(utc.to_sqlite())
+            let utc = Timestamp::parse_warehouse_text(t).expect("a time");
+            Sql::Text(utc.to_warehouse_text())
         }
         other => other.clone(),
     };

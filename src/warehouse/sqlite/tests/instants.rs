@@ -229,7 +229,7 @@ fn sqlite_reads_the_stored_form_as_the_same_instant() {
     let (datetime, unix, day): (String, f64, String) = conn
         .query_row(
             "SELECT datetime(?1), unixepoch(?1, 'subsec'), date(?1, '+3600 seconds')",
-            [t.to_sqlite()],
+            [t.to_warehouse_text()],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .unwrap();
@@ -242,7 +242,7 @@ fn sqlite_reads_the_stored_form_as_the_same_instant() {
             "SELECT ?1 < ?2 AND ?2 < ?3 AND ?2 > '2026-11-25T23:30:00' AND ?2 < '2026-11-25T23:30:01'",
             [
                 "2026-11-25T23:29:59.999999Z",
-                &t.to_sqlite(),
+                &t.to_warehouse_text(),
                 "2026-11-25T23:30:00.500000Z",
             ],
             |r| r.get(0),
