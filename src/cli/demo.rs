@@ -13,10 +13,9 @@ use anyhow::{Context, Result};
 
 use super::output::print_out;
 use crate::config::{self, Config};
+use crate::service::Timestamp;
 use crate::simulator::{DialerOptions, Simulator, SimulatorOptions};
-use crate::warehouse::Overview;
-// The demo makes its own SQLite warehouse, and reads the analyst's overview of it.
-use crate::warehouse::sqlite::Warehouse;
+use crate::warehouse::{Backend, Overview};
 
 /// How long the daemon runs in the demo.
 const RUN_FOR: Duration = Duration::from_secs(12);
@@ -61,6 +60,7 @@ pub async fn run(dir: &Path, force: bool) -> Result<()> {
     .context("cannot start the simulator")?;
     let config = write_config(dir, &sim)?;
     let path = demo_warehouse(&config)?;
+    let warehouse = crate::warehouse::open(&config.warehouse)?;
     print_out(format_args!(
         "callsync demo\n  simulator  {} (3 schedules, 1,200 calls, dialer running)\n  \
          config     {}\n  warehouse  {}\n  running the daemon for {} s (a pass every 2 s)…\n",
@@ -78,7 +78,7 @@ pub async fn run(dir: &Path, force: bool) -> Result<()> {
     ticker.tick().await;
     for _ in 0..RUN_FOR.as_secs() / 2 {
         ticker.tick().await;
-        print_out(format_args!("  {}\n", progress_line(&path)))?;
+        print_out(format_args!("  {}\n", progress_line(warehouse.as_ref())))?;
     }
     let _ = stop.send(());
     daemon
@@ -87,7 +87,7 @@ pub async fn run(dir: &Path, force: bool) -> Result<()> {
         .context("the daemon failed")?;
     sim.shutdown().await;
 
-    let overview = Warehouse::open_read_only(&path)
+    let overview = (warehouse.reader())
         .and_then(|w| w.overview())
         .with_context(|| format!("cannot read {}", path.display()))?;
     print_out(render(&overview, &path))?;
@@ -165,8 +165,8 @@ fn demo_warehouse(config: &config::Config) -> Result<PathBuf> {
         .context("the demo's configuration names no SQLite warehouse")
 }
 
-fn progress_line(path: &Path) -> String {
-    match Warehouse::open_read_only(path).and_then(|w| w.status()) {
+fn progress_line(warehouse: &dyn Backend) -> String {
+    match (warehouse.reader()).and_then(|w| w.status_at(Timestamp::now())) {
         Ok(rows) => {
             let calls: i64 = rows.iter().map(|r| r.calls).sum();
             let attempts: i64 = rows.iter().map(|r| r.attempts).sum();

@@ -30,7 +30,7 @@ use uuid::Uuid;
 use super::capabilities::{BackupReport, Contents, RestoreReport, UploadLedger};
 use super::error::{Capability, WarehouseError};
 use super::records::{Checkpoint, RunId, RunKind, RunRecord, Walker};
-use super::status::ScheduleStatus;
+use super::status::{Overview, ScheduleStatus};
 use super::write_plan::PageWrite;
 use crate::service::{Campaign, OutboundCall, Schedule, Timestamp};
 
@@ -195,6 +195,13 @@ pub trait Destination: Send + 'static {
 
     /// Every schedule's status, with lags measured at `now`.
     fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError>;
+    /// What an analyst looks at first (the demo shows it), read from the BI views.
+    fn overview(&self) -> Result<Overview, WarehouseError> {
+        Err(WarehouseError::Declined {
+            capability: Capability::Overview,
+            reason: format!("the warehouse {} gives no overview", self.name()),
+        })
+    }
     /// When the oldest pass the warehouse remembers began (retention forgets older ones).
     fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError>;
     /// Records a campaign as a write command created or changed it.

@@ -237,6 +237,8 @@ pub enum Capability {
     UploadLedger,
     /// Records written by commands (a dry run writes none).
     Writing,
+    /// The demo's overview of the calls, read from the BI views.
+    Overview,
 }
 
 fn claim_lost(schedule: uuid::Uuid, target: &str, taken: bool) -> String {

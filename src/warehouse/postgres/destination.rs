@@ -93,6 +93,7 @@ fn declined(capability: Capability) -> WarehouseError {
         Capability::Restore => copies("restore"),
         Capability::UploadLedger => "`callsync upload` keeps its ledger of sent chunks in an SQLite file, and this configuration's warehouse is PostgreSQL (warehouse.url): run the upload with a configuration that sets warehouse.path (a ledger file kept for every upload) instead of warehouse.url; the calls it creates reach PostgreSQL with the daemon's next pass".to_owned(),
         Capability::Writing => "a PostgreSQL warehouse is written by passes and commands".to_owned(),
+        Capability::Overview => "the demo's overview reads its own SQLite warehouse; query the views (call_results, outcome_results) instead".to_owned(),
     };
     WarehouseError::Declined { capability, reason }
 }

@@ -16,8 +16,8 @@ use crate::config::WarehouseConfig;
 use crate::service::{Campaign, Schedule, Timestamp};
 use crate::warehouse::{
     BackupReport, Capability, Checkpoint, Claim, Contents, Destination, DryRun, MigrationReport,
-    PageBatch, PageWrite, PassOpened, PassStart, Prepared, RestoreReport, RunId, RunRecord,
-    ScheduleStatus, UploadLedger, WarehouseError, Watch,
+    Overview, PageBatch, PageWrite, PassOpened, PassStart, Prepared, RestoreReport, RunId,
+    RunRecord, ScheduleStatus, UploadLedger, WarehouseError, Watch,
 };
 
 /// The SQLite file at `warehouse.path`, not yet opened.
@@ -222,6 +222,10 @@ impl Destination for Warehouse {
 
     fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
         Warehouse::status_at(self, now)
+    }
+
+    fn overview(&self) -> Result<Overview, WarehouseError> {
+        Warehouse::overview(self)
     }
 
     fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
