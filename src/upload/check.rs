@@ -5,8 +5,8 @@ use super::error::UploadError;
 use super::job::{Checked, MAX_LISTED_PROBLEMS, UploadOptions};
 use super::problem::RowProblem;
 use super::rows::{Row, Rows};
+use super::scratch::SeenExternalIds;
 use crate::service::{MAX_BULK, new_call_problems};
-use crate::warehouse::SeenExternalIds;
 
 /// Reads the whole file and reports every bad row; sends nothing.
 pub fn check(options: &UploadOptions) -> Result<Checked, UploadError> {

@@ -97,8 +97,14 @@ pub enum UploadError {
         "another callsync process is uploading into schedule {schedule} (one upload into a schedule at a time, whatever the file: each looks for the contacts already there before sending, so two at once could both send one contact); wait for it to end, then run this upload: it skips what is there already"
     )]
     Busy { schedule: Uuid },
-    /// The warehouse, the upload's ledger, or its scratch tables in SQLite's temporary
-    /// database ([`WarehouseError::Scratch`]).
+    /// The upload's scratch tables (`scratch.rs`): a temporary database, no file to name.
+    #[error("the upload's temporary table {table} failed to {step}: {problem}")]
+    Scratch {
+        table: &'static str,
+        step: &'static str,
+        problem: String,
+    },
+    /// The warehouse, or the upload's ledger.
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
 }

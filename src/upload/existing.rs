@@ -8,11 +8,12 @@ use super::error::UploadError;
 use super::job::{Checked, MAX_LISTED_PROBLEMS, UploadOptions};
 use super::problem::RowProblem;
 use super::rows::{Chunk, Rows};
+use super::scratch::CallsByExternalId;
 use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::sync::cursor::{PageFacts, PageWalker, RowKey, WalkLimits};
-use crate::warehouse::{CallsByExternalId, ChunkKey, ChunkState, UploadLedger, WarehouseError};
+use crate::warehouse::{ChunkKey, ChunkState, UploadLedger};
 
 /// Refuses the upload, before anything is sent, when a row outside the chunks the ledger
 /// knows has an external_id the schedule already has (a chunk whose every row is there, once
@@ -141,20 +142,20 @@ pub(super) struct InSchedule {
 }
 
 impl InSchedule {
-    pub(super) fn new() -> Result<Self, WarehouseError> {
+    pub(super) fn new() -> Result<Self, UploadError> {
         Ok(InSchedule {
             scratch: CallsByExternalId::new()?,
             calls: 0,
         })
     }
 
-    pub(super) fn add(&mut self, call: &OutboundCall) -> Result<(), WarehouseError> {
+    pub(super) fn add(&mut self, call: &OutboundCall) -> Result<(), UploadError> {
         self.scratch.add(call)
     }
 
     /// For each row of the chunk, the calls the schedule has with its external_id (none for
     /// a row without one).
-    pub(super) fn of_chunk(&self, chunk: &Chunk) -> Result<Vec<Vec<Uuid>>, WarehouseError> {
+    pub(super) fn of_chunk(&self, chunk: &Chunk) -> Result<Vec<Vec<Uuid>>, UploadError> {
         chunk
             .calls
             .iter()

@@ -40,6 +40,7 @@ mod lookup;
 mod plan;
 mod problem;
 mod rows;
+mod scratch;
 mod send;
 mod sender;
 #[cfg(test)]

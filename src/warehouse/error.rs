@@ -125,14 +125,6 @@ pub enum WarehouseError {
         step: &'static str,
         problem: String,
     },
-    /// The upload's scratch tables (`sqlite/scratch.rs`): a temporary database, no warehouse
-    /// file to name.
-    #[error("the upload's temporary table {table} failed to {step}: {problem}")]
-    Scratch {
-        table: &'static str,
-        step: &'static str,
-        problem: String,
-    },
     #[error(
         "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
     )]

@@ -31,13 +31,13 @@ pub use destination::{
     Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared, Watch,
 };
 pub use dry_run::DryRun;
+pub(crate) use error::one_line;
 pub use error::{Capability, WarehouseError};
 pub use open::open;
 pub use records::{
     Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker,
 };
 pub use rows::e164;
-pub use sqlite::{CallsByExternalId, SeenExternalIds};
 pub use status::{
     BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS,
     ScheduleStatus, TICKS_COUNTED,

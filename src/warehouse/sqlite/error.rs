@@ -30,19 +30,6 @@ pub(super) fn unreadable_error(path: &Path, cause: &rusqlite_migration::Error) -
     }
 }
 
-/// `WarehouseError::Scratch`: the upload's temporary `table` failed to `step`.
-pub(super) fn scratch_error(
-    table: &'static str,
-    step: &'static str,
-    cause: &rusqlite::Error,
-) -> WarehouseError {
-    WarehouseError::Scratch {
-        table,
-        step,
-        problem: scratch_problem(cause),
-    }
-}
-
 /// SQLite's words and, where the code tells, what to do about it.
 fn sqlite_problem(err: &rusqlite::Error) -> String {
     use rusqlite::ErrorCode as C;
@@ -60,21 +47,6 @@ fn sqlite_problem(err: &rusqlite::Error) -> String {
         _ => return one_line(&err.to_string()),
     };
     format!("{}; {advice}", one_line(&err.to_string()))
-}
-
-/// The scratch tables live in SQLite's temporary directory, not beside the warehouse: what
-/// to do names that directory (SQLite's own search order).
-fn scratch_problem(err: &rusqlite::Error) -> String {
-    use rusqlite::ErrorCode as C;
-    match err.sqlite_error_code() {
-        Some(
-            C::DiskFull | C::SystemIoFailure | C::CannotOpen | C::PermissionDenied | C::ReadOnly,
-        ) => format!(
-            "{}; SQLite keeps it in $SQLITE_TMPDIR, else $TMPDIR, else /var/tmp or /tmp: free space there or make it writable (or point SQLITE_TMPDIR at a directory that is), then run the upload again",
-            one_line(&err.to_string())
-        ),
-        _ => one_line(&err.to_string()),
-    }
 }
 
 /// Opening fails mostly on the path or its permissions, so that is the advice by default.

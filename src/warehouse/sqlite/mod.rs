@@ -1,5 +1,5 @@
 //! The SQLite warehouse: the file — schema, page writes, checkpoints, runs, reads for status,
-//! backups, the locks on the file, the upload's ledger and scratch tables.
+//! backups, the locks on the file, the upload's ledger.
 //!
 //! Synchronous rusqlite: the sync engine owns one [`Warehouse`] on its writer thread. Opening
 //! sets WAL (readers never block the writer nor see half a page), a busy timeout, foreign
@@ -25,7 +25,6 @@ mod queries;
 mod resources;
 mod runs;
 mod schema;
-mod scratch;
 mod snapshot;
 mod timezone;
 mod upsert;
@@ -37,7 +36,6 @@ pub use file_lock::FileIdentity;
 pub use handle::{Warehouse, check_before_writing, check_usable};
 pub use locks::{ScheduleLock, UploadLock};
 pub use schema::{WAL_CHECKPOINT_PAGES, WRITER_CACHE_KIB, latest_version};
-pub use scratch::{CallsByExternalId, SeenExternalIds};
 pub use snapshot::{Row, Snapshot};
 
 #[cfg(test)]

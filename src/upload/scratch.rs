@@ -1,22 +1,42 @@
-//! Scratch tables for the upload: on disk in SQLite's temporary database (the file is deleted
+//! The upload's scratch tables: on disk in SQLite's temporary database (the file is deleted
 //! on close), not in memory, whatever the size of the file or the schedule; nothing of them
-//! needs to be durable, so each lives in one transaction. Their errors are
-//! [`WarehouseError::Scratch`]: no SQLite type reaches the upload.
+//! needs to be durable, so each lives in one transaction. The upload's own, whatever the
+//! warehouse: SQLite here is an on-disk map, not a destination. Their errors are
+//! [`UploadError::Scratch`].
 
 use rusqlite::Connection;
 use uuid::Uuid;
 
-use super::error::{WarehouseError, scratch_error};
+use super::error::UploadError;
 use crate::service::OutboundCall;
+use crate::warehouse::one_line;
 
 /// Names the scratch table and the step of a failure: `.scratch(SEEN, "record an external_id")`.
 trait ScratchContext<T> {
-    fn scratch(self, table: &'static str, step: &'static str) -> Result<T, WarehouseError>;
+    fn scratch(self, table: &'static str, step: &'static str) -> Result<T, UploadError>;
 }
 
 impl<T> ScratchContext<T> for Result<T, rusqlite::Error> {
-    fn scratch(self, table: &'static str, step: &'static str) -> Result<T, WarehouseError> {
-        self.map_err(|cause| scratch_error(table, step, &cause))
+    fn scratch(self, table: &'static str, step: &'static str) -> Result<T, UploadError> {
+        self.map_err(|cause| UploadError::Scratch {
+            table,
+            step,
+            problem: problem(&cause),
+        })
+    }
+}
+
+/// SQLite's words on one line and, where the temporary directory is the cause, what to do.
+fn problem(err: &rusqlite::Error) -> String {
+    use rusqlite::ErrorCode as C;
+    match err.sqlite_error_code() {
+        Some(
+            C::DiskFull | C::SystemIoFailure | C::CannotOpen | C::PermissionDenied | C::ReadOnly,
+        ) => format!(
+            "{}; SQLite keeps it in $SQLITE_TMPDIR, else $TMPDIR, else /var/tmp or /tmp: free space there or make it writable (or point SQLITE_TMPDIR at a directory that is), then run the upload again",
+            one_line(&err.to_string())
+        ),
+        _ => one_line(&err.to_string()),
     }
 }
 
@@ -29,7 +49,7 @@ pub struct SeenExternalIds {
 }
 
 impl SeenExternalIds {
-    pub fn new() -> Result<Self, WarehouseError> {
+    pub fn new() -> Result<Self, UploadError> {
         let scratch = Connection::open("").scratch(SEEN, "open")?;
         scratch
             .execute_batch(
@@ -41,7 +61,7 @@ impl SeenExternalIds {
     }
 
     /// The line `id` was first seen on, if not this one.
-    pub fn first_seen(&mut self, id: &str, line: u64) -> Result<Option<u64>, WarehouseError> {
+    pub fn first_seen(&mut self, id: &str, line: u64) -> Result<Option<u64>, UploadError> {
         let inserted = self
             .scratch
             .prepare_cached("INSERT OR IGNORE INTO seen VALUES (?1, ?2)")
@@ -58,7 +78,7 @@ impl SeenExternalIds {
         Ok(Some(first as u64))
     }
 
-    pub fn finish(self) -> Result<(), WarehouseError> {
+    pub fn finish(self) -> Result<(), UploadError> {
         self.scratch.execute_batch("COMMIT").scratch(SEEN, "close")
     }
 }
@@ -70,7 +90,7 @@ pub struct CallsByExternalId {
 }
 
 impl CallsByExternalId {
-    pub fn new() -> Result<Self, WarehouseError> {
+    pub fn new() -> Result<Self, UploadError> {
         let scratch = Connection::open("").scratch(CALLS, "open")?;
         // One transaction for the scratch table's life: nothing of it needs to be durable.
         scratch
@@ -83,7 +103,7 @@ impl CallsByExternalId {
         Ok(CallsByExternalId { scratch })
     }
 
-    pub fn add(&mut self, call: &OutboundCall) -> Result<(), WarehouseError> {
+    pub fn add(&mut self, call: &OutboundCall) -> Result<(), UploadError> {
         if let Some(id) = &call.external_id {
             self.scratch
                 .prepare_cached("INSERT OR IGNORE INTO calls VALUES (?1, ?2)")
@@ -96,7 +116,7 @@ impl CallsByExternalId {
     }
 
     /// The calls with this external_id.
-    pub fn uids(&self, external_id: &str) -> Result<Vec<Uuid>, WarehouseError> {
+    pub fn uids(&self, external_id: &str) -> Result<Vec<Uuid>, UploadError> {
         self.uids_of(external_id)
             .scratch(CALLS, "read the calls of an external_id")
     }
