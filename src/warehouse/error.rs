@@ -27,16 +27,19 @@ pub enum WarehouseError {
         path.display()
     )]
     NotAWarehouse { path: PathBuf },
-    /// Tables of another program where callsync would create its own: the configuration
-    /// names the wrong database.
+    /// Tables of another program where callsync would create its own, in a database server's
+    /// schema: the configuration names the wrong database. `kind` names the server,
+    /// `advice` says what to point the configuration at instead.
     #[error(
-        "{target} is a PostgreSQL database of another program, not a callsync warehouse (its schema {schema} holds tables, not callsync's: {tables}); point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (warehouse.schema = \"callsync\")"
+        "{target} is a {kind} database of another program, not a callsync warehouse (its schema {schema} holds tables, not callsync's: {tables}); {advice}"
     )]
-    NotAPostgresWarehouse {
+    ForeignSchema {
+        kind: &'static str,
         target: String,
         schema: String,
         /// The first few, for the message.
         tables: String,
+        advice: &'static str,
     },
     #[error(
         "the warehouse {} has schema version {found}, newer than this callsync knows ({supported}); upgrade callsync",
@@ -125,20 +128,24 @@ pub enum WarehouseError {
         step: &'static str,
         problem: String,
     },
-    #[error(
-        "cannot connect to the warehouse {target}: {cause}; check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password"
-    )]
-    PostgresConnect { target: String, cause: String },
-    /// The server would not let callsync in as configured (credentials, a database that does
-    /// not exist): a configuration error, which trying again does not cure.
+    /// The database server did not answer (or not over TLS as configured); trying again may.
     #[error("cannot connect to the warehouse {target}: {cause}; {advice}")]
-    PostgresRefused {
+    Connect {
         target: String,
         cause: String,
         advice: &'static str,
     },
+    /// The server would not let callsync in as configured (credentials, a database that does
+    /// not exist): a configuration error, which trying again does not cure.
+    #[error("cannot connect to the warehouse {target}: {cause}; {advice}")]
+    Refused {
+        target: String,
+        cause: String,
+        advice: &'static str,
+    },
+    /// A database server refused or failed a statement.
     #[error("warehouse {target}: {step}: {cause}")]
-    Postgres {
+    Server {
         target: String,
         step: &'static str,
         cause: String,
@@ -149,7 +156,7 @@ pub enum WarehouseError {
     /// asks once more (`postgres/mod.rs`, `replanning`), so this is seen only when that fails
     /// too.
     #[error("warehouse {target}: {step}: {cause}")]
-    PostgresPlanChanged {
+    PlanChanged {
         target: String,
         step: &'static str,
         cause: String,
@@ -209,8 +216,8 @@ impl WarehouseError {
         matches!(
             self,
             WarehouseError::NotAWarehouse { .. }
-                | WarehouseError::NotAPostgresWarehouse { .. }
-                | WarehouseError::PostgresRefused { .. }
+                | WarehouseError::ForeignSchema { .. }
+                | WarehouseError::Refused { .. }
                 | WarehouseError::Declined { .. }
         )
     }

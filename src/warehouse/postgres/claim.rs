@@ -256,7 +256,7 @@ impl Session {
                     "the lock session did not answer within {} s; it is closed, and its claims count as lost",
                     LOCK_PATIENCE.as_secs()
                 );
-                Err(WarehouseError::Postgres {
+                Err(WarehouseError::Server {
                     target: target.display().to_owned(),
                     step,
                     cause: format!(
@@ -401,7 +401,7 @@ impl LockSession {
                 (false, _) => Ok(None),
                 (true, None) => {
                     unlock(&self.target, &session, schedule);
-                    Err(WarehouseError::Postgres {
+                    Err(WarehouseError::Server {
                         target: self.target.display().to_owned(),
                         step,
                         cause: "the server took the lock but bumped no fencing token (is schedule_claims as migrations-postgres/0004 made it?)".into(),
@@ -421,7 +421,7 @@ impl LockSession {
                 target: self.target.display().to_owned(),
                 taken: false,
             }),
-            None => Err(WarehouseError::Postgres {
+            None => Err(WarehouseError::Server {
                 target: self.target.display().to_owned(),
                 step: "checking the schedule's claim",
                 cause: format!(

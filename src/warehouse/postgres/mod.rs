@@ -160,7 +160,7 @@ impl PgWarehouse {
     /// The error of a handle used before it connected: a method that skipped
     /// [`PgWarehouse::reconnect_if_closed`], callsync's bug.
     fn unconnected(&self) -> WarehouseError {
-        WarehouseError::Postgres {
+        WarehouseError::Server {
             target: self.target.display().to_owned(),
             step: "using the warehouse connection",
             cause: "this handle has not connected yet (callsync's bug: please report it)".into(),
@@ -207,7 +207,7 @@ impl PgWarehouse {
     }
 
     /// `ask`, and once more when the server refused a statement prepared before a column's
-    /// type changed ([`WarehouseError::PostgresPlanChanged`]), with this connection's
+    /// type changed ([`WarehouseError::PlanChanged`]), with this connection's
     /// statements forgotten, so prepared anew. Only for an `ask` that a refusal leaves
     /// undone: one statement (which the server undoes whole when it fails), or a transaction
     /// rolled back on its error.
@@ -216,7 +216,7 @@ impl PgWarehouse {
         mut ask: impl FnMut() -> Result<T, WarehouseError>,
     ) -> Result<T, WarehouseError> {
         match ask() {
-            Err(WarehouseError::PostgresPlanChanged { step, .. }) => {
+            Err(WarehouseError::PlanChanged { step, .. }) => {
                 tracing::info!(
                     warehouse = self.target.display(),
                     step,

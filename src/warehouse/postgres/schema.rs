@@ -65,10 +65,12 @@ fn found_version(client: &Client, target: &PgTarget) -> Result<Option<usize>, Wa
         if tables.is_empty() {
             tables.push("calls".to_owned());
         }
-        return Err(WarehouseError::NotAPostgresWarehouse {
+        return Err(WarehouseError::ForeignSchema {
+            kind: "PostgreSQL",
             target: target.display().to_owned(),
             schema: crate::untrusted::untrusted_text(&schema, 63),
             tables: crate::untrusted::untrusted_text(&tables.join(", "), 400),
+            advice: "point warehouse.url at a database of callsync's own (createdb callsync) or at a callsync warehouse, or give callsync a schema of its own in this one (warehouse.schema = \"callsync\")",
         });
     }
     let version: i32 = wait(client.query_one("SELECT version FROM callsync_schema", &[]))
@@ -122,7 +124,7 @@ fn create_schema(client: &Client, target: &PgTarget) -> Result<(), WarehouseErro
     }
     // A plain identifier (`config/validate.rs`); quoted all the same, for a keyword.
     let created = wait(client.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"")));
-    created.map_err(|err| WarehouseError::Postgres {
+    created.map_err(|err| WarehouseError::Server {
         target: target.display().to_owned(),
         step: STEP,
         cause: format!(
@@ -167,7 +169,7 @@ fn migrate_locked(client: &Client, target: &PgTarget) -> Result<MigrationReport,
         )));
         if let Err(err) = applied {
             let _ = wait(client.batch_execute("ROLLBACK"));
-            return Err(WarehouseError::Postgres {
+            return Err(WarehouseError::Server {
                 target: target.display().to_owned(),
                 step: "migrating",
                 cause: format!("version {version}: {}", problem(&err)),
@@ -224,7 +226,7 @@ pub(super) fn check(client: &Client, target: &PgTarget) -> Result<Option<usize>,
         .column(0, target, "checking this role's privileges")?;
     if may_write != Some(true) {
         let user = target.config.get_user().unwrap_or("this role").to_owned();
-        return Err(WarehouseError::Postgres {
+        return Err(WarehouseError::Server {
             target: target.display().to_owned(),
             step: "checking this role's privileges",
             cause: match found {

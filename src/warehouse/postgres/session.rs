@@ -72,9 +72,10 @@ pub(super) fn connect(target: &PgTarget) -> Result<Client, WarehouseError> {
 pub(super) fn connect_session(
     target: &PgTarget,
 ) -> Result<(Client, tokio::task::AbortHandle), WarehouseError> {
-    let connection_error = |cause: String| WarehouseError::PostgresConnect {
+    let connection_error = |cause: String| WarehouseError::Connect {
         target: target.display().to_owned(),
         cause,
+        advice: UNREACHABLE,
     };
     let tls = tls::connector(target).map_err(connection_error)?;
     let mut config = target.config.clone();
@@ -106,6 +107,9 @@ pub(super) fn connect_session(
     }
 }
 
+/// What to check when the server does not answer.
+const UNREACHABLE: &str = "check warehouse.url, that the server runs and lets this user in (pg_hba.conf), and the password";
+
 /// What to do about a connection the server (or tokio-postgres) refused for what the
 /// configuration says.
 const CREDENTIALS: &str = "check the user in warehouse.url and the server's pg_hba.conf, and give the password, if the server asks for one, in warehouse.password_file (or the systemd credential warehouse_password), in libpq's password file (passfile= in warehouse.url, $PGPASSFILE, ~/.pgpass), or in $PGPASSWORD";
@@ -124,7 +128,7 @@ fn refused(target: &PgTarget, err: &tokio_postgres::Error) -> Option<WarehouseEr
         None if err.to_string() == "invalid configuration" => CREDENTIALS,
         _ => return None,
     };
-    Some(WarehouseError::PostgresRefused {
+    Some(WarehouseError::Refused {
         target: target.display().to_owned(),
         cause: problem(err),
         advice,
@@ -249,9 +253,10 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// claims would make, and `SELECT 1`, within [`PING_TIMEOUT`]. Async, on the caller's
 /// runtime: a health probe never waits on a writer's thread.
 pub async fn ping(target: &PgTarget) -> Result<(), WarehouseError> {
-    let unreachable = |cause: String| WarehouseError::PostgresConnect {
+    let unreachable = |cause: String| WarehouseError::Connect {
         target: target.display().to_owned(),
         cause,
+        advice: UNREACHABLE,
     };
     let tls = tls::connector(target).map_err(unreachable)?;
     let config = target.config.clone();
@@ -315,13 +320,13 @@ pub(super) fn pg_error(
     // By its code, not its words: a server may answer in another language (`lc_messages`).
     // Every other 0A000 (a feature the server lacks) fails again when asked once more.
     if err.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) {
-        return WarehouseError::PostgresPlanChanged {
+        return WarehouseError::PlanChanged {
             target,
             step,
             cause,
         };
     }
-    WarehouseError::Postgres {
+    WarehouseError::Server {
         target,
         step,
         cause,
@@ -364,7 +369,7 @@ impl RowColumn for Row {
                 .columns()
                 .get(idx)
                 .map_or_else(|| format!("#{idx}"), |c| c.name().to_owned());
-            WarehouseError::Postgres {
+            WarehouseError::Server {
                 target: target.display().to_owned(),
                 step,
                 cause: format!(
