@@ -7,7 +7,7 @@ use super::columns::{Columns, spreadsheet_column};
 use super::existing::ask_each_row;
 use super::send::locate;
 use super::*;
-use crate::warehouse::sqlite::{ScheduleLock, UploadLock, Warehouse};
+use crate::config::{DestinationConfig, WarehouseConfig};
 
 fn options(path: &Path, renames: &[(&str, &str)]) -> UploadOptions {
     UploadOptions {
@@ -122,11 +122,24 @@ fn each_row_is_asked_for_only_when_that_takes_fewer_requests_than_the_walk() {
 #[test]
 fn one_upload_into_a_schedule_at_a_time_whatever_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("w.db");
-    let mut warehouse = Warehouse::open(&db, Duration::from_secs(5)).unwrap();
+    let backend = crate::warehouse::open(&WarehouseConfig {
+        destination: DestinationConfig::Sqlite {
+            path: dir.path().join("w.db"),
+        },
+        busy_timeout: Duration::from_secs(5),
+        keep_runs: None,
+        timezone: chrono_tz::UTC,
+    })
+    .unwrap();
+    // Two handles on the file: the other one stands for another process.
+    let (mut warehouse, mut elsewhere) = (backend.writer().unwrap(), backend.writer().unwrap());
     let (one, two) = (Uuid::from_u128(7), Uuid::from_u128(8));
-    let held = UploadLock::acquire(&db, one).unwrap();
-    let Err(err) = ledger(&mut warehouse, one) else {
+    let mut upload_elsewhere = |schedule| {
+        let (claim, _) = (elsewhere.upload_ledger(schedule).unwrap()).expect("not held");
+        claim
+    };
+    let held = upload_elsewhere(one);
+    let Err(err) = ledger(warehouse.as_mut(), one) else {
         panic!("a second upload into the schedule is refused");
     };
     assert!(
@@ -139,11 +152,11 @@ fn one_upload_into_a_schedule_at_a_time_whatever_the_file() {
         )),
         "{err}"
     );
-    // Another schedule is another lock; the sync's lock of the same schedule too.
-    let _other = UploadLock::acquire(&db, two).unwrap();
-    let _sync = ScheduleLock::acquire(&db, one).unwrap();
+    // Another schedule is another lock; the sync's claim of the same schedule too.
+    let _other = upload_elsewhere(two);
+    let _sync = (elsewhere.claim(one).unwrap()).expect("the sync's claim is free");
     drop(held);
-    UploadLock::acquire(&db, one).unwrap();
+    assert!(ledger(warehouse.as_mut(), one).is_ok());
 }
 
 #[test]

@@ -157,22 +157,13 @@ async fn sigkill_inside_a_pass_never_leaves_the_checkpoint_ahead(dest: Dest) {
     sigkill_inside_passes(dest, TieOrder::Stable).await;
 }
 
-mod sigkill_under_a_shuffled_tie_order_never_leaves_the_checkpoint_ahead {
-    use callsync::simulator::TieOrder;
+conformance!(
+    sigkill_under_a_shuffled_tie_order_never_leaves_the_checkpoint_ahead,
+    sigkill_under_a_shuffled_tie_order_never_leaves_the_checkpoint_ahead
+);
 
-    use crate::harness::Dest;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite() {
-        super::sigkill_inside_passes(Dest::Sqlite, TieOrder::Shuffled).await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn postgres() {
-        if crate::pg::available(concat!(module_path!(), "::postgres")) {
-            super::sigkill_inside_passes(Dest::Postgres, TieOrder::Shuffled).await
-        }
-    }
+async fn sigkill_under_a_shuffled_tie_order_never_leaves_the_checkpoint_ahead(dest: Dest) {
+    sigkill_inside_passes(dest, TieOrder::Shuffled).await;
 }
 
 /// Rounds of: calls changed (250 at one second: a tie group of ten pages), a pass killed at

@@ -7,16 +7,17 @@ mod pg;
 /// The conformance suite a destination must pass: `conformance!(name, scenario)` runs the
 /// async `scenario(Dest)` on every destination in the list below, as `name::sqlite`,
 /// `name::postgres` (a destination that cannot run here is skipped, loudly:
-/// `CALLSYNC_SKIP_POSTGRES=1`). A new back end adds one line to the list (and its `Dest` in
-/// `harness.rs`, which sets its configuration).
+/// `CALLSYNC_SKIP_POSTGRES=1`); `conformance!(name, scenario, [case => arg, …])` runs
+/// `scenario(Dest, arg)` for each case, as `name::sqlite::case`. A new back end adds one line
+/// to the list (and its `Dest` in `harness.rs`, which sets its configuration).
 macro_rules! conformance {
-    ($name:ident, $scenario:ident) => {
-        conformance!(@each $name, $scenario,
+    ($name:ident, $scenario:ident $(, $cases:tt)?) => {
+        conformance!(@each $name, $scenario, [$($cases)?],
             sqlite => Sqlite,
             postgres => Postgres,
         );
     };
-    (@each $name:ident, $scenario:ident, $($test:ident => $dest:ident,)*) => {
+    (@each $name:ident, $scenario:ident, [], $($test:ident => $dest:ident,)*) => {
         mod $name {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,6 +28,24 @@ macro_rules! conformance {
                     }
                 }
             )*
+        }
+    };
+    (@each $name:ident, $scenario:ident, [$cases:tt], $($test:ident => $dest:ident,)*) => {
+        mod $name {
+            $(conformance!(@cases $test, $dest, $scenario, $cases);)*
+        }
+    };
+    (@cases $test:ident, $dest:ident, $scenario:ident, [$($case:ident => $arg:expr),+ $(,)?]) => {
+        mod $test {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dest = crate::harness::Dest::$dest;
+                    if dest.available(concat!(module_path!(), "::", stringify!($case))) {
+                        super::super::$scenario(dest, $arg).await
+                    }
+                }
+            )+
         }
     };
 }

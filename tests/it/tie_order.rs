@@ -12,41 +12,6 @@ use callsync::sync::{PassReport, PassResult};
 
 use crate::harness::{Dest, TestEnv};
 
-/// `unstable!(scenario)`: `scenario(dest, order)` on both destinations, under both orders.
-macro_rules! unstable {
-    ($name:ident) => {
-        mod $name {
-            use callsync::simulator::TieOrder;
-
-            use crate::harness::Dest;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_shuffled() {
-                super::$name(Dest::Sqlite, TieOrder::Shuffled).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite_top_n() {
-                super::$name(Dest::Sqlite, TieOrder::TopN).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres_shuffled() {
-                if crate::pg::available(concat!(module_path!(), "::postgres_shuffled")) {
-                    super::$name(Dest::Postgres, TieOrder::Shuffled).await
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres_top_n() {
-                if crate::pg::available(concat!(module_path!(), "::postgres_top_n")) {
-                    super::$name(Dest::Postgres, TieOrder::TopN).await
-                }
-            }
-        }
-    };
-}
-
 /// Past the late-commit window (`sync.lookback`, 5 s in tests): a group this old can be
 /// proven read.
 const PAST_LOOKBACK: Duration = Duration::from_secs(10);
@@ -71,7 +36,14 @@ fn completed_or_failed_loudly(report: &PassReport) {
     }
 }
 
-unstable!(tie_groups_of_every_shape_are_read_whole);
+conformance!(
+    tie_groups_of_every_shape_are_read_whole,
+    tie_groups_of_every_shape_are_read_whole,
+    [
+        shuffled => callsync::simulator::TieOrder::Shuffled,
+        top_n => callsync::simulator::TieOrder::TopN,
+    ]
+);
 
 async fn tie_groups_of_every_shape_are_read_whole(dest: Dest, order: TieOrder) {
     let clock = start_clock();
@@ -116,7 +88,14 @@ async fn tie_groups_of_every_shape_are_read_whole(dest: Dest, order: TieOrder) {
     env.assert_matches_truth(&s);
 }
 
-unstable!(bulk_groups_dialled_while_paged_lose_nothing);
+conformance!(
+    bulk_groups_dialled_while_paged_lose_nothing,
+    bulk_groups_dialled_while_paged_lose_nothing,
+    [
+        shuffled => callsync::simulator::TieOrder::Shuffled,
+        top_n => callsync::simulator::TieOrder::TopN,
+    ]
+);
 
 async fn bulk_groups_dialled_while_paged_lose_nothing(dest: Dest, order: TieOrder) {
     // Two 500-call bulk uploads dialled while the walk pages through them (the calls
@@ -169,7 +148,14 @@ async fn bulk_groups_dialled_while_paged_lose_nothing(dest: Dest, order: TieOrde
     env.assert_matches_truth(&s);
 }
 
-unstable!(late_commits_into_seeded_groups_are_caught);
+conformance!(
+    late_commits_into_seeded_groups_are_caught,
+    late_commits_into_seeded_groups_are_caught,
+    [
+        shuffled => callsync::simulator::TieOrder::Shuffled,
+        top_n => callsync::simulator::TieOrder::TopN,
+    ]
+);
 
 async fn late_commits_into_seeded_groups_are_caught(dest: Dest, order: TieOrder) {
     // Seeded history in groups of 150, a dialer whose changes become visible up to 1 s
