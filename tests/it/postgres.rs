@@ -1204,6 +1204,20 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
         );
         assert_eq!(stored, [[Some("a status never seen".to_owned())]]);
         drop(claim);
+
+        // An unchanged page is judged against the cursor its pass opened with, not read
+        // again; a checkpoint moved back since by this process (under the claim, as
+        // `callsync checkpoint` moves one) is not that cursor any more: the page moves it.
+        let claim = w.claim(schedule).unwrap().expect("free");
+        assert_eq!(open(&mut w), Some(at(later)));
+        w.replace_checkpoint(schedule, Some(at(first))).unwrap();
+        let page = write(&mut w, &changed, later).unwrap();
+        assert_eq!((page.calls_written, page.calls_unchanged), (0, 20));
+        assert_eq!(
+            w.checkpoint(schedule).unwrap().map(|c| c.cursor),
+            Some(at(later))
+        );
+        drop(claim);
     })
     .await
     .expect("the scenario ran");

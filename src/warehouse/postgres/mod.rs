@@ -42,9 +42,10 @@ mod timezone;
 mod tls;
 mod write;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use time::OffsetDateTime;
 use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
@@ -77,10 +78,10 @@ pub struct PgWarehouse {
     target: PgTarget,
     locks: Arc<claim::LockSession>,
     /// Schedules whose pass opened with a checkpoint and whose pages have changed nothing so
-    /// far: their next page is read first, outside a transaction (`write.rs`), as an idle
-    /// pass's page changes nothing. Shared by the forks, since a pass's opening and its pages
-    /// may go over different connections.
-    quiet: Arc<Mutex<HashSet<Uuid>>>,
+    /// far, with that checkpoint's cursor: their next page is read first, outside a
+    /// transaction (`write.rs`), as an idle pass's page changes nothing. Shared by the forks,
+    /// since a pass's opening and its pages may go over different connections.
+    quiet: Arc<Mutex<HashMap<Uuid, OffsetDateTime>>>,
 }
 
 struct Connection {

@@ -104,6 +104,8 @@ impl PgWarehouse {
         cursor: Option<Timestamp>,
     ) -> Result<Option<Checkpoint>, WarehouseError> {
         self.reconnect_if_closed()?;
+        // A pass of this process reading on as quiet would compare with the cursor it opened with.
+        self.expect_quiet(schedule, None);
         let target = self.target.clone();
         wait(self.client()?.batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
         let result = (|| {
@@ -188,12 +190,16 @@ impl PgWarehouse {
         // The row is recorded: a checkpoint that cannot be read is the pass's failure, kept
         // in that row, not the opening's.
         let cursor = row.column::<Option<OffsetDateTime>>(4, &self.target, "reading a checkpoint");
+        let opened_at = cursor.as_ref().ok().copied().flatten();
         let checkpoint = cursor.and_then(|cursor| {
             cursor
                 .map(|_| self.checkpoint_of(start.schedule, &row, 4))
                 .transpose()
         });
-        self.expect_quiet(start.schedule, matches!(checkpoint, Ok(Some(_))));
+        let quiet = matches!(checkpoint, Ok(Some(_)))
+            .then_some(opened_at)
+            .flatten();
+        self.expect_quiet(start.schedule, quiet);
         Ok(PassOpened::Started {
             run: Some(RunId(run)),
             checkpoint,

@@ -19,10 +19,11 @@
 //!
 //! An idle pass's page changes nothing: its calls are stored as they are, its checkpoint
 //! stays. So a pass that opened with a checkpoint reads its pages first outside a transaction
-//! (the stored fingerprints and the checkpoint, one round trip), and writes nothing for one
-//! that changes nothing: nothing is written, so there is nothing to fence or commit. Its
-//! first page that changes something is written as any other, and so are its pages after it
-//! (a round trip more for that one page, where an idle page saves one and three statements).
+//! (the stored fingerprints, one statement, against the cursor it opened with), and writes
+//! nothing for one that changes nothing: nothing is written, so there is nothing to fence or
+//! commit. Its first page that changes something is written as any other, and so are its
+//! pages after it (a round trip more for that one page, where an idle page saves one and four
+//! statements).
 
 use std::collections::HashMap;
 use std::sync::PoisonError;
@@ -39,7 +40,7 @@ use super::batch::{
 };
 use super::claim::READ_FENCE;
 use super::pipeline::Pipeline;
-use super::runs::{ADVANCE_CHECKPOINT, READ_CHECKPOINT};
+use super::runs::ADVANCE_CHECKPOINT;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{Attempt, OutboundCall, Timestamp};
 use crate::warehouse::error::WarehouseError;
@@ -128,9 +129,10 @@ impl PgWarehouse {
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        if self.quiet_expected(schedule)
-            && let Some(unchanged) =
-                self.replanning(|| self.unchanged_page(schedule, calls, &call_rows, checkpoint))?
+        if let Some(stored) = self.quiet_expected(schedule)
+            && let Some(unchanged) = self.replanning(|| {
+                self.unchanged_page(schedule, calls, &call_rows, checkpoint, stored)
+            })?
         {
             return Ok(unchanged);
         }
@@ -156,64 +158,52 @@ impl PgWarehouse {
         })
     }
 
-    /// Notes whether `schedule`'s pass opened with a checkpoint: then its pages are read
-    /// first, as long as they change nothing ([`Self::unchanged_page`]).
-    pub(super) fn expect_quiet(&self, schedule: Uuid, quiet: bool) {
+    /// Notes the cursor of the checkpoint `schedule`'s pass opened with, if any: then its
+    /// pages are read first, as long as they change nothing ([`Self::unchanged_page`]).
+    pub(super) fn expect_quiet(&self, schedule: Uuid, opened_at: Option<OffsetDateTime>) {
         let mut expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
-        if quiet {
-            expected.insert(schedule);
-        } else {
-            expected.remove(&schedule);
-        }
+        match opened_at {
+            Some(cursor) => expected.insert(schedule, cursor),
+            None => expected.remove(&schedule),
+        };
     }
 
-    fn quiet_expected(&self, schedule: Uuid) -> bool {
+    /// The cursor `schedule`'s pass opened with, while its pages have changed nothing.
+    fn quiet_expected(&self, schedule: Uuid) -> Option<OffsetDateTime> {
         let expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
-        expected.contains(&schedule)
+        expected.get(&schedule).copied()
     }
 
-    /// One round trip outside a transaction: the page's stored fingerprints and the
-    /// schedule's checkpoint. The page's counts when no call of it changed and its checkpoint
-    /// would not move the stored one (the write would change nothing); else `None`, and the
-    /// schedule's pages are written in a transaction from now on.
+    /// One statement outside a transaction: the page's stored fingerprints. The page's counts
+    /// when no call of it changed and its checkpoint would not move `opened_at`, the cursor
+    /// the pass opened with (the write would change nothing); else `None`, and the schedule's
+    /// pages are written in a transaction from now on.
+    ///
+    /// `opened_at` stands for the stored cursor, not read again: a page that changes nothing
+    /// leaves it as it was, and the claim keeps every other process's pass and `checkpoint`
+    /// command from moving it meanwhile. A claim lost unknowingly is no exception: a cursor
+    /// only moves forward, so what `opened_at` says stays, the stored one says too; and a
+    /// page it says would move goes through the fenced write, which is refused.
     fn unchanged_page(
         &self,
         schedule: Uuid,
         calls: &[OutboundCall],
         call_rows: &[CallRow<'_>],
         checkpoint: Option<Timestamp>,
+        opened_at: OffsetDateTime,
     ) -> Result<Option<PageWrite>, WarehouseError> {
-        let (fingerprints, checkpoints) =
-            ("reading the page's stored calls", "reading a checkpoint");
+        let step = "reading the page's stored calls";
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let mut pipeline = Pipeline::default();
-        pipeline.push(
-            self.statement(READ_FINGERPRINTS, fingerprints)?,
-            vec![&uids],
-            fingerprints,
-        );
-        pipeline.push(
-            self.statement(READ_CHECKPOINT, checkpoints)?,
-            vec![&schedule],
-            checkpoints,
-        );
-        let answers = wait(pipeline.answers(&*self.client()?));
-        let mut answers = pipeline.rows(answers, &self.target)?.into_iter();
-        let stored = stored_fingerprints(&answers.next().unwrap_or_default())
-            .pg(&self.target, fingerprints)?;
-        let cursor: Option<OffsetDateTime> = answers
-            .next()
-            .unwrap_or_default()
-            .first()
-            .map(|row| row.column(0, &self.target, checkpoints))
-            .transpose()?;
+        let statement = self.statement(READ_FINGERPRINTS, step)?;
+        let rows = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
+        let stored = stored_fingerprints(&rows).pg(&self.target, step)?;
         let plan = plan(calls, call_rows, stored, schedule);
         // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
-        let stays = checkpoint.is_none_or(|c| cursor.is_some_and(|stored| stored >= micros(c)));
+        let stays = checkpoint.is_none_or(|c| opened_at >= micros(c));
         if plan.calls.is_empty() && stays {
             return Ok(Some(plan.counts));
         }
-        self.expect_quiet(schedule, false);
+        self.expect_quiet(schedule, None);
         Ok(None)
     }
 
