@@ -90,8 +90,9 @@ impl TickLine {
 /// Where the daemon writes: a SQLite file in the temp dir, or a new PostgreSQL database.
 enum Destination {
     Sqlite(std::path::PathBuf),
-    /// The daemon's URI, and the round trip to the server it adds (`PG_RTT_MS`).
-    Postgres(String, Duration),
+    /// The daemon's URI, the round trip to the server it adds (`PG_RTT_MS`), and the
+    /// database's name (dropped at the end).
+    Postgres(String, Duration, String),
 }
 
 impl Destination {
@@ -104,7 +105,7 @@ impl Destination {
         let url = pg::with_dbname(admin, &name);
         let rtt = Duration::from_micros((env_f64("PG_RTT_MS", 0.0) * 1000.0) as u64);
         if rtt.is_zero() {
-            return Destination::Postgres(url, Duration::ZERO);
+            return Destination::Postgres(url, Duration::ZERO, name);
         }
         let port = runtime.block_on(distant::distant(&url, rtt / 2));
         let user = url
@@ -114,16 +115,17 @@ impl Destination {
         Destination::Postgres(
             format!("postgresql://{user}@127.0.0.1:{port}/{name}?sslmode=disable"),
             rtt,
+            name,
         )
     }
 
     fn name(&self) -> String {
         match self {
             Destination::Sqlite(_) => "SQLite".into(),
-            Destination::Postgres(_, rtt) if rtt.is_zero() => {
+            Destination::Postgres(_, rtt, _) if rtt.is_zero() => {
                 "PostgreSQL (local, Unix socket)".into()
             }
-            Destination::Postgres(_, rtt) => format!(
+            Destination::Postgres(_, rtt, _) => format!(
                 "PostgreSQL ({} ms a round trip away)",
                 rtt.as_secs_f64() * 1000.0
             ),
@@ -133,7 +135,7 @@ impl Destination {
     fn config_line(&self) -> String {
         match self {
             Destination::Sqlite(path) => format!("path = \"{}\"", path.display()),
-            Destination::Postgres(url, _) => format!("url = \"{url}\""),
+            Destination::Postgres(url, ..) => format!("url = \"{url}\""),
         }
     }
 
@@ -151,7 +153,7 @@ impl Destination {
                 conn.query_row(&SQL.replace("::bigint", ""), [], |r| r.get(0))
                     .expect("sync_runs reads")
             }
-            Destination::Postgres(url, _) => runtime.block_on(async {
+            Destination::Postgres(url, ..) => runtime.block_on(async {
                 let client = pg::connect(url).await;
                 let row = client.query_one(SQL, &[]).await.expect("sync_runs reads");
                 row.get(0)
@@ -230,6 +232,17 @@ fn main() {
             (other, _) => panic!("DESTINATIONS: unknown destination {other}"),
         };
         let (run, in_flight) = run_daemon(&runtime, dir.path(), &destination, &workload);
+        if let (Destination::Postgres(.., database), Some(admin)) = (&destination, &postgres) {
+            // The daemon has stopped: its rows would only fill the server run after run.
+            let drop = format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)");
+            if let Err(err) =
+                runtime.block_on(async { pg::connect(admin).await.batch_execute(&drop).await })
+            {
+                eprintln!(
+                    "could not drop the bench's database {database} (drop it by hand): {err}"
+                );
+            }
+        }
         measured.push(run);
         concurrency = in_flight;
     }
