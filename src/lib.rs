@@ -41,10 +41,10 @@ pub fn counted(n: u64, one: &str, many: &str) -> String {
 }
 
 pub fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = one_line(&err.to_string());
+    let mut text = lines_joined(&err.to_string());
     let mut source = err.source();
     while let Some(cause) = source {
-        let line = one_line(&cause.to_string());
+        let line = lines_joined(&cause.to_string());
         if !text.contains(&line) {
             text.push_str(": ");
             text.push_str(&line);
@@ -134,7 +134,7 @@ impl std::fmt::Display for ErrorKind {
 const ERROR_CHAIN_CHARS: usize = 20_000;
 
 /// `text`'s lines, trimmed, joined by a space.
-fn one_line(text: &str) -> String {
+fn lines_joined(text: &str) -> String {
     if !text.contains(['\n', '\r']) {
         return text.to_owned();
     }

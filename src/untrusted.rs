@@ -96,6 +96,12 @@ fn escaped_len(c: char) -> usize {
     4 + digits as usize
 }
 
+/// `text` on one line, each run of whitespace (line breaks too) one space: a driver's or a
+/// parser's message, which may span lines, inside one of callsync's.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::env::{Env, variable_for};
 use super::error::{ConfigError, ConfigErrorKind as Kind};
+use crate::untrusted::one_line;
 
 /// `config`'s error as one line naming the key (and the variable that set it, if one did),
 /// without the crate's "for key `…`" suffix.
@@ -116,10 +117,6 @@ pub(super) fn syntax_error(cause: &(dyn std::error::Error + 'static), text: &str
         Some(span) => format!("{}: {problem}", where_in(text, span.start)),
         None => format!("not valid TOML: {problem}"),
     }
-}
-
-pub(super) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// `not valid TOML at line L, column C` for the byte `at` of `text`.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::error::UploadError;
 use crate::service::OutboundCall;
-use crate::warehouse::one_line;
+use crate::untrusted::one_line;
 
 /// Names the scratch table and the step of a failure: `.scratch(SEEN, "record an external_id")`.
 trait ScratchContext<T> {

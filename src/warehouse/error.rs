@@ -250,7 +250,3 @@ fn claim_lost(schedule: uuid::Uuid, target: &str, taken: bool) -> String {
         "schedule {schedule} {what} on the warehouse {target}; the page was not written, and nothing is lost: the pages committed before stand, and the schedule's next pass goes on from its checkpoint"
     )
 }
-
-pub(crate) fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}

@@ -31,7 +31,6 @@ pub use destination::{
     Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared, Watch,
 };
 pub use dry_run::DryRun;
-pub(crate) use error::one_line;
 pub use error::{Capability, WarehouseError};
 pub use open::open;
 pub use records::{

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
+use crate::untrusted::one_line;
 pub use crate::warehouse::error::WarehouseError;
-use crate::warehouse::error::one_line;
 
 /// `WarehouseError::Open` for `path`.
 pub(super) fn open_error(path: &Path, cause: &rusqlite::Error) -> WarehouseError {
