@@ -245,6 +245,10 @@ async fn sigkill_inside_passes(dest: Dest, tie_order: TieOrder) {
         tokio::time::sleep(within).await;
         child.kill().await.expect("SIGKILL");
         drop(hold);
+        // The next round's process starts once the server has let the killed one's claims
+        // go (it notices the connection gone): a claim still held would end that pass on its
+        // schedule before any request, and the round would not be the one it says.
+        claims_freed(&env).await;
         let cut = open_runs_after(&env, before);
         assert!(
             cut >= 1,
@@ -259,15 +263,6 @@ async fn sigkill_inside_passes(dest: Dest, tie_order: TieOrder) {
     if tie_order != TieOrder::Stable {
         wait_until_older_than(&env, Duration::from_secs(2)).await;
     }
-    if let Some(db) = &env.pg {
-        // The server frees a killed process's claims once it notices its connection gone.
-        let claims = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
-                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
-        crate::harness::wait_for("the killed passes' claims freed", || {
-            pg::query(db, claims) == [[Some("0".to_owned())]]
-        })
-        .await;
-    }
     let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_callsync"))
         .arg("--config")
         .arg(&config)
@@ -280,6 +275,20 @@ async fn sigkill_inside_passes(dest: Dest, tie_order: TieOrder) {
     env.assert_matches_truth(&env.schedules());
     // No pass is left open for ever: every one killed was marked by a later process.
     assert_eq!(open_and_marked(&env), (0, cut_short));
+}
+
+/// Waits until no claim of a killed process is held: at once on SQLite (its claims are the
+/// process's file locks, gone with it); on PostgreSQL, until the server, which frees a killed
+/// process's claims once it notices its connection gone, holds no advisory lock in the
+/// warehouse's database.
+async fn claims_freed(env: &TestEnv) {
+    let Some(db) = &env.pg else { return };
+    let claims = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    crate::harness::wait_for("the killed passes' claims freed", || {
+        pg::query(db, claims) == [[Some("0".to_owned())]]
+    })
+    .await;
 }
 
 /// Waits for the service's clock to be `age` past its newest call: only a group older than
