@@ -129,9 +129,9 @@ impl PgWarehouse {
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        if let Some(stored) = self.quiet_expected(schedule)
+        if let Some(opened_at) = self.quiet_expected(schedule)
             && let Some(unchanged) = self.replanning(|| {
-                self.unchanged_page(schedule, calls, &call_rows, checkpoint, stored)
+                self.unchanged_page(schedule, calls, &call_rows, checkpoint, opened_at)
             })?
         {
             return Ok(unchanged);
@@ -180,10 +180,10 @@ impl PgWarehouse {
     /// pages are written in a transaction from now on.
     ///
     /// `opened_at` stands for the stored cursor, not read again: a page that changes nothing
-    /// leaves it as it was, and the claim keeps every other process's pass and `checkpoint`
-    /// command from moving it meanwhile. A claim lost unknowingly is no exception: a cursor
-    /// only moves forward, so what `opened_at` says stays, the stored one says too; and a
-    /// page it says would move goes through the fenced write, which is refused.
+    /// leaves it as it was, the claim keeps every other process's pass and `checkpoint`
+    /// command from moving it meanwhile, and this process's `replace_checkpoint` forgets it.
+    /// A claim lost unknowingly changes nothing: then no write of this process commits (the
+    /// fence refuses it), and an unchanged page writes nothing either.
     fn unchanged_page(
         &self,
         schedule: Uuid,
