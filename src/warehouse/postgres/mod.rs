@@ -45,7 +45,6 @@ mod write;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use time::OffsetDateTime;
 use tokio_postgres::{Client, Statement};
 use uuid::Uuid;
 
@@ -81,7 +80,7 @@ pub struct PgWarehouse {
     /// far, with that checkpoint's cursor: their next page is read first, outside a
     /// transaction (`write.rs`), as an idle pass's page changes nothing. Shared by the forks,
     /// since a pass's opening and its pages may go over different connections.
-    quiet: Arc<Mutex<HashMap<Uuid, OffsetDateTime>>>,
+    quiet: Arc<Mutex<HashMap<Uuid, crate::service::Timestamp>>>,
 }
 
 struct Connection {

@@ -190,16 +190,16 @@ impl PgWarehouse {
         // The row is recorded: a checkpoint that cannot be read is the pass's failure, kept
         // in that row, not the opening's.
         let cursor = row.column::<Option<OffsetDateTime>>(4, &self.target, "reading a checkpoint");
-        let opened_at = cursor.as_ref().ok().copied().flatten();
         let checkpoint = cursor.and_then(|cursor| {
             cursor
                 .map(|_| self.checkpoint_of(start.schedule, &row, 4))
                 .transpose()
         });
-        let quiet = matches!(checkpoint, Ok(Some(_)))
-            .then_some(opened_at)
-            .flatten();
-        self.expect_quiet(start.schedule, quiet);
+        let opened_at = checkpoint
+            .as_ref()
+            .ok()
+            .and_then(|c| c.as_ref().map(|c| c.cursor));
+        self.expect_quiet(start.schedule, opened_at);
         Ok(PassOpened::Started {
             run: Some(RunId(run)),
             checkpoint,

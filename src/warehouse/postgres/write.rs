@@ -28,8 +28,6 @@
 use std::collections::HashMap;
 use std::sync::PoisonError;
 
-use time::OffsetDateTime;
-
 use uuid::Uuid;
 
 use tokio_postgres::types::ToSql;
@@ -160,7 +158,7 @@ impl PgWarehouse {
 
     /// Notes the cursor of the checkpoint `schedule`'s pass opened with, if any: then its
     /// pages are read first, as long as they change nothing ([`Self::unchanged_page`]).
-    pub(super) fn expect_quiet(&self, schedule: Uuid, opened_at: Option<OffsetDateTime>) {
+    pub(super) fn expect_quiet(&self, schedule: Uuid, opened_at: Option<Timestamp>) {
         let mut expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
         match opened_at {
             Some(cursor) => expected.insert(schedule, cursor),
@@ -169,7 +167,7 @@ impl PgWarehouse {
     }
 
     /// The cursor `schedule`'s pass opened with, while its pages have changed nothing.
-    fn quiet_expected(&self, schedule: Uuid) -> Option<OffsetDateTime> {
+    fn quiet_expected(&self, schedule: Uuid) -> Option<Timestamp> {
         let expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
         expected.get(&schedule).copied()
     }
@@ -190,7 +188,7 @@ impl PgWarehouse {
         calls: &[OutboundCall],
         call_rows: &[CallRow<'_>],
         checkpoint: Option<Timestamp>,
-        opened_at: OffsetDateTime,
+        opened_at: Timestamp,
     ) -> Result<Option<PageWrite>, WarehouseError> {
         let step = "reading the page's stored calls";
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
@@ -199,7 +197,7 @@ impl PgWarehouse {
         let stored = stored_fingerprints(&rows).pg(&self.target, step)?;
         let plan = plan(calls, call_rows, stored, schedule);
         // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
-        let stays = checkpoint.is_none_or(|c| opened_at >= micros(c));
+        let stays = checkpoint.is_none_or(|c| micros(opened_at) >= micros(c));
         if plan.calls.is_empty() && stays {
             return Ok(Some(plan.counts));
         }
