@@ -105,6 +105,22 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// Every kind.
+    pub const ALL: [ErrorKind; 12] = [
+        ErrorKind::Config,
+        ErrorKind::Network,
+        ErrorKind::Auth,
+        ErrorKind::NotFound,
+        ErrorKind::RateLimited,
+        ErrorKind::Service,
+        ErrorKind::Protocol,
+        ErrorKind::BadResponse,
+        ErrorKind::Warehouse,
+        ErrorKind::Busy,
+        ErrorKind::Clock,
+        ErrorKind::Panic,
+    ];
+
     /// The kind as logs, `--json` and scripts spell it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -147,6 +163,34 @@ fn lines_joined(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::ErrorKind;
+
+    /// `ALL` lists every kind once, under its own name: a kind added to the enum and not to
+    /// `ALL` stops this match compiling, and a warehouse's stored name would not read back.
+    #[test]
+    fn every_error_kind_is_in_all_under_a_name_of_its_own() {
+        for (position, kind) in ErrorKind::ALL.into_iter().enumerate() {
+            let listed_at = match kind {
+                ErrorKind::Config => 0,
+                ErrorKind::Network => 1,
+                ErrorKind::Auth => 2,
+                ErrorKind::NotFound => 3,
+                ErrorKind::RateLimited => 4,
+                ErrorKind::Service => 5,
+                ErrorKind::Protocol => 6,
+                ErrorKind::BadResponse => 7,
+                ErrorKind::Warehouse => 8,
+                ErrorKind::Busy => 9,
+                ErrorKind::Clock => 10,
+                ErrorKind::Panic => 11,
+            };
+            assert_eq!(listed_at, position, "{kind}");
+        }
+        let names: std::collections::HashSet<_> =
+            ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), ErrorKind::ALL.len());
+    }
+
     #[test]
     fn counts_are_singular_for_one_only() {
         assert_eq!(super::counted(1, "chunk", "chunks"), "1 chunk");

@@ -80,7 +80,7 @@ pub(super) fn needing_attention(
         };
         if row.last_result.flatten() == Some(crate::warehouse::RunOutcome::Failed) {
             let kind = (row.last_run.as_ref())
-                .and_then(|run| run.error_kind.as_deref())
+                .and_then(|run| run.error_kind.as_ref())
                 .map(|kind| format!(" ({kind})"))
                 .unwrap_or_default();
             let backing_off = match &row.backing_off {

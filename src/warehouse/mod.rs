@@ -34,7 +34,8 @@ pub use dry_run::DryRun;
 pub use error::{Capability, WarehouseError};
 pub use open::open;
 pub use records::{
-    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats,
+    Stored, StoredName, Walker,
 };
 pub use rows::e164;
 pub use status::{

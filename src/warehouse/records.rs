@@ -1,6 +1,6 @@
 //! The records every destination keeps alike: checkpoints, how a pass is named
-//! (`RunKind`), who walked it (`Walker`), what it did (`RunStats`, `RunRecord`) and how it
-//! ended (`RunOutcome`).
+//! (`RunKind`), who walked it (`Walker`), what it did (`RunStats`, `RunRecord`), how it
+//! ended (`RunOutcome`), and a kind's name read back from the warehouse (`Stored`).
 
 use serde::Serialize;
 use uuid::Uuid;
@@ -42,6 +42,91 @@ impl RunKind {
             RunKind::Backfill => "backfill",
             RunKind::Reconcile => "reconcile",
         }
+    }
+}
+
+impl StoredName for RunKind {
+    const ALL: &'static [Self] = &[RunKind::Incremental, RunKind::Backfill, RunKind::Reconcile];
+
+    fn as_str(self) -> &'static str {
+        RunKind::as_str(self)
+    }
+}
+
+impl StoredName for RunOutcome {
+    const ALL: &'static [Self] = &RunOutcome::ALL;
+
+    fn as_str(self) -> &'static str {
+        RunOutcome::as_str(self)
+    }
+}
+
+impl StoredName for crate::ErrorKind {
+    const ALL: &'static [Self] = &crate::ErrorKind::ALL;
+
+    fn as_str(self) -> &'static str {
+        crate::ErrorKind::as_str(self)
+    }
+}
+
+/// One of callsync's kinds that the warehouse stores by name (`sync_runs.kind`,
+/// `error_kind`): every value, and the name each is stored as.
+pub trait StoredName: Copy + PartialEq + 'static {
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+
+    /// The value stored as `name`, if this callsync knows it.
+    fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+}
+
+/// A kind's name as the warehouse holds it: one this callsync knows, or another — stored by a
+/// newer callsync that shares the warehouse, or by hand — kept as stored, made safe to show,
+/// so that `status` reads a warehouse whatever wrote it. It serializes as the stored name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored<T> {
+    Known(T),
+    Unknown(String),
+}
+
+/// The most characters of a stored kind's name shown: callsync's own are a word.
+const KIND_CHARS: usize = 64;
+
+impl<T: StoredName> Stored<T> {
+    /// What the warehouse holds as `name`.
+    pub(crate) fn read(name: &str) -> Stored<T> {
+        match T::parse(name) {
+            Some(known) => Stored::Known(known),
+            None => Stored::Unknown(crate::untrusted::untrusted_text(name, KIND_CHARS)),
+        }
+    }
+
+    /// The kind, when this callsync knows it.
+    pub fn known(&self) -> Option<T> {
+        match self {
+            Stored::Known(kind) => Some(*kind),
+            Stored::Unknown(_) => None,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Stored::Known(kind) => kind.as_str(),
+            Stored::Unknown(name) => name,
+        }
+    }
+}
+
+impl<T: StoredName> std::fmt::Display for Stored<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<T: StoredName> Serialize for Stored<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -88,14 +173,21 @@ pub(crate) fn host_name() -> String {
 /// The most characters of a stored host or instance name shown.
 pub(crate) const WALKER_CHARS: usize = 255;
 
-/// The row id of a `sync_runs` row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The row id of a `sync_runs` row (a number in `--json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
 pub struct RunId(pub(crate) i64);
 
 impl RunId {
     /// `sync_runs.id`: what a log line or a script names the row by.
     pub fn get(self) -> i64 {
         self.0
+    }
+}
+
+impl std::fmt::Display for RunId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -169,15 +261,15 @@ impl RunOutcome {
         }
     }
 
-    fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.as_str() == text)
-    }
-
     /// How a `sync_runs` row read back ended: `None` while it has not (no `finished_at`:
     /// running, or its process died). A finished pass without an outcome this callsync knows
     /// (written by a newer one?) reads as failed rather than as running for ever.
     pub(crate) fn of_stored_run(finished: bool, outcome: Option<&str>) -> Option<Self> {
-        finished.then(|| outcome.and_then(Self::parse).unwrap_or(RunOutcome::Failed))
+        finished.then(|| {
+            outcome
+                .and_then(<Self as StoredName>::parse)
+                .unwrap_or(RunOutcome::Failed)
+        })
     }
 }
 

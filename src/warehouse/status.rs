@@ -9,7 +9,8 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::records::{RunOutcome, RunStats, WALKER_CHARS, Walker};
+use super::records::{RunId, RunKind, RunOutcome, RunStats, Stored, WALKER_CHARS, Walker};
+use crate::ErrorKind;
 use crate::config::CronSchedule;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
@@ -177,7 +178,7 @@ impl ScheduleStatus {
         let latest = self
             .last_run
             .as_ref()
-            .filter(|run| run.kind == "incremental");
+            .filter(|run| run.kind.known() == Some(RunKind::Incremental));
         let caught_up = match latest.and_then(|run| Some((run, run.outcome?))) {
             Some((run, RunOutcome::Completed)) => Some(run.started_at),
             Some((run, RunOutcome::Behind)) => run.finished_at.map(|end| {
@@ -224,7 +225,7 @@ impl ScheduleStatus {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
-    pub kind: String,
+    pub kind: Stored<RunKind>,
     /// `--json` writes the instants in the warehouse's form (RFC 3339, six fraction digits),
     /// so that a value copied from `status` compares as text with the column it came from.
     #[serde(serialize_with = "warehouse_form")]
@@ -256,11 +257,11 @@ pub struct RunSummary {
     pub instance: Option<String>,
     pub pid: Option<i64>,
     /// `sync_runs.id`: what `sync --json`'s `run_id` and the pass's log lines name it by.
-    pub run_id: i64,
+    pub run_id: RunId,
     /// What kind of failure stopped it (`network`, `auth`, `service` …, as `sync --json` and
     /// the logs spell them: match these, not `error`'s words); `None` unless it failed, and
     /// for passes recorded before schema 10.
-    pub error_kind: Option<String>,
+    pub error_kind: Option<Stored<ErrorKind>>,
     /// How it ended; `None` while it has not: running, or its process died.
     #[serde(skip)]
     pub outcome: Option<RunOutcome>,
@@ -335,7 +336,7 @@ pub(crate) struct StoredRun {
     pub host: Option<String>,
     pub instance: Option<String>,
     pub pid: Option<i64>,
-    pub run_id: i64,
+    pub run_id: RunId,
     pub error_kind: Option<String>,
 }
 
@@ -437,7 +438,7 @@ impl RunSummary {
         let outcome = run.outcome();
         let safe = |text: Option<String>, chars| text.map(|t| untrusted_text(&t, chars));
         RunSummary {
-            kind: run.kind,
+            kind: Stored::read(&run.kind),
             started_at: run.started_at,
             finished_at: run.finished_at,
             pages: run.pages,
@@ -456,7 +457,7 @@ impl RunSummary {
             instance: safe(run.instance, WALKER_CHARS),
             pid: run.pid,
             run_id: run.run_id,
-            error_kind: safe(run.error_kind, WALKER_CHARS),
+            error_kind: run.error_kind.as_deref().map(Stored::read),
             outcome,
         }
     }
@@ -527,7 +528,7 @@ mod tests {
             host: Some("h\u{1b}".into()),
             instance: None,
             pid: Some(9),
-            run_id: 10,
+            run_id: RunId(10),
             error_kind: None,
         });
         assert_eq!(
@@ -559,5 +560,73 @@ mod tests {
         for field in ["cursor", "last_success_at", "busy_since", "backing_off"] {
             assert!(none[field].is_null(), "{field}: {}", none[field]);
         }
+    }
+
+    /// A pass whose kind or failure's kind this callsync does not know (stored by a newer
+    /// one sharing the warehouse, or by hand) reads as stored, made safe, not as an error;
+    /// and it is not taken for an incremental pass that caught up.
+    #[test]
+    fn kinds_this_callsync_does_not_know_read_as_stored_and_made_safe() {
+        let at = |text| Timestamp::parse(text).unwrap();
+        let stored = |kind: &str, error_kind: Option<&str>| StoredRun {
+            kind: kind.into(),
+            started_at: at("2026-01-01T02:00:00Z"),
+            finished_at: Some(at("2026-01-01T02:00:01Z")),
+            pages: 1,
+            calls_seen: 0,
+            calls_written: 0,
+            requests: 1,
+            retries: 0,
+            error: error_kind.map(|_| "it failed".into()),
+            outcome: Some(
+                if error_kind.is_some() {
+                    "failed"
+                } else {
+                    "completed"
+                }
+                .into(),
+            ),
+            horizon: None,
+            lag_secs: None,
+            detail_requests: 0,
+            rate_limited: 0,
+            throttled_secs: 0.0,
+            future_rows: 0,
+            host: None,
+            instance: None,
+            pid: None,
+            run_id: RunId(3),
+            error_kind: error_kind.map(str::to_owned),
+        };
+        let known = RunSummary::from_stored(stored("incremental", Some("rate_limited")));
+        assert_eq!(known.kind, Stored::Known(RunKind::Incremental));
+        assert_eq!(
+            known.error_kind,
+            Some(Stored::Known(ErrorKind::RateLimited))
+        );
+
+        let newer = RunSummary::from_stored(stored("resync\u{1b}[2J", Some("quota\u{7}")));
+        assert_eq!(newer.kind, Stored::Unknown("resync\\u{1b}[2J".into()));
+        assert_eq!(
+            newer.error_kind,
+            Some(Stored::Unknown("quota\\u{7}".into()))
+        );
+        let json = serde_json::to_value(&newer).unwrap();
+        assert_eq!(json["kind"], "resync\\u{1b}[2J");
+        assert_eq!(json["error_kind"], "quota\\u{7}");
+        assert_eq!(json["run_id"], 3);
+
+        let caught_up = |run: StoredRun| {
+            let status = ScheduleStatus {
+                last_run: Some(RunSummary::from_stored(run)),
+                ..ScheduleStatus::never_synced(Uuid::nil())
+            };
+            status.caught_up_at()
+        };
+        assert_eq!(
+            caught_up(stored("incremental", None)),
+            Some(at("2026-01-01T02:00:00Z"))
+        );
+        assert_eq!(caught_up(stored("resync", None)), None);
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
 use callsync::warehouse::{
-    Destination, RunKind, RunOutcome, RunRecord, RunStats, RunSummary, ScheduleStatus, Walker,
+    Destination, RunId, RunKind, RunOutcome, RunRecord, RunStats, RunSummary, ScheduleStatus,
+    Stored, Walker,
 };
 use uuid::Uuid;
 
@@ -30,13 +31,14 @@ async fn status_reads_alike(dest: Dest) {
     // The destinations' calls block (PostgreSQL's on a runtime of its own).
     let shown = tokio::task::spawn_blocking(move || {
         let mut writer = warehouse.writer().expect("the warehouse opens");
-        record_passes(writer.as_mut());
+        let last = record_passes(writer.as_mut());
         let now = at(0).saturating_add(Duration::from_secs(3600));
-        writer.status_at(now).expect("status reads")
+        (writer.status_at(now).expect("status reads"), last)
     })
     .await
     .expect("the passes are recorded");
-    assert_eq!(shown, [expected()]);
+    let (shown, last) = shown;
+    assert_eq!(shown, [expected(last)]);
     // `status --json`'s bytes, instants in the warehouse's form, text escaped.
     let json = serde_json::to_value(&shown[0]).unwrap();
     assert_eq!(json["schedule_uid"], SCHEDULE.to_string());
@@ -84,8 +86,10 @@ fn stats() -> RunStats {
     }
 }
 
-/// One pass completed, then [`BEHIND`] passes behind, a minute apart, each 7.25 s long.
-fn record_passes(writer: &mut dyn Destination) {
+/// One pass completed, then [`BEHIND`] passes behind, a minute apart, each 7.25 s long;
+/// returns the last one's id.
+fn record_passes(writer: &mut dyn Destination) -> RunId {
+    let mut last = None;
     for n in 0..=BEHIND {
         let run =
             crate::harness::start_run(writer, SCHEDULE, RunKind::Incremental, at(n), &walker());
@@ -105,11 +109,13 @@ fn record_passes(writer: &mut dyn Destination) {
         writer
             .finish_run(run, &record)
             .expect("the end is recorded");
+        last = Some(run);
     }
+    last.expect("passes are recorded")
 }
 
-/// The status both destinations must show, spelt out.
-fn expected() -> ScheduleStatus {
+/// The status both destinations must show, spelt out, its latest pass `last`.
+fn expected(last: RunId) -> ScheduleStatus {
     let started = at(BEHIND);
     let finished = started.saturating_add(Duration::from_millis(7250));
     let instance_shown = format!("blue\\u{{7}}{}…[cut]", "x".repeat(255 - 9 - 6));
@@ -117,7 +123,7 @@ fn expected() -> ScheduleStatus {
         cursor: None,
         lag_secs: None,
         last_run: Some(RunSummary {
-            kind: "incremental".into(),
+            kind: Stored::Known(RunKind::Incremental),
             started_at: started,
             finished_at: Some(finished),
             pages: 2,
@@ -138,7 +144,7 @@ fn expected() -> ScheduleStatus {
             ),
             instance: Some(instance_shown),
             pid: Some(4242),
-            run_id: i64::try_from(BEHIND).unwrap() + 1,
+            run_id: last,
             error_kind: None,
             outcome: Some(RunOutcome::Behind),
         }),

@@ -191,7 +191,7 @@ fn slowed_by_text(reasons: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::warehouse::RunSummary;
+    use crate::warehouse::{RunId, RunKind, RunSummary, Stored};
 
     fn ts(text: &str) -> Timestamp {
         Timestamp::parse(text).unwrap()
@@ -207,7 +207,7 @@ mod tests {
 
     fn run(outcome: Option<RunOutcome>, error: Option<&str>) -> RunSummary {
         RunSummary {
-            kind: "backfill".into(),
+            kind: Stored::Known(RunKind::Backfill),
             started_at: ts("2026-01-01T02:00:00Z"),
             finished_at: outcome.map(|_| ts("2026-01-01T02:00:01Z")),
             pages: 3,
@@ -225,8 +225,8 @@ mod tests {
             host: Some("db-host".into()),
             instance: Some("blue".into()),
             pid: Some(4242),
-            run_id: 17,
-            error_kind: error.map(|_| "service".to_owned()),
+            run_id: RunId(17),
+            error_kind: error.map(|_| Stored::Known(crate::ErrorKind::Service)),
             outcome,
         }
     }
@@ -309,7 +309,7 @@ mod tests {
         let daily = crate::config::CronSchedule::parse("0 0 2 * * *").unwrap();
         let bound = std::time::Duration::from_secs(3600);
         let incremental = |outcome, error| RunSummary {
-            kind: "incremental".into(),
+            kind: Stored::Known(RunKind::Incremental),
             ..run(Some(outcome), error)
         };
         let mut s = status(Some("2026-01-01T01:59:00.000000Z"));

@@ -472,7 +472,7 @@ impl PgWarehouse {
             host: r.column(16, &self.target, STEP)?,
             instance: r.column(17, &self.target, STEP)?,
             pid: r.column(18, &self.target, STEP)?,
-            run_id: r.column(19, &self.target, STEP)?,
+            run_id: RunId(r.column(19, &self.target, STEP)?),
             error_kind: r.column(20, &self.target, STEP)?,
         })
     }

@@ -6,6 +6,7 @@ use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use super::runs::parse;
 use crate::service::Timestamp;
+use crate::warehouse::RunId;
 use crate::warehouse::status::{Overview, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 impl Warehouse {
@@ -196,7 +197,7 @@ impl Warehouse {
             host: r.get(16)?,
             instance: r.get(17)?,
             pid: r.get(18)?,
-            run_id: r.get(19)?,
+            run_id: RunId(r.get(19)?),
             error_kind: r.get(20)?,
         }))
     }
