@@ -1222,3 +1222,56 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
     .await
     .expect("the scenario ran");
 }
+
+/// A young warehouse is read by key: planned while its tables were a few pages (never
+/// analyzed), a first sync and the idle pass after it never read a table of calls or of their
+/// children end to end, where the planner's statistics alone would have it (callsync's
+/// sessions run with `enable_seqscan = off`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_warehouse_is_read_by_key_not_end_to_end() {
+    if !pg::available("postgres::read_by_key") {
+        return;
+    }
+    let env = crate::harness::TestEnv::start_on(
+        callsync::simulator::SimulatorOptions {
+            schedules: 6,
+            calls_per_schedule: 250,
+            ..Default::default()
+        },
+        crate::harness::Dest::Postgres,
+    )
+    .await;
+    let db = env.pg.clone().expect("a database");
+    let schedules = env.schedules();
+    env.pass_ok(&schedules).await;
+    env.pass_ok(&schedules).await;
+    // A session's counts reach the statistics when it ends: once callsync's have.
+    crate::harness::wait_for("callsync's sessions to end", || {
+        pg::query(
+            &db,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        ) == [[Some("0".to_owned())]]
+    })
+    .await;
+    // The migrations scanned each table once, empty (indexes, constraints): rows read end
+    // to end count the reads since.
+    let scans = pg::query(
+        &db,
+        "SELECT relname, seq_tup_read, idx_scan FROM pg_stat_user_tables
+         WHERE relname IN ('calls', 'call_custom_parameters', 'call_attempts',
+                           'attempt_outcomes', 'attempt_variables', 'call_notifications')
+         ORDER BY relname",
+    );
+    let read_end_to_end: Vec<_> = scans
+        .iter()
+        .filter(|row| row[1].as_deref() != Some("0"))
+        .collect();
+    assert!(read_end_to_end.is_empty(), "{read_end_to_end:?}");
+    let calls = scans.iter().find(|row| row[0].as_deref() == Some("calls"));
+    assert!(
+        calls.is_some_and(|row| row[2].as_deref() != Some("0")),
+        "the calls were read, by key: {scans:?}"
+    );
+    env.assert_matches_truth(&schedules);
+}

@@ -192,6 +192,15 @@ fn notice_line(message: &str) -> (bool, String) {
 /// pause, so only a client gone silent mid-page leaves one so long — and its open page would
 /// otherwise hold its schedule's fence (`claim.rs`) against the next owner until then.
 ///
+/// Every statement callsync sends reads by key or walks a whole index; none wants a table read
+/// from end to end where an index serves (`enable_seqscan = off`, which still lets the server
+/// scan a table no index serves). The planner otherwise goes by statistics that a young
+/// warehouse outgrows within its first sync: a table last analyzed at a few pages is read end
+/// to end for each page's ten stored calls, and a connection that planned the statement so
+/// keeps the plan until the next analyze (3,000 schedules' first sync: 622 reads of `calls`
+/// end to end, 7.3 million rows, where each page needed ten; BENCHMARKS.md). An operator's
+/// `options` can set it back.
+///
 /// Last, after the URI's options so that it wins over one there, `search_path` is
 /// `warehouse.schema` alone: every statement callsync sends names its tables unqualified, so
 /// every session (a writer's, a fork's, the claims', a reader's, a migration's) finds them, and
@@ -200,7 +209,8 @@ fn notice_line(message: &str) -> (bool, String) {
 fn session_settings(config: &mut tokio_postgres::Config, schema: &str) {
     let ours = format!(
         "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
-         -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={}",
+         -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={} \
+         -c enable_seqscan=off",
         KEEPALIVE_IDLE.as_secs(),
         KEEPALIVE_INTERVAL.as_secs(),
         KEEPALIVE_RETRIES,
@@ -439,7 +449,8 @@ mod session_settings_tests {
     use super::*;
 
     const OURS: &str = "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
-         -c tcp_keepalives_idle=15 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3";
+         -c tcp_keepalives_idle=15 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 \
+         -c enable_seqscan=off";
 
     #[test]
     fn commits_do_not_wait_for_the_flush_unless_the_uri_says_so() {
