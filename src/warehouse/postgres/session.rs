@@ -198,8 +198,11 @@ fn notice_line(message: &str) -> (bool, String) {
 /// warehouse outgrows within its first sync: a table last analyzed at a few pages is read end
 /// to end for each page's ten stored calls, and a connection that planned the statement so
 /// keeps the plan until the next analyze (3,000 schedules' first sync: 622 reads of `calls`
-/// end to end, 7.3 million rows, where each page needed ten; BENCHMARKS.md). An operator's
-/// `options` can set it back.
+/// end to end, 7.3 million rows, where each page needed ten; BENCHMARKS.md). Nor does any
+/// want its plan compiled (`jit = off`): callsync's statements are small, and a plan that must
+/// still read a table end to end, its cost raised past `jit_above_cost` by the setting above,
+/// was compiled for longer than it ran (the retention's `DELETE` over 30,000 passes: 423 ms,
+/// 234 of them compiling; 47 ms without). An operator's `options` can set either back.
 ///
 /// Last, after the URI's options so that it wins over one there, `search_path` is
 /// `warehouse.schema` alone: every statement callsync sends names its tables unqualified, so
@@ -210,7 +213,7 @@ fn session_settings(config: &mut tokio_postgres::Config, schema: &str) {
     let ours = format!(
         "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
          -c tcp_keepalives_idle={} -c tcp_keepalives_interval={} -c tcp_keepalives_count={} \
-         -c enable_seqscan=off",
+         -c enable_seqscan=off -c jit=off",
         KEEPALIVE_IDLE.as_secs(),
         KEEPALIVE_INTERVAL.as_secs(),
         KEEPALIVE_RETRIES,
@@ -450,7 +453,7 @@ mod session_settings_tests {
 
     const OURS: &str = "-c synchronous_commit=off -c idle_in_transaction_session_timeout=60000 \
          -c tcp_keepalives_idle=15 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3 \
-         -c enable_seqscan=off";
+         -c enable_seqscan=off -c jit=off";
 
     #[test]
     fn commits_do_not_wait_for_the_flush_unless_the_uri_says_so() {
