@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -584,12 +585,14 @@ impl<'e> Pass<'e> {
             }
         }
         self.tally.detail_requests += missing.len() as u64;
-        let asked_now = futures::stream::iter(missing)
+        // All asked at once, as the fetch asks them: the walk's permits bound them.
+        let asked_now: FuturesUnordered<_> = missing
+            .into_iter()
             .map(|(i, uid)| async move {
                 let detail = plan.ask(client, counters, uid).await;
                 (i, uid, detail.map(|(call, _)| call))
             })
-            .buffer_unordered(self.engine.detail_concurrency);
+            .collect();
         let mut details = futures::stream::iter(answered).chain(asked_now);
         while let Some((i, uid, detail)) = details.next().await {
             if detail.is_ok() || detail.as_ref().is_err_and(ApiError::is_not_found) {
