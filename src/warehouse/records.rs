@@ -288,3 +288,28 @@ pub struct RunRecord {
     /// What kind of failure stopped it; `None` unless it failed.
     pub error_kind: Option<crate::ErrorKind>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind of pass is in `ALL` once, and reads back as itself: a kind added to the
+    /// enum and not to `ALL` stops this match compiling (stored, it would read as unknown).
+    #[test]
+    fn every_run_kind_reads_back_as_itself() {
+        for (position, kind) in RunKind::ALL.iter().copied().enumerate() {
+            let listed_at = match kind {
+                RunKind::Incremental => 0,
+                RunKind::Backfill => 1,
+                RunKind::Reconcile => 2,
+            };
+            assert_eq!(listed_at, position, "{}", kind.as_str());
+            assert_eq!(Stored::read(kind.as_str()), Stored::Known(kind));
+        }
+        assert_eq!(RunKind::ALL.len(), 3);
+        assert_eq!(
+            Stored::<RunKind>::read("resync"),
+            Stored::Unknown("resync".into())
+        );
+    }
+}
