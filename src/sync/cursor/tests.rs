@@ -1051,6 +1051,15 @@ fn the_position_never_moves_back_and_starts_at_the_start() {
     );
 }
 
+/// The changes of `events` due before request `n` (`(when, kind, secs, k)`: [`apply`]'s).
+fn apply_due(s: &mut Service, n: usize, events: &[(usize, u8, i64, usize)]) {
+    for &(when, kind, secs, k) in events {
+        if when == n {
+            apply(s, n, kind, secs, k);
+        }
+    }
+}
+
 /// One change to the service, applied before request `n`.
 fn apply(s: &mut Service, n: usize, kind: u8, secs: i64, k: usize) {
     let now = now(n);
@@ -1071,6 +1080,20 @@ fn apply(s: &mut Service, n: usize, kind: u8, secs: i64, k: usize) {
         // many updates at once: `k` rows leave the group at `secs`
         _ => s.leave(secs, k, Leave::Spread, now),
     }
+}
+
+/// A walk that failed loudly on a group it could not prove whole (`GroupIncomplete`): never
+/// for being too young (a young group is waited for, not failed), and the next walk from its
+/// `checkpoint`, the service still, completes ([`assert_next_walk_completes`]).
+fn assert_failed_loudly_and_the_next_completes(
+    service: &mut Service,
+    why: Incomplete,
+    checkpoint: Timestamp,
+    page_size: u32,
+    facts: Facts,
+) {
+    assert_ne!(why, Incomplete::Young, "{why:?}");
+    assert_next_walk_completes(service, checkpoint, page_size, facts);
 }
 
 /// After a walk that gave up at `checkpoint`, the service now still: the next walk from there
@@ -1129,13 +1152,7 @@ proptest! {
         let mut service = Service::ordered(&groups, order);
         let serving = if ahead { Serving::Ahead } else { Serving::InTurn };
         let how = (facts, Duration::ZERO, serving);
-        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| {
-            for &(when, kind, secs, k) in &events {
-                if when == n {
-                    apply(s, n, kind, secs, k);
-                }
-            }
-        });
+        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| apply_due(s, n, &events));
         // (Not "the checkpoint is the newest row": a row stamped "now" after the walk saw
         // the end of the data belongs to the next pass.)
         assert_complete(&service, &out);
@@ -1144,8 +1161,7 @@ proptest! {
             // An unstable order makes a group that changed under every read of it give up
             // (or, without counts, fail to prove it): loudly, and the next walk completes.
             Some(WalkError::GroupIncomplete { why, .. }) if order != TieOrder::Stable => {
-                prop_assert!(why != Incomplete::Young, "{why:?}");
-                assert_next_walk_completes(&mut service, out.checkpoint, page_size, facts);
+                assert_failed_loudly_and_the_next_completes(&mut service, why, out.checkpoint, page_size, facts);
             }
             // Without counts nothing tells an unstable order from calls moving: the scans may
             // not settle, and say so within their page bound (an order drawn anew on every
@@ -1208,8 +1224,7 @@ proptest! {
             // Calls entering an old group (late commits past the window) can look like an
             // unstable order: the walk then fails loudly, the checkpoint held, like above.
             Some(WalkError::GroupIncomplete { why, .. }) => {
-                prop_assert!(why != Incomplete::Young, "{why:?}");
-                assert_next_walk_completes(&mut service, first.checkpoint, page_size, facts);
+                assert_failed_loudly_and_the_next_completes(&mut service, why, first.checkpoint, page_size, facts);
             }
             Some(e) => panic!("unexpected error: {e}"),
         }
@@ -1254,8 +1269,7 @@ proptest! {
             Some(WalkError::GroupIncomplete { why, .. })
                 if order != TieOrder::Stable || late_commit =>
             {
-                prop_assert!(why != Incomplete::Young, "{why:?}");
-                assert_next_walk_completes(&mut service, out.checkpoint, page_size, Facts::Shown);
+                assert_failed_loudly_and_the_next_completes(&mut service, why, out.checkpoint, page_size, Facts::Shown);
             }
             Some(e) => panic!("churn stopped, yet: {e}"),
         }
@@ -1298,19 +1312,12 @@ proptest! {
         let mut service = untied_then_groups(rows, &groups, order);
         let serving = if ahead { Serving::Ahead } else { Serving::InTurn };
         let how = (Facts::Shown, Duration::ZERO, serving);
-        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| {
-            for &(when, kind, secs, k) in &events {
-                if when == n {
-                    apply(s, n, kind, secs, k);
-                }
-            }
-        });
+        let (out, error) = walk_served(&mut service, at(0), page_size, how, |s, n| apply_due(s, n, &events));
         assert_complete(&service, &out);
         match error {
             None => {}
             Some(WalkError::GroupIncomplete { why, .. }) if order != TieOrder::Stable => {
-                prop_assert!(why != Incomplete::Young, "{why:?}");
-                assert_next_walk_completes(&mut service, out.checkpoint, page_size, Facts::Shown);
+                assert_failed_loudly_and_the_next_completes(&mut service, why, out.checkpoint, page_size, Facts::Shown);
             }
             Some(e) => panic!("churn stopped, yet: {e}"),
         }
@@ -1485,13 +1492,7 @@ fn a_mass_departure_under_a_downward_scan_is_probed_past_in_large_pages() {
     let events = [(0, 2, 1, 0), (3, 2, 1, 0), (7, 3, 1, 4), (149, 3, 3, 102)];
     let mut service = Service::ordered(&[(3, 241), (1, 80), (3, 114)], TieOrder::Stable);
     let how = (Facts::Shown, Duration::ZERO, Serving::InTurn);
-    let (out, error) = walk_served(&mut service, at(0), 7, how, |s, n| {
-        for &(when, kind, secs, k) in &events {
-            if when == n {
-                apply(s, n, kind, secs, k);
-            }
-        }
-    });
+    let (out, error) = walk_served(&mut service, at(0), 7, how, |s, n| apply_due(s, n, &events));
     assert!(error.is_none(), "{error:?}");
     assert_complete(&service, &out);
     assert_eq!(out.checkpoint, at(now(149)));
