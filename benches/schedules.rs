@@ -9,10 +9,14 @@
 //! own tick lines (`tick done … duration_ms`): the start-up tick (the first sync), the next
 //! clean tick (an idle pass: nothing changed), and one more idle pass for each latency of
 //! `LATENCIES` [0,100] (ms added to every response from then on, side by side in one table);
-//! then the daemon's peak RSS (`VmHWM`). Reference, same run: the requests each idle pass
-//! made × the latency ÷ `sync.concurrency` (the most requests in flight) — the time a pass
-//! bound by latency alone would take. `CONCURRENCY` sets `sync.concurrency` (for an older
-//! build, whose default differs: `BENCH_BINARY=… CONCURRENCY=16`).
+//! then the daemon's peak RSS (`VmHWM`), and the CPU each tick took (`/proc`, user and
+//! system, since the tick before it ended): the daemon's, the simulator's (this process's),
+//! and, for a server on this machine, PostgreSQL's (every `postgres` process's: on two cores
+//! the server's CPU is what PostgreSQL's times are made of). Reference, same run: the
+//! requests each idle pass made × the latency ÷ `sync.concurrency` (the most requests in
+//! flight) — the time a pass bound by latency alone would take. `CONCURRENCY` sets
+//! `sync.concurrency` (for an older build, whose default differs: `BENCH_BINARY=…
+//! CONCURRENCY=16`).
 //!
 //! Each destination runs in turn, in the same run, against a new simulator of the same seed:
 //! a SQLite file, then, when `CALLSYNC_BENCH_POSTGRES` names a server (see
@@ -162,6 +166,70 @@ impl Destination {
     }
 }
 
+/// CPU seconds (user and system) the daemon, this process (the simulator's) and the local
+/// PostgreSQL server's processes had taken, or took over a tick.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cpu {
+    daemon: f64,
+    simulator: f64,
+    server: f64,
+}
+
+impl Cpu {
+    /// The totals so far (the daemon's once it runs).
+    fn now(daemon: Option<u32>) -> Cpu {
+        Cpu {
+            daemon: daemon.map_or(0.0, |pid| cpu_secs(&pid.to_string())),
+            simulator: cpu_secs("self"),
+            server: postgres_cpu_secs(),
+        }
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            daemon: self.daemon - before.daemon,
+            simulator: self.simulator - before.simulator,
+            server: self.server - before.server,
+        }
+    }
+}
+
+/// The CPU seconds process `pid` has taken (`/proc/PID/stat`: utime, stime); 0 for one gone.
+fn cpu_secs(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's `(…)`: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf reads a constant of the system.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / per_sec
+}
+
+/// The CPU seconds every `postgres` process of this machine has taken (a server elsewhere:
+/// none). Backends that ended take theirs with them; the daemon's stay connected.
+fn postgres_cpu_secs() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(|pid| cpu_secs(&pid))
+        .sum()
+}
+
 /// The peak resident set of process `pid`, in MiB (`VmHWM`).
 fn peak_rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -181,6 +249,8 @@ struct Tick {
     line: TickLine,
     /// The requests of every schedule's latest pass after the tick.
     requests: i64,
+    /// CPU seconds since the tick before ended (since the daemon started, for the first).
+    cpu: Cpu,
 }
 
 /// What one destination's daemon did.
@@ -294,6 +364,7 @@ fn run_daemon(
     let binary =
         std::env::var_os("BENCH_BINARY").unwrap_or_else(|| env!("CARGO_BIN_EXE_callsync").into());
     let started = Instant::now();
+    let mut cpu_before = Cpu::now(None);
     let mut daemon = Command::new(binary)
         .arg("--config")
         .arg(&config)
@@ -325,10 +396,17 @@ fn run_daemon(
         }
     };
     let first_wall = started.elapsed();
+    let mut cpu_of_tick = || {
+        let now = Cpu::now(Some(pid));
+        let took = now.since(cpu_before);
+        cpu_before = now;
+        took
+    };
     let mut ticks = vec![Tick {
         kind: "first sync",
         latency: workload.latency,
         line: first,
+        cpu: cpu_of_tick(),
         requests: destination.last_pass_requests(runtime),
     }];
     for (i, &latency) in std::iter::once(&workload.latency)
@@ -339,12 +417,14 @@ fn run_daemon(
             slow_down(&sim, latency);
         }
         let line = next_clean_tick();
+        let cpu = cpu_of_tick();
         let requests = destination.last_pass_requests(runtime);
         ticks.push(Tick {
             kind: "idle pass",
             latency,
             line,
             requests,
+            cpu,
         });
     }
     let rss_mib = peak_rss_mib(pid);
@@ -392,9 +472,9 @@ fn print_table(measured: &[Measured], workload: &Workload, concurrency: usize) {
         "Reference: an idle pass's requests × latency ÷ sync.concurrency, the time a pass bound by latency alone takes.\n"
     );
     println!(
-        "| destination | tick | walked | failed | requests | latency ms | tick s | reference s | × reference | peak RSS MiB |"
+        "| destination | tick | walked | failed | requests | latency ms | tick s | reference s | × reference | CPU s: daemon / simulator / local server | peak RSS MiB |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for m in measured {
         for (i, tick) in m.ticks.iter().enumerate() {
             let took = tick.line.duration_ms as f64 / 1000.0;
@@ -419,8 +499,12 @@ fn print_table(measured: &[Measured], workload: &Workload, concurrency: usize) {
                     format!("{:.2}", took / reference),
                 )
             };
+            let cpu = format!(
+                "{:.1} / {:.1} / {:.1}",
+                tick.cpu.daemon, tick.cpu.simulator, tick.cpu.server
+            );
             println!(
-                "| {} | {kind} | {} | {} | {} | {} | {took:.1} | {reference} | {times} | {rss} |",
+                "| {} | {kind} | {} | {} | {} | {} | {took:.1} | {reference} | {times} | {cpu} | {rss} |",
                 m.destination,
                 tick.line.walked,
                 tick.line.failed,
