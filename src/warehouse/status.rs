@@ -503,33 +503,55 @@ impl RunSummary {
 mod tests {
     use super::*;
 
+    /// A completed pass of `kind` as a warehouse stores it: one page, one request, a second
+    /// long, nothing else.
+    fn stored_run(kind: &str) -> StoredRun {
+        let at = |text| Timestamp::parse(text).unwrap();
+        StoredRun {
+            kind: kind.into(),
+            started_at: at("2026-01-01T02:00:00Z"),
+            finished_at: Some(at("2026-01-01T02:00:01Z")),
+            pages: 1,
+            calls_seen: 0,
+            calls_written: 0,
+            requests: 1,
+            retries: 0,
+            error: None,
+            outcome: Some("completed".into()),
+            horizon: None,
+            lag_secs: None,
+            detail_requests: 0,
+            rate_limited: 0,
+            throttled_secs: 0.0,
+            future_rows: 0,
+            host: None,
+            instance: None,
+            pid: None,
+            run_id: RunId(3),
+            error_kind: None,
+        }
+    }
+
     /// `status --json` writes the typed uid and instants exactly as it wrote their text
     /// before: the uid hyphenated, the instants in the warehouse's form (six digits).
     #[test]
     fn the_json_writes_uids_and_instants_as_the_warehouse_stores_them() {
         let at = |text| Timestamp::parse(text).unwrap();
         let run = RunSummary::from_stored(StoredRun {
-            kind: "incremental".into(),
-            started_at: at("2026-01-01T02:00:00Z"),
             finished_at: Some(at("2026-01-01T02:00:01.5Z")),
-            pages: 1,
             calls_seen: 2,
             calls_written: 3,
             requests: 4,
             retries: 5,
-            error: None,
-            outcome: Some("completed".into()),
-            horizon: None,
             lag_secs: Some(0.5),
             detail_requests: 6,
             rate_limited: 7,
             throttled_secs: 0.25,
             future_rows: 8,
             host: Some("h\u{1b}".into()),
-            instance: None,
             pid: Some(9),
             run_id: RunId(10),
-            error_kind: None,
+            ..stored_run("incremental")
         });
         assert_eq!(
             serde_json::to_string(&run).unwrap(),
@@ -569,34 +591,10 @@ mod tests {
     fn kinds_this_callsync_does_not_know_read_as_stored_and_made_safe() {
         let at = |text| Timestamp::parse(text).unwrap();
         let stored = |kind: &str, error_kind: Option<&str>| StoredRun {
-            kind: kind.into(),
-            started_at: at("2026-01-01T02:00:00Z"),
-            finished_at: Some(at("2026-01-01T02:00:01Z")),
-            pages: 1,
-            calls_seen: 0,
-            calls_written: 0,
-            requests: 1,
-            retries: 0,
             error: error_kind.map(|_| "it failed".into()),
-            outcome: Some(
-                if error_kind.is_some() {
-                    "failed"
-                } else {
-                    "completed"
-                }
-                .into(),
-            ),
-            horizon: None,
-            lag_secs: None,
-            detail_requests: 0,
-            rate_limited: 0,
-            throttled_secs: 0.0,
-            future_rows: 0,
-            host: None,
-            instance: None,
-            pid: None,
-            run_id: RunId(3),
+            outcome: Some(error_kind.map_or("completed", |_| "failed").into()),
             error_kind: error_kind.map(str::to_owned),
+            ..stored_run(kind)
         };
         let known = RunSummary::from_stored(stored("incremental", Some("rate_limited")));
         assert_eq!(known.kind, Stored::Known(RunKind::Incremental));
