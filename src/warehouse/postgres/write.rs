@@ -190,11 +190,7 @@ impl PgWarehouse {
         checkpoint: Option<Timestamp>,
         opened_at: Timestamp,
     ) -> Result<Option<PageWrite>, WarehouseError> {
-        let step = "reading the page's stored calls";
-        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let statement = self.statement(READ_FINGERPRINTS, step)?;
-        let rows = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
-        let stored = stored_fingerprints(&rows).pg(&self.target, step)?;
+        let stored = self.stored_calls(calls)?;
         let plan = plan(calls, call_rows, stored, schedule);
         // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
         let stays = checkpoint.is_none_or(|c| micros(opened_at) >= micros(c));
@@ -203,6 +199,18 @@ impl PgWarehouse {
         }
         self.expect_quiet(schedule, None);
         Ok(None)
+    }
+
+    /// The stored fingerprints of `calls`: one statement.
+    fn stored_calls(
+        &self,
+        calls: &[OutboundCall],
+    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+        let step = "reading the page's stored calls";
+        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        let statement = self.statement(READ_FINGERPRINTS, step)?;
+        let rows = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
+        stored_fingerprints(&rows).pg(&self.target, step)
     }
 
     /// One round trip: the page's transaction begins, its fence is checked
@@ -293,13 +301,7 @@ impl PgWarehouse {
         self.reconnect_if_closed()?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let step = "reading the page's stored calls";
-        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let found = self.replanning(|| {
-            let statement = self.statement(READ_FINGERPRINTS, step)?;
-            wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)
-        })?;
-        let stored = stored_fingerprints(&found).pg(&self.target, step)?;
+        let stored = self.replanning(|| self.stored_calls(calls))?;
         Ok(plan(calls, &call_rows, stored, schedule)
             .counts
             .calls_written)
