@@ -3,6 +3,7 @@
 //! crate as `BUILD_GIT_REVISION`: no `CALLSYNC_` name, which cargo also sets when it runs the
 //! tests' binaries and the configuration would read as a key.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
@@ -16,6 +17,10 @@ fn main() {
 }
 
 /// HEAD's abbreviated commit; asks cargo to build again when HEAD or its branch moves.
+///
+/// Only paths that exist are watched: cargo takes a missing one as changed, and would build the
+/// crate again on every command (a fresh clone has no `packed-refs`). A branch without a loose
+/// file (packed) is watched through its folder, where its next commit writes one.
 fn git_revision() -> Option<String> {
     let git = |args: &[&str]| -> Option<String> {
         let out = Command::new("git").args(args).output().ok()?;
@@ -25,14 +30,20 @@ fn git_revision() -> Option<String> {
             .filter(|s| !s.is_empty())
     };
     let revision = git(&["rev-parse", "--short=12", "HEAD"])?;
-    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-        watched.push(branch);
-    }
-    for name in watched {
-        if let Some(path) = git(&["rev-parse", "--git-path", &name]) {
-            println!("cargo:rerun-if-changed={path}");
+    let git_path = |name: &str| git(&["rev-parse", "--git-path", name]).map(PathBuf::from);
+    let mut watched: Vec<PathBuf> = ["HEAD", "packed-refs"]
+        .into_iter()
+        .filter_map(git_path)
+        .collect();
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]).and_then(|b| git_path(&b)) {
+        if branch.exists() {
+            watched.push(branch);
+        } else {
+            watched.extend(branch.parent().map(Path::to_path_buf));
         }
+    }
+    for path in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     Some(revision)
 }
