@@ -1,10 +1,17 @@
 //! What the PostgreSQL writer sends: each table's columns and conflict key, a page's rows of
 //! one table gathered column by column into arrays (`Batch`, one array parameter a column),
 //! and the one `unnest()` upsert statement a table is written with (`upsert_sql`).
+//!
+//! A child row's keys to its call and attempt (`call_id`, `attempt_id`) are not sent: the
+//! statement finds them by the uids the row carries (`call_uid`, `attempt_uid`), joined to
+//! the rows written before it in the same transaction. So a page's statements need no answer
+//! of each other, and go to the server together (`write.rs`). A row whose call or attempt is
+//! not found is not written (the join drops it), as the writer skipped one before.
 
 use tokio_postgres::types::ToSql;
 
-/// How a column travels: text (cast by the server to its type), a 64-bit integer or a flag.
+/// How a column travels: text (cast by the server to its type), a 64-bit integer or a flag;
+/// or not at all, found by the server.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     Text,
@@ -14,6 +21,17 @@ pub(super) enum Kind {
     Time,
     Int,
     Bool,
+    /// The id of the call whose uid is the row's `call_uid`.
+    CallId,
+    /// The id of the attempt whose uid is the row's `attempt_uid`, of that call.
+    AttemptId,
+}
+
+impl Kind {
+    /// Whether the row carries the value (else the server finds it).
+    fn sent(self) -> bool {
+        !matches!(self, Kind::CallId | Kind::AttemptId)
+    }
 }
 
 pub(super) struct Table {
@@ -25,7 +43,7 @@ pub(super) struct Table {
     pub(super) writing: &'static str,
 }
 
-use Kind::{Bool, Int, Json, Text, Time};
+use Kind::{AttemptId, Bool, CallId, Int, Json, Text, Time};
 
 pub(super) const CALLS: Table = Table {
     name: "calls",
@@ -75,7 +93,7 @@ pub(super) const CALLS: Table = Table {
 pub(super) const PARAMETERS: Table = Table {
     name: "call_custom_parameters",
     columns: &[
-        ("call_id", Int),
+        ("call_id", Kind::CallId),
         ("call_uid", Kind::Uuid),
         ("name", Text),
         ("value", Text),
@@ -88,7 +106,7 @@ pub(super) const ATTEMPTS: Table = Table {
     name: "call_attempts",
     columns: &[
         ("uid", Kind::Uuid),
-        ("call_id", Int),
+        ("call_id", Kind::CallId),
         ("call_uid", Kind::Uuid),
         ("position", Int),
         ("status", Text),
@@ -111,8 +129,8 @@ pub(super) const ATTEMPTS: Table = Table {
 pub(super) const OUTCOMES: Table = Table {
     name: "attempt_outcomes",
     columns: &[
-        ("call_id", Int),
-        ("attempt_id", Int),
+        ("call_id", Kind::CallId),
+        ("attempt_id", Kind::AttemptId),
         ("uid", Kind::Uuid),
         ("attempt_uid", Kind::Uuid),
         ("call_uid", Kind::Uuid),
@@ -127,8 +145,8 @@ pub(super) const OUTCOMES: Table = Table {
 pub(super) const VARIABLES: Table = Table {
     name: "attempt_variables",
     columns: &[
-        ("call_id", Int),
-        ("attempt_id", Int),
+        ("call_id", Kind::CallId),
+        ("attempt_id", Kind::AttemptId),
         ("uid", Kind::Uuid),
         ("attempt_uid", Kind::Uuid),
         ("call_uid", Kind::Uuid),
@@ -145,7 +163,7 @@ pub(super) const VARIABLES: Table = Table {
 pub(super) const NOTIFICATIONS: Table = Table {
     name: "call_notifications",
     columns: &[
-        ("call_id", Int),
+        ("call_id", Kind::CallId),
         ("uid", Kind::Uuid),
         ("call_uid", Kind::Uuid),
         ("status", Text),
@@ -188,6 +206,7 @@ impl Batch {
             columns: table
                 .columns
                 .iter()
+                .filter(|(_, kind)| kind.sent())
                 .map(|(_, kind)| match kind {
                     Int => Column::Int(Vec::new()),
                     Bool => Column::Bool(Vec::new()),
@@ -198,8 +217,8 @@ impl Batch {
         }
     }
 
-    /// Adds a row: one value per column, in the table's order (a mismatch is a bug here,
-    /// caught by the unit test of every table).
+    /// Adds a row: one value per column sent, in the table's order (a mismatch is a bug
+    /// here, caught by the unit test of every table).
     pub(super) fn push(&mut self, row: Vec<V>) {
         debug_assert_eq!(row.len(), self.columns.len(), "{}", self.table.name);
         for (column, value) in self.columns.iter_mut().zip(row) {
@@ -227,12 +246,14 @@ impl Batch {
     }
 }
 
-/// `INSERT … SELECT … FROM unnest(arrays) ON CONFLICT (key) DO UPDATE SET every other column`.
-pub(super) fn upsert_sql(table: &Table, returning: &str) -> String {
+/// `INSERT … SELECT … FROM unnest(arrays) [JOIN the call [and its attempt]] ON CONFLICT (key)
+/// DO UPDATE SET every other column`.
+pub(super) fn upsert_sql(table: &Table) -> String {
     let quoted = |name: &str| format!("\"{name}\"");
     let names: Vec<String> = table.columns.iter().map(|(n, _)| quoted(n)).collect();
-    let arrays: Vec<String> = table
-        .columns
+    let sent: Vec<&(&str, Kind)> = table.columns.iter().filter(|(_, k)| k.sent()).collect();
+    let sent_names: Vec<String> = sent.iter().map(|(n, _)| quoted(n)).collect();
+    let arrays: Vec<String> = sent
         .iter()
         .enumerate()
         .map(|(i, (_, kind))| {
@@ -252,8 +273,32 @@ pub(super) fn upsert_sql(table: &Table, returning: &str) -> String {
             Json => format!("u.\"{name}\"::jsonb"),
             Time => format!("(u.\"{name}\"::timestamp AT TIME ZONE 'UTC')"),
             Text | Int | Bool => format!("u.\"{name}\""),
+            CallId => "c.id".to_owned(),
+            AttemptId => "a.id".to_owned(),
         })
         .collect();
+    // A join may reorder the rows, which would give new rows their ids (`GENERATED … AS
+    // IDENTITY`) in another order than the page's, SQLite's: they are put back in order.
+    let kinds = || table.columns.iter().map(|(_, kind)| *kind);
+    let mut joins = String::new();
+    if kinds().any(|k| k == CallId) {
+        joins.push_str(" JOIN calls AS c ON c.uid = u.\"call_uid\"::uuid");
+    }
+    if kinds().any(|k| k == AttemptId) {
+        joins.push_str(
+            " JOIN call_attempts AS a ON a.call_id = c.id AND a.uid = u.\"attempt_uid\"::uuid",
+        );
+    }
+    let (ordinality, order) = if joins.is_empty() {
+        ("", "")
+    } else {
+        (" WITH ORDINALITY", " ORDER BY u.row_number")
+    };
+    let sent_names = if joins.is_empty() {
+        sent_names.join(", ")
+    } else {
+        format!("{}, row_number", sent_names.join(", "))
+    };
     let updates: Vec<String> = table
         .columns
         .iter()
@@ -262,8 +307,9 @@ pub(super) fn upsert_sql(table: &Table, returning: &str) -> String {
         .collect();
     let key: Vec<String> = table.key.iter().map(|k| quoted(k)).collect();
     format!(
-        "INSERT INTO {table} ({names}) SELECT {values} FROM unnest({arrays}) AS u({names})
-         ON CONFLICT ({key}) DO UPDATE SET {updates} {returning}",
+        "INSERT INTO {table} ({names}) SELECT {values}
+         FROM unnest({arrays}){ordinality} AS u({sent_names}){joins}{order}
+         ON CONFLICT ({key}) DO UPDATE SET {updates}",
         table = table.name,
         names = names.join(", "),
         values = values.join(", "),
@@ -294,10 +340,18 @@ mod tests {
                     table.name
                 );
             }
-            let sql = upsert_sql(table, "");
+            let sql = upsert_sql(table);
+            let sent = table.columns.iter().filter(|(_, k)| k.sent()).count();
+            assert!(sql.contains(&format!("${sent}::")), "{sql}");
+            assert!(!sql.contains(&format!("${}::", sent + 1)), "{sql}");
+            assert_eq!(Batch::new(table).params().len(), sent, "{}", table.name);
+            let has = |name: &str| table.columns.iter().any(|(n, _)| *n == name);
+            let resolves = |kind: Kind| table.columns.iter().any(|(_, k)| *k == kind);
+            assert!(!resolves(CallId) || has("call_uid"), "{}", table.name);
             assert!(
-                sql.contains(&format!("${}::", table.columns.len())),
-                "{sql}"
+                !resolves(AttemptId) || (resolves(CallId) && has("attempt_uid")),
+                "{}",
+                table.name
             );
         }
     }

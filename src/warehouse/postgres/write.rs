@@ -1,10 +1,12 @@
 //! A page and its checkpoint in one PostgreSQL transaction, each table written by ONE
 //! statement: the page's rows go as arrays (`unnest($1::text[], …)`, binary protocol), upserted
-//! with `ON CONFLICT`; the statements that need no answer of another go together
-//! (`pipeline.rs`), so a page costs five round trips whatever its size: the transaction's
-//! start with its fence and the stored calls' fingerprints; the calls; their own children
-//! (parameters, attempts, notifications); the attempts' children and the summaries; the
-//! checkpoint with the commit. A page that changes no call costs two, or one (below).
+//! with `ON CONFLICT`. A child row finds its call's and attempt's ids on the server, by the
+//! uids it carries (`batch.rs`), so no statement waits for another's answer, and a page costs
+//! two round trips whatever its size (`pipeline.rs`): the transaction's start with its fence
+//! and the stored calls' fingerprints (which decide what is written); then every statement of
+//! the page, in order (the calls; their own children: parameters, attempts, notifications;
+//! the attempts' outcomes and variables; the summaries), the checkpoint and the commit. A
+//! page that changes no call costs two, or one (below).
 //!
 //! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
 //! which round, how their children mirror the service and whether their summary is known.
@@ -30,8 +32,6 @@ use std::sync::PoisonError;
 
 use uuid::Uuid;
 
-use tokio_postgres::types::ToSql;
-
 use super::PgWarehouse;
 use super::batch::{
     ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t, upsert_sql,
@@ -48,12 +48,13 @@ use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows
 const READ_FINGERPRINTS: &str =
     "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)";
 
-/// Deletes a mirrored call's attempts the service no longer shows, with their outcomes and
-/// variables (`$2`, `$3`: the attempts kept, by call id and uid).
+/// Deletes the attempts of the mirrored calls `$1` (uids) the service no longer shows (`$2`,
+/// `$3`: the attempts kept, by call uid and uid), with their outcomes and variables.
 const DELETE_GONE_ATTEMPTS: &str = "WITH gone AS (
-       DELETE FROM call_attempts WHERE call_id = ANY($1)
-         AND (call_id, uid) NOT IN
-           (SELECT k.c, k.u::uuid FROM unnest($2::int8[], $3::text[]) AS k(c, u))
+       DELETE FROM call_attempts
+       WHERE call_id IN (SELECT id FROM calls WHERE uid = ANY($1::text[]::uuid[]))
+         AND (call_uid, uid) NOT IN
+           (SELECT k.c::uuid, k.u::uuid FROM unnest($2::text[], $3::text[]) AS k(c, u))
        RETURNING call_id, id),
      outcomes AS (
        DELETE FROM attempt_outcomes AS x USING gone
@@ -61,7 +62,7 @@ const DELETE_GONE_ATTEMPTS: &str = "WITH gone AS (
      DELETE FROM attempt_variables AS x USING gone
      WHERE x.call_id = gone.call_id AND x.attempt_id = gone.id";
 
-/// Recomputes the summary columns of the calls `$1` from their child rows: the SQLite
+/// Recomputes the summary columns of the calls `$1` (uids) from their child rows: the SQLite
 /// warehouse's `summarize`, with its orderings spelt out (NULLs as SQLite sorts them, names
 /// byte by byte); then their last attempt's columns, from the attempt the first one chose.
 const SUMMARIZE: [(&str, &str); 2] = [
@@ -85,7 +86,7 @@ const SUMMARIZE: [(&str, &str); 2] = [
                      JOIN call_attempts AS a ON a.id = o.attempt_id
                      WHERE o.call_id = calls.id
                      GROUP BY o.name) AS g)
-         WHERE id = ANY($1)",
+         WHERE uid = ANY($1::text[]::uuid[])",
         "summarising calls' attempts",
     ),
     (
@@ -94,7 +95,7 @@ const SUMMARIZE: [(&str, &str); 2] = [
             last_attempt_ended_at, last_attempt_duration) =
            (SELECT status, started_at, answered_at, ended_at, duration
             FROM call_attempts WHERE call_id = calls.id AND uid = calls.last_attempt_uid)
-         WHERE id = ANY($1)",
+         WHERE uid = ANY($1::text[]::uuid[])",
         "summarising calls' last attempts",
     ),
 ];
@@ -110,6 +111,40 @@ struct Pending<'p> {
     mirror: bool,
     /// The summary computed from the children sent is the stored one.
     summary_known: bool,
+}
+
+/// A round's rows, gathered before any of its statements is sent: they are the statements'
+/// parameters, which live until the page's answers are in. Calls are named by uid.
+struct RoundRows {
+    calls: Batch,
+    /// The mirrored calls, whose custom parameters are replaced whole.
+    mirrored: Vec<String>,
+    parameters: Batch,
+    kept: Kept,
+    attempts: Batch,
+    /// The mirrored calls whose notifications were sent, replacing the stored ones.
+    notified: Vec<String>,
+    notifications: Batch,
+    /// The outcomes, then the variables, each with the attempts whose lists they replace.
+    lists: [(Batch, Replaced); 2],
+    /// The calls whose summary the children sent do not tell.
+    unknown: Vec<String>,
+}
+
+/// The attempts a mirrored call keeps (every other of its attempts goes), by call uid and
+/// uid, and the calls they are of.
+#[derive(Default)]
+struct Kept {
+    calls: Vec<String>,
+    of_calls: Vec<String>,
+    uids: Vec<String>,
+}
+
+/// The attempts whose list of outcomes (or variables) is replaced whole, by call uid and uid.
+#[derive(Default)]
+struct Replaced {
+    calls: Vec<String>,
+    attempts: Vec<String>,
 }
 
 impl PgWarehouse {
@@ -137,22 +172,19 @@ impl PgWarehouse {
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
         self.replanning(|| {
-            let written = (|| {
-                let stored = self.begin_page(schedule, generation, calls)?;
-                let plan = plan(calls, &call_rows, stored, schedule);
-                let (written, rounds) = (plan.counts, plan.rounds());
-                let synced_at = synced_at.to_warehouse_text();
-                for round in rounds {
-                    self.write_round(calls, &call_rows, &round, &synced_at)?;
-                }
-                Ok(written)
-            })();
-            let written = match written {
-                Ok(written) => written,
+            let stored = match self.begin_page(schedule, generation, calls) {
+                Ok(stored) => stored,
                 Err(err) => return self.end_transaction(Err(err), "committing a page"),
             };
-            self.commit_page(schedule, checkpoint)?;
-            Ok(written)
+            let plan = plan(calls, &call_rows, stored, schedule);
+            let synced_at = synced_at.to_warehouse_text();
+            let rounds: Vec<RoundRows> = plan
+                .rounds()
+                .iter()
+                .map(|round| round_rows(calls, &call_rows, round, &synced_at))
+                .collect();
+            self.write_and_commit(schedule, &rounds, checkpoint)?;
+            Ok(plan.counts)
         })
     }
 
@@ -241,21 +273,32 @@ impl PgWarehouse {
             .pg(&self.target, "reading the page's stored calls")
     }
 
-    /// One round trip: the checkpoint moved forward, when the page moves it, and the commit.
-    /// A checkpoint refused aborts the transaction, and the commit sent with it then rolls it
-    /// back.
-    fn commit_page(
+    /// One round trip: every round's statements ([`Self::push_round`]), the checkpoint moved
+    /// forward when the page moves it, and the commit. A statement refused aborts the
+    /// transaction, and the commit sent with it then rolls it back; a statement that could not
+    /// be prepared leaves the page unsent, and its transaction is rolled back here.
+    fn write_and_commit(
         &self,
         schedule: Uuid,
+        rounds: &[RoundRows],
         checkpoint: Option<Timestamp>,
     ) -> Result<(), WarehouseError> {
-        let step = "saving a checkpoint";
         let cursor = checkpoint.map(micros);
         let now = micros(Timestamp::now());
         let mut pipeline = Pipeline::default();
-        if let Some(cursor) = &cursor {
-            let statement = self.statement(ADVANCE_CHECKPOINT, step)?;
-            pipeline.push(statement, vec![&schedule, cursor, &now], step);
+        let prepared: Result<(), WarehouseError> = (|| {
+            for round in rounds {
+                self.push_round(&mut pipeline, round)?;
+            }
+            if let Some(cursor) = &cursor {
+                let step = "saving a checkpoint";
+                let statement = self.statement(ADVANCE_CHECKPOINT, step)?;
+                pipeline.push(statement, vec![&schedule, cursor, &now], step);
+            }
+            Ok(())
+        })();
+        if let Err(err) = prepared {
+            return self.end_transaction(Err(err), "committing a page");
         }
         let client = self.client()?;
         let (answers, committed) = wait(async {
@@ -307,166 +350,89 @@ impl PgWarehouse {
             .calls_written)
     }
 
-    /// Writes the calls `round` names (indexes into `calls`, each with whether it was stored):
-    /// no uid twice. Three round trips: the calls, their own children, their attempts'
-    /// children with the summaries.
-    fn write_round(
+    /// Adds a round's statements (no uid twice in a round), in the order their rows need
+    /// each other: the calls; their own children (custom parameters, replaced whole when
+    /// mirrored; attempts, upserted so that an attempt keeps its id, a mirrored call's others
+    /// deleted with their outcomes and variables; notifications, when sent); the outcomes and
+    /// variables of each attempt whose list was sent (a mirrored call's attempts' lists
+    /// replaced whole); the summaries the children sent do not tell.
+    fn push_round<'a>(
         &self,
-        calls: &[OutboundCall],
-        call_rows: &[CallRow<'_>],
-        round: &[(usize, bool)],
-        synced_at: &str,
+        pipeline: &mut Pipeline<'a>,
+        round: &'a RoundRows,
     ) -> Result<(), WarehouseError> {
-        let pending = pending_of(calls, call_rows, round);
-        let ids = self.upsert_calls(&pending, synced_at)?;
-        let id_of = |p: &Pending<'_>| ids.get(&p.call.uid).copied().unwrap_or_default();
-        let attempt_ids = self.write_call_children(&pending, &id_of)?;
-        self.write_attempt_children(&pending, &id_of, &attempt_ids)
-    }
-
-    /// Upserts the calls' rows with their summaries; returns their ids by uid.
-    fn upsert_calls(
-        &self,
-        pending: &[Pending<'_>],
-        synced_at: &str,
-    ) -> Result<HashMap<Uuid, i64>, WarehouseError> {
-        let mut batch = Batch::new(&CALLS);
-        for p in pending {
-            batch.push(call_values(p, synced_at));
-        }
-        let step = "writing calls";
-        let statement = self.statement(&upsert_sql(batch.table, "RETURNING uid, id"), step)?;
-        wait(self.client()?.query(&statement, &batch.params()))
-            .pg(&self.target, step)?
-            .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .pg(&self.target, step)
-    }
-
-    /// One round trip: custom parameters (always sent, a map: replaced whole when mirrored);
-    /// attempts (those sent, upserted so that an attempt keeps its id; a mirrored call's
-    /// others deleted with their outcomes and variables); notifications (when sent). Returns
-    /// the attempts' ids by call id and uid.
-    fn write_call_children(
-        &self,
-        pending: &[Pending<'_>],
-        id_of: &dyn Fn(&Pending<'_>) -> i64,
-    ) -> Result<HashMap<(i64, Uuid), i64>, WarehouseError> {
-        let mirrored: Vec<i64> = pending.iter().filter(|p| p.mirror).map(id_of).collect();
-        let parameters = parameters_batch(pending, id_of);
-        let (attempts, kept) = attempts_batch(pending, id_of);
-        let (notifications, replaced) = notifications_batch(pending, id_of);
-        let (parameter_params, attempt_params, notification_params) = (
-            parameters.params(),
-            attempts.params(),
-            notifications.params(),
-        );
-        let mut pipeline = Pipeline::default();
-        self.delete_of_calls(&mut pipeline, "call_custom_parameters", &mirrored)?;
-        self.upsert(&mut pipeline, &parameters, &parameter_params, "")?;
+        self.upsert(pipeline, &round.calls)?;
+        self.delete_of_calls(pipeline, "call_custom_parameters", &round.mirrored)?;
+        self.upsert(pipeline, &round.parameters)?;
+        let kept = &round.kept;
         if !kept.calls.is_empty() {
             let step = "deleting attempts the service no longer shows";
             let statement = self.statement(DELETE_GONE_ATTEMPTS, step)?;
-            pipeline.push(statement, vec![&kept.calls, &kept.ids, &kept.uids], step);
+            pipeline.push(
+                statement,
+                vec![&kept.calls, &kept.of_calls, &kept.uids],
+                step,
+            );
         }
-        let written = self.upsert(
-            &mut pipeline,
-            &attempts,
-            &attempt_params,
-            "RETURNING call_id, uid, id",
-        )?;
-        self.delete_of_calls(&mut pipeline, "call_notifications", &replaced)?;
-        self.upsert(&mut pipeline, &notifications, &notification_params, "")?;
-        let answers = wait(pipeline.answers(&*self.client()?));
-        let mut rows = pipeline.rows(answers, &self.target)?;
-        let attempt_rows = written.map(|i| std::mem::take(&mut rows[i]));
-        attempt_rows
-            .unwrap_or_default()
-            .iter()
-            .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .pg(&self.target, "writing attempts")
-    }
-
-    /// One round trip: the outcomes and variables of each attempt whose list was sent (a
-    /// mirrored call's attempts' lists replaced whole), then the summaries the children sent
-    /// do not tell.
-    fn write_attempt_children(
-        &self,
-        pending: &[Pending<'_>],
-        id_of: &dyn Fn(&Pending<'_>) -> i64,
-        attempt_ids: &HashMap<(i64, Uuid), i64>,
-    ) -> Result<(), WarehouseError> {
-        let [outcomes, variables] = attempt_children(pending, id_of, attempt_ids);
-        let unknown: Vec<i64> = pending
-            .iter()
-            .filter(|p| !p.summary_known)
-            .map(id_of)
-            .collect();
-        let replaced: [(Vec<i64>, Vec<i64>); 2] = [
-            outcomes.1.into_iter().unzip(),
-            variables.1.into_iter().unzip(),
-        ];
-        let params = [outcomes.0.params(), variables.0.params()];
-        let mut pipeline = Pipeline::default();
-        for ((batch, (calls, ids)), params) in [&outcomes.0, &variables.0]
-            .into_iter()
-            .zip(&replaced)
-            .zip(&params)
-        {
-            if !calls.is_empty() {
+        self.upsert(pipeline, &round.attempts)?;
+        self.delete_of_calls(pipeline, "call_notifications", &round.notified)?;
+        self.upsert(pipeline, &round.notifications)?;
+        for (batch, replaced) in &round.lists {
+            if !replaced.calls.is_empty() {
                 let sql = format!(
-                    "DELETE FROM {} WHERE (call_id, attempt_id) IN
-                       (SELECT * FROM unnest($1::int8[], $2::int8[]))",
+                    "DELETE FROM {} AS x USING unnest($1::text[], $2::text[]) AS k(c, u)
+                       JOIN calls AS c ON c.uid = k.c::uuid
+                       JOIN call_attempts AS a ON a.call_id = c.id AND a.uid = k.u::uuid
+                     WHERE x.call_id = a.call_id AND x.attempt_id = a.id",
                     batch.table.name
                 );
                 let statement = self.statement(&sql, DELETING_GONE)?;
-                pipeline.push(statement, vec![calls, ids], DELETING_GONE);
+                let params = vec![&replaced.calls as _, &replaced.attempts as _];
+                pipeline.push(statement, params, DELETING_GONE);
             }
-            self.upsert(&mut pipeline, batch, params, "")?;
+            self.upsert(pipeline, batch)?;
         }
-        if !unknown.is_empty() {
+        if !round.unknown.is_empty() {
             for (sql, step) in SUMMARIZE {
                 let statement = self.statement(sql, step)?;
-                pipeline.push(statement, vec![&unknown], step);
+                pipeline.push(statement, vec![&round.unknown], step);
             }
         }
-        let answers = wait(pipeline.answers(&*self.client()?));
-        pipeline.rows(answers, &self.target).map(drop)
+        Ok(())
     }
 
-    /// Adds `batch`'s upsert (nothing for an empty batch), returning what `returning` asks;
-    /// its place in the pipeline.
+    /// Adds `batch`'s upsert (nothing for an empty batch).
     fn upsert<'a>(
         &self,
         pipeline: &mut Pipeline<'a>,
-        batch: &Batch,
-        params: &[&'a (dyn ToSql + Sync)],
-        returning: &str,
-    ) -> Result<Option<usize>, WarehouseError> {
+        batch: &'a Batch,
+    ) -> Result<(), WarehouseError> {
         if batch.len == 0 {
-            return Ok(None);
+            return Ok(());
         }
         let step = batch.table.writing;
-        let statement = self.statement(&upsert_sql(batch.table, returning), step)?;
-        Ok(Some(pipeline.push(statement, params.to_vec(), step)))
+        let statement = self.statement(&upsert_sql(batch.table), step)?;
+        pipeline.push(statement, batch.params(), step);
+        Ok(())
     }
 
-    /// Adds the deletion of `table`'s rows of the calls `ids` (compile-time table names
+    /// Adds the deletion of `table`'s rows of the calls `uids` (compile-time table names
     /// only).
     fn delete_of_calls<'a>(
         &self,
         pipeline: &mut Pipeline<'a>,
         table: &'static str,
-        ids: &'a Vec<i64>,
+        uids: &'a Vec<String>,
     ) -> Result<(), WarehouseError> {
-        if ids.is_empty() {
+        if uids.is_empty() {
             return Ok(());
         }
-        let sql = format!("DELETE FROM {table} WHERE call_id = ANY($1)");
+        let sql = format!(
+            "DELETE FROM {table}
+             WHERE call_id IN (SELECT id FROM calls WHERE uid = ANY($1::text[]::uuid[]))"
+        );
         let statement = self.statement(&sql, DELETING_GONE)?;
-        pipeline.push(statement, vec![ids], DELETING_GONE);
+        pipeline.push(statement, vec![uids], DELETING_GONE);
         Ok(())
     }
 }
@@ -515,6 +481,40 @@ fn pending_of<'p>(
             }
         })
         .collect()
+}
+
+/// The rows of the calls `round` names.
+fn round_rows(
+    calls: &[OutboundCall],
+    call_rows: &[CallRow<'_>],
+    round: &[(usize, bool)],
+    synced_at: &str,
+) -> RoundRows {
+    let pending = pending_of(calls, call_rows, round);
+    let uids = |keep: &dyn Fn(&Pending<'_>) -> bool| -> Vec<String> {
+        pending
+            .iter()
+            .filter(|p| keep(p))
+            .map(|p| p.row.uid.clone())
+            .collect()
+    };
+    let mut call_batch = Batch::new(&CALLS);
+    for p in &pending {
+        call_batch.push(call_values(p, synced_at));
+    }
+    let (attempts, kept) = attempts_batch(&pending);
+    let (notifications, notified) = notifications_batch(&pending);
+    RoundRows {
+        calls: call_batch,
+        mirrored: uids(&|p| p.mirror),
+        parameters: parameters_batch(&pending),
+        kept,
+        attempts,
+        notified,
+        notifications,
+        lists: attempt_children(&pending),
+        unknown: uids(&|p| !p.summary_known),
+    }
 }
 
 /// A call's row of `calls`, with its summary.
@@ -568,51 +568,35 @@ fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<V> {
 }
 
 /// The calls' custom parameters.
-fn parameters_batch(pending: &[Pending<'_>], id_of: &dyn Fn(&Pending<'_>) -> i64) -> Batch {
+fn parameters_batch(pending: &[Pending<'_>]) -> Batch {
     let mut parameters = Batch::new(&PARAMETERS);
     for p in pending {
         for (name, value) in rows::custom_parameters(p.call) {
-            parameters.push(vec![
-                V::I(Some(id_of(p))),
-                t(Some(&p.row.uid)),
-                t(Some(name)),
-                V::T(value),
-            ]);
+            parameters.push(vec![t(Some(&p.row.uid)), t(Some(name)), V::T(value)]);
         }
     }
     parameters
 }
 
-/// The attempts a mirrored call keeps (every other of its attempts goes), by call id and
-/// uid, and the calls they are of.
-#[derive(Default)]
-struct Kept {
-    calls: Vec<i64>,
-    ids: Vec<i64>,
-    uids: Vec<String>,
-}
-
 /// The attempts of the calls that sent their list (a uid repeated: its last row), and what
 /// each mirrored call keeps.
-fn attempts_batch(pending: &[Pending<'_>], id_of: &dyn Fn(&Pending<'_>) -> i64) -> (Batch, Kept) {
+fn attempts_batch(pending: &[Pending<'_>]) -> (Batch, Kept) {
     let mut kept = Kept::default();
     let mut attempts = Batch::new(&ATTEMPTS);
     for p in pending
         .iter()
         .filter(|p| p.call.outbound_call_attempts.is_some())
     {
-        let call_id = id_of(p);
         if p.mirror {
-            kept.calls.push(call_id);
+            kept.calls.push(p.row.uid.clone());
             for a in &p.attempts {
-                kept.ids.push(call_id);
+                kept.of_calls.push(p.row.uid.clone());
                 kept.uids.push(a.uid.clone());
             }
         }
         for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
             attempts.push(vec![
                 t(Some(&a.uid)),
-                V::I(Some(call_id)),
                 t(Some(&p.row.uid)),
                 V::I(Some(a.position)),
                 t(Some(&a.status)),
@@ -635,10 +619,7 @@ fn attempts_batch(pending: &[Pending<'_>], id_of: &dyn Fn(&Pending<'_>) -> i64) 
 
 /// The calls' notifications, when sent (a uid repeated: its last row), and the mirrored
 /// calls whose stored ones they replace.
-fn notifications_batch(
-    pending: &[Pending<'_>],
-    id_of: &dyn Fn(&Pending<'_>) -> i64,
-) -> (Batch, Vec<i64>) {
+fn notifications_batch(pending: &[Pending<'_>]) -> (Batch, Vec<String>) {
     let mut notifications = Batch::new(&NOTIFICATIONS);
     let mut replaced = Vec::new();
     for p in pending {
@@ -646,12 +627,11 @@ fn notifications_batch(
             continue;
         };
         if p.mirror {
-            replaced.push(id_of(p));
+            replaced.push(p.row.uid.clone());
         }
         for n in last_of_each(sent, |n| n.uid) {
             let (uid, status, count, delivered, extra) = rows::notification(n);
             notifications.push(vec![
-                V::I(Some(id_of(p))),
                 V::T(Some(uid)),
                 t(Some(&p.row.uid)),
                 V::T(status),
@@ -669,27 +649,22 @@ fn notifications_batch(
 type Items = Vec<(String, Vec<V>)>;
 
 /// The outcomes and variables of each attempt whose list was sent, two lists written alike,
-/// each row led by the call, the attempt and the item's uid, then the item's own columns;
-/// with the `(call_id, attempt_id)` of the mirrored calls' attempts whose lists they replace.
-fn attempt_children(
-    pending: &[Pending<'_>],
-    id_of: &dyn Fn(&Pending<'_>) -> i64,
-    attempt_ids: &HashMap<(i64, Uuid), i64>,
-) -> [(Batch, Vec<(i64, i64)>); 2] {
+/// each row led by the item's uid, its attempt's and its call's, then the item's own columns;
+/// with the mirrored calls' attempts whose lists they replace.
+fn attempt_children(pending: &[Pending<'_>]) -> [(Batch, Replaced); 2] {
     let mut children = [
-        (Batch::new(&OUTCOMES), Vec::new()),
-        (Batch::new(&VARIABLES), Vec::new()),
+        (Batch::new(&OUTCOMES), Replaced::default()),
+        (Batch::new(&VARIABLES), Replaced::default()),
     ];
     for p in pending {
-        let call_id = id_of(p);
         let Some(sent) = p.call.outbound_call_attempts.as_deref() else {
             continue;
         };
         for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
-            let uid = sent
+            let Some(uid) = sent
                 .get(usize::try_from(a.position).unwrap_or(usize::MAX))
-                .map(|s| s.uid);
-            let Some(attempt_id) = uid.and_then(|u| attempt_ids.get(&(call_id, u)).copied()) else {
+                .map(|s| s.uid)
+            else {
                 continue;
             };
             for ((batch, replaced), items) in children.iter_mut().zip(sent_lists(sent, uid)) {
@@ -697,16 +672,11 @@ fn attempt_children(
                     continue;
                 };
                 if p.mirror {
-                    replaced.push((call_id, attempt_id));
+                    replaced.calls.push(p.row.uid.clone());
+                    replaced.attempts.push(a.uid.clone());
                 }
                 for (item, own) in items {
-                    let mut row = vec![
-                        V::I(Some(call_id)),
-                        V::I(Some(attempt_id)),
-                        V::T(Some(item)),
-                        t(Some(&a.uid)),
-                        t(Some(&p.row.uid)),
-                    ];
+                    let mut row = vec![V::T(Some(item)), t(Some(&a.uid)), t(Some(&p.row.uid))];
                     row.extend(own);
                     batch.push(row);
                 }
@@ -719,8 +689,8 @@ fn attempt_children(
 /// The outcomes and the variables of the attempt `uid`, each as the last occurrence of the
 /// uid that sent its list has it (a uid repeated within a list: its last item); `None` for a
 /// list not sent.
-fn sent_lists(sent: &[Attempt], uid: Option<Uuid>) -> [Option<Items>; 2] {
-    let same = sent.iter().filter(|s| Some(s.uid) == uid);
+fn sent_lists(sent: &[Attempt], uid: Uuid) -> [Option<Items>; 2] {
+    let same = sent.iter().filter(|s| s.uid == uid);
     let outcomes = same
         .clone()
         .filter_map(|s| s.call_outcomes.as_ref())
