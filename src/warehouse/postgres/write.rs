@@ -746,6 +746,89 @@ fn last_of_each<'a, T, K: Eq + std::hash::Hash>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    const CALL: &str = "6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11";
+    const FIRST: &str = "9b2e7a55-1111-4c0b-9f39-0d3c5a3f2b11";
+    const SECOND: &str = "9b2e7a55-2222-4c0b-9f39-0d3c5a3f2b11";
+
+    /// A call with two attempts: the first sends its outcomes and variables, the second only
+    /// its (empty) outcomes.
+    fn call() -> OutboundCall {
+        serde_json::from_value(json!({
+            "uid": CALL, "status": "completed", "is_test_call": false,
+            "created_at": "2026-01-31T09:00:00Z", "updated_at": "2026-01-31T09:05:00Z",
+            "outbound_call_info": {"phone_number": "15550100", "custom_parameters": {"plan": "gold"}},
+            "outbound_call_attempts": [
+                {"uid": FIRST, "status": "hangup",
+                 "call_outcomes": [{"uid": "0b2e7a55-3333-4c0b-9f39-0d3c5a3f2b11", "name": "sale"}],
+                 "call_attempts_variables": [
+                     {"uid": "0b2e7a55-4444-4c0b-9f39-0d3c5a3f2b11", "name": "callback", "value": true}]},
+                {"uid": SECOND, "status": "busy", "call_outcomes": []}
+            ],
+            "call_notifications": [{"uid": "0b2e7a55-5555-4c0b-9f39-0d3c5a3f2b11", "status": "sent"}]
+        }))
+        .unwrap()
+    }
+
+    /// The rows of `call()` written alone, stored before (`was_stored`) or not.
+    fn rows(was_stored: bool) -> RoundRows {
+        let calls = [call()];
+        let schedule = Uuid::nil().to_string();
+        let call_rows = rows_of(&schedule, &calls, &[7]);
+        round_rows(
+            &calls,
+            &call_rows,
+            &[(0, was_stored)],
+            "2026-01-31T10:00:00.000000Z",
+        )
+    }
+
+    #[test]
+    fn a_stored_call_names_by_uid_what_its_write_replaces_and_keeps() {
+        let round = rows(true);
+        let lens = |b: &Batch| b.len;
+        assert_eq!(
+            [
+                &round.calls,
+                &round.parameters,
+                &round.attempts,
+                &round.notifications
+            ]
+            .map(lens),
+            [1, 1, 2, 1]
+        );
+        assert_eq!(round.mirrored, [CALL]);
+        assert_eq!(round.kept.calls, [CALL]);
+        assert_eq!(round.kept.of_calls, [CALL, CALL]);
+        assert_eq!(round.kept.uids, [FIRST, SECOND]);
+        assert_eq!(round.notified, [CALL]);
+        let [(outcomes, outcome_lists), (variables, variable_lists)] = &round.lists;
+        assert_eq!((outcomes.len, variables.len), (1, 1));
+        // Both attempts sent their outcomes (the second an empty list, which empties it); only
+        // the first sent its variables, so the second's stored ones stay.
+        assert_eq!(outcome_lists.calls, [CALL, CALL]);
+        assert_eq!(outcome_lists.attempts, [FIRST, SECOND]);
+        assert_eq!(variable_lists.calls, [CALL]);
+        assert_eq!(variable_lists.attempts, [FIRST]);
+        // The summary reads the attempts, their outcomes and the notifications, all sent.
+        assert!(round.unknown.is_empty());
+    }
+
+    #[test]
+    fn a_new_call_replaces_nothing() {
+        let round = rows(false);
+        assert!(round.mirrored.is_empty() && round.notified.is_empty());
+        assert!(round.kept.calls.is_empty() && round.kept.uids.is_empty());
+        for (batch, replaced) in &round.lists {
+            assert_eq!(batch.len, 1, "{}", batch.table.name);
+            assert!(replaced.calls.is_empty() && replaced.attempts.is_empty());
+        }
+        assert!(
+            round.unknown.is_empty(),
+            "a new call's summary is the one sent"
+        );
+    }
 
     #[test]
     fn the_last_of_each_key_keeps_its_place() {
