@@ -206,7 +206,8 @@ fn notice_line(message: &str) -> (bool, String) {
 /// (`plan_cache_mode = force_generic_plan`): a statement is prepared once per connection, and
 /// its one plan, by key, serves every page. The server otherwise plans a statement anew for
 /// each run whose parameters it cannot estimate: a page's outcomes and variables, joined to
-/// their attempts by uid, were planned at every page, 18 s of a first sync's 10,000 pages.
+/// their attempts by uid, were planned at every page (a first sync of 10,000 pages: 21.5 s of
+/// planning over the writers' connections, `pg_stat_statements`; BENCHMARKS.md).
 /// An operator's `options` can set any of these back.
 ///
 /// Last, after the URI's options so that it wins over one there, `search_path` is
