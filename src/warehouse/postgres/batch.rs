@@ -1,12 +1,15 @@
 //! What the PostgreSQL writer sends: each table's columns and conflict key, a page's rows of
 //! one table gathered column by column into arrays (`Batch`, one array parameter a column),
-//! and the one `unnest()` upsert statement a table is written with (`upsert_sql`).
+//! and the one `unnest()` upsert statement a table is written with (`Table::upsert_sql`, built
+//! once: a page asks for it each time it writes the table).
 //!
 //! A child row's keys to its call and attempt (`call_id`, `attempt_id`) are not sent: the
 //! statement finds them by the uids the row carries (`call_uid`, `attempt_uid`), joined to
 //! the rows written before it in the same transaction. So a page's statements need no answer
 //! of each other, and go to the server together (`write.rs`). A row whose call or attempt is
 //! not found is not written (the join drops it), as the writer skipped one before.
+
+use std::sync::OnceLock;
 
 use tokio_postgres::types::ToSql;
 
@@ -41,11 +44,20 @@ pub(super) struct Table {
     pub(super) key: &'static [&'static str],
     /// What writing it is called in an error.
     pub(super) writing: &'static str,
+    /// Its upsert statement's SQL, once built.
+    upsert: OnceLock<String>,
+}
+
+impl Table {
+    /// Its upsert statement (`build_upsert_sql`), built the first time it is asked for.
+    pub(super) fn upsert_sql(&self) -> &str {
+        self.upsert.get_or_init(|| build_upsert_sql(self))
+    }
 }
 
 use Kind::{AttemptId, Bool, CallId, Int, Json, Text, Time};
 
-pub(super) const CALLS: Table = Table {
+pub(super) static CALLS: Table = Table {
     name: "calls",
     columns: &[
         ("uid", Kind::Uuid),
@@ -88,9 +100,10 @@ pub(super) const CALLS: Table = Table {
     ],
     key: &["uid"],
     writing: "writing calls",
+    upsert: OnceLock::new(),
 };
 
-pub(super) const PARAMETERS: Table = Table {
+pub(super) static PARAMETERS: Table = Table {
     name: "call_custom_parameters",
     columns: &[
         ("call_id", Kind::CallId),
@@ -100,9 +113,10 @@ pub(super) const PARAMETERS: Table = Table {
     ],
     key: &["call_id", "name"],
     writing: "writing custom parameters",
+    upsert: OnceLock::new(),
 };
 
-pub(super) const ATTEMPTS: Table = Table {
+pub(super) static ATTEMPTS: Table = Table {
     name: "call_attempts",
     columns: &[
         ("uid", Kind::Uuid),
@@ -124,9 +138,10 @@ pub(super) const ATTEMPTS: Table = Table {
     ],
     key: &["call_id", "uid"],
     writing: "writing attempts",
+    upsert: OnceLock::new(),
 };
 
-pub(super) const OUTCOMES: Table = Table {
+pub(super) static OUTCOMES: Table = Table {
     name: "attempt_outcomes",
     columns: &[
         ("call_id", Kind::CallId),
@@ -140,9 +155,10 @@ pub(super) const OUTCOMES: Table = Table {
     ],
     key: &["call_id", "attempt_id", "uid"],
     writing: "writing outcomes",
+    upsert: OnceLock::new(),
 };
 
-pub(super) const VARIABLES: Table = Table {
+pub(super) static VARIABLES: Table = Table {
     name: "attempt_variables",
     columns: &[
         ("call_id", Kind::CallId),
@@ -158,9 +174,10 @@ pub(super) const VARIABLES: Table = Table {
     ],
     key: &["call_id", "attempt_id", "uid"],
     writing: "writing variables",
+    upsert: OnceLock::new(),
 };
 
-pub(super) const NOTIFICATIONS: Table = Table {
+pub(super) static NOTIFICATIONS: Table = Table {
     name: "call_notifications",
     columns: &[
         ("call_id", Kind::CallId),
@@ -173,6 +190,7 @@ pub(super) const NOTIFICATIONS: Table = Table {
     ],
     key: &["call_id", "uid"],
     writing: "writing notifications",
+    upsert: OnceLock::new(),
 };
 
 /// One value of a row, as its column travels.
@@ -248,7 +266,7 @@ impl Batch {
 
 /// `INSERT … SELECT … FROM unnest(arrays) [JOIN the call [and its attempt]] ON CONFLICT (key)
 /// DO UPDATE SET every other column`.
-pub(super) fn upsert_sql(table: &Table) -> String {
+fn build_upsert_sql(table: &Table) -> String {
     let quoted = |name: &str| format!("\"{name}\"");
     let names: Vec<String> = table.columns.iter().map(|(n, _)| quoted(n)).collect();
     let sent: Vec<&(&str, Kind)> = table.columns.iter().filter(|(_, k)| k.sent()).collect();
@@ -340,7 +358,7 @@ mod tests {
                     table.name
                 );
             }
-            let sql = upsert_sql(table);
+            let sql = table.upsert_sql();
             let sent = table.columns.iter().filter(|(_, k)| k.sent()).count();
             assert!(sql.contains(&format!("${sent}::")), "{sql}");
             assert!(!sql.contains(&format!("${}::", sent + 1)), "{sql}");

@@ -33,9 +33,7 @@ use std::sync::PoisonError;
 use uuid::Uuid;
 
 use super::PgWarehouse;
-use super::batch::{
-    ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t, upsert_sql,
-};
+use super::batch::{ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t};
 use super::claim::READ_FENCE;
 use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINT;
@@ -411,7 +409,7 @@ impl PgWarehouse {
             return Ok(());
         }
         let step = batch.table.writing;
-        let statement = self.statement(&upsert_sql(batch.table), step)?;
+        let statement = self.statement(batch.table.upsert_sql(), step)?;
         pipeline.push(statement, batch.params(), step);
         Ok(())
     }
