@@ -150,6 +150,17 @@ pub enum WarehouseError {
         step: &'static str,
         cause: String,
     },
+    /// A uid or instant callsync formed for a row is not one (only a bug in callsync can
+    /// form one): the page was not sent.
+    #[error(
+        "warehouse {target}: {step}: callsync formed `{}` where a uid or timestamp belongs; nothing of the page was written. This is a bug in callsync: report it with this message",
+        crate::untrusted::untrusted_text(.value, 100)
+    )]
+    Unsendable {
+        target: String,
+        step: &'static str,
+        value: String,
+    },
     /// The server refused a statement this connection prepared before (0A000: "cached plan
     /// must not change result type", after someone changed a column's type under a running
     /// callsync). Nothing it asked was done; the warehouse prepares its statements anew and

@@ -1,6 +1,6 @@
 //! A page and its checkpoint in one PostgreSQL transaction, each table written by ONE
-//! statement: the page's rows go as arrays (`unnest($1::text[], …)`, binary protocol), upserted
-//! with `ON CONFLICT`. A child row finds its call's and attempt's ids on the server, by the
+//! statement: the page's rows go as arrays (`unnest($1::uuid[], …)`, binary protocol), upserted
+//! with `ON CONFLICT`, or inserted when every call of the round is new. A child row finds its call's and attempt's ids on the server, by the
 //! uids it carries (`batch.rs`), so no statement waits for another's answer, and a page costs
 //! two round trips whatever its size (`pipeline.rs`): the transaction's start with its fence
 //! and the stored calls' fingerprints (which decide what is written); then every statement of
@@ -114,6 +114,13 @@ struct Pending<'p> {
 /// A round's rows, gathered before any of its statements is sent: they are the statements'
 /// parameters, which live until the page's answers are in. Calls are named by uid.
 struct RoundRows {
+    /// Every call of the round is new to the warehouse (not stored before the page, nor
+    /// earlier in it): then no stored row shares a key with its rows (each key holds the new
+    /// call's id, and a round holds a child's key once), and they are inserted, not upserted.
+    /// A call another process stored meanwhile (a call moved between schedules that two
+    /// processes walk) makes the insert fail loudly: the page is not written, its checkpoint
+    /// holds, and the next pass writes the call as stored.
+    fresh: bool,
     calls: Batch,
     /// The mirrored calls, whose custom parameters are replaced whole.
     mirrored: Vec<String>,
@@ -359,9 +366,9 @@ impl PgWarehouse {
         pipeline: &mut Pipeline<'a>,
         round: &'a RoundRows,
     ) -> Result<(), WarehouseError> {
-        self.upsert(pipeline, &round.calls)?;
+        self.write_rows(pipeline, &round.calls, round.fresh)?;
         self.delete_of_calls(pipeline, "call_custom_parameters", &round.mirrored)?;
-        self.upsert(pipeline, &round.parameters)?;
+        self.write_rows(pipeline, &round.parameters, round.fresh)?;
         let kept = &round.kept;
         if !kept.calls.is_empty() {
             let step = "deleting attempts the service no longer shows";
@@ -372,9 +379,9 @@ impl PgWarehouse {
                 step,
             );
         }
-        self.upsert(pipeline, &round.attempts)?;
+        self.write_rows(pipeline, &round.attempts, round.fresh)?;
         self.delete_of_calls(pipeline, "call_notifications", &round.notified)?;
-        self.upsert(pipeline, &round.notifications)?;
+        self.write_rows(pipeline, &round.notifications, round.fresh)?;
         for (batch, replaced) in &round.lists {
             if !replaced.calls.is_empty() {
                 let sql = format!(
@@ -388,7 +395,7 @@ impl PgWarehouse {
                 let params = vec![&replaced.calls as _, &replaced.attempts as _];
                 pipeline.push(statement, params, DELETING_GONE);
             }
-            self.upsert(pipeline, batch)?;
+            self.write_rows(pipeline, batch, round.fresh)?;
         }
         if !round.unknown.is_empty() {
             for (sql, step) in SUMMARIZE {
@@ -399,17 +406,31 @@ impl PgWarehouse {
         Ok(())
     }
 
-    /// Adds `batch`'s upsert (nothing for an empty batch).
-    fn upsert<'a>(
+    /// Adds `batch`'s write (nothing for an empty batch): its insert when its calls are
+    /// `fresh` (new to the warehouse), else its upsert.
+    fn write_rows<'a>(
         &self,
         pipeline: &mut Pipeline<'a>,
         batch: &'a Batch,
+        fresh: bool,
     ) -> Result<(), WarehouseError> {
         if batch.len == 0 {
             return Ok(());
         }
         let step = batch.table.writing;
-        let statement = self.statement(batch.table.upsert_sql(), step)?;
+        if let Some(value) = &batch.unsendable {
+            return Err(WarehouseError::Unsendable {
+                target: self.target.display().to_owned(),
+                step,
+                value: value.clone(),
+            });
+        }
+        let sql = if fresh {
+            batch.table.insert_sql()
+        } else {
+            batch.table.upsert_sql()
+        };
+        let statement = self.statement(sql, step)?;
         pipeline.push(statement, batch.params(), step);
         Ok(())
     }
@@ -503,6 +524,7 @@ fn round_rows(
     let (attempts, kept) = attempts_batch(&pending);
     let (notifications, notified) = notifications_batch(&pending);
     RoundRows {
+        fresh: round.iter().all(|&(_, was_stored)| !was_stored),
         calls: call_batch,
         mirrored: uids(&|p| p.mirror),
         parameters: parameters_batch(&pending),
