@@ -24,7 +24,8 @@ use super::session::micros;
 use crate::service::Timestamp;
 
 /// How a column travels: text (JSON cast by the server to `jsonb`), a uid, an instant, a
-/// 64-bit integer or a flag; or not at all, found by the server.
+/// 64-bit integer or a flag; an id, which an upsert does not send (the server finds it) and
+/// an insert does (the page reserved it, `write.rs`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     Text,
@@ -34,16 +35,34 @@ pub(super) enum Kind {
     Time,
     Int,
     Bool,
-    /// The id of the call whose uid is the row's `call_uid`.
+    /// The row's own id (`GENERATED … AS IDENTITY`): the next of its sequence in an upsert.
+    Id,
+    /// The id of the call whose uid is the row's `call_uid`: in an upsert, found by joining.
     CallId,
-    /// The id of the attempt whose uid is the row's `attempt_uid`, of that call.
+    /// The id of the attempt whose uid is the row's `attempt_uid`, of that call: in an upsert,
+    /// found by joining.
     AttemptId,
 }
 
 impl Kind {
-    /// Whether the row carries the value (else the server finds it).
-    fn sent(self) -> bool {
-        !matches!(self, Kind::CallId | Kind::AttemptId)
+    fn is_id(self) -> bool {
+        matches!(self, Kind::Id | Kind::CallId | Kind::AttemptId)
+    }
+}
+
+/// How a table's rows are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Write {
+    /// Upserted (`ON CONFLICT … DO UPDATE`), ids found by the server.
+    Upsert,
+    /// Inserted with the ids they carry: rows no stored row can share a key with.
+    Insert,
+}
+
+impl Write {
+    /// Whether a column of `kind` is sent.
+    fn sends(self, kind: Kind) -> bool {
+        self == Write::Insert || !kind.is_id()
     }
 }
 
@@ -77,25 +96,21 @@ impl Table {
         }
     }
 
-    /// Its upsert statement (`build_sql`), built the first time it is asked for.
-    pub(super) fn upsert_sql(&self) -> &str {
-        self.upsert
-            .get_or_init(|| build_sql(self, Conflict::Update))
-    }
-
-    /// The same without its `ON CONFLICT` clause: for rows no stored row can share a key with.
-    /// The server then skips the upsert's probe of the key's index before each row (a plain
-    /// insert checks the key as it adds the row), 14 % of a child table's write.
-    pub(super) fn insert_sql(&self) -> &str {
-        self.insert.get_or_init(|| build_sql(self, Conflict::Fail))
+    /// Its statement for `write`, built the first time it is asked for.
+    pub(super) fn sql(&self, write: Write) -> &str {
+        match write {
+            Write::Upsert => self.upsert.get_or_init(|| upsert_sql(self)),
+            Write::Insert => self.insert.get_or_init(|| insert_sql(self)),
+        }
     }
 }
 
-use Kind::{AttemptId, Bool, CallId, Int, Json, Text, Time};
+use Kind::{AttemptId, Bool, CallId, Id, Int, Json, Text, Time};
 
 pub(super) static CALLS: Table = Table::new(
     "calls",
     &[
+        ("id", Id),
         ("uid", Kind::Uuid),
         ("schedule_uid", Kind::Uuid),
         ("external_id", Text),
@@ -153,6 +168,7 @@ pub(super) static PARAMETERS: Table = Table::new(
 pub(super) static ATTEMPTS: Table = Table::new(
     "call_attempts",
     &[
+        ("id", Id),
         ("uid", Kind::Uuid),
         ("call_id", Kind::CallId),
         ("call_uid", Kind::Uuid),
@@ -260,9 +276,8 @@ impl Batch {
             columns: table
                 .columns
                 .iter()
-                .filter(|(_, kind)| kind.sent())
                 .map(|(_, kind)| match kind {
-                    Int => Column::Int(Vec::new()),
+                    Int | Id | CallId | AttemptId => Column::Int(Vec::new()),
                     Bool => Column::Bool(Vec::new()),
                     Kind::Uuid => Column::Uuid(Vec::new()),
                     Time => Column::Time(Vec::new()),
@@ -274,8 +289,8 @@ impl Batch {
         }
     }
 
-    /// Adds a row: one value per column sent, in the table's order (a mismatch is a bug
-    /// here, caught by the unit test of every table).
+    /// Adds a row: one value per column, in the table's order (a mismatch is a bug here,
+    /// caught by the unit test of every table); an id the row does not know is `None`.
     pub(super) fn push(&mut self, row: Vec<V>) {
         debug_assert_eq!(row.len(), self.columns.len(), "{}", self.table.name);
         let unsendable = &mut self.unsendable;
@@ -292,10 +307,24 @@ impl Batch {
         self.len += 1;
     }
 
-    pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+    /// The values of the integer column `name` (none for another column).
+    #[cfg(test)]
+    pub(super) fn ints(&self, name: &str) -> Vec<Option<i64>> {
+        (self.columns.iter().zip(self.table.columns))
+            .find_map(|(column, (n, _))| match column {
+                Column::Int(values) if *n == name => Some(values.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
+    /// The parameters of its statement for `write`: its columns that `write` sends.
+    pub(super) fn params(&self, write: Write) -> Vec<&(dyn ToSql + Sync)> {
         self.columns
             .iter()
-            .map(|c| -> &(dyn ToSql + Sync) {
+            .zip(self.table.columns)
+            .filter(|(_, (_, kind))| write.sends(*kind))
+            .map(|(c, _)| -> &(dyn ToSql + Sync) {
                 match c {
                     Column::Text(v) => v,
                     Column::Uuid(v) => v,
@@ -354,48 +383,78 @@ fn instant(text: &str) -> Option<OffsetDateTime> {
     Some(PrimitiveDateTime::new(date, time).assume_utc())
 }
 
-/// What a row that shares a key with a stored row does.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Conflict {
-    /// It updates the stored row (`ON CONFLICT … DO UPDATE`).
-    Update,
-    /// The statement fails (a plain `INSERT`).
-    Fail,
-}
-
-/// `INSERT … SELECT … FROM unnest(arrays) [JOIN the call [and its attempt]]`, and for an
-/// upsert `ON CONFLICT (key) DO UPDATE SET every other column`.
-fn build_sql(table: &Table, conflict: Conflict) -> String {
+/// The statement for `write`: `INSERT … SELECT … FROM unnest(arrays) [joins]`, each array a
+/// column `write` sends.
+fn insert_from_arrays(table: &Table, write: Write, joins: &str) -> String {
     let quoted = |name: &str| format!("\"{name}\"");
-    let names: Vec<String> = table.columns.iter().map(|(n, _)| quoted(n)).collect();
-    let sent: Vec<&(&str, Kind)> = table.columns.iter().filter(|(_, k)| k.sent()).collect();
+    let upsert = write == Write::Upsert;
+    // An upsert's new row takes the next id of its table's sequence.
+    let written = |kind: &Kind| !upsert || *kind != Id;
+    let names: Vec<String> = (table.columns.iter())
+        .filter(|(_, k)| written(k))
+        .map(|(n, _)| quoted(n))
+        .collect();
+    let sent: Vec<&(&str, Kind)> = (table.columns.iter())
+        .filter(|(_, k)| write.sends(*k))
+        .collect();
     let sent_names: Vec<String> = sent.iter().map(|(n, _)| quoted(n)).collect();
     let arrays: Vec<String> = sent
         .iter()
         .enumerate()
         .map(|(i, (_, kind))| {
             let array = match kind {
-                Int => "int8[]",
+                Int | Id | CallId | AttemptId => "int8[]",
                 Bool => "bool[]",
                 Kind::Uuid => "uuid[]",
                 Time => "timestamptz[]",
-                _ => "text[]",
+                Text | Json => "text[]",
             };
             format!("${}::{array}", i + 1)
         })
         .collect();
-    let values: Vec<String> = table
-        .columns
-        .iter()
+    let values: Vec<String> = (table.columns.iter())
+        .filter(|(_, k)| written(k))
         .map(|(name, kind)| match kind {
             Json => format!("u.\"{name}\"::jsonb"),
-            Text | Kind::Uuid | Time | Int | Bool => format!("u.\"{name}\""),
-            CallId => "c.id".to_owned(),
-            AttemptId => "a.id".to_owned(),
+            CallId if upsert => "c.id".to_owned(),
+            AttemptId if upsert => "a.id".to_owned(),
+            _ => format!("u.\"{name}\""),
         })
         .collect();
-    // A join may reorder the rows, which would give new rows their ids (`GENERATED … AS
-    // IDENTITY`) in another order than the page's, SQLite's: they are put back in order.
+    let overriding = if names.contains(&quoted("id")) {
+        " OVERRIDING SYSTEM VALUE"
+    } else {
+        ""
+    };
+    // A join may reorder the rows, which would give new rows their ids in another order than
+    // the page's, SQLite's: they are put back in order.
+    let from = if joins.is_empty() {
+        format!(" AS u({})", sent_names.join(", "))
+    } else {
+        format!(
+            " WITH ORDINALITY AS u({}, row_number){joins} ORDER BY u.row_number",
+            sent_names.join(", ")
+        )
+    };
+    format!(
+        "INSERT INTO {table} ({names}){overriding} SELECT {values}
+         FROM unnest({arrays}){from}",
+        table = table.name,
+        names = names.join(", "),
+        values = values.join(", "),
+        arrays = arrays.join(", "),
+    )
+}
+
+/// The insert of rows that carry their ids (reserved by the page): the rows as they are, as
+/// `COPY` would write them; a row whose key is stored fails the statement.
+fn insert_sql(table: &Table) -> String {
+    insert_from_arrays(table, Write::Insert, "")
+}
+
+/// The upsert: `… [JOIN the call [and its attempt]] ON CONFLICT (key) DO UPDATE SET every
+/// other column`. The joins find the ids of the rows written before it in the transaction.
+fn upsert_sql(table: &Table) -> String {
     let kinds = || table.columns.iter().map(|(_, kind)| *kind);
     let mut joins = String::new();
     if kinds().any(|k| k == CallId) {
@@ -405,39 +464,17 @@ fn build_sql(table: &Table, conflict: Conflict) -> String {
         joins
             .push_str(" JOIN call_attempts AS a ON a.call_id = c.id AND a.uid = u.\"attempt_uid\"");
     }
-    let (ordinality, order) = if joins.is_empty() {
-        ("", "")
-    } else {
-        (" WITH ORDINALITY", " ORDER BY u.row_number")
-    };
-    let sent_names = if joins.is_empty() {
-        sent_names.join(", ")
-    } else {
-        format!("{}, row_number", sent_names.join(", "))
-    };
-    let mut sql = format!(
-        "INSERT INTO {table} ({names}) SELECT {values}
-         FROM unnest({arrays}){ordinality} AS u({sent_names}){joins}{order}",
-        table = table.name,
-        names = names.join(", "),
-        values = values.join(", "),
-        arrays = arrays.join(", "),
-    );
-    if conflict == Conflict::Update {
-        let updates: Vec<String> = table
-            .columns
-            .iter()
-            .filter(|(name, _)| !table.key.contains(name))
-            .map(|(name, _)| format!("\"{name}\" = excluded.\"{name}\""))
-            .collect();
-        let key: Vec<String> = table.key.iter().map(|k| quoted(k)).collect();
-        sql.push_str(&format!(
-            " ON CONFLICT ({}) DO UPDATE SET {}",
-            key.join(", "),
-            updates.join(", ")
-        ));
-    }
-    sql
+    let updates: Vec<String> = (table.columns.iter())
+        .filter(|(name, kind)| !table.key.contains(name) && *kind != Id)
+        .map(|(name, _)| format!("\"{name}\" = excluded.\"{name}\""))
+        .collect();
+    let key: Vec<String> = table.key.iter().map(|k| format!("\"{k}\"")).collect();
+    format!(
+        "{} ON CONFLICT ({}) DO UPDATE SET {}",
+        insert_from_arrays(table, Write::Upsert, &joins),
+        key.join(", "),
+        updates.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -461,11 +498,16 @@ mod tests {
                     table.name
                 );
             }
-            let sql = table.upsert_sql();
-            let sent = table.columns.iter().filter(|(_, k)| k.sent()).count();
-            assert!(sql.contains(&format!("${sent}::")), "{sql}");
-            assert!(!sql.contains(&format!("${}::", sent + 1)), "{sql}");
-            assert_eq!(Batch::new(table).params().len(), sent, "{}", table.name);
+            for write in [Write::Upsert, Write::Insert] {
+                let sql = table.sql(write);
+                let sent = (table.columns.iter())
+                    .filter(|(_, k)| write.sends(*k))
+                    .count();
+                assert!(sql.contains(&format!("${sent}::")), "{sql}");
+                assert!(!sql.contains(&format!("${}::", sent + 1)), "{sql}");
+                let batch = Batch::new(table);
+                assert_eq!(batch.params(write).len(), sent, "{}", table.name);
+            }
             let has = |name: &str| table.columns.iter().any(|(n, _)| *n == name);
             let resolves = |kind: Kind| table.columns.iter().any(|(_, k)| *k == kind);
             assert!(!resolves(CallId) || has("call_uid"), "{}", table.name);
@@ -511,19 +553,17 @@ mod tests {
     #[test]
     fn a_text_that_is_no_uid_or_instant_keeps_the_batch_from_being_sent() {
         let mut batch = Batch::new(&PARAMETERS);
-        batch.push(vec![
-            t(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11")),
-            t(Some("plan")),
-            t(None),
-        ]);
+        let row = |uid: &str| vec![V::I(None), t(Some(uid)), t(Some("plan")), t(None)];
+        batch.push(row("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11"));
         assert_eq!(batch.unsendable, None);
-        batch.push(vec![t(Some("not-a-uid")), t(Some("plan")), t(None)]);
-        batch.push(vec![t(Some("nor-this")), t(Some("plan")), t(None)]);
+        batch.push(row("not-a-uid"));
+        batch.push(row("nor-this"));
         assert_eq!(batch.unsendable.as_deref(), Some("not-a-uid"));
 
         let mut batch = Batch::new(&NOTIFICATIONS);
         let row = |delivered: &str| {
             vec![
+                V::I(None),
                 t(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11")),
                 t(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12")),
                 t(Some("sent")),
@@ -539,24 +579,30 @@ mod tests {
     }
 
     #[test]
-    fn the_insert_is_the_upsert_without_its_conflict_clause() {
-        for table in [
-            &CALLS,
-            &PARAMETERS,
-            &ATTEMPTS,
-            &OUTCOMES,
-            &VARIABLES,
-            &NOTIFICATIONS,
-        ] {
-            let (insert, upsert) = (table.insert_sql(), table.upsert_sql());
-            assert!(!insert.contains("ON CONFLICT"), "{insert}");
-            let key = table
-                .key
-                .iter()
-                .map(|k| format!("\"{k}\""))
-                .collect::<Vec<_>>();
-            let clause = format!(" ON CONFLICT ({}) DO UPDATE SET ", key.join(", "));
-            assert_eq!(upsert.split_once(&clause).map(|(i, _)| i), Some(insert));
-        }
+    fn an_insert_sends_the_ids_an_upsert_finds() {
+        let sql = VARIABLES.sql(Write::Insert);
+        assert!(
+            !sql.contains("ON CONFLICT") && !sql.contains("JOIN"),
+            "{sql}"
+        );
+        assert!(sql.contains("u.\"call_id\", u.\"attempt_id\""), "{sql}");
+        let sql = VARIABLES.sql(Write::Upsert);
+        assert!(
+            sql.contains("ON CONFLICT (\"call_id\", \"attempt_id\", \"uid\")"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("SELECT c.id, a.id") && sql.contains("ORDER BY"),
+            "{sql}"
+        );
+        // A new row's own id: the reserved one, else the next of its sequence.
+        let sql = CALLS.sql(Write::Insert);
+        assert!(sql.starts_with("INSERT INTO calls (\"id\", "), "{sql}");
+        assert!(sql.contains("OVERRIDING SYSTEM VALUE"), "{sql}");
+        let sql = CALLS.sql(Write::Upsert);
+        assert!(
+            !sql.contains("\"id\"") && !sql.contains("OVERRIDING"),
+            "{sql}"
+        );
     }
 }

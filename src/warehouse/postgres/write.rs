@@ -33,7 +33,9 @@ use std::sync::PoisonError;
 use uuid::Uuid;
 
 use super::PgWarehouse;
-use super::batch::{ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, t};
+use super::batch::{
+    ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, Write, t,
+};
 use super::claim::READ_FENCE;
 use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINT;
@@ -45,6 +47,14 @@ use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows
 
 const READ_FINGERPRINTS: &str =
     "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)";
+
+/// Reserves `$1` ids of calls and `$2` of attempts, each list in the order its sequence gave
+/// them: the ids a page's new calls and attempts take when the page writes no stored call.
+const RESERVE_IDS: &str = "SELECT
+       array(SELECT nextval((SELECT pg_get_serial_sequence('calls', 'id'))::regclass)
+             FROM generate_series(1, $1::int8)),
+       array(SELECT nextval((SELECT pg_get_serial_sequence('call_attempts', 'id'))::regclass)
+             FROM generate_series(1, $2::int8))";
 
 /// Deletes the attempts of the mirrored calls `$1` (uids) the service no longer shows (`$2`,
 /// `$3`: the attempts kept, by call uid and uid), with their outcomes and variables.
@@ -98,12 +108,22 @@ const SUMMARIZE: [(&str, &str); 2] = [
     ),
 ];
 
+const RESERVING: &str = "reserving ids for the page's calls";
+
+/// Ids reserved for a page's calls and attempts (`RESERVE_IDS`), each list ascending.
+struct Reserved {
+    calls: Vec<i64>,
+    attempts: Vec<i64>,
+}
+
 const DELETING_GONE: &str = "deleting children the service no longer shows";
 
 /// A call of the round being written, with what its write needs.
 struct Pending<'p> {
     call: &'p OutboundCall,
     row: &'p CallRow<'p>,
+    /// Its id and its attempts' (by uid), when its round is inserted with reserved ids.
+    ids: Option<(i64, HashMap<String, i64>)>,
     attempts: Vec<AttemptRow>,
     /// Children the service no longer shows are deleted.
     mirror: bool,
@@ -114,13 +134,15 @@ struct Pending<'p> {
 /// A round's rows, gathered before any of its statements is sent: they are the statements'
 /// parameters, which live until the page's answers are in. Calls are named by uid.
 struct RoundRows {
-    /// Every call of the round is new to the warehouse (not stored before the page, nor
-    /// earlier in it): then no stored row shares a key with its rows (each key holds the new
-    /// call's id, and a round holds a child's key once), and they are inserted, not upserted.
-    /// A call another process stored meanwhile (a call moved between schedules that two
-    /// processes walk) makes the insert fail loudly: the page is not written, its checkpoint
-    /// holds, and the next pass writes the call as stored.
-    fresh: bool,
+    /// `Insert` when every call of the round is new to the warehouse (not stored before the
+    /// page, nor earlier in it), and the page reserved ids enough: then no stored row shares a
+    /// key with its rows (each key holds the new call's id, and a round holds a child's key
+    /// once), and they are inserted with their ids as COPY would, with no index probe before
+    /// each row and no join. A call another process stored meanwhile (a call moved between
+    /// schedules that two processes walk) makes the insert fail loudly: the page is not
+    /// written, its checkpoint holds, and the next pass writes the call as stored. Else
+    /// `Upsert`.
+    write: Write,
     calls: Batch,
     /// The mirrored calls, whose custom parameters are replaced whole.
     mirrored: Vec<String>,
@@ -177,8 +199,8 @@ impl PgWarehouse {
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
         self.replanning(|| {
-            let stored = match self.begin_page(schedule, generation, calls) {
-                Ok(stored) => stored,
+            let (stored, reserved) = match self.begin_page(schedule, generation, calls) {
+                Ok(begun) => begun,
                 Err(err) => return self.end_transaction(Err(err), "committing a page"),
             };
             let plan = plan(calls, &call_rows, stored, schedule);
@@ -186,7 +208,13 @@ impl PgWarehouse {
             let rounds: Vec<RoundRows> = plan
                 .rounds()
                 .iter()
-                .map(|round| round_rows(calls, &call_rows, round, &synced_at))
+                .enumerate()
+                .map(|(i, round)| {
+                    // Only a page's first round can be new calls only: a call's second
+                    // write in a page is of a stored call.
+                    let reserved = reserved.as_ref().filter(|_| i == 0);
+                    round_rows(calls, &call_rows, round, reserved, &synced_at)
+                })
                 .collect();
             self.write_and_commit(schedule, &rounds, checkpoint)?;
             Ok(plan.counts)
@@ -251,20 +279,27 @@ impl PgWarehouse {
     }
 
     /// One round trip: the page's transaction begins, its fence is checked
-    /// ([`Self::check_fence`]), and the page's stored calls' fingerprints are read.
+    /// ([`Self::check_fence`]), the page's stored calls' fingerprints are read, and ids are
+    /// reserved for its calls and attempts, in case none is stored (`Reserved`).
     fn begin_page(
         &self,
         schedule: Uuid,
         generation: i64,
         calls: &[OutboundCall],
-    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+    ) -> Result<(HashMap<Uuid, Fingerprint>, Option<Reserved>), WarehouseError> {
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        let attempts: usize = (calls.iter())
+            .map(|c| c.outbound_call_attempts.as_ref().map_or(0, Vec::len))
+            .sum();
+        let wanted = [uids.len(), attempts].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let mut pipeline = Pipeline::default();
         let fence = self.statement(READ_FENCE, "checking the schedule's fence")?;
         pipeline.push(fence, vec![&schedule], "checking the schedule's fence");
         if !uids.is_empty() {
             let read = self.statement(READ_FINGERPRINTS, "reading the page's stored calls")?;
             pipeline.push(read, vec![&uids], "reading the page's stored calls");
+            let reserve = self.statement(RESERVE_IDS, RESERVING)?;
+            pipeline.push(reserve, vec![&wanted[0], &wanted[1]], RESERVING);
         }
         let client = self.client()?;
         let (begun, answers) = wait(async {
@@ -274,8 +309,16 @@ impl PgWarehouse {
         let mut answers = pipeline.rows(answers, &self.target)?.into_iter();
         let fence = answers.next().unwrap_or_default();
         self.check_fence(schedule, generation, fence.first())?;
-        stored_fingerprints(&answers.next().unwrap_or_default())
-            .pg(&self.target, "reading the page's stored calls")
+        let stored = stored_fingerprints(&answers.next().unwrap_or_default())
+            .pg(&self.target, "reading the page's stored calls")?;
+        let reserved = match answers.next().as_deref() {
+            Some([row]) => Some(Reserved {
+                calls: row.column(0, &self.target, RESERVING)?,
+                attempts: row.column(1, &self.target, RESERVING)?,
+            }),
+            _ => None,
+        };
+        Ok((stored, reserved))
     }
 
     /// One round trip: every round's statements ([`Self::push_round`]), the checkpoint moved
@@ -366,9 +409,9 @@ impl PgWarehouse {
         pipeline: &mut Pipeline<'a>,
         round: &'a RoundRows,
     ) -> Result<(), WarehouseError> {
-        self.write_rows(pipeline, &round.calls, round.fresh)?;
+        self.write_rows(pipeline, &round.calls, round.write)?;
         self.delete_of_calls(pipeline, "call_custom_parameters", &round.mirrored)?;
-        self.write_rows(pipeline, &round.parameters, round.fresh)?;
+        self.write_rows(pipeline, &round.parameters, round.write)?;
         let kept = &round.kept;
         if !kept.calls.is_empty() {
             let step = "deleting attempts the service no longer shows";
@@ -379,9 +422,9 @@ impl PgWarehouse {
                 step,
             );
         }
-        self.write_rows(pipeline, &round.attempts, round.fresh)?;
+        self.write_rows(pipeline, &round.attempts, round.write)?;
         self.delete_of_calls(pipeline, "call_notifications", &round.notified)?;
-        self.write_rows(pipeline, &round.notifications, round.fresh)?;
+        self.write_rows(pipeline, &round.notifications, round.write)?;
         for (batch, replaced) in &round.lists {
             if !replaced.calls.is_empty() {
                 let sql = format!(
@@ -395,7 +438,7 @@ impl PgWarehouse {
                 let params = vec![&replaced.calls as _, &replaced.attempts as _];
                 pipeline.push(statement, params, DELETING_GONE);
             }
-            self.write_rows(pipeline, batch, round.fresh)?;
+            self.write_rows(pipeline, batch, round.write)?;
         }
         if !round.unknown.is_empty() {
             for (sql, step) in SUMMARIZE {
@@ -406,13 +449,12 @@ impl PgWarehouse {
         Ok(())
     }
 
-    /// Adds `batch`'s write (nothing for an empty batch): its insert when its calls are
-    /// `fresh` (new to the warehouse), else its upsert.
+    /// Adds `batch`'s statement for `write` (nothing for an empty batch).
     fn write_rows<'a>(
         &self,
         pipeline: &mut Pipeline<'a>,
         batch: &'a Batch,
-        fresh: bool,
+        write: Write,
     ) -> Result<(), WarehouseError> {
         if batch.len == 0 {
             return Ok(());
@@ -425,13 +467,8 @@ impl PgWarehouse {
                 value: value.clone(),
             });
         }
-        let sql = if fresh {
-            batch.table.insert_sql()
-        } else {
-            batch.table.upsert_sql()
-        };
-        let statement = self.statement(sql, step)?;
-        pipeline.push(statement, batch.params(), step);
+        let statement = self.statement(batch.table.sql(write), step)?;
+        pipeline.push(statement, batch.params(write), step);
         Ok(())
     }
 
@@ -471,13 +508,15 @@ fn stored_fingerprints(
         .collect()
 }
 
-/// The calls `round` names, with what their write needs.
+/// The calls `round` names, with what their write needs; with ids from `reserved` when the
+/// round is inserted (`None` when it is not, or `reserved` runs short).
 fn pending_of<'p>(
     calls: &'p [OutboundCall],
     call_rows: &'p [CallRow<'p>],
     round: &[(usize, bool)],
-) -> Vec<Pending<'p>> {
-    round
+    reserved: Option<&Reserved>,
+) -> (Vec<Pending<'p>>, Write) {
+    let mut pending: Vec<Pending<'p>> = round
         .iter()
         .map(|&(i, was_stored)| {
             let call = &calls[i];
@@ -488,6 +527,7 @@ fn pending_of<'p>(
             Pending {
                 call,
                 row: &call_rows[i],
+                ids: None,
                 attempts: call
                     .outbound_call_attempts
                     .iter()
@@ -499,7 +539,49 @@ fn pending_of<'p>(
                 summary_known,
             }
         })
-        .collect()
+        .collect();
+    let fresh = round.iter().all(|&(_, was_stored)| !was_stored);
+    let write = match reserved {
+        Some(reserved) if fresh && give_ids(&mut pending, reserved) => Write::Insert,
+        _ => Write::Upsert,
+    };
+    (pending, write)
+}
+
+/// Gives each call of `pending` and each of its attempts (a uid once) the next of the
+/// `reserved` ids, in page order, as the sequence would have; false (and no ids given) when
+/// there are not enough.
+fn give_ids(pending: &mut [Pending<'_>], reserved: &Reserved) -> bool {
+    let mut call_ids = reserved.calls.iter().copied();
+    let mut attempt_ids = reserved.attempts.iter().copied();
+    let mut given = Vec::with_capacity(pending.len());
+    for p in pending.iter() {
+        let Some(id) = call_ids.next() else {
+            return false;
+        };
+        let mut attempts = HashMap::new();
+        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
+            let Some(attempt_id) = attempt_ids.next() else {
+                return false;
+            };
+            attempts.insert(a.uid.clone(), attempt_id);
+        }
+        given.push((id, attempts));
+    }
+    for (p, ids) in pending.iter_mut().zip(given) {
+        p.ids = Some(ids);
+    }
+    true
+}
+
+impl Pending<'_> {
+    fn id(&self) -> V {
+        V::I(self.ids.as_ref().map(|(id, _)| *id))
+    }
+
+    fn attempt_id(&self, uid: &str) -> V {
+        V::I(self.ids.as_ref().and_then(|(_, a)| a.get(uid).copied()))
+    }
 }
 
 /// The rows of the calls `round` names.
@@ -507,9 +589,10 @@ fn round_rows(
     calls: &[OutboundCall],
     call_rows: &[CallRow<'_>],
     round: &[(usize, bool)],
+    reserved: Option<&Reserved>,
     synced_at: &str,
 ) -> RoundRows {
-    let pending = pending_of(calls, call_rows, round);
+    let (pending, write) = pending_of(calls, call_rows, round, reserved);
     let uids = |keep: &dyn Fn(&Pending<'_>) -> bool| -> Vec<String> {
         pending
             .iter()
@@ -524,7 +607,7 @@ fn round_rows(
     let (attempts, kept) = attempts_batch(&pending);
     let (notifications, notified) = notifications_batch(&pending);
     RoundRows {
-        fresh: round.iter().all(|&(_, was_stored)| !was_stored),
+        write,
         calls: call_batch,
         mirrored: uids(&|p| p.mirror),
         parameters: parameters_batch(&pending),
@@ -547,6 +630,7 @@ fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<V> {
         i64::try_from(notification_count).unwrap_or(i64::MAX),
     );
     vec![
+        p.id(),
         t(Some(&r.uid)),
         t(Some(r.schedule_uid)),
         t(r.external_id),
@@ -592,7 +676,12 @@ fn parameters_batch(pending: &[Pending<'_>]) -> Batch {
     let mut parameters = Batch::new(&PARAMETERS);
     for p in pending {
         for (name, value) in rows::custom_parameters(p.call) {
-            parameters.push(vec![t(Some(&p.row.uid)), t(Some(name)), V::T(value)]);
+            parameters.push(vec![
+                p.id(),
+                t(Some(&p.row.uid)),
+                t(Some(name)),
+                V::T(value),
+            ]);
         }
     }
     parameters
@@ -616,7 +705,9 @@ fn attempts_batch(pending: &[Pending<'_>]) -> (Batch, Kept) {
         }
         for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
             attempts.push(vec![
+                p.attempt_id(&a.uid),
                 t(Some(&a.uid)),
+                p.id(),
                 t(Some(&p.row.uid)),
                 V::I(Some(a.position)),
                 t(Some(&a.status)),
@@ -652,6 +743,7 @@ fn notifications_batch(pending: &[Pending<'_>]) -> (Batch, Vec<String>) {
         for n in last_of_each(sent, |n| n.uid) {
             let (uid, status, count, delivered, extra) = rows::notification(n);
             notifications.push(vec![
+                p.id(),
                 V::T(Some(uid)),
                 t(Some(&p.row.uid)),
                 V::T(status),
@@ -696,7 +788,13 @@ fn attempt_children(pending: &[Pending<'_>]) -> [(Batch, Replaced); 2] {
                     replaced.attempts.push(a.uid.clone());
                 }
                 for (item, own) in items {
-                    let mut row = vec![V::T(Some(item)), t(Some(&a.uid)), t(Some(&p.row.uid))];
+                    let mut row = vec![
+                        p.id(),
+                        p.attempt_id(&a.uid),
+                        V::T(Some(item)),
+                        t(Some(&a.uid)),
+                        t(Some(&p.row.uid)),
+                    ];
                     row.extend(own);
                     batch.push(row);
                 }
@@ -791,8 +889,9 @@ mod tests {
         .unwrap()
     }
 
-    /// The rows of `call()` written alone, stored before (`was_stored`) or not.
-    fn rows(was_stored: bool) -> RoundRows {
+    /// The rows of `call()` written alone, stored before (`was_stored`) or not, with the
+    /// ids `reserved` (if any).
+    fn rows_with(was_stored: bool, reserved: Option<&Reserved>) -> RoundRows {
         let calls = [call()];
         let schedule = Uuid::nil().to_string();
         let call_rows = rows_of(&schedule, &calls, &[7]);
@@ -800,8 +899,51 @@ mod tests {
             &calls,
             &call_rows,
             &[(0, was_stored)],
+            reserved,
             "2026-01-31T10:00:00.000000Z",
         )
+    }
+
+    fn rows(was_stored: bool) -> RoundRows {
+        rows_with(was_stored, None)
+    }
+
+    fn reserved(calls: usize, attempts: usize) -> Reserved {
+        Reserved {
+            calls: (10..).take(calls).collect(),
+            attempts: (20..).take(attempts).collect(),
+        }
+    }
+
+    #[test]
+    fn a_new_call_is_inserted_with_the_ids_reserved_in_order() {
+        let round = rows_with(false, Some(&reserved(1, 2)));
+        assert!(round.write == Write::Insert);
+        assert_eq!(round.calls.ints("id"), [Some(10)]);
+        assert_eq!(round.parameters.ints("call_id"), [Some(10)]);
+        assert_eq!(round.attempts.ints("id"), [Some(20), Some(21)]);
+        assert_eq!(round.attempts.ints("call_id"), [Some(10), Some(10)]);
+        assert_eq!(round.notifications.ints("call_id"), [Some(10)]);
+        let [(outcomes, _), (variables, _)] = &round.lists;
+        for list in [outcomes, variables] {
+            assert_eq!(list.ints("call_id"), [Some(10)], "{}", list.table.name);
+            assert_eq!(list.ints("attempt_id"), [Some(20)], "{}", list.table.name);
+        }
+    }
+
+    #[test]
+    fn a_stored_call_or_too_few_ids_is_upserted_with_ids_found_by_the_server() {
+        for round in [
+            rows_with(true, Some(&reserved(1, 2))),
+            rows_with(false, Some(&reserved(1, 1))),
+            rows_with(false, Some(&reserved(0, 2))),
+            rows(false),
+        ] {
+            assert!(round.write == Write::Upsert);
+            assert_eq!(round.calls.ints("id"), [None]);
+            assert_eq!(round.attempts.ints("id"), [None, None]);
+            assert_eq!(round.attempts.ints("call_id"), [None, None]);
+        }
     }
 
     #[test]
