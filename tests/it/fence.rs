@@ -414,3 +414,70 @@ fn a_role_that_may_not_bump_the_fence_is_refused_by_check() {
         Some(callsync::warehouse::postgres::latest_version())
     );
 }
+
+/// A page of new calls is inserted, not upserted (`postgres/write.rs`). A call of it that
+/// another transaction stores after the page read its stored calls (a call moved between two
+/// schedules written at once) makes that insert fail: the page is rolled back and written
+/// again at once, upserted, and nothing of it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_calls_into_an_upsert() {
+    if !pg::available("fence::a_call_stored_meanwhile_by_another_transaction") {
+        return;
+    }
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 5,
+            ..SimulatorOptions::default()
+        },
+        Dest::Postgres,
+    )
+    .await;
+    let db = env.pg.clone().expect("a database");
+    let s = env.schedules()[0];
+    let calls = env.sim.truth(s);
+    drop(PgWarehouse::open(&db.target()).expect("the warehouse migrates"));
+    // Another transaction stores the page's third call, and holds its commit.
+    let (other, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .expect("connects");
+    tokio::spawn(connection);
+    other
+        .batch_execute(&format!(
+            "BEGIN; INSERT INTO calls (uid, schedule_uid, status, created_at, updated_at,
+               synced_at, content_hash)
+             VALUES ('{}', '{}', 'queued', now(), now(), now(), 0)",
+            calls[2].uid,
+            Uuid::new_v4()
+        ))
+        .await
+        .expect("the other transaction stores the call");
+    // The page reads its stored calls without it (not committed), inserts its calls as new,
+    // and waits on the other transaction's row.
+    let writer = std::thread::spawn({
+        let (target, calls) = (db.target(), calls.clone());
+        move || {
+            let mut warehouse = PgWarehouse::open(&target).expect("opens");
+            let _claim = warehouse.claim(s).expect("claims").expect("free");
+            write(&mut warehouse, s, &calls)
+        }
+    });
+    wait_for("the page's insert to wait on the other transaction", || {
+        pg::query(
+            &db,
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        ) == [[Some("1".to_owned())]]
+    })
+    .await;
+    other.batch_execute("COMMIT").await.expect("commits");
+    let written = writer
+        .join()
+        .expect("the writer thread")
+        .expect("the page is written");
+    assert_eq!(
+        written.calls_written, 5,
+        "all five, the stored one rewritten"
+    );
+    env.assert_holds(s, &calls);
+}

@@ -1,18 +1,22 @@
 //! What the PostgreSQL writer sends: each table's columns and conflict key, a page's rows of
 //! one table gathered column by column into arrays (`Batch`, one array parameter a column),
-//! and the two `unnest()` statements a table is written with, each built once (a page asks for
-//! one each time it writes the table): the upsert (`Table::upsert_sql`), and the plain insert
-//! of rows that cannot be stored yet (`Table::insert_sql`, see `write.rs`).
+//! and the two `unnest()` statements a table is written with (`Table::sql`), each built once
+//! (a page asks for one each time it writes the table).
 //!
 //! Uids and instants travel as the server's own binary types (`uuid[]`, `timestamptz[]`), not
 //! as text it parses: parsing text uids (16 `strtoul` calls each) and timestamps was 7 % of the
 //! server's CPU on a first sync of 18-row calls.
 //!
-//! A child row's keys to its call and attempt (`call_id`, `attempt_id`) are not sent: the
-//! statement finds them by the uids the row carries (`call_uid`, `attempt_uid`), joined to
-//! the rows written before it in the same transaction. So a page's statements need no answer
-//! of each other, and go to the server together (`write.rs`). A row whose call or attempt is
-//! not found is not written (the join drops it), as the writer skipped one before.
+//! `Write::Upsert` (`ON CONFLICT … DO UPDATE`): a row's own id is the next of its table's
+//! sequence, and a child row's keys to its call and attempt (`call_id`, `attempt_id`) are not
+//! sent: the statement finds them by the uids the row carries (`call_uid`, `attempt_uid`),
+//! joined to the rows written before it in the same transaction. So a page's statements need no
+//! answer of each other, and go to the server together (`write.rs`). A row whose call or
+//! attempt is not found is not written (the join drops it), as the writer skipped one before.
+//!
+//! `Write::Insert`, for a page of new calls only: every id is sent, reserved by the page, and
+//! the rows are inserted as they are, as COPY writes them — no join, and no probe of the key's
+//! index before each row (a plain insert checks the key as it adds the row).
 
 use std::sync::OnceLock;
 
@@ -96,7 +100,8 @@ impl Table {
         }
     }
 
-    /// Its statement for `write`, built the first time it is asked for.
+    /// Its statement for `write` (`upsert_sql`, `insert_sql`), built the first time it is
+    /// asked for.
     pub(super) fn sql(&self, write: Write) -> &str {
         match write {
             Write::Upsert => self.upsert.get_or_init(|| upsert_sql(self)),

@@ -1,12 +1,13 @@
 //! A page and its checkpoint in one PostgreSQL transaction, each table written by ONE
-//! statement: the page's rows go as arrays (`unnest($1::uuid[], …)`, binary protocol), upserted
-//! with `ON CONFLICT`, or inserted when every call of the round is new. A child row finds its call's and attempt's ids on the server, by the
-//! uids it carries (`batch.rs`), so no statement waits for another's answer, and a page costs
-//! two round trips whatever its size (`pipeline.rs`): the transaction's start with its fence
-//! and the stored calls' fingerprints (which decide what is written); then every statement of
-//! the page, in order (the calls; their own children: parameters, attempts, notifications;
-//! the attempts' outcomes and variables; the summaries), the checkpoint and the commit. A
-//! page that changes no call costs two, or one (below).
+//! statement: the page's rows go as arrays (`unnest($1::uuid[], …)`, binary protocol). A page
+//! costs two round trips whatever its size (`pipeline.rs`): the transaction's start, with its
+//! fence, the stored calls' fingerprints (which decide what is written) and ids reserved for
+//! its calls and attempts; then every statement of the page, in order (the calls; their own
+//! children: parameters, attempts, notifications; the attempts' outcomes and variables; the
+//! summaries), the checkpoint and the commit, none waiting for another's answer. A page whose
+//! calls are all new is inserted with the ids it reserved, as COPY writes rows; any other is
+//! upserted (`ON CONFLICT`), a child row finding its call's and attempt's ids on the server by
+//! the uids it carries (`batch.rs`). A page that changes no call costs two, or one (below).
 //!
 //! The rule is every destination's (`warehouse/write_plan.rs`): which calls are written, in
 //! which round, how their children mirror the service and whether their summary is known.
@@ -30,6 +31,7 @@
 use std::collections::HashMap;
 use std::sync::PoisonError;
 
+use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 use super::PgWarehouse;
@@ -110,6 +112,33 @@ const SUMMARIZE: [(&str, &str); 2] = [
 
 const RESERVING: &str = "reserving ids for the page's calls";
 
+/// A page to write, as `write_hashed_page` was given it.
+struct Page<'a> {
+    schedule: Uuid,
+    /// The fencing token of this process's claim on `schedule`.
+    generation: i64,
+    calls: &'a [OutboundCall],
+    call_rows: &'a [CallRow<'a>],
+    checkpoint: Option<Timestamp>,
+    synced_at: String,
+}
+
+/// Whether a page of new calls only may be inserted (`RoundRows::write`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inserts {
+    Allowed,
+    /// The page is upserted whole: its first try was refused, a call of it stored meanwhile.
+    Never,
+}
+
+/// How a page's transaction ended.
+enum PageEnd {
+    Written(PageWrite),
+    /// Rolled back: a call the page inserted as new was stored by another transaction after
+    /// the page read its stored calls (a call moved between two schedules written at once).
+    StoredMeanwhile,
+}
+
 /// Ids reserved for a page's calls and attempts (`RESERVE_IDS`), each list ascending.
 struct Reserved {
     calls: Vec<i64>,
@@ -138,10 +167,9 @@ struct RoundRows {
     /// page, nor earlier in it), and the page reserved ids enough: then no stored row shares a
     /// key with its rows (each key holds the new call's id, and a round holds a child's key
     /// once), and they are inserted with their ids as COPY would, with no index probe before
-    /// each row and no join. A call another process stored meanwhile (a call moved between
-    /// schedules that two processes walk) makes the insert fail loudly: the page is not
-    /// written, its checkpoint holds, and the next pass writes the call as stored. Else
-    /// `Upsert`.
+    /// each row and no join. A call another transaction stored meanwhile (a call moved between
+    /// two schedules written at once) makes the insert fail: the page is rolled back and
+    /// written again at once, upserted (`PageEnd::StoredMeanwhile`). Else `Upsert`.
     write: Write,
     calls: Batch,
     /// The mirrored calls, whose custom parameters are replaced whole.
@@ -196,28 +224,61 @@ impl PgWarehouse {
         {
             return Ok(unchanged);
         }
+        let page = Page {
+            schedule,
+            generation,
+            calls,
+            call_rows: &call_rows,
+            checkpoint,
+            synced_at: synced_at.to_warehouse_text(),
+        };
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
-        self.replanning(|| {
-            let (stored, reserved) = match self.begin_page(schedule, generation, calls) {
-                Ok(begun) => begun,
-                Err(err) => return self.end_transaction(Err(err), "committing a page"),
-            };
-            let plan = plan(calls, &call_rows, stored, schedule);
-            let synced_at = synced_at.to_warehouse_text();
-            let rounds: Vec<RoundRows> = plan
-                .rounds()
-                .iter()
-                .enumerate()
-                .map(|(i, round)| {
-                    // Only a page's first round can be new calls only: a call's second
-                    // write in a page is of a stored call.
-                    let reserved = reserved.as_ref().filter(|_| i == 0);
-                    round_rows(calls, &call_rows, round, reserved, &synced_at)
-                })
-                .collect();
-            self.write_and_commit(schedule, &rounds, checkpoint)?;
-            Ok(plan.counts)
+        self.replanning(|| match self.write_page(&page, Inserts::Allowed)? {
+            PageEnd::Written(counts) => Ok(counts),
+            PageEnd::StoredMeanwhile => {
+                tracing::info!(
+                    %schedule,
+                    "another transaction stored a call of the page while it was inserted as new; writing the page again"
+                );
+                match self.write_page(&page, Inserts::Never)? {
+                    PageEnd::Written(counts) => Ok(counts),
+                    PageEnd::StoredMeanwhile => Err(WarehouseError::Server {
+                        target: self.target.display().to_owned(),
+                        step: "committing a page",
+                        cause: "a page that inserts nothing was refused as stored meanwhile"
+                            .to_owned(),
+                    }),
+                }
+            }
+        })
+    }
+
+    /// One transaction: the page's start ([`Self::begin_page`]), then its statements, the
+    /// checkpoint and the commit ([`Self::write_and_commit`]).
+    fn write_page(&self, page: &Page<'_>, inserts: Inserts) -> Result<PageEnd, WarehouseError> {
+        let begun = self.begin_page(page.schedule, page.generation, page.calls, inserts);
+        let (stored, reserved) = match begun {
+            Ok(begun) => begun,
+            Err(err) => return self.end_transaction(Err(err), "committing a page"),
+        };
+        let plan = plan(page.calls, page.call_rows, stored, page.schedule);
+        let rounds: Vec<RoundRows> = plan
+            .rounds()
+            .iter()
+            .enumerate()
+            .map(|(i, round)| {
+                // Only a page's first round can be new calls only: a call's second write in
+                // a page is of a stored call.
+                let reserved = reserved.as_ref().filter(|_| i == 0);
+                round_rows(page.calls, page.call_rows, round, reserved, &page.synced_at)
+            })
+            .collect();
+        let committed = self.write_and_commit(page.schedule, &rounds, page.checkpoint)?;
+        Ok(if committed {
+            PageEnd::Written(plan.counts)
+        } else {
+            PageEnd::StoredMeanwhile
         })
     }
 
@@ -286,6 +347,7 @@ impl PgWarehouse {
         schedule: Uuid,
         generation: i64,
         calls: &[OutboundCall],
+        inserts: Inserts,
     ) -> Result<(HashMap<Uuid, Fingerprint>, Option<Reserved>), WarehouseError> {
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
         let attempts: usize = (calls.iter())
@@ -298,8 +360,10 @@ impl PgWarehouse {
         if !uids.is_empty() {
             let read = self.statement(READ_FINGERPRINTS, "reading the page's stored calls")?;
             pipeline.push(read, vec![&uids], "reading the page's stored calls");
-            let reserve = self.statement(RESERVE_IDS, RESERVING)?;
-            pipeline.push(reserve, vec![&wanted[0], &wanted[1]], RESERVING);
+            if inserts == Inserts::Allowed {
+                let reserve = self.statement(RESERVE_IDS, RESERVING)?;
+                pipeline.push(reserve, vec![&wanted[0], &wanted[1]], RESERVING);
+            }
         }
         let client = self.client()?;
         let (begun, answers) = wait(async {
@@ -324,13 +388,15 @@ impl PgWarehouse {
     /// One round trip: every round's statements ([`Self::push_round`]), the checkpoint moved
     /// forward when the page moves it, and the commit. A statement refused aborts the
     /// transaction, and the commit sent with it then rolls it back; a statement that could not
-    /// be prepared leaves the page unsent, and its transaction is rolled back here.
+    /// be prepared leaves the page unsent, and its transaction is rolled back here. False when an
+    /// insert was refused for a key another transaction stored meanwhile (`PageEnd`), the
+    /// transaction rolled back.
     fn write_and_commit(
         &self,
         schedule: Uuid,
         rounds: &[RoundRows],
         checkpoint: Option<Timestamp>,
-    ) -> Result<(), WarehouseError> {
+    ) -> Result<bool, WarehouseError> {
         let cursor = checkpoint.map(micros);
         let now = micros(Timestamp::now());
         let mut pipeline = Pipeline::default();
@@ -352,8 +418,15 @@ impl PgWarehouse {
         let (answers, committed) = wait(async {
             futures::join!(pipeline.answers(&client), client.batch_execute("COMMIT"))
         });
+        let inserted = rounds.iter().any(|r| r.write == Write::Insert);
+        let stored_meanwhile = |answer: &Result<_, tokio_postgres::Error>| matches!(answer, Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION));
+        if inserted && answers.iter().any(stored_meanwhile) {
+            committed.pg(&self.target, "rolling back a page")?;
+            return Ok(false);
+        }
         pipeline.rows(answers, &self.target)?;
-        committed.pg(&self.target, "committing a page")
+        committed.pg(&self.target, "committing a page")?;
+        Ok(true)
     }
 
     /// The page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token
