@@ -243,11 +243,11 @@ impl PgWarehouse {
                 );
                 match self.write_page(&page, Inserts::Never)? {
                     PageEnd::Written(counts) => Ok(counts),
+                    // Never: a page that inserts nothing is not refused so.
                     PageEnd::StoredMeanwhile => Err(WarehouseError::Server {
                         target: self.target.display().to_owned(),
                         step: "committing a page",
-                        cause: "a page that inserts nothing was refused as stored meanwhile"
-                            .to_owned(),
+                        cause: "the page was rolled back as stored meanwhile though it inserted nothing; nothing of it was written, and this is a bug in callsync: report it".to_owned(),
                     }),
                 }
             }
