@@ -481,3 +481,54 @@ async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_call
     );
     env.assert_holds(s, &calls);
 }
+
+/// A role that may write the tables but not take ids from their sequences itself (their owner
+/// granted it table privileges only, which an insert's own identity default needs no more than)
+/// still writes a page of new calls: upserted, the ids the tables' defaults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_the_sequences_privileges_still_writes_a_page_of_new_calls() {
+    if !pg::available("fence::a_role_without_the_sequences_privileges") {
+        return;
+    }
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 1,
+            calls_per_schedule: 5,
+            ..SimulatorOptions::default()
+        },
+        Dest::Postgres,
+    )
+    .await;
+    let db = env.pg.clone().expect("a database");
+    let s = env.schedules()[0];
+    let calls = env.sim.truth(s);
+    drop(PgWarehouse::open(&db.target()).expect("the owner migrates"));
+    let role = format!("writer_{}", db.name);
+    pg::query(
+        &db,
+        &format!(
+            "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role};
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        ),
+    );
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    let written = tokio::task::spawn_blocking({
+        let calls = calls.clone();
+        move || {
+            let mut warehouse = PgWarehouse::open(&target(&url)).expect("opens as the role");
+            let _claim = warehouse.claim(s).expect("claims").expect("free");
+            write(&mut warehouse, s, &calls)
+        }
+    })
+    .await
+    .expect("the writer")
+    .expect("the page is written");
+    assert_eq!(written.calls_written, 5);
+    env.assert_holds(s, &calls);
+    // Taken one by one by the inserts, not reserved ahead: ids 1 to 5 in page order.
+    let ids = pg::query(
+        &db,
+        "SELECT string_agg(id::text, ',' ORDER BY id) FROM calls",
+    );
+    assert_eq!(ids, [[Some("1,2,3,4,5".to_owned())]]);
+}

@@ -52,11 +52,17 @@ const READ_FINGERPRINTS: &str =
 
 /// Reserves `$1` ids of calls and `$2` of attempts, each list in the order its sequence gave
 /// them: the ids a page's new calls and attempts take when the page writes no stored call.
+/// NULLs when callsync's role may not take them (`nextval` needs the sequences' USAGE or
+/// UPDATE, where an insert's own identity default needs neither: a role that writes the tables
+/// of an owner who granted no more still writes, upserting every page).
 const RESERVE_IDS: &str = "SELECT
-       array(SELECT nextval((SELECT pg_get_serial_sequence('calls', 'id'))::regclass)
-             FROM generate_series(1, $1::int8)),
-       array(SELECT nextval((SELECT pg_get_serial_sequence('call_attempts', 'id'))::regclass)
-             FROM generate_series(1, $2::int8))";
+       CASE WHEN may THEN array(SELECT nextval(c) FROM generate_series(1, $1::int8)) END,
+       CASE WHEN may THEN array(SELECT nextval(a) FROM generate_series(1, $2::int8)) END
+     FROM (SELECT c, a,
+             coalesce(has_sequence_privilege(c, 'USAGE, UPDATE')
+                      AND has_sequence_privilege(a, 'USAGE, UPDATE'), false) AS may
+           FROM (SELECT pg_get_serial_sequence('calls', 'id')::regclass AS c,
+                        pg_get_serial_sequence('call_attempts', 'id')::regclass AS a) AS s) AS s";
 
 /// Deletes the attempts of the mirrored calls `$1` (uids) the service no longer shows (`$2`,
 /// `$3`: the attempts kept, by call uid and uid), with their outcomes and variables.
@@ -376,10 +382,13 @@ impl PgWarehouse {
         let stored = stored_fingerprints(&answers.next().unwrap_or_default())
             .pg(&self.target, "reading the page's stored calls")?;
         let reserved = match answers.next().as_deref() {
-            Some([row]) => Some(Reserved {
-                calls: row.column(0, &self.target, RESERVING)?,
-                attempts: row.column(1, &self.target, RESERVING)?,
-            }),
+            Some([row]) => {
+                let calls: Option<Vec<i64>> = row.column(0, &self.target, RESERVING)?;
+                let attempts: Option<Vec<i64>> = row.column(1, &self.target, RESERVING)?;
+                calls
+                    .zip(attempts)
+                    .map(|(calls, attempts)| Reserved { calls, attempts })
+            }
             _ => None,
         };
         Ok((stored, reserved))
