@@ -415,15 +415,9 @@ fn a_role_that_may_not_bump_the_fence_is_refused_by_check() {
     );
 }
 
-/// A page of new calls is inserted, not upserted (`postgres/write.rs`). A call of it that
-/// another transaction stores after the page read its stored calls (a call moved between two
-/// schedules written at once) makes that insert fail: the page is rolled back and written
-/// again at once, upserted, and nothing of it is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_calls_into_an_upsert() {
-    if !pg::available("fence::a_call_stored_meanwhile_by_another_transaction") {
-        return;
-    }
+/// A schedule of five calls on the simulator, its warehouse migrated (by the test server's
+/// superuser, the tables' owner) and empty: its calls are a page of new calls.
+async fn five_new_calls() -> (TestEnv, Database, Uuid, Vec<OutboundCall>) {
     let env = TestEnv::start_on(
         SimulatorOptions {
             schedules: 1,
@@ -437,6 +431,19 @@ async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_call
     let s = env.schedules()[0];
     let calls = env.sim.truth(s);
     drop(PgWarehouse::open(&db.target()).expect("the warehouse migrates"));
+    (env, db, s, calls)
+}
+
+/// A page of new calls is inserted, not upserted (`postgres/write.rs`). A call of it that
+/// another transaction stores after the page read its stored calls (a call moved between two
+/// schedules written at once) makes that insert fail: the page is rolled back and written
+/// again at once, upserted, and nothing of it is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_calls_into_an_upsert() {
+    if !pg::available("fence::a_call_stored_meanwhile_by_another_transaction") {
+        return;
+    }
+    let (env, db, s, calls) = five_new_calls().await;
     // Another transaction stores the page's third call, and holds its commit.
     let (other, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
         .await
@@ -490,19 +497,7 @@ async fn a_role_without_the_sequences_privileges_still_writes_a_page_of_new_call
     if !pg::available("fence::a_role_without_the_sequences_privileges") {
         return;
     }
-    let env = TestEnv::start_on(
-        SimulatorOptions {
-            schedules: 1,
-            calls_per_schedule: 5,
-            ..SimulatorOptions::default()
-        },
-        Dest::Postgres,
-    )
-    .await;
-    let db = env.pg.clone().expect("a database");
-    let s = env.schedules()[0];
-    let calls = env.sim.truth(s);
-    drop(PgWarehouse::open(&db.target()).expect("the owner migrates"));
+    let (env, db, s, calls) = five_new_calls().await;
     let role = format!("writer_{}", db.name);
     pg::query(
         &db,

@@ -157,9 +157,12 @@ const DELETING_GONE: &str = "deleting children the service no longer shows";
 struct Pending<'p> {
     call: &'p OutboundCall,
     row: &'p CallRow<'p>,
-    /// Its id and its attempts' (by uid), when its round is inserted with reserved ids.
-    ids: Option<(i64, HashMap<String, i64>)>,
+    /// Its id and its written attempts' (in `written`'s order), when its round is inserted
+    /// with reserved ids.
+    ids: Option<(i64, Vec<i64>)>,
     attempts: Vec<AttemptRow>,
+    /// The attempts written, as indices into `attempts`: a uid repeated, its last row.
+    written: Vec<usize>,
     /// Children the service no longer shows are deleted.
     mirror: bool,
     /// The summary computed from the children sent is the stored one.
@@ -606,17 +609,16 @@ fn pending_of<'p>(
                 mirror,
                 summary_known,
             } = ChildRule::of(call, was_stored);
+            let attempts: Vec<AttemptRow> = (call.outbound_call_attempts.iter().flatten())
+                .enumerate()
+                .map(|(position, a)| rows::attempt(position, a))
+                .collect();
             Pending {
                 call,
                 row: &call_rows[i],
                 ids: None,
-                attempts: call
-                    .outbound_call_attempts
-                    .iter()
-                    .flatten()
-                    .enumerate()
-                    .map(|(position, a)| rows::attempt(position, a))
-                    .collect(),
+                written: last_indices(&attempts, |a| a.uid.as_str()),
+                attempts,
                 mirror,
                 summary_known,
             }
@@ -630,28 +632,18 @@ fn pending_of<'p>(
     (pending, write)
 }
 
-/// Gives each call of `pending` and each of its attempts (a uid once) the next of the
-/// `reserved` ids, in page order, as the sequence would have; false (and no ids given) when
-/// there are not enough.
+/// Gives each call of `pending` and each of its written attempts the next of the `reserved`
+/// ids, in page order, as the sequence would have; false (and no ids given) when there are not
+/// enough.
 fn give_ids(pending: &mut [Pending<'_>], reserved: &Reserved) -> bool {
-    let mut call_ids = reserved.calls.iter().copied();
-    let mut attempt_ids = reserved.attempts.iter().copied();
-    let mut given = Vec::with_capacity(pending.len());
-    for p in pending.iter() {
-        let Some(id) = call_ids.next() else {
-            return false;
-        };
-        let mut attempts = HashMap::new();
-        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
-            let Some(attempt_id) = attempt_ids.next() else {
-                return false;
-            };
-            attempts.insert(a.uid.clone(), attempt_id);
-        }
-        given.push((id, attempts));
+    let attempts_wanted: usize = pending.iter().map(|p| p.written.len()).sum();
+    if reserved.calls.len() < pending.len() || reserved.attempts.len() < attempts_wanted {
+        return false;
     }
-    for (p, ids) in pending.iter_mut().zip(given) {
-        p.ids = Some(ids);
+    let mut attempt_ids = reserved.attempts.iter().copied();
+    for (p, &id) in pending.iter_mut().zip(&reserved.calls) {
+        let ids = attempt_ids.by_ref().take(p.written.len()).collect();
+        p.ids = Some((id, ids));
     }
     true
 }
@@ -661,8 +653,11 @@ impl Pending<'_> {
         V::I(self.ids.as_ref().map(|(id, _)| *id))
     }
 
-    fn attempt_id(&self, uid: &str) -> V {
-        V::I(self.ids.as_ref().and_then(|(_, a)| a.get(uid).copied()))
+    /// The attempts written, each with its id (`None` unless reserved).
+    fn written_attempts(&self) -> impl Iterator<Item = (Option<i64>, &AttemptRow)> {
+        let ids = self.ids.as_ref().map(|(_, ids)| ids);
+        (self.written.iter().enumerate())
+            .map(move |(n, &i)| (ids.and_then(|ids| ids.get(n).copied()), &self.attempts[i]))
     }
 }
 
@@ -785,9 +780,9 @@ fn attempts_batch(pending: &[Pending<'_>]) -> (Batch, Kept) {
                 kept.uids.push(a.uid.clone());
             }
         }
-        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
+        for (id, a) in p.written_attempts() {
             attempts.push(vec![
-                p.attempt_id(&a.uid),
+                V::I(id),
                 t(Some(&a.uid)),
                 p.id(),
                 t(Some(&p.row.uid)),
@@ -854,7 +849,7 @@ fn attempt_children(pending: &[Pending<'_>]) -> [(Batch, Replaced); 2] {
         let Some(sent) = p.call.outbound_call_attempts.as_deref() else {
             continue;
         };
-        for a in last_of_each(&p.attempts, |a| a.uid.as_str()) {
+        for (attempt_id, a) in p.written_attempts() {
             let Some(uid) = sent
                 .get(usize::try_from(a.position).unwrap_or(usize::MAX))
                 .map(|s| s.uid)
@@ -872,7 +867,7 @@ fn attempt_children(pending: &[Pending<'_>]) -> [(Batch, Replaced); 2] {
                 for (item, own) in items {
                     let mut row = vec![
                         p.id(),
-                        p.attempt_id(&a.uid),
+                        V::I(attempt_id),
                         V::T(Some(item)),
                         t(Some(&a.uid)),
                         t(Some(&p.row.uid)),
@@ -931,15 +926,23 @@ fn last_of_each<'a, T, K: Eq + std::hash::Hash>(
     items: &'a [T],
     key: impl Fn(&'a T) -> K,
 ) -> Vec<&'a T> {
+    (last_indices(items, key).into_iter())
+        .map(|i| &items[i])
+        .collect()
+}
+
+/// [`last_of_each`], as indices into `items`.
+fn last_indices<'a, T, K: Eq + std::hash::Hash>(
+    items: &'a [T],
+    key: impl Fn(&'a T) -> K,
+) -> Vec<usize> {
     let mut last: HashMap<K, usize> = HashMap::new();
     for (i, item) in items.iter().enumerate() {
         last.insert(key(item), i);
     }
-    items
-        .iter()
-        .enumerate()
+    (items.iter().enumerate())
         .filter(|(i, item)| last.get(&key(item)) == Some(i))
-        .map(|(_, item)| item)
+        .map(|(i, _)| i)
         .collect()
 }
 
