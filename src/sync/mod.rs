@@ -10,6 +10,7 @@
 //! neither clap nor cron: the CLI and the daemon decide when passes run.
 
 mod ahead;
+mod bookkeeping;
 mod checkpoint_rule;
 pub mod cursor;
 mod details;
@@ -53,6 +54,9 @@ pub struct Engine {
     counts_only: bool,
     /// This process, as `sync_runs` records the passes it walks.
     walker: Walker,
+    /// The passes' openings and ends, each kind gathered into one job of the writer.
+    openings: Arc<bookkeeping::Openings>,
+    endings: Arc<bookkeeping::Endings>,
 }
 
 /// How an engine opens its destination.
@@ -428,6 +432,8 @@ impl Engine {
             watch,
             counts_only,
             walker: Walker::this_process(config.sync.instance.as_deref()),
+            openings: bookkeeping::openings(),
+            endings: bookkeeping::endings(),
         })
     }
 

@@ -28,6 +28,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::ahead::Ahead;
+use super::bookkeeping::{EndRequest, OpenRequest, Opening};
 use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::details::{DetailPlan, Details, Fetched, needs_detail};
@@ -38,8 +39,8 @@ use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{Claim, Destination, PageBatch, PassOpened, PassStart, RunKind};
-use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats, Walker};
+use crate::warehouse::{Claim, PageBatch};
+use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
 /// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
@@ -175,18 +176,21 @@ impl<'e> Pass<'e> {
     }
 
     /// Claims the schedule, records the pass's start and reads the checkpoint, in one job of
-    /// the writer ([`open`]): an idle pass is a request and three writer jobs (this, its page,
-    /// [`Self::finish`]), and at 10,000 schedules every round trip to the one writer thread
-    /// counts.
+    /// the writer gathered with the other passes opening meanwhile (`bookkeeping.rs`): an
+    /// idle pass is a request and three writer jobs (this, its page, [`Self::finish`]), and
+    /// at 10,000 schedules every job, and every statement, counts.
     async fn open(&mut self) -> Result<Opening, SyncError> {
-        let (schedule, kind) = (self.schedule, self.plan.kind);
-        let walked_since = self.plan.unless_walked_since;
-        let walker = self.engine.walker.clone();
+        let request = OpenRequest {
+            schedule: self.schedule,
+            kind: self.plan.kind,
+            walked_since: self.plan.unless_walked_since,
+            walker: self.engine.walker.clone(),
+        };
         let opening = self
             .engine
             .writer
-            .call(move |s| open(s, schedule, kind, walked_since, &walker))
-            .await?;
+            .gather(&self.engine.openings, request)
+            .await??;
         if let Opening::Started { run: Some(run), .. } = &opening {
             tracing::Span::current().record("run", run.get());
             self.run = Some(*run);
@@ -232,11 +236,9 @@ impl<'e> Pass<'e> {
     }
 
     /// Closes the `sync_runs` row, if the pass has one (a failure there is the pass's
-    /// failure), then lets the claim go, in one job of the writer. Released on the writer
-    /// thread, where it was taken: a release asks the lock session (PostgreSQL), a wait an
-    /// async worker must not make (bounded, but by seconds when the session went silent:
-    /// `warehouse::postgres::LOCK_PATIENCE`). When the writer is gone, the job and the claim
-    /// in it are dropped here.
+    /// failure), then lets the claim go, in one job of the writer gathered with the other
+    /// passes ending meanwhile (`bookkeeping.rs`). When the writer is gone, the request and
+    /// the claim in it are dropped here.
     async fn finish(
         &self,
         claim: Claim,
@@ -244,18 +246,16 @@ impl<'e> Pass<'e> {
         result: &PassResult,
     ) -> Result<(), SyncError> {
         let record = run.map(|run| (run, self.record(result)));
-        let finished = self.engine.writer.call(move |s| {
-            let finished = match &record {
-                Some((run, record)) => s.finish_run(*run, record),
-                None => Ok(()),
-            };
-            drop(claim);
-            finished
-        });
-        match (finished.await, run) {
+        let finished = self
+            .engine
+            .writer
+            .gather(&self.engine.endings, EndRequest { claim, record })
+            .await;
+        match (finished, run) {
             // Nothing to record: the claim is let go, whether or not the writer still runs.
             (Err(_), None) => Ok(()),
-            (finished, _) => finished,
+            (Ok(finished), _) => finished,
+            (Err(err), Some(_)) => Err(err),
         }
     }
 
@@ -646,62 +646,6 @@ impl<'e> Pass<'e> {
     fn lag_secs(&self) -> Option<f64> {
         Some(self.clock.now()?.secs_since(self.position?))
     }
-}
-
-/// What the opening of a pass found ([`open`]).
-enum Opening {
-    /// Another process holds the schedule's claim.
-    Busy,
-    /// Another process walked the schedule since the daemon's tick (`PassPlan::
-    /// unless_walked_since`): with several daemons sharing the schedules, the first to claim
-    /// it on a tick walks it, and the others, claiming it after that pass ended, leave it
-    /// for the next tick. The claim was let go.
-    WalkedBy(Walker),
-    /// The schedule is claimed and the pass's start recorded (`run`: its `sync_runs` row;
-    /// `None` from a destination that keeps none); `stored`: the checkpoint, or why it
-    /// could not be read (the pass's failure, recorded in its row).
-    Started {
-        claim: Claim,
-        run: Option<RunId>,
-        stored: Result<Option<Timestamp>, SyncError>,
-    },
-}
-
-/// A pass's opening, on the writer thread: the claim, then the destination's opening
-/// (`Destination::open_pass`: whether another walked the schedule since `walked_since`,
-/// else its `sync_runs` row and the checkpoint, in one round trip on PostgreSQL). A claim
-/// left (walked elsewhere, or a failure after it) is dropped here, on the thread that took
-/// it.
-fn open(
-    sink: &mut dyn Destination,
-    schedule: Uuid,
-    kind: RunKind,
-    walked_since: Option<Timestamp>,
-    walker: &Walker,
-) -> Result<Opening, SyncError> {
-    let Some(claim) = sink.claim(schedule)? else {
-        return Ok(Opening::Busy);
-    };
-    let start = PassStart {
-        schedule,
-        kind,
-        // Once the claim is held, not when the job was queued: passes of one schedule by
-        // two processes never overlap in `sync_runs` (a job may wait its turn while the
-        // claim's previous holder finishes).
-        started_at: Timestamp::now(),
-        walker,
-        unless_walked_since: walked_since,
-    };
-    Ok(match sink.open_pass(&start)? {
-        PassOpened::WalkedBy(walker) => Opening::WalkedBy(walker),
-        PassOpened::Started { run, checkpoint } => Opening::Started {
-            claim,
-            run,
-            stored: checkpoint
-                .map(|checkpoint| checkpoint.map(|c| c.cursor))
-                .map_err(SyncError::from),
-        },
-    })
 }
 
 /// A page the walk accepted, before its details are fetched.

@@ -213,6 +213,119 @@ impl Writer {
     }
 }
 
+/// Requests of one kind that the writer runs together, in one job ([`Writer::gather`]): while
+/// a job for them is queued, requests that arrive join it instead of queuing jobs of their
+/// own. At a tick every pass opens at once, and later ends at about the same time; one
+/// statement for all of them costs a server a fraction of one each (issue 31: at 10,000
+/// schedules the passes' bookkeeping was most of PostgreSQL's work). With no queue, a
+/// request runs alone, as soon as a thread is free: nothing waits to be gathered.
+pub struct Gathered<R, T> {
+    waiting: Mutex<Gathering<R, T>>,
+    run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>,
+}
+
+struct Gathering<R, T> {
+    requests: Vec<(R, oneshot::Sender<T>)>,
+    /// A job that will take `requests` is queued or running.
+    job_queued: bool,
+}
+
+impl<R, T> Gathered<R, T> {
+    /// Requests run by `run`, which answers one result a request, in their order.
+    pub fn new(run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>) -> Arc<Gathered<R, T>> {
+        Arc::new(Gathered {
+            waiting: Mutex::new(Gathering {
+                requests: Vec::new(),
+                job_queued: false,
+            }),
+            run,
+        })
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Gathering<R, T>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// On the writer thread: takes every request waiting, runs them and answers each; then
+    /// those that came meanwhile, until none waits. One job of a kind at a time, so that
+    /// requests that come while it runs wait for its next round, together, instead of each
+    /// taking a thread of its own: the group grows with the load, as a group commit's does.
+    fn run_waiting(&self, sink: &mut dyn Destination) {
+        let _reset = ResetOnPanic(self);
+        loop {
+            let requests = {
+                let mut waiting = self.waiting();
+                if waiting.requests.is_empty() {
+                    waiting.job_queued = false;
+                    return;
+                }
+                std::mem::take(&mut waiting.requests)
+            };
+            let (requests, replies): (Vec<R>, Vec<oneshot::Sender<T>>) =
+                requests.into_iter().unzip();
+            let results = (self.run)(sink, requests);
+            debug_assert_eq!(results.len(), replies.len(), "one result a request");
+            for (reply, result) in replies.into_iter().zip(results) {
+                // The requester may have gone (cancelled); what ran has still run.
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// Should a group's run panic, the requests waiting are dropped (each requester hears the
+/// writer is gone) and the next request queues a job again, instead of waiting for good on
+/// one that died.
+struct ResetOnPanic<'g, R, T>(&'g Gathered<R, T>);
+
+impl<R, T> Drop for ResetOnPanic<'_, R, T> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut waiting = self.0.waiting();
+            waiting.requests.clear();
+            waiting.job_queued = false;
+        }
+    }
+}
+
+impl Writer {
+    /// Runs `request` with the others of its kind waiting ([`Gathered`]); its result.
+    pub async fn gather<R, T>(
+        &self,
+        gathered: &Arc<Gathered<R, T>>,
+        request: R,
+    ) -> Result<T, SyncError>
+    where
+        R: Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let queue_job = {
+            let mut waiting = gathered.waiting();
+            waiting.requests.push((request, reply));
+            !std::mem::replace(&mut waiting.job_queued, true)
+        };
+        if queue_job {
+            let job = gathered.clone();
+            let queued = self
+                .submit(move |sink| {
+                    job.run_waiting(sink);
+                    Ok::<(), SyncError>(())
+                })
+                .await;
+            if let Err(err) = queued {
+                // No job will take them: the requests waiting (this one among them) are
+                // dropped, and each requester hears the writer is gone.
+                let mut waiting = gathered.waiting();
+                waiting.requests.clear();
+                waiting.job_queued = false;
+                return Err(err);
+            }
+        }
+        answer.await.map_err(|_| SyncError::WriterGone)
+    }
+}
+
 impl Drop for Writer {
     fn drop(&mut self) {
         // Closing the channel ends the threads once the queue is empty; not joined here, as
@@ -267,6 +380,68 @@ mod tests {
             .unwrap();
         writer.close().await;
         assert!(ran.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// A request that records the groups it was run in: its number, and where the groups go.
+    type Recorded = (u32, Arc<Mutex<Vec<Vec<u32>>>>);
+
+    /// Runs a group: records its numbers, answers each number ten times over.
+    fn record_group(_: &mut dyn Destination, requests: Vec<Recorded>) -> Vec<u32> {
+        let numbers: Vec<u32> = requests.iter().map(|(n, _)| *n).collect();
+        if let Some((_, groups)) = requests.first() {
+            groups.lock().unwrap().push(numbers.clone());
+        }
+        numbers.iter().map(|n| n * 10).collect()
+    }
+
+    /// Requests made while the writer is busy wait in one group, run together once it is
+    /// free, each answered its own result; with the writer free, a request runs alone.
+    #[tokio::test]
+    async fn requests_made_while_the_writer_is_busy_run_as_one_group() {
+        let writer = Arc::new(Writer::start(Box::new(DryRun::over(None))).unwrap());
+        let gathered = Gathered::new(record_group);
+        let groups = Arc::new(Mutex::new(Vec::new()));
+        // Alone first.
+        let alone = writer.gather(&gathered, (7, groups.clone())).await.unwrap();
+        assert_eq!(alone, 70);
+        // Then behind a job that holds the one writer thread.
+        let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let _busy = writer
+            .submit(move |_| {
+                let _ = started.send(());
+                let _ = blocked.recv_timeout(HANG);
+                Ok::<(), SyncError>(())
+            })
+            .await
+            .unwrap();
+        running.await.unwrap();
+        let asked: Vec<_> = (1..=3)
+            .map(|n| {
+                let (writer, gathered, groups) = (writer.clone(), gathered.clone(), groups.clone());
+                tokio::spawn(async move { writer.gather(&gathered, (n, groups)).await })
+            })
+            .collect();
+        // Until all three wait (a patience only a hang reaches).
+        let waited = tokio::time::timeout(HANG, async {
+            while gathered.waiting().requests.len() < 3 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the three requests never all waited");
+        unblock.send(()).unwrap();
+        let mut answers = Vec::new();
+        for request in asked {
+            answers.push(request.await.unwrap().unwrap());
+        }
+        assert_eq!(answers, vec![10, 20, 30], "each request its own answer");
+        let groups = groups.lock().unwrap().clone();
+        assert_eq!(groups.len(), 2, "one group alone, one of three: {groups:?}");
+        assert_eq!(groups[0], vec![7]);
+        let mut second = groups[1].clone();
+        second.sort_unstable();
+        assert_eq!(second, vec![1, 2, 3]);
     }
 
     /// A destination written from several threads at once (as PostgreSQL's): a dry run that

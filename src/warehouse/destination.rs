@@ -75,12 +75,18 @@ pub enum PassOpened {
     },
 }
 
-/// Proof that this process may walk a schedule into the destination; released on drop.
-pub struct Claim(#[allow(dead_code)] Box<dyn Send>);
+/// Proof that this process may walk a schedule into the destination; released on drop, or
+/// with others by [`Destination::release`].
+pub struct Claim(Box<dyn std::any::Any + Send>);
 
 impl Claim {
     pub fn new(held: impl Send + 'static) -> Claim {
         Claim(Box::new(held))
+    }
+
+    /// What the back end that made it holds, when it is `T`; else the claim itself.
+    pub fn held<T: 'static>(self) -> Result<T, Claim> {
+        self.0.downcast::<T>().map(|held| *held).map_err(Claim)
     }
 }
 
@@ -164,6 +170,19 @@ pub trait Destination: Send + 'static {
     /// destination); `None` when another holds it. A pass, a backfill and `checkpoint set`
     /// hold it.
     fn claim(&self, schedule: Uuid) -> Result<Option<Claim>, WarehouseError>;
+    /// [`Self::claim`] for each of `schedules`, in one statement where the back end allows:
+    /// at a tick every pass claims its schedule at once. One result each, in order.
+    fn claims(&self, schedules: &[Uuid]) -> Vec<Result<Option<Claim>, WarehouseError>> {
+        schedules
+            .iter()
+            .map(|schedule| self.claim(*schedule))
+            .collect()
+    }
+    /// Lets `claims` go, in one statement where the back end allows (the passes of a tick
+    /// end together); dropping each does the same, one at a time.
+    fn release(&self, claims: Vec<Claim>) {
+        drop(claims);
+    }
     /// Where the schedule's next incremental pass starts (before the lookback).
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError>;
     /// Moves or deletes `schedule`'s checkpoint (the caller holds its claim); returns what
@@ -181,12 +200,26 @@ pub trait Destination: Send + 'static {
     /// records that the pass began and reads its checkpoint. One round trip where the back
     /// end allows: every pass of every schedule opens so, idle or not.
     fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError>;
+    /// [`Self::open_pass`] for each of `starts` (schedules claimed by this process, each
+    /// once), in one statement where the back end allows: at a tick every pass opens at
+    /// once. One result each, in order.
+    fn open_passes(&mut self, starts: &[PassStart<'_>]) -> Vec<Result<PassOpened, WarehouseError>> {
+        starts.iter().map(|start| self.open_pass(start)).collect()
+    }
     /// Stores a page and its checkpoint, all or nothing.
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError>;
     /// How many of the page's calls `write_page` would write; writes nothing.
     fn count_changes(&mut self, page: &PageBatch) -> Result<u64, WarehouseError>;
     /// Records how the pass ended.
     fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError>;
+    /// [`Self::finish_run`] for each of `runs`, in one statement where the back end allows:
+    /// the passes of a tick end within a few of the service's latencies of each other. One
+    /// result each, in order.
+    fn finish_runs(&mut self, runs: &[(RunId, &RunRecord)]) -> Vec<Result<(), WarehouseError>> {
+        runs.iter()
+            .map(|(run, record)| self.finish_run(*run, record))
+            .collect()
+    }
     /// Forgets the records of passes that finished before `cutoff`, but each schedule's
     /// latest and latest successful one; returns how many went.
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError>;

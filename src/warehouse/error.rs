@@ -161,6 +161,13 @@ pub enum WarehouseError {
         step: &'static str,
         value: String,
     },
+    /// A destination answered fewer of a group of passes' openings or ends than it was
+    /// asked (`Destination::open_passes`, `Destination::finish_runs`): only a bug in
+    /// callsync does that. The passes without an answer fail; nothing else is lost.
+    #[error(
+        "the warehouse answered no result for a pass's {step}; the pass fails and the next one starts from its checkpoint. This is a bug in callsync: report it with this message"
+    )]
+    Unanswered { step: &'static str },
     /// The server refused a statement this connection prepared before (0A000: "cached plan
     /// must not change result type", after someone changed a column's type under a running
     /// callsync). Nothing it asked was done; the warehouse prepares its statements anew and

@@ -358,6 +358,82 @@ fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
         .expect("free once its session died");
 }
 
+/// The passes of a tick claim their schedules in one statement, and end releasing them in
+/// one: a group's claim takes the free schedules (bumping each one's fence), refuses one
+/// another process holds and one this process holds, and its release frees them for another
+/// process, whose own group claim then bumps their fences again.
+#[test]
+fn a_group_claim_takes_the_free_schedules_and_its_release_frees_them() {
+    use callsync::warehouse::{Claim, Destination};
+    if !pg::available("postgres::group_claims") {
+        return;
+    }
+    let db = pg::database();
+    let target = db.target();
+    let (first, second) = (
+        PgWarehouse::open(&target).unwrap(),
+        PgWarehouse::open(&target).unwrap(),
+    );
+    let s = |n: u128| Uuid::from_u128(n);
+    let _theirs = second.claim(s(2)).unwrap().expect("free");
+    let _ours = first.claim(s(4)).unwrap().expect("free");
+    let taken: Vec<Option<_>> = first
+        .claim_all(&[s(1), s(2), s(3), s(4), s(5)])
+        .into_iter()
+        .map(|claim| claim.expect("the group claims"))
+        .collect();
+    let granted: Vec<bool> = taken.iter().map(Option::is_some).collect();
+    assert_eq!(granted, [true, false, true, false, true]);
+    assert!(first.claim(s(1)).unwrap().is_none(), "held in this process");
+    let generations = |db: &pg::Database| -> Vec<(String, String)> {
+        pg::query(
+            db,
+            "SELECT schedule_uid::text, generation::text FROM schedule_claims ORDER BY 1",
+        )
+        .into_iter()
+        .map(|row| (row[0].clone().unwrap(), row[1].clone().unwrap()))
+        .collect()
+    };
+    let expect = |pairs: &[(u128, u32)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, g)| (s(*n).to_string(), g.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        generations(&db),
+        expect(&[(1, 1), (2, 1), (3, 1), (4, 1), (5, 1)])
+    );
+    let refused: Vec<bool> = second
+        .claim_all(&[s(1), s(3)])
+        .into_iter()
+        .map(|claim| claim.expect("the group claims").is_some())
+        .collect();
+    assert_eq!(refused, [false, false], "held by the other process");
+
+    let claims: Vec<Claim> = taken.into_iter().flatten().map(Claim::new).collect();
+    Destination::release(&first, claims);
+    let advisory = || {
+        pg::query(
+            &db,
+            "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )[0][0]
+            .clone()
+    };
+    assert_eq!(advisory().as_deref(), Some("2"), "only 2 and 4 still held");
+    let regained: Vec<bool> = second
+        .claim_all(&[s(1), s(3), s(5)])
+        .into_iter()
+        .map(|claim| claim.expect("the group claims").is_some())
+        .collect();
+    assert_eq!(regained, [true, true, true], "free once released");
+    assert_eq!(
+        generations(&db),
+        expect(&[(1, 2), (2, 1), (3, 2), (4, 1), (5, 2)])
+    );
+}
+
 /// The writer's threads claim together (each on its own handle, one lock session between
 /// them): of claims of one schedule at once, one is granted, though the server would grant
 /// each of them (a session's lock is re-entrant); the others see it held.

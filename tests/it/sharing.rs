@@ -787,3 +787,179 @@ async fn a_pass_opens_unless_walked_since(dest: crate::harness::Dest) {
     .await
     .expect("the scenario ran");
 }
+
+conformance!(
+    a_group_of_passes_opens_and_ends_as_each_would_alone,
+    passes_open_and_end_in_a_group
+);
+
+/// `Destination::open_passes` and `Destination::finish_runs` on every back end alike (the
+/// daemon gathers the passes opening, and those ending, meanwhile): each pass of a group
+/// is answered as it would be alone, in order — walked by another since the tick, started
+/// with its checkpoint, started with none — and a group's ends record each pass's own
+/// figures, nothing of the walked one.
+async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
+    use callsync::warehouse::{
+        PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+    };
+    let env = TestEnv::start_on(SimulatorOptions::default(), dest).await;
+    let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
+    // The destinations' calls block (PostgreSQL's on a runtime of its own).
+    tokio::task::spawn_blocking(move || {
+        let mut w = warehouse.writer().expect("the warehouse opens");
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let (walked, kept, fresh) = (
+            Uuid::from_u128(0xa1),
+            Uuid::from_u128(0xa2),
+            Uuid::from_u128(0xa3),
+        );
+        let walker = |host: &str, pid| Walker {
+            host: host.into(),
+            instance: host.into(),
+            pid,
+        };
+        let (ours, other) = (walker("our-host", 1), walker("other-host", 7));
+        let tick = at("2026-01-01T01:00:00Z");
+        let start = |schedule, started_at, walker, since| PassStart {
+            schedule,
+            kind: RunKind::Incremental,
+            started_at,
+            walker,
+            unless_walked_since: since,
+        };
+        let record = |outcome, pages, error: Option<&str>, kind| RunRecord {
+            outcome,
+            stats: RunStats {
+                pages,
+                calls_seen: pages * 10,
+                calls_written: pages * 3,
+                requests: pages + 1,
+                retries: pages % 2,
+                detail_requests: pages * 4,
+                rate_limited: pages % 3,
+                throttled_ms: pages * 1_500,
+                future_rows: pages % 5,
+            },
+            finished_at: at("2026-01-01T01:00:30.5Z"),
+            horizon: Some(at("2026-01-01T01:00:02Z")),
+            lag_secs: Some(pages as f64 / 4.0),
+            error: error.map(str::to_owned),
+            error_kind: kind,
+        };
+        // Another walked `walked` since the tick; `kept` has a checkpoint.
+        let PassOpened::Started {
+            run: Some(theirs), ..
+        } = w
+            .open_pass(&start(walked, at("2026-01-01T01:00:01Z"), &other, None))
+            .unwrap()
+        else {
+            panic!("the other's pass opens");
+        };
+        let theirs_ended = record(RunOutcome::Completed, 1, None, None);
+        w.finish_run(theirs, &theirs_ended).unwrap();
+        let cursor = at("2026-01-01T00:30:00.123456Z");
+        w.replace_checkpoint(kept, Some(cursor)).unwrap();
+
+        let begun = at("2026-01-01T01:00:03Z");
+        let opened = w.open_passes(&[
+            start(walked, begun, &ours, Some(tick)),
+            start(kept, begun, &ours, Some(tick)),
+            start(fresh, begun, &ours, None),
+        ]);
+        let mut opened = opened.into_iter().map(|o| o.expect("each opens"));
+        let by = opened.next().unwrap();
+        assert!(
+            matches!(&by, PassOpened::WalkedBy(by) if *by == other),
+            "{by:?}"
+        );
+        let run_of = |opened: Option<PassOpened>| match opened {
+            Some(PassOpened::Started {
+                run: Some(run),
+                checkpoint,
+            }) => (
+                run,
+                checkpoint.expect("the checkpoint reads").map(|c| c.cursor),
+            ),
+            other => panic!("started: {other:?}"),
+        };
+        let (kept_run, kept_cursor) = run_of(opened.next());
+        let (fresh_run, fresh_cursor) = run_of(opened.next());
+        assert!(opened.next().is_none(), "one answer a pass");
+        assert_eq!((kept_cursor, fresh_cursor), (Some(cursor), None));
+        assert_ne!(kept_run, fresh_run);
+
+        let kept_ended = record(RunOutcome::Completed, 4, None, None);
+        let fresh_ended = record(
+            RunOutcome::Failed,
+            2,
+            Some("HTTP 503 from the service"),
+            Some(callsync::ErrorKind::Service),
+        );
+        let ended = w.finish_runs(&[(kept_run, &kept_ended), (fresh_run, &fresh_ended)]);
+        assert_eq!(ended.len(), 2);
+        assert!(ended.iter().all(Result::is_ok), "{ended:?}");
+
+        let status = w.status_at(at("2026-01-01T02:00:00Z")).unwrap();
+        let last = |schedule| {
+            status
+                .iter()
+                .find(|s| s.schedule_uid == schedule)
+                .and_then(|s| s.last_run.clone())
+                .expect("a pass recorded")
+        };
+        for (schedule, ended, host) in [
+            (walked, &theirs_ended, "other-host"),
+            (kept, &kept_ended, "our-host"),
+            (fresh, &fresh_ended, "our-host"),
+        ] {
+            let run = last(schedule);
+            let stats = &ended.stats;
+            assert_eq!(run.host.as_deref(), Some(host), "{schedule}");
+            assert_eq!(run.finished_at, Some(ended.finished_at), "{schedule}");
+            assert_eq!(
+                (
+                    run.pages,
+                    run.calls_seen,
+                    run.calls_written,
+                    run.requests,
+                    run.retries
+                ),
+                (
+                    stats.pages as i64,
+                    stats.calls_seen as i64,
+                    stats.calls_written as i64,
+                    stats.requests as i64,
+                    stats.retries as i64
+                ),
+                "{schedule}"
+            );
+            assert_eq!(
+                (run.detail_requests, run.rate_limited, run.future_rows),
+                (
+                    stats.detail_requests as i64,
+                    stats.rate_limited as i64,
+                    stats.future_rows as i64
+                ),
+                "{schedule}"
+            );
+            assert_eq!(
+                run.throttled_secs,
+                stats.throttled_ms as f64 / 1000.0,
+                "{schedule}"
+            );
+            assert_eq!(run.error, ended.error, "{schedule}");
+            assert_eq!(run.horizon, ended.horizon, "{schedule}");
+            assert_eq!(run.lag_secs, ended.lag_secs, "{schedule}");
+        }
+        let outcome = |schedule| {
+            status
+                .iter()
+                .find(|s| s.schedule_uid == schedule)
+                .and_then(|s| s.last_result)
+        };
+        assert_eq!(outcome(kept), Some(Some(RunOutcome::Completed)));
+        assert_eq!(outcome(fresh), Some(Some(RunOutcome::Failed)));
+    })
+    .await
+    .expect("the scenario ran");
+}

@@ -92,6 +92,28 @@ const LOCK_AND_BUMP: &str = "WITH lock AS (SELECT pg_try_advisory_lock($1) AS ta
        RETURNING generation)
      SELECT lock.taken, (SELECT generation FROM bump) FROM lock";
 
+/// [`LOCK_AND_BUMP`] for a group of schedules, each once, as arrays: one round trip and one
+/// statement for all (the passes of a tick open together, `sync/bookkeeping.rs`). The locks
+/// are tried first, each once (a materialized CTE calling a volatile function); the bumps
+/// run only under the locks taken. For each, in order: whether the lock was taken, and the
+/// new token.
+const LOCK_AND_BUMP_ALL: &str = "WITH asked AS (
+       SELECT * FROM unnest($1::int8[], $2::uuid[]) WITH ORDINALITY AS a (key, schedule_uid, n)
+     ), lock AS MATERIALIZED (
+       SELECT n, schedule_uid, pg_try_advisory_lock(key) AS taken FROM asked
+     ), bump AS (
+       INSERT INTO schedule_claims (schedule_uid, generation, claimed_at)
+       SELECT schedule_uid, 1, now() FROM lock WHERE lock.taken
+       ON CONFLICT (schedule_uid) DO UPDATE
+         SET generation = schedule_claims.generation + 1, claimed_at = now()
+       RETURNING schedule_uid, generation)
+     SELECT lock.taken, bump.generation
+     FROM lock LEFT JOIN bump ON bump.schedule_uid = lock.schedule_uid
+     ORDER BY lock.n";
+
+/// Releases a group of locks of one session: one statement for all.
+const RELEASE_ALL: &str = "SELECT pg_advisory_unlock(key) FROM unnest($1::int8[]) AS key";
+
 /// The fence a page's transaction checks first: the row stays locked (`FOR SHARE`) until the
 /// page commits, so a takeover's bump waits for it, and a page after the bump sees it.
 pub(super) const READ_FENCE: &str =
@@ -135,6 +157,8 @@ pub struct PgClaim {
     locks: Arc<LockSession>,
     schedule: Uuid,
     session: Arc<Session>,
+    /// Let go already, with others ([`LockSession::release_all`]): nothing left for drop.
+    released: bool,
 }
 
 /// The advisory lock key of a schedule in the warehouse of `schema`: its 128 bits folded into
@@ -348,7 +372,116 @@ impl LockSession {
             locks: self.clone(),
             schedule,
             session,
+            released: false,
         }))
+    }
+
+    /// [`Self::claim`] for each of `schedules`, in one statement ([`LOCK_AND_BUMP_ALL`]) for
+    /// those neither held nor being claimed by this process. When that statement fails (the
+    /// session died, a previous owner's page held a fence past the server's bound, a plan
+    /// changed), the locks it may have taken are let go and each schedule is claimed alone,
+    /// with [`Self::claim`]'s own handling of each case.
+    pub(super) fn claim_all(
+        self: &Arc<Self>,
+        schedules: &[Uuid],
+    ) -> Vec<Result<Option<PgClaim>, WarehouseError>> {
+        let asked: Vec<Uuid> = {
+            let mut sessions = self.sessions();
+            schedules
+                .iter()
+                .copied()
+                .filter(|schedule| {
+                    let held = sessions
+                        .held
+                        .get(schedule)
+                        .is_some_and(|held| held.session.alive());
+                    !held && sessions.claiming.insert(*schedule)
+                })
+                .collect()
+        };
+        let taken = match asked.len() {
+            0 | 1 => None,
+            _ => self.lock_and_bump_all(&asked),
+        };
+        let mut sessions = self.sessions();
+        for schedule in &asked {
+            sessions.claiming.remove(schedule);
+        }
+        let Some((session, generations)) = taken else {
+            drop(sessions);
+            // Alone: a schedule already held or being claimed is refused there, as here.
+            return schedules.iter().map(|s| self.claim(*s)).collect();
+        };
+        let mut taken: HashMap<Uuid, i64> = asked
+            .iter()
+            .zip(generations)
+            .filter_map(|(schedule, generation)| Some((*schedule, generation?)))
+            .collect();
+        schedules
+            .iter()
+            .map(|schedule| {
+                let Some(generation) = taken.remove(schedule) else {
+                    return Ok(None);
+                };
+                sessions.held.insert(
+                    *schedule,
+                    Held {
+                        session: session.clone(),
+                        generation,
+                    },
+                );
+                Ok(Some(PgClaim {
+                    locks: self.clone(),
+                    schedule: *schedule,
+                    session: session.clone(),
+                    released: false,
+                }))
+            })
+            .collect()
+    }
+
+    /// [`LOCK_AND_BUMP_ALL`] on the current session: the session, and for each of `asked`
+    /// its new token if its lock was taken. `None` when the statement failed, after letting
+    /// go of the locks it may have taken.
+    fn lock_and_bump_all(&self, asked: &[Uuid]) -> Option<(Arc<Session>, Vec<Option<i64>>)> {
+        let step = "claiming schedules";
+        let session = self.current(&mut self.sessions()).ok()?;
+        let keys: Vec<i64> = asked.iter().map(|s| self.key(*s)).collect();
+        let answer = session.ask_prepared(&self.target, step, LOCK_AND_BUMP_ALL, |statement| {
+            let client = &session.client;
+            let (keys, asked) = (&keys, asked);
+            async move { client.query(&statement, &[keys, &asked]).await }
+        });
+        let rows = match answer {
+            Ok(Ok(rows)) if rows.len() == asked.len() => rows,
+            failed => {
+                tracing::debug!(
+                    error = ?failed.map(|answer| answer.map(|rows| rows.len())),
+                    schedules = asked.len(),
+                    "cannot claim a group of schedules together; claiming each alone"
+                );
+                for schedule in asked {
+                    unlock(&self.target, &session, *schedule);
+                }
+                return None;
+            }
+        };
+        let mut generations = Vec::with_capacity(rows.len());
+        for (row, schedule) in rows.iter().zip(asked) {
+            let taken: Result<bool, _> = row.column(0, &self.target, step);
+            let generation: Result<Option<i64>, _> = row.column(1, &self.target, step);
+            match (taken, generation) {
+                (Ok(true), Ok(Some(generation))) => generations.push(Some(generation)),
+                (Ok(false), _) => generations.push(None),
+                // A lock taken without a token, or an answer that does not read: let go,
+                // and the schedule counts as busy until the next tick.
+                _ => {
+                    unlock(&self.target, &session, *schedule);
+                    generations.push(None);
+                }
+            }
+        }
+        Some((session, generations))
     }
 
     /// [`LOCK_AND_BUMP`] on the current session; when that session turns out dead on the
@@ -471,22 +604,80 @@ fn unlock(target: &PgTarget, session: &Session, schedule: Uuid) {
     );
 }
 
+impl PgClaim {
+    /// Forgets the claim in this process's set of held schedules (unless a newer claim of the
+    /// schedule, on another session, took its place).
+    fn forget(&self) {
+        let mut sessions = self.locks.sessions();
+        if sessions
+            .held
+            .get(&self.schedule)
+            .is_some_and(|held| Arc::ptr_eq(&held.session, &self.session))
+        {
+            sessions.held.remove(&self.schedule);
+        }
+    }
+}
+
 impl Drop for PgClaim {
     fn drop(&mut self) {
-        {
-            let mut sessions = self.locks.sessions();
-            if sessions
-                .held
-                .get(&self.schedule)
-                .is_some_and(|held| Arc::ptr_eq(&held.session, &self.session))
-            {
-                sessions.held.remove(&self.schedule);
-            }
+        if self.released {
+            return;
         }
+        self.forget();
         // Synchronous, so that a claim right after this drop finds the lock free; out of the
         // mutex, as a claim of this schedule meanwhile on the same session only counts the
         // re-entrant lock up before this takes it down.
         unlock(&self.locks.target, &self.session, self.schedule);
+    }
+}
+
+/// Lets a group of claims go: for each session they are on, one statement unlocks them all
+/// ([`RELEASE_ALL`]); when that fails, each alone.
+pub(super) fn release_all(mut claims: Vec<PgClaim>) {
+    while let Some(first) = claims.first() {
+        let session = first.session.clone();
+        let (same, others): (Vec<PgClaim>, Vec<PgClaim>) = claims
+            .into_iter()
+            .partition(|claim| Arc::ptr_eq(&claim.session, &session));
+        claims = others;
+        release_on(&session, same);
+    }
+}
+
+/// [`release_all`] of claims all on `session`. Each is forgotten first, then its lock
+/// released, as drop does: a claim of the schedule in between only counts the re-entrant lock
+/// up before this takes it down.
+fn release_on(session: &Session, mut claims: Vec<PgClaim>) {
+    let Some(first) = claims.first() else { return };
+    if claims.len() == 1 || !session.alive() {
+        // Dropped: one statement for one, and none for a dead session (its locks went with it).
+        return;
+    }
+    let target = first.locks.target.clone();
+    for claim in &mut claims {
+        claim.forget();
+        claim.released = true;
+    }
+    let keys: Vec<i64> = claims
+        .iter()
+        .map(|claim| lock_key(claim.schedule, target.schema()))
+        .collect();
+    let step = "releasing schedules' locks";
+    let released = session.ask_prepared(&target, step, RELEASE_ALL, |statement| {
+        let client = &session.client;
+        let keys = &keys;
+        async move { client.execute(&statement, &[keys]).await }
+    });
+    if let Ok(Ok(_)) = released {
+        return;
+    }
+    tracing::debug!(
+        error = ?released.map(|answer| answer.map_err(|e| problem(&e))),
+        "cannot release a group of schedules' locks together; releasing each alone"
+    );
+    for claim in &claims {
+        unlock(&target, session, claim.schedule);
     }
 }
 

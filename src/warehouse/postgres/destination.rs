@@ -128,6 +128,24 @@ impl Destination for PgWarehouse {
         Ok(PgWarehouse::claim(self, schedule)?.map(Claim::new))
     }
 
+    fn release(&self, claims: Vec<Claim>) {
+        let mut ours = Vec::with_capacity(claims.len());
+        for claim in claims {
+            // A claim of another back end is dropped, releasing itself.
+            if let Ok(claim) = claim.held::<super::PgClaim>() {
+                ours.push(claim);
+            }
+        }
+        super::claim::release_all(ours);
+    }
+
+    fn claims(&self, schedules: &[Uuid]) -> Vec<Result<Option<Claim>, WarehouseError>> {
+        PgWarehouse::claim_all(self, schedules)
+            .into_iter()
+            .map(|claim| claim.map(|claim| claim.map(Claim::new)))
+            .collect()
+    }
+
     fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
         PgWarehouse::checkpoint(self, schedule)
     }
@@ -148,6 +166,10 @@ impl Destination for PgWarehouse {
         PgWarehouse::open_pass(self, start)
     }
 
+    fn open_passes(&mut self, starts: &[PassStart<'_>]) -> Vec<Result<PassOpened, WarehouseError>> {
+        PgWarehouse::open_passes(self, starts)
+    }
+
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
         self.write_hashed_page(
             page.schedule,
@@ -164,6 +186,10 @@ impl Destination for PgWarehouse {
 
     fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
         PgWarehouse::finish_run(self, run, record)
+    }
+
+    fn finish_runs(&mut self, runs: &[(RunId, &RunRecord)]) -> Vec<Result<(), WarehouseError>> {
+        PgWarehouse::finish_runs(self, runs)
     }
 
     fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {

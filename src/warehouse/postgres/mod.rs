@@ -247,4 +247,9 @@ impl PgWarehouse {
     pub fn claim(&self, schedule: Uuid) -> Result<Option<PgClaim>, WarehouseError> {
         self.locks.claim(schedule)
     }
+
+    /// [`Self::claim`] for each of `schedules`, in one statement where it can.
+    pub fn claim_all(&self, schedules: &[Uuid]) -> Vec<Result<Option<PgClaim>, WarehouseError>> {
+        self.locks.claim_all(schedules)
+    }
 }

@@ -18,27 +18,56 @@ use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, Store
 pub(super) const READ_CHECKPOINT: &str =
     "SELECT cursor, updated_at FROM sync_checkpoints WHERE schedule_uid = $1";
 
-/// A pass's opening (`PgWarehouse::open_pass`). `$7`, the instant since which another's
-/// pass means this one is not started, is NULL when any is; rounded up to the microsecond,
-/// as `started_at` is stored to it. With none walked since, the row's `id` and the
-/// checkpoint; else no `id`, and who walked it.
-const OPEN_PASS: &str = "WITH latest AS (
-       SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $8 AS finished,
-              host, instance, pid
-       FROM sync_runs
-       WHERE $7::timestamptz IS NOT NULL AND schedule_uid = $1 AND kind = $2
-       ORDER BY id DESC LIMIT 1
+/// The openings of a group of passes (`PgWarehouse::open_passes`), each of a different
+/// schedule, as arrays: one statement for all. For each, in order: `since`, the instant since
+/// which another's pass means this one is not started, is NULL when any is; rounded up to
+/// the microsecond, as `started_at` is stored to it. With none walked since, the row's `id`
+/// and the checkpoint; else no `id`, and who walked it. The rows are matched to the passes
+/// by schedule, which is why each schedule is in a group once.
+const OPEN_PASSES: &str = "WITH asked AS (
+       SELECT * FROM unnest($1::uuid[], $2::text[], $3::timestamptz[], $4::text[], $5::text[],
+                            $6::int8[], $7::timestamptz[])
+         WITH ORDINALITY AS a (schedule_uid, kind, started_at, host, instance, pid, since, n)
      ), walked AS (
-       SELECT host, instance, pid FROM latest WHERE finished AND started_at >= $7
+       SELECT a.n, l.host, l.instance, l.pid
+       FROM asked AS a
+       CROSS JOIN LATERAL (
+         SELECT started_at, finished_at IS NOT NULL AND error IS DISTINCT FROM $8 AS finished,
+                host, instance, pid
+         FROM sync_runs
+         WHERE a.since IS NOT NULL AND schedule_uid = a.schedule_uid AND kind = a.kind
+         ORDER BY id DESC LIMIT 1
+       ) AS l
+       WHERE l.finished AND l.started_at >= a.since
      ), run AS (
        INSERT INTO sync_runs (schedule_uid, kind, started_at, host, instance, pid)
-       SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM walked)
-       RETURNING id
+       SELECT schedule_uid, kind, started_at, host, instance, pid FROM asked AS a
+       WHERE NOT EXISTS (SELECT 1 FROM walked AS w WHERE w.n = a.n)
+       ORDER BY a.n
+       RETURNING id, schedule_uid
      )
-     SELECT (SELECT id FROM run), w.host, w.instance, w.pid, c.cursor, c.updated_at
-     FROM (VALUES (1)) AS one (x)
-     LEFT JOIN walked AS w ON true
-     LEFT JOIN sync_checkpoints AS c ON c.schedule_uid = $1";
+     SELECT r.id, w.host, w.instance, w.pid, c.cursor, c.updated_at
+     FROM asked AS a
+     LEFT JOIN run AS r ON r.schedule_uid = a.schedule_uid
+     LEFT JOIN walked AS w ON w.n = a.n
+     LEFT JOIN sync_checkpoints AS c ON c.schedule_uid = a.schedule_uid
+     ORDER BY a.n";
+
+/// The ends of a group of passes (`PgWarehouse::finish_runs`), as arrays: one statement for
+/// all.
+const FINISH_RUNS: &str = "UPDATE sync_runs AS r SET finished_at = f.finished_at,
+       pages = f.pages, calls_seen = f.calls_seen, calls_written = f.calls_written,
+       requests = f.requests, retries = f.retries, error = f.error, outcome = f.outcome,
+       horizon = f.horizon, lag_secs = f.lag_secs, detail_requests = f.detail_requests,
+       rate_limited = f.rate_limited, throttled_secs = f.throttled_secs,
+       future_rows = f.future_rows, error_kind = f.error_kind
+     FROM unnest($1::int8[], $2::timestamptz[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
+                 $7::int8[], $8::text[], $9::text[], $10::timestamptz[], $11::float8[],
+                 $12::int8[], $13::int8[], $14::float8[], $15::int8[], $16::text[])
+       AS f (id, finished_at, pages, calls_seen, calls_written, requests, retries, error,
+             outcome, horizon, lag_secs, detail_requests, rate_limited, throttled_secs,
+             future_rows, error_kind)
+     WHERE r.id = f.id";
 
 /// Moves the checkpoint forward only (instants compared by the server).
 pub(super) const ADVANCE_CHECKPOINT: &str =
@@ -157,49 +186,105 @@ impl PgWarehouse {
         }
     }
 
-    /// The pass's opening in one statement, prepared once per connection
-    /// ([`crate::warehouse::Destination::open_pass`]): the latest pass of the kind read, the
-    /// pass's row inserted unless that one was walked since `unless_walked_since`, and the
-    /// checkpoint read. At 10,000 schedules every idle pass opens so; three statements were
-    /// three round trips and three commits each.
+    /// One pass's opening: [`Self::open_passes`] of one.
     pub fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
+        only(self.open_passes(std::slice::from_ref(start)))
+    }
+
+    /// The openings of a group of passes ([`crate::warehouse::Destination::open_passes`]) in
+    /// one statement, prepared once per connection ([`OPEN_PASSES`]): for each, the latest
+    /// pass of the kind read, the pass's row inserted unless that one was walked since
+    /// `unless_walked_since`, and the checkpoint read. At 10,000 schedules every idle pass
+    /// opens so, and a statement a pass was most of the server's work. When the group's
+    /// statement fails, or a schedule is in it twice, each pass is opened alone, so that a
+    /// failure is the pass's own.
+    pub fn open_passes(
+        &mut self,
+        starts: &[PassStart<'_>],
+    ) -> Vec<Result<PassOpened, WarehouseError>> {
+        let distinct: std::collections::HashSet<Uuid> = starts.iter().map(|s| s.schedule).collect();
+        if distinct.len() == starts.len() {
+            match self.open_group(starts) {
+                Ok(opened) => return opened,
+                Err(err) if starts.len() == 1 => return vec![Err(err)],
+                Err(err) => tracing::debug!(
+                    error = %err,
+                    passes = starts.len(),
+                    "cannot open a group of passes together; opening each alone"
+                ),
+            }
+        }
+        starts
+            .iter()
+            .map(|start| self.open_group(std::slice::from_ref(start)).and_then(only))
+            .collect()
+    }
+
+    /// [`OPEN_PASSES`] for `starts`, each of a different schedule: an error when the
+    /// statement fails; else each pass's opening.
+    fn open_group(
+        &mut self,
+        starts: &[PassStart<'_>],
+    ) -> Result<Vec<Result<PassOpened, WarehouseError>>, WarehouseError> {
         self.reconnect_if_closed()?;
         let step = "recording the start of a pass";
-        let walker = start.walker;
-        let row = self.replanning(|| {
-            let statement = self.statement(OPEN_PASS, step)?;
-            wait(self.client()?.query_one(
+        let schedules: Vec<Uuid> = starts.iter().map(|s| s.schedule).collect();
+        let kinds: Vec<&str> = starts.iter().map(|s| s.kind.as_str()).collect();
+        let started: Vec<OffsetDateTime> = starts.iter().map(|s| micros(s.started_at)).collect();
+        let hosts: Vec<&str> = starts.iter().map(|s| s.walker.host.as_str()).collect();
+        let instances: Vec<&str> = starts.iter().map(|s| s.walker.instance.as_str()).collect();
+        let pids: Vec<i64> = starts.iter().map(|s| i64::from(s.walker.pid)).collect();
+        let since: Vec<Option<OffsetDateTime>> = starts
+            .iter()
+            .map(|s| s.unless_walked_since.map(micros_from))
+            .collect();
+        let rows = self.replanning(|| {
+            let statement = self.statement(OPEN_PASSES, step)?;
+            wait(self.client()?.query(
                 &statement,
                 &[
-                    &start.schedule,
-                    &start.kind.as_str(),
-                    &micros(start.started_at),
-                    &walker.host,
-                    &walker.instance,
-                    &i64::from(walker.pid),
-                    &start.unless_walked_since.map(micros_from),
+                    &schedules,
+                    &kinds,
+                    &started,
+                    &hosts,
+                    &instances,
+                    &pids,
+                    &since,
                     &PROCESS_ENDED,
                 ],
             ))
             .pg(&self.target, step)
         })?;
+        if rows.len() != starts.len() {
+            return Err(WarehouseError::Unanswered { step: "opening" });
+        }
+        Ok(starts
+            .iter()
+            .zip(&rows)
+            .map(|(start, row)| self.opened(start.schedule, row))
+            .collect())
+    }
+
+    /// One pass's opening from its row of [`OPEN_PASSES`].
+    fn opened(&self, schedule: Uuid, row: &Row) -> Result<PassOpened, WarehouseError> {
+        let step = "recording the start of a pass";
         let run: Option<i64> = row.column(0, &self.target, step)?;
         let Some(run) = run else {
-            return Ok(PassOpened::WalkedBy(self.walker_of(&row, 1)?));
+            return Ok(PassOpened::WalkedBy(self.walker_of(row, 1)?));
         };
         // The row is recorded: a checkpoint that cannot be read is the pass's failure, kept
         // in that row, not the opening's.
         let cursor = row.column::<Option<OffsetDateTime>>(4, &self.target, "reading a checkpoint");
         let checkpoint = cursor.and_then(|cursor| {
             cursor
-                .map(|_| self.checkpoint_of(start.schedule, &row, 4))
+                .map(|_| self.checkpoint_of(schedule, row, 4))
                 .transpose()
         });
         let opened_at = checkpoint
             .as_ref()
             .ok()
             .and_then(|c| c.as_ref().map(|c| c.cursor));
-        self.expect_quiet(start.schedule, opened_at);
+        self.expect_quiet(schedule, opened_at);
         Ok(PassOpened::Started {
             run: Some(RunId(run)),
             checkpoint,
@@ -223,40 +308,71 @@ impl PgWarehouse {
         })
     }
 
+    /// One pass's end: [`Self::finish_runs`] of one.
     pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
+        self.finish_group(&[(run, record)])
+    }
+
+    /// The ends of a group of passes ([`crate::warehouse::Destination::finish_runs`]) in one
+    /// statement ([`FINISH_RUNS`]); when it fails, each alone, so that a failure is the
+    /// pass's own.
+    pub fn finish_runs(&mut self, runs: &[(RunId, &RunRecord)]) -> Vec<Result<(), WarehouseError>> {
+        match self.finish_group(runs) {
+            Ok(()) => return runs.iter().map(|_| Ok(())).collect(),
+            Err(err) if runs.len() == 1 => return vec![Err(err)],
+            Err(err) => tracing::debug!(
+                error = %err,
+                passes = runs.len(),
+                "cannot record the ends of a group of passes together; recording each alone"
+            ),
+        }
+        runs.iter()
+            .map(|run| self.finish_group(std::slice::from_ref(run)))
+            .collect()
+    }
+
+    fn finish_group(&mut self, runs: &[(RunId, &RunRecord)]) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
+        let step = "recording the end of a pass";
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let stats = &record.stats;
-        let statement = self.statement(
-            "UPDATE sync_runs SET finished_at = $2, pages = $3, calls_seen = $4,
-               calls_written = $5, requests = $6, retries = $7, error = $8, outcome = $9,
-               horizon = $10, lag_secs = $11, detail_requests = $12, rate_limited = $13,
-               throttled_secs = $14, future_rows = $15, error_kind = $16
-             WHERE id = $1",
-            "recording the end of a pass",
-        )?;
-        wait(self.client()?.execute(
-            &statement,
-            &[
-                &run.0,
-                &micros(record.finished_at),
-                &n(stats.pages),
-                &n(stats.calls_seen),
-                &n(stats.calls_written),
-                &n(stats.requests),
-                &n(stats.retries),
-                &record.error,
-                &record.outcome.as_str(),
-                &record.horizon.map(micros),
-                &record.lag_secs,
-                &n(stats.detail_requests),
-                &n(stats.rate_limited),
-                &(stats.throttled_ms as f64 / 1000.0),
-                &n(stats.future_rows),
-                &record.error_kind.map(crate::ErrorKind::as_str),
-            ],
-        ))
-        .pg(&self.target, "recording the end of a pass")?;
+        let column = |f: &dyn Fn(&RunRecord) -> i64| -> Vec<i64> {
+            runs.iter().map(|(_, record)| f(record)).collect()
+        };
+        let ids: Vec<i64> = runs.iter().map(|(run, _)| run.0).collect();
+        let finished: Vec<OffsetDateTime> =
+            runs.iter().map(|(_, r)| micros(r.finished_at)).collect();
+        let pages = column(&|r| n(r.stats.pages));
+        let seen = column(&|r| n(r.stats.calls_seen));
+        let written = column(&|r| n(r.stats.calls_written));
+        let requests = column(&|r| n(r.stats.requests));
+        let retries = column(&|r| n(r.stats.retries));
+        let errors: Vec<Option<&str>> = runs.iter().map(|(_, r)| r.error.as_deref()).collect();
+        let outcomes: Vec<&str> = runs.iter().map(|(_, r)| r.outcome.as_str()).collect();
+        let horizons: Vec<Option<OffsetDateTime>> =
+            runs.iter().map(|(_, r)| r.horizon.map(micros)).collect();
+        let lags: Vec<Option<f64>> = runs.iter().map(|(_, r)| r.lag_secs).collect();
+        let details = column(&|r| n(r.stats.detail_requests));
+        let limited = column(&|r| n(r.stats.rate_limited));
+        let throttled: Vec<f64> = runs
+            .iter()
+            .map(|(_, r)| r.stats.throttled_ms as f64 / 1000.0)
+            .collect();
+        let future = column(&|r| n(r.stats.future_rows));
+        let kinds: Vec<Option<&str>> = runs
+            .iter()
+            .map(|(_, r)| r.error_kind.map(crate::ErrorKind::as_str))
+            .collect();
+        self.replanning(|| {
+            let statement = self.statement(FINISH_RUNS, step)?;
+            wait(self.client()?.execute(
+                &statement,
+                &[
+                    &ids, &finished, &pages, &seen, &written, &requests, &retries, &errors,
+                    &outcomes, &horizons, &lags, &details, &limited, &throttled, &future, &kinds,
+                ],
+            ))
+            .pg(&self.target, step)
+        })?;
         Ok(())
     }
 
@@ -476,4 +592,11 @@ impl PgWarehouse {
             error_kind: r.column(20, &self.target, STEP)?,
         })
     }
+}
+
+/// The opening of a group of one.
+fn only(mut opened: Vec<Result<PassOpened, WarehouseError>>) -> Result<PassOpened, WarehouseError> {
+    opened
+        .pop()
+        .unwrap_or(Err(WarehouseError::Unanswered { step: "opening" }))
 }
