@@ -155,6 +155,21 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
+        let (boxed, result) = self.prepare(job);
+        let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
+        jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
+        Ok(Pending(result))
+    }
+
+    /// `job` boxed to run on a writer thread under the caller's span, counted among the
+    /// outstanding ones (a thread started for it if the destination allows), and the
+    /// receiver of its result.
+    fn prepare<T, E, F>(&self, job: F) -> (Job, oneshot::Receiver<Result<T, SyncError>>)
+    where
+        E: Into<SyncError>,
+        T: Send + 'static,
+        F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
+    {
         let (reply, result) = oneshot::channel();
         let span = Span::current();
         let (counted, outstanding) = Outstanding::count(&self.outstanding);
@@ -166,13 +181,11 @@ impl Writer {
             // The submitter may have gone (cancelled); the write itself has still happened.
             let _ = reply.send(result);
         });
-        let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         self.threads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .grow_to(outstanding);
-        jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
-        Ok(Pending(result))
+        (boxed, result)
     }
 
     /// Runs `job` and waits for its result.
@@ -306,21 +319,28 @@ impl Writer {
             !std::mem::replace(&mut waiting.job_queued, true)
         };
         if queue_job {
-            let job = gathered.clone();
-            let queued = self
-                .submit(move |sink| {
-                    job.run_waiting(sink);
-                    Ok::<(), SyncError>(())
-                })
-                .await;
-            if let Err(err) = queued {
-                // No job will take them: the requests waiting (this one among them) are
-                // dropped, and each requester hears the writer is gone.
-                let mut waiting = gathered.waiting();
-                waiting.requests.clear();
-                waiting.job_queued = false;
-                return Err(err);
-            }
+            let run = gathered.clone();
+            let (job, _) = self.prepare(move |sink| {
+                run.run_waiting(sink);
+                Ok::<(), SyncError>(())
+            });
+            // Queued from a task of its own: a requester cancelled while the queue is full
+            // (shutdown) must not leave the others waiting for a job that was never queued.
+            // One job a kind at most, so the tasks are as few.
+            let (jobs, abandoned) = (self.jobs.clone(), gathered.clone());
+            tokio::spawn(async move {
+                let queued = match jobs {
+                    Some(jobs) => jobs.send(job).await.is_ok(),
+                    None => false,
+                };
+                if !queued {
+                    // No job will take them: the requests waiting are dropped, and each
+                    // requester hears the writer is gone.
+                    let mut waiting = abandoned.waiting();
+                    waiting.requests.clear();
+                    waiting.job_queued = false;
+                }
+            });
         }
         answer.await.map_err(|_| SyncError::WriterGone)
     }
@@ -442,6 +462,61 @@ mod tests {
         let mut second = groups[1].clone();
         second.sort_unstable();
         assert_eq!(second, vec![1, 2, 3]);
+    }
+
+    /// A requester cancelled while its group's job waits for room in a full queue (as at
+    /// shutdown) does not strand those who came after it: the job is queued all the same,
+    /// and runs their requests (and the cancelled one's, whose answer nobody hears).
+    #[tokio::test]
+    async fn a_requester_cancelled_before_its_job_is_queued_strands_no_one() {
+        let writer = Arc::new(Writer::start(Box::new(DryRun::over(None))).unwrap());
+        let gathered = Gathered::new(record_group);
+        let groups = Arc::new(Mutex::new(Vec::new()));
+        let (unblock, blocked) = std::sync::mpsc::channel::<()>();
+        let (started, running) = oneshot::channel();
+        let _busy = writer
+            .submit(move |_| {
+                let _ = started.send(());
+                let _ = blocked.recv_timeout(HANG);
+                Ok::<(), SyncError>(())
+            })
+            .await
+            .unwrap();
+        running.await.unwrap();
+        // The queue full: the group's job must wait for room.
+        let mut queued = Vec::new();
+        for _ in 0..QUEUE {
+            queued.push(writer.submit(|_| Ok::<(), SyncError>(())).await.unwrap());
+        }
+        let waiting = |n: usize| {
+            let gathered = gathered.clone();
+            async move {
+                let waited = tokio::time::timeout(HANG, async {
+                    while gathered.waiting().requests.len() < n {
+                        tokio::task::yield_now().await;
+                    }
+                })
+                .await;
+                assert!(waited.is_ok(), "{n} requests never waited");
+            }
+        };
+        let ask = |n: u32| {
+            let (writer, gathered, groups) = (writer.clone(), gathered.clone(), groups.clone());
+            tokio::spawn(async move { writer.gather(&gathered, (n, groups)).await })
+        };
+        let cancelled = ask(1);
+        waiting(1).await;
+        cancelled.abort();
+        assert!(cancelled.await.unwrap_err().is_cancelled());
+        let after = ask(2);
+        waiting(2).await;
+        unblock.send(()).unwrap();
+        let answer = tokio::time::timeout(HANG, after).await;
+        assert_eq!(answer.expect("answered").unwrap().unwrap(), 20);
+        for job in queued {
+            job.wait().await.unwrap();
+        }
+        assert_eq!(groups.lock().unwrap().clone(), vec![vec![1, 2]]);
     }
 
     /// A destination written from several threads at once (as PostgreSQL's): a dry run that
