@@ -414,17 +414,9 @@ mod tests {
         numbers.iter().map(|n| n * 10).collect()
     }
 
-    /// Requests made while the writer is busy wait in one group, run together once it is
-    /// free, each answered its own result; with the writer free, a request runs alone.
-    #[tokio::test]
-    async fn requests_made_while_the_writer_is_busy_run_as_one_group() {
-        let writer = Arc::new(Writer::start(Box::new(DryRun::over(None))).unwrap());
-        let gathered = Gathered::new(record_group);
-        let groups = Arc::new(Mutex::new(Vec::new()));
-        // Alone first.
-        let alone = writer.gather(&gathered, (7, groups.clone())).await.unwrap();
-        assert_eq!(alone, 70);
-        // Then behind a job that holds the one writer thread.
+    /// Holds the writer's one thread (a destination that cannot fork) with a job that ends
+    /// once the returned sender sends, or after a patience only a hang reaches.
+    async fn hold_the_thread(writer: &Writer) -> std::sync::mpsc::Sender<()> {
         let (unblock, blocked) = std::sync::mpsc::channel::<()>();
         let (started, running) = oneshot::channel();
         let _busy = writer
@@ -436,20 +428,39 @@ mod tests {
             .await
             .unwrap();
         running.await.unwrap();
+        unblock
+    }
+
+    /// Until `n` requests wait in `gathered` (a patience only a hang reaches).
+    async fn until_waiting(gathered: &Gathered<Recorded, u32>, n: usize) {
+        let waited = tokio::time::timeout(HANG, async {
+            while gathered.waiting().requests.len() < n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "{n} requests never waited");
+    }
+
+    /// Requests made while the writer is busy wait in one group, run together once it is
+    /// free, each answered its own result; with the writer free, a request runs alone.
+    #[tokio::test]
+    async fn requests_made_while_the_writer_is_busy_run_as_one_group() {
+        let writer = Arc::new(Writer::start(Box::new(DryRun::over(None))).unwrap());
+        let gathered = Gathered::new(record_group);
+        let groups = Arc::new(Mutex::new(Vec::new()));
+        // Alone first.
+        let alone = writer.gather(&gathered, (7, groups.clone())).await.unwrap();
+        assert_eq!(alone, 70);
+        // Then behind a job that holds the one writer thread.
+        let unblock = hold_the_thread(&writer).await;
         let asked: Vec<_> = (1..=3)
             .map(|n| {
                 let (writer, gathered, groups) = (writer.clone(), gathered.clone(), groups.clone());
                 tokio::spawn(async move { writer.gather(&gathered, (n, groups)).await })
             })
             .collect();
-        // Until all three wait (a patience only a hang reaches).
-        let waited = tokio::time::timeout(HANG, async {
-            while gathered.waiting().requests.len() < 3 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await;
-        assert!(waited.is_ok(), "the three requests never all waited");
+        until_waiting(&gathered, 3).await;
         unblock.send(()).unwrap();
         let mut answers = Vec::new();
         for request in asked {
@@ -472,44 +483,22 @@ mod tests {
         let writer = Arc::new(Writer::start(Box::new(DryRun::over(None))).unwrap());
         let gathered = Gathered::new(record_group);
         let groups = Arc::new(Mutex::new(Vec::new()));
-        let (unblock, blocked) = std::sync::mpsc::channel::<()>();
-        let (started, running) = oneshot::channel();
-        let _busy = writer
-            .submit(move |_| {
-                let _ = started.send(());
-                let _ = blocked.recv_timeout(HANG);
-                Ok::<(), SyncError>(())
-            })
-            .await
-            .unwrap();
-        running.await.unwrap();
+        let unblock = hold_the_thread(&writer).await;
         // The queue full: the group's job must wait for room.
         let mut queued = Vec::new();
         for _ in 0..QUEUE {
             queued.push(writer.submit(|_| Ok::<(), SyncError>(())).await.unwrap());
         }
-        let waiting = |n: usize| {
-            let gathered = gathered.clone();
-            async move {
-                let waited = tokio::time::timeout(HANG, async {
-                    while gathered.waiting().requests.len() < n {
-                        tokio::task::yield_now().await;
-                    }
-                })
-                .await;
-                assert!(waited.is_ok(), "{n} requests never waited");
-            }
-        };
         let ask = |n: u32| {
             let (writer, gathered, groups) = (writer.clone(), gathered.clone(), groups.clone());
             tokio::spawn(async move { writer.gather(&gathered, (n, groups)).await })
         };
         let cancelled = ask(1);
-        waiting(1).await;
+        until_waiting(&gathered, 1).await;
         cancelled.abort();
         assert!(cancelled.await.unwrap_err().is_cancelled());
         let after = ask(2);
-        waiting(2).await;
+        until_waiting(&gathered, 2).await;
         unblock.send(()).unwrap();
         let answer = tokio::time::timeout(HANG, after).await;
         assert_eq!(answer.expect("answered").unwrap().unwrap(), 20);

@@ -319,10 +319,11 @@ fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
     assert_eq!(walked().as_ref(), Some(&walker), "and again");
 }
 
-#[test]
-fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
-    if !pg::available("postgres::claims") {
-        return;
+/// A fresh database and two warehouses on it, as two processes would open them (each its
+/// own lock session); `None` where PostgreSQL is not available (`test`, the test's name).
+fn two_processes(test: &str) -> Option<(pg::Database, PgWarehouse, PgWarehouse)> {
+    if !pg::available(test) {
+        return None;
     }
     let db = pg::database();
     let target = db.target();
@@ -330,6 +331,14 @@ fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
         PgWarehouse::open(&target).unwrap(),
         PgWarehouse::open(&target).unwrap(),
     );
+    Some((db, first, second))
+}
+
+#[test]
+fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
+    let Some((db, first, second)) = two_processes("postgres::claims") else {
+        return;
+    };
     let schedule = Uuid::from_u128(7);
     let held = first.claim(schedule).unwrap().expect("free");
     assert!(second.claim(schedule).unwrap().is_none(), "another process");
@@ -365,15 +374,9 @@ fn a_claim_excludes_other_sessions_until_dropped_or_its_connection_dies() {
 #[test]
 fn a_group_claim_takes_the_free_schedules_and_its_release_frees_them() {
     use callsync::warehouse::{Claim, Destination};
-    if !pg::available("postgres::group_claims") {
+    let Some((db, first, second)) = two_processes("postgres::group_claims") else {
         return;
-    }
-    let db = pg::database();
-    let target = db.target();
-    let (first, second) = (
-        PgWarehouse::open(&target).unwrap(),
-        PgWarehouse::open(&target).unwrap(),
-    );
+    };
     let s = |n: u128| Uuid::from_u128(n);
     let _theirs = second.claim(s(2)).unwrap().expect("free");
     let _ours = first.claim(s(4)).unwrap().expect("free");
