@@ -261,6 +261,78 @@ fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
     assert_eq!(checkpoint.schedule_uid, schedule);
 }
 
+/// A group of passes' ends that the server refuses whole (one pass's error text holds a NUL
+/// byte, which PostgreSQL's text cannot) is recorded pass by pass: that pass's end fails,
+/// the others' are recorded, with their own figures.
+#[test]
+fn a_group_of_ends_refused_whole_is_recorded_pass_by_pass() {
+    if !pg::available("postgres::group_ends") {
+        return;
+    }
+    use callsync::service::Timestamp;
+    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, RunStats, Walker};
+    let db = pg::database();
+    let mut w = PgWarehouse::open(&db.target()).unwrap();
+    let walker = Walker {
+        host: "a-host".into(),
+        instance: "an-instance".into(),
+        pid: 7,
+    };
+    let started = Timestamp::parse("2026-01-02T03:04:05Z").unwrap();
+    let runs: Vec<_> = (1..=3u128)
+        .map(|n| {
+            let schedule = Uuid::from_u128(0x70 + n);
+            let run =
+                crate::harness::start_run(&mut w, schedule, RunKind::Incremental, started, &walker);
+            (schedule, run)
+        })
+        .collect();
+    let record = |pages, error: Option<&str>| RunRecord {
+        outcome: RunOutcome::Failed,
+        stats: RunStats {
+            pages,
+            ..RunStats::default()
+        },
+        finished_at: started,
+        horizon: None,
+        lag_secs: None,
+        error: error.map(str::to_owned),
+        error_kind: None,
+    };
+    let records = [
+        record(1, Some("HTTP 503")),
+        record(2, Some("a NUL \0 here")),
+        record(3, None),
+    ];
+    let ended: Vec<(_, &RunRecord)> = runs.iter().map(|(_, run)| *run).zip(&records).collect();
+    let results = w.finish_runs(&ended);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let refused = results[1]
+        .as_ref()
+        .expect_err("the NUL refused")
+        .to_string();
+    assert!(refused.contains("recording the end of a pass"), "{refused}");
+    let stored = pg::query(
+        &db,
+        "SELECT pages::text, finished_at IS NOT NULL, error FROM sync_runs ORDER BY id",
+    );
+    let row = |pages: &str, finished: &str, error: Option<&str>| {
+        vec![
+            Some(pages.to_owned()),
+            Some(finished.to_owned()),
+            error.map(str::to_owned),
+        ]
+    };
+    assert_eq!(
+        stored,
+        vec![
+            row("1", "t", Some("HTTP 503")),
+            row("0", "f", None),
+            row("3", "t", None),
+        ]
+    );
+}
+
 /// Statements are prepared once per connection; a column whose type changes under a running
 /// callsync makes the server refuse them ("cached plan must not change result type"), and
 /// the warehouse prepares them again and asks once more, on a single statement as in a
