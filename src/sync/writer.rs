@@ -12,6 +12,10 @@
 //! has at most one job outstanding at a time (it waits for each before its next), so the
 //! threads, and the connections they hold, grow to the passes in flight at their busiest and
 //! no further, whatever sets that number.
+//!
+//! Requests that many passes make at about the same moment (their openings, their ends) are
+//! [`Gathered`]: one job of a kind runs at a time, and the requests that come while it runs
+//! wait for its next round, all together, so a destination may answer them in one statement.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
