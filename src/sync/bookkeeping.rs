@@ -2,7 +2,9 @@
 //! every pass opens at once and most end within a few latencies of each other, and a
 //! destination that can (PostgreSQL) records each group in one statement
 //! (`Destination::open_passes`, `Destination::finish_runs`) instead of one a pass. Each
-//! request still gets its own answer: a pass never sees another's.
+//! request still gets its own answer: a pass never sees another's. So do the pages of passes
+//! that have changed nothing yet (an idle pass's), whose stored calls PostgreSQL reads for all
+//! of them at once (`Destination::write_quiet_pages`).
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use super::error::SyncError;
 use super::writer::Gathered;
 use crate::service::Timestamp;
 use crate::warehouse::{Claim, Destination, PassOpened, PassStart, RunId, RunKind, RunRecord};
-use crate::warehouse::{Walker, WarehouseError};
+use crate::warehouse::{Looked, PageBatch, Walker, WarehouseError};
 
 /// A pass asking to open ([`Openings`]).
 pub(super) struct OpenRequest {
@@ -51,6 +53,9 @@ pub(super) struct EndRequest {
 
 pub(super) type Openings = Gathered<OpenRequest, Result<Opening, SyncError>>;
 pub(super) type Endings = Gathered<EndRequest, Result<(), SyncError>>;
+/// Pages of passes that opened with a checkpoint and have changed nothing yet
+/// (`Destination::write_quiet_pages`).
+pub(super) type QuietPages = Gathered<PageBatch, Result<Looked, SyncError>>;
 
 /// The openings of an engine's passes, gathered.
 pub(super) fn openings() -> Arc<Openings> {
@@ -60,6 +65,17 @@ pub(super) fn openings() -> Arc<Openings> {
 /// The ends of an engine's passes, gathered.
 pub(super) fn endings() -> Arc<Endings> {
     Gathered::new(end_all)
+}
+
+/// The quiet pages of an engine's passes, gathered.
+pub(super) fn quiet_pages() -> Arc<QuietPages> {
+    Gathered::new(|sink, pages| {
+        let looked = sink.write_quiet_pages(pages);
+        looked
+            .into_iter()
+            .map(|l| l.map_err(SyncError::from))
+            .collect()
+    })
 }
 
 /// On the writer thread: claims each schedule, then opens the passes whose claim it took,

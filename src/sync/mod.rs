@@ -57,6 +57,7 @@ pub struct Engine {
     /// The passes' openings and ends, each kind gathered into one job of the writer.
     openings: Arc<bookkeeping::Openings>,
     endings: Arc<bookkeeping::Endings>,
+    quiet_pages: Arc<bookkeeping::QuietPages>,
 }
 
 /// How an engine opens its destination.
@@ -434,6 +435,7 @@ impl Engine {
             walker: Walker::this_process(config.sync.instance.as_deref()),
             openings: bookkeeping::openings(),
             endings: bookkeeping::endings(),
+            quiet_pages: bookkeeping::quiet_pages(),
         })
     }
 

@@ -39,7 +39,7 @@ use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{Claim, PageBatch};
+use crate::warehouse::{Claim, Looked, PageBatch};
 use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
@@ -62,7 +62,11 @@ struct Walk<'e> {
     /// walk's detail permits: shared with its page fetches.
     details: DetailPlan,
     /// The page handed to the sink last, until it commits.
-    in_flight: Option<Pending<PageWrite>>,
+    in_flight: Option<InFlight>,
+    /// The pass opened with a checkpoint and no page of it has changed anything yet: its
+    /// pages go to the writer gathered with other such passes' (`write_quiet_pages`), which
+    /// PostgreSQL answers with one read for all when they change nothing (an idle pass).
+    quiet: bool,
     /// The checkpoint of the page handed to the sink last; `None` before the first.
     submitted: Option<Option<Timestamp>>,
     /// Requests asked ahead: the next, and the rest of a quiet run's pages, in flight while
@@ -295,6 +299,7 @@ impl<'e> Pass<'e> {
             rule,
             details: DetailPlan::new(self.plan.details, self.engine.detail_concurrency),
             in_flight: None,
+            quiet: stored.is_some(),
             submitted: None,
             ahead: Ahead::new(),
         };
@@ -308,7 +313,7 @@ impl<'e> Pass<'e> {
         // The last page handed over is always committed (or its failure reported, unless
         // the walk failed first).
         let settled = match walk.in_flight.take() {
-            Some(last) => self.settle(last).await,
+            Some(last) => self.settle(last).await.map(|_| ()),
             None => Ok(()),
         };
         let stop = stopped?;
@@ -392,17 +397,18 @@ impl<'e> Pass<'e> {
             synced_at: Timestamp::now(),
         };
         if let Some(previous) = walk.in_flight.take() {
-            tokio::select! {
+            let quiet = tokio::select! {
                 settled = self.settle(previous) => settled?,
                 () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
-            }
+            };
+            walk.quiet &= quiet;
         }
-        let pending = self
-            .engine
-            .writer
-            .submit(move |s| s.write_page(&batch))
-            .await?;
-        walk.in_flight = Some(pending);
+        let writer = &self.engine.writer;
+        walk.in_flight = Some(if walk.quiet {
+            InFlight::Quiet(writer.gather_pending(&self.engine.quiet_pages, batch))
+        } else {
+            InFlight::Written(writer.submit(move |s| s.write_page(&batch)).await?)
+        });
         walk.submitted = Some(checkpoint);
         self.page_done()
     }
@@ -434,10 +440,22 @@ impl<'e> Pass<'e> {
     }
 
     /// Waits for a page handed to the sink to commit (with its checkpoint).
-    async fn settle(&mut self, write: Pending<PageWrite>) -> Result<(), SyncError> {
-        self.tally.calls_written += write.wait().await?.calls_written;
+    /// Waits for the page in flight to be written (a quiet page the destination hands back
+    /// is written now, on its own); whether it changed nothing.
+    async fn settle(&mut self, in_flight: InFlight) -> Result<bool, SyncError> {
+        let (written, quiet) = match in_flight {
+            InFlight::Written(write) => (write.wait().await?, false),
+            InFlight::Quiet(look) => match look.wait().await? {
+                Looked::Written(written) => (written, true),
+                Looked::ToWrite(batch) => {
+                    let write = self.engine.writer.call(move |s| s.write_page(&batch));
+                    (write.await?, false)
+                }
+            },
+        };
+        self.tally.calls_written += written.calls_written;
         self.progress.committed(self.schedule);
-        Ok(())
+        Ok(quiet && written.calls_written == 0)
     }
 
     /// Checks a fetched page against the walk: its fresh calls (still to be completed by
@@ -646,6 +664,13 @@ impl<'e> Pass<'e> {
     fn lag_secs(&self) -> Option<f64> {
         Some(self.clock.now()?.secs_since(self.position?))
     }
+}
+
+/// A page handed to the writer, until it commits.
+enum InFlight {
+    Written(Pending<PageWrite>),
+    /// A page of a pass that has changed nothing yet (`Walk::quiet`).
+    Quiet(Pending<Looked>),
 }
 
 /// A page the walk accepted, before its details are fetched.

@@ -316,6 +316,31 @@ impl Writer {
         R: Send + 'static,
         T: Send + 'static,
     {
+        self.enqueue(gathered, request)
+            .await
+            .map_err(|_| SyncError::WriterGone)
+    }
+
+    /// [`Self::gather`], its result to be awaited later (as [`Self::submit`]'s).
+    pub fn gather_pending<R, T>(
+        &self,
+        gathered: &Arc<Gathered<R, Result<T, SyncError>>>,
+        request: R,
+    ) -> Pending<T>
+    where
+        R: Send + 'static,
+        T: Send + 'static,
+    {
+        Pending(self.enqueue(gathered, request))
+    }
+
+    /// Puts `request` among those waiting and, unless a job for them is queued or running,
+    /// queues one; the receiver of its answer.
+    fn enqueue<R, T>(&self, gathered: &Arc<Gathered<R, T>>, request: R) -> oneshot::Receiver<T>
+    where
+        R: Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let queue_job = {
             let mut waiting = gathered.waiting();
@@ -346,7 +371,7 @@ impl Writer {
                 }
             });
         }
-        answer.await.map_err(|_| SyncError::WriterGone)
+        answer
     }
 }
 

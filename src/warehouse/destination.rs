@@ -47,6 +47,15 @@ pub struct PageBatch {
     pub synced_at: Timestamp,
 }
 
+/// What [`Destination::write_quiet_pages`] did with a page.
+#[derive(Debug)]
+pub enum Looked {
+    /// Written, or found to change nothing (no call changed, the checkpoint stays).
+    Written(PageWrite),
+    /// Not written: it changes something, and is written on its own (`write_page`).
+    ToWrite(PageBatch),
+}
+
 /// What a pass asks of the destination as it opens, its claim held ([`Destination::open_pass`]).
 #[derive(Debug, Clone, Copy)]
 pub struct PassStart<'a> {
@@ -208,6 +217,17 @@ pub trait Destination: Send + 'static {
     }
     /// Stores a page and its checkpoint, all or nothing.
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError>;
+    /// Pages of passes that opened with a checkpoint and have changed nothing yet (an idle
+    /// pass's, most often), from several passes at once: each written, or answered at once
+    /// when it changes nothing; a back end may hand a page back (`Looked::ToWrite`) to be
+    /// written on its own. One answer each, in order. PostgreSQL reads the group's stored
+    /// calls in one statement.
+    fn write_quiet_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<Looked, WarehouseError>> {
+        pages
+            .into_iter()
+            .map(|page| self.write_page(&page).map(Looked::Written))
+            .collect()
+    }
     /// How many of the page's calls `write_page` would write; writes nothing.
     fn count_changes(&mut self, page: &PageBatch) -> Result<u64, WarehouseError>;
     /// Records how the pass ended.

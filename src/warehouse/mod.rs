@@ -28,7 +28,8 @@ mod write_plan;
 
 pub use capabilities::{BackupReport, ChunkKey, ChunkState, Contents, RestoreReport, UploadLedger};
 pub use destination::{
-    Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared, Watch,
+    Backend, Claim, Destination, Looked, MigrationReport, PageBatch, PassOpened, PassStart,
+    Prepared, Watch,
 };
 pub use dry_run::DryRun;
 pub use error::{Capability, WarehouseError};

@@ -963,3 +963,104 @@ async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
     .await
     .expect("the scenario ran");
 }
+
+conformance!(
+    quiet_pages_of_several_passes_write_what_changed,
+    quiet_pages_write_what_changed
+);
+
+/// `Destination::write_quiet_pages` on every back end alike (the daemon gathers the pages of
+/// passes that opened with a checkpoint and have changed nothing yet): a page that changes
+/// nothing and leaves the checkpoint is answered written, with nothing written; a page with
+/// a changed call is written, by the group or handed back and written on its own; and the
+/// warehouse then holds each schedule's calls as the service has them.
+async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
+    use callsync::warehouse::{
+        Looked, PageBatch, PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+    };
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 3,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
+    .await;
+    let s = env.schedules();
+    let (quiet, changed) = (s[0], s[1]);
+    let (quiet_calls, mut changed_calls) = (env.sim.truth(quiet), env.sim.truth(changed));
+    let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
+    let (kept, moved) = (quiet_calls.clone(), changed_calls.clone());
+    changed_calls[0].status = format!("{}-changed", changed_calls[0].status);
+    let now_changed = changed_calls.clone();
+    // The destinations' calls block (PostgreSQL's on a runtime of its own).
+    tokio::task::spawn_blocking(move || {
+        let mut w = warehouse.writer().expect("the warehouse opens");
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let checkpoint = at("2026-01-01T00:30:00Z");
+        let walker = Walker {
+            host: "our-host".into(),
+            instance: "our-host".into(),
+            pid: 1,
+        };
+        let page = |schedule, calls: Vec<callsync::service::OutboundCall>| PageBatch {
+            schedule,
+            content_hashes: calls.iter().map(|c| c.content_hash()).collect(),
+            calls,
+            checkpoint: Some(checkpoint),
+            synced_at: at("2026-01-01T01:00:00Z"),
+        };
+        let open = |w: &mut Box<dyn callsync::warehouse::Destination>, schedule| {
+            let start = PassStart {
+                schedule,
+                kind: RunKind::Incremental,
+                started_at: at("2026-01-01T01:00:00Z"),
+                walker: &walker,
+                unless_walked_since: None,
+            };
+            match w.open_pass(&start).expect("opens") {
+                PassOpened::Started { run: Some(run), .. } => run,
+                other => panic!("started: {other:?}"),
+            }
+        };
+        let _claims: Vec<_> = [quiet, changed]
+            .iter()
+            .map(|schedule| w.claim(*schedule).unwrap().expect("free"))
+            .collect();
+        // The first pass of each writes its calls and the checkpoint.
+        for (schedule, calls) in [(quiet, &kept), (changed, &moved)] {
+            let run = open(&mut w, schedule);
+            let written = w.write_page(&page(schedule, calls.clone())).unwrap();
+            assert_eq!(written.calls_written, 3);
+            let record = RunRecord {
+                outcome: RunOutcome::Completed,
+                stats: RunStats::default(),
+                finished_at: at("2026-01-01T01:00:01Z"),
+                horizon: None,
+                lag_secs: None,
+                error: None,
+                error_kind: None,
+            };
+            w.finish_run(run, &record).unwrap();
+        }
+        // The next passes open with the checkpoint; one schedule's call changed meanwhile.
+        open(&mut w, quiet);
+        open(&mut w, changed);
+        let looked = w.write_quiet_pages(vec![page(quiet, kept), page(changed, now_changed)]);
+        assert_eq!(looked.len(), 2, "one answer a page");
+        let mut written = Vec::new();
+        for looked in looked {
+            written.push(match looked.expect("each page answers") {
+                Looked::Written(write) => (write.calls_written, true),
+                Looked::ToWrite(page) => (w.write_page(&page).unwrap().calls_written, false),
+            });
+        }
+        assert_eq!(written[0], (0, true), "nothing to write, answered at once");
+        assert_eq!(written[1].0, 1, "the changed call written: {written:?}");
+    })
+    .await
+    .expect("the scenario ran");
+    env.assert_holds(quiet, &quiet_calls);
+    env.assert_holds(changed, &changed_calls);
+}

@@ -180,6 +180,13 @@ impl Destination for PgWarehouse {
         )
     }
 
+    fn write_quiet_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+    ) -> Vec<Result<crate::warehouse::Looked, WarehouseError>> {
+        PgWarehouse::write_quiet_pages(self, pages)
+    }
+
     fn count_changes(&mut self, page: &PageBatch) -> Result<u64, WarehouseError> {
         PgWarehouse::count_changes(self, page.schedule, &page.calls, &page.content_hashes)
     }

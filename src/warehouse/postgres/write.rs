@@ -43,6 +43,7 @@ use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINT;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{Attempt, OutboundCall, Timestamp};
+use crate::warehouse::destination::{Looked, PageBatch};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::{self, AttemptRow, CallRow};
 use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
@@ -326,14 +327,84 @@ impl PgWarehouse {
         opened_at: Timestamp,
     ) -> Result<Option<PageWrite>, WarehouseError> {
         let stored = self.stored_calls(calls)?;
+        Ok(self.unchanged_given(schedule, calls, call_rows, checkpoint, opened_at, stored))
+    }
+
+    /// [`Self::unchanged_page`]'s decision, given the page's stored fingerprints.
+    fn unchanged_given(
+        &self,
+        schedule: Uuid,
+        calls: &[OutboundCall],
+        call_rows: &[CallRow<'_>],
+        checkpoint: Option<Timestamp>,
+        opened_at: Timestamp,
+        stored: HashMap<Uuid, Fingerprint>,
+    ) -> Option<PageWrite> {
         let plan = plan(calls, call_rows, stored, schedule);
         // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
         let stays = checkpoint.is_none_or(|c| micros(opened_at) >= micros(c));
         if plan.calls.is_empty() && stays {
-            return Ok(Some(plan.counts));
+            return Some(plan.counts);
         }
         self.expect_quiet(schedule, None);
-        Ok(None)
+        None
+    }
+
+    /// [`crate::warehouse::Destination::write_quiet_pages`]: the stored calls of every page
+    /// whose pass still expects it quiet, read in one statement; each page that changes
+    /// nothing answered so ([`Self::unchanged_given`]), every other handed back to be written
+    /// on its own (in parallel with the others', on the writer's threads). When that read
+    /// fails, every page is handed back: its own write reads again, and fails on its own.
+    pub fn write_quiet_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+    ) -> Vec<Result<Looked, WarehouseError>> {
+        let opened: Vec<Option<Timestamp>> = pages
+            .iter()
+            .map(|p| self.quiet_expected(p.schedule))
+            .collect();
+        let uids: Vec<Uuid> = (pages.iter().zip(&opened))
+            .filter(|(_, opened)| opened.is_some())
+            .flat_map(|(page, _)| page.calls.iter().map(|c| c.uid))
+            .collect();
+        let stored = match self.reconnect_if_closed() {
+            Ok(()) if uids.is_empty() => Some(HashMap::new()),
+            Ok(()) => self.replanning(|| self.stored_of(&uids)).ok(),
+            Err(_) => None,
+        };
+        let Some(stored) = stored else {
+            return pages
+                .into_iter()
+                .map(|page| Ok(Looked::ToWrite(page)))
+                .collect();
+        };
+        (pages.into_iter().zip(opened))
+            .map(|(page, opened)| {
+                let Some(opened_at) = opened else {
+                    return Ok(Looked::ToWrite(page));
+                };
+                self.locks.fence(page.schedule)?;
+                let unchanged = {
+                    let schedule_uid = page.schedule.to_string();
+                    let call_rows = rows_of(&schedule_uid, &page.calls, &page.content_hashes);
+                    let own = (page.calls.iter())
+                        .filter_map(|c| stored.get(&c.uid).map(|f| (c.uid, *f)))
+                        .collect();
+                    self.unchanged_given(
+                        page.schedule,
+                        &page.calls,
+                        &call_rows,
+                        page.checkpoint,
+                        opened_at,
+                        own,
+                    )
+                };
+                Ok(match unchanged {
+                    Some(counts) => Looked::Written(counts),
+                    None => Looked::ToWrite(page),
+                })
+            })
+            .collect()
     }
 
     /// The stored fingerprints of `calls`: one statement.
@@ -341,8 +412,13 @@ impl PgWarehouse {
         &self,
         calls: &[OutboundCall],
     ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
-        let step = "reading the page's stored calls";
         let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
+        self.stored_of(&uids)
+    }
+
+    /// The stored fingerprints of the calls `uids`: one statement.
+    fn stored_of(&self, uids: &[Uuid]) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+        let step = "reading the page's stored calls";
         let statement = self.statement(READ_FINGERPRINTS, step)?;
         let rows = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
         stored_fingerprints(&rows).pg(&self.target, step)
