@@ -228,9 +228,13 @@ impl PgWarehouse {
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
         if let Some(opened_at) = self.quiet_expected(schedule)
-            && let Some(unchanged) = self.replanning(|| {
-                self.unchanged_page(schedule, calls, &call_rows, checkpoint, opened_at)
-            })?
+            && let Some(unchanged) =
+                self.replanning(|| {
+                    let stored = self.stored_calls(calls)?;
+                    Ok(self.unchanged_given(
+                        schedule, calls, &call_rows, checkpoint, opened_at, stored,
+                    ))
+                })?
         {
             return Ok(unchanged);
         }
@@ -293,7 +297,7 @@ impl PgWarehouse {
     }
 
     /// Notes the cursor of the checkpoint `schedule`'s pass opened with, if any: then its
-    /// pages are read first, as long as they change nothing ([`Self::unchanged_page`]).
+    /// pages are read first, as long as they change nothing ([`Self::unchanged_given`]).
     pub(super) fn expect_quiet(&self, schedule: Uuid, opened_at: Option<Timestamp>) {
         let mut expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
         match opened_at {
@@ -308,29 +312,17 @@ impl PgWarehouse {
         expected.get(&schedule).copied()
     }
 
-    /// One statement outside a transaction: the page's stored fingerprints. The page's counts
-    /// when no call of it changed and its checkpoint would not move `opened_at`, the cursor
-    /// the pass opened with (the write would change nothing); else `None`, and the schedule's
-    /// pages are written in a transaction from now on.
+    /// Given the page's stored fingerprints (read in one statement outside a transaction,
+    /// for it alone or with a group's pages): the page's counts when no call of it changed
+    /// and its checkpoint would not move `opened_at`, the cursor the pass opened with (the
+    /// write would change nothing); else `None`, and the schedule's pages are written in a
+    /// transaction from now on.
     ///
     /// `opened_at` stands for the stored cursor, not read again: a page that changes nothing
     /// leaves it as it was, the claim keeps every other process's pass and `checkpoint`
     /// command from moving it meanwhile, and this process's `replace_checkpoint` forgets it.
     /// A claim lost unknowingly changes nothing: then no write of this process commits (the
     /// fence refuses it), and an unchanged page writes nothing either.
-    fn unchanged_page(
-        &self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        call_rows: &[CallRow<'_>],
-        checkpoint: Option<Timestamp>,
-        opened_at: Timestamp,
-    ) -> Result<Option<PageWrite>, WarehouseError> {
-        let stored = self.stored_calls(calls)?;
-        Ok(self.unchanged_given(schedule, calls, call_rows, checkpoint, opened_at, stored))
-    }
-
-    /// [`Self::unchanged_page`]'s decision, given the page's stored fingerprints.
     fn unchanged_given(
         &self,
         schedule: Uuid,
