@@ -360,11 +360,18 @@ impl PgWarehouse {
             .flat_map(|(page, _)| page.calls.iter().map(|c| c.uid))
             .collect();
         let stored = match self.reconnect_if_closed() {
-            Ok(()) if uids.is_empty() => Some(HashMap::new()),
-            Ok(()) => self.replanning(|| self.stored_of(&uids)).ok(),
-            Err(_) => None,
+            Ok(()) if uids.is_empty() => Ok(HashMap::new()),
+            Ok(()) => self.replanning(|| self.stored_of(&uids)),
+            Err(err) => Err(err),
         };
-        let Some(stored) = stored else {
+        let stored = stored.inspect_err(|err| {
+            tracing::debug!(
+                error = %err,
+                pages = pages.len(),
+                "cannot read a group of pages' stored calls together; writing each alone"
+            );
+        });
+        let Ok(stored) = stored else {
             return pages
                 .into_iter()
                 .map(|page| Ok(Looked::ToWrite(page)))
