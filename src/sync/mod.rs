@@ -58,6 +58,7 @@ pub struct Engine {
     openings: Arc<bookkeeping::Openings>,
     endings: Arc<bookkeeping::Endings>,
     quiet_pages: Arc<bookkeeping::QuietPages>,
+    pages: Arc<bookkeeping::Pages>,
 }
 
 /// How an engine opens its destination.
@@ -436,6 +437,7 @@ impl Engine {
             openings: bookkeeping::openings(),
             endings: bookkeeping::endings(),
             quiet_pages: bookkeeping::quiet_pages(),
+            pages: bookkeeping::pages(),
         })
     }
 

@@ -407,7 +407,7 @@ impl<'e> Pass<'e> {
         walk.in_flight = Some(if walk.quiet {
             InFlight::Quiet(writer.gather_pending(&self.engine.quiet_pages, batch))
         } else {
-            InFlight::Written(writer.submit(move |s| s.write_page(&batch)).await?)
+            InFlight::Written(writer.gather_pending(&self.engine.pages, batch))
         });
         walk.submitted = Some(checkpoint);
         self.page_done()
@@ -448,8 +448,8 @@ impl<'e> Pass<'e> {
             InFlight::Quiet(look) => match look.wait().await? {
                 Looked::Written(written) => (written, true),
                 Looked::ToWrite(batch) => {
-                    let write = self.engine.writer.call(move |s| s.write_page(&batch));
-                    (write.await?, false)
+                    let write = self.engine.writer.gather(&self.engine.pages, batch);
+                    (write.await??, false)
                 }
             },
         };

@@ -13,9 +13,10 @@
 //! threads, and the connections they hold, grow to the passes in flight at their busiest and
 //! no further, whatever sets that number.
 //!
-//! Requests that many passes make at about the same moment (their openings, their ends) are
-//! [`Gathered`]: one job of a kind runs at a time, and the requests that come while it runs
-//! wait for its next round, all together, so a destination may answer them in one statement.
+//! Requests that many passes make at about the same moment (their openings, their pages,
+//! their ends) are [`Gathered`]: a job of a kind runs at a time (pages: two), and the
+//! requests that come while it runs wait for its next round, all together, so a destination
+//! may answer them in one statement, or write them in one transaction.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -239,23 +240,42 @@ impl Writer {
 pub struct Gathered<R, T> {
     waiting: Mutex<Gathering<R, T>>,
     run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>,
+    /// The most jobs of the kind queued or running at once.
+    most_jobs: usize,
+    /// The most requests a job's round takes (the first ones waiting).
+    most_per_round: usize,
 }
 
 struct Gathering<R, T> {
     requests: Vec<(R, oneshot::Sender<T>)>,
-    /// A job that will take `requests` is queued or running.
-    job_queued: bool,
+    /// Jobs that will take `requests`, queued or running.
+    jobs: usize,
 }
 
 impl<R, T> Gathered<R, T> {
-    /// Requests run by `run`, which answers one result a request, in their order.
+    /// Requests run by `run`, which answers one result a request, in their order; one job
+    /// at a time.
     pub fn new(run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>) -> Arc<Gathered<R, T>> {
+        Gathered::with_jobs(run, 1, usize::MAX)
+    }
+
+    /// [`Self::new`], with as many as `most_jobs` jobs at once (at least one), each round
+    /// of a job taking the first `most_per_round` requests waiting (at least one): requests
+    /// still wait for a round together once that many jobs run, a destination written from
+    /// several connections writes on that many, and a round's memory is bounded.
+    pub fn with_jobs(
+        run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>,
+        most_jobs: usize,
+        most_per_round: usize,
+    ) -> Arc<Gathered<R, T>> {
         Arc::new(Gathered {
             waiting: Mutex::new(Gathering {
                 requests: Vec::new(),
-                job_queued: false,
+                jobs: 0,
             }),
             run,
+            most_jobs: most_jobs.max(1),
+            most_per_round: most_per_round.max(1),
         })
     }
 
@@ -273,10 +293,12 @@ impl<R, T> Gathered<R, T> {
             let requests = {
                 let mut waiting = self.waiting();
                 if waiting.requests.is_empty() {
-                    waiting.job_queued = false;
+                    waiting.jobs -= 1;
                     return;
                 }
-                std::mem::take(&mut waiting.requests)
+                let taken = self.most_per_round.min(waiting.requests.len());
+                let rest = waiting.requests.split_off(taken);
+                std::mem::replace(&mut waiting.requests, rest)
             };
             let (requests, replies): (Vec<R>, Vec<oneshot::Sender<T>>) =
                 requests.into_iter().unzip();
@@ -290,17 +312,27 @@ impl<R, T> Gathered<R, T> {
     }
 }
 
-/// Should a group's run panic, the requests waiting are dropped (each requester hears the
-/// writer is gone) and the next request queues a job again, instead of waiting for good on
-/// one that died.
+/// Should a group's run panic, its job is no longer counted, and when it was the last the
+/// requests waiting are dropped (each requester hears the writer is gone): the next request
+/// queues a job again, instead of waiting for good on one that died.
 struct ResetOnPanic<'g, R, T>(&'g Gathered<R, T>);
 
 impl<R, T> Drop for ResetOnPanic<'_, R, T> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let mut waiting = self.0.waiting();
+            self.0.job_lost();
+        }
+    }
+}
+
+impl<R, T> Gathered<R, T> {
+    /// A job that will not run (its thread panicked, or it was never queued) is no longer
+    /// counted; with no other job left, the requests waiting are dropped.
+    fn job_lost(&self) {
+        let mut waiting = self.waiting();
+        waiting.jobs -= 1;
+        if waiting.jobs == 0 {
             waiting.requests.clear();
-            waiting.job_queued = false;
         }
     }
 }
@@ -334,8 +366,8 @@ impl Writer {
         Pending(self.enqueue(gathered, request))
     }
 
-    /// Puts `request` among those waiting and, unless a job for them is queued or running,
-    /// queues one; the receiver of its answer.
+    /// Puts `request` among those waiting and, unless as many jobs for them as the kind
+    /// allows are queued or running, queues one; the receiver of its answer.
     fn enqueue<R, T>(&self, gathered: &Arc<Gathered<R, T>>, request: R) -> oneshot::Receiver<T>
     where
         R: Send + 'static,
@@ -345,7 +377,9 @@ impl Writer {
         let queue_job = {
             let mut waiting = gathered.waiting();
             waiting.requests.push((request, reply));
-            !std::mem::replace(&mut waiting.job_queued, true)
+            let another = waiting.jobs < gathered.most_jobs;
+            waiting.jobs += usize::from(another);
+            another
         };
         if queue_job {
             let run = gathered.clone();
@@ -355,7 +389,7 @@ impl Writer {
             });
             // Queued from a task of its own: a requester cancelled while the queue is full
             // (shutdown) must not leave the others waiting for a job that was never queued.
-            // One job a kind at most, so the tasks are as few.
+            // A few jobs a kind at most, so the tasks are as few.
             let (jobs, abandoned) = (self.jobs.clone(), gathered.clone());
             tokio::spawn(async move {
                 let queued = match jobs {
@@ -363,11 +397,9 @@ impl Writer {
                     None => false,
                 };
                 if !queued {
-                    // No job will take them: the requests waiting are dropped, and each
-                    // requester hears the writer is gone.
-                    let mut waiting = abandoned.waiting();
-                    waiting.requests.clear();
-                    waiting.job_queued = false;
+                    // Unless another job takes them, the requests waiting are dropped, and
+                    // each requester hears the writer is gone.
+                    abandoned.job_lost();
                 }
             });
         }

@@ -217,6 +217,12 @@ pub trait Destination: Send + 'static {
     }
     /// Stores a page and its checkpoint, all or nothing.
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError>;
+    /// [`Self::write_page`] for each of `pages` (of several passes, a schedule's once), in
+    /// one transaction where the back end allows: each page all or nothing, as alone. One
+    /// result each, in order.
+    fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
+        pages.iter().map(|page| self.write_page(page)).collect()
+    }
     /// Pages of passes that opened with a checkpoint and have changed nothing yet (an idle
     /// pass's, most often), from several passes at once: each written, or answered at once
     /// when it changes nothing; a back end may hand a page back (`Looked::ToWrite`) to be

@@ -1257,6 +1257,129 @@ fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
     assert_eq!(rows(), [marked(walking), marked(ended)]);
 }
 
+/// The pages of several passes go in one transaction (their rows share the transaction id
+/// that wrote them, `xmin`), and a group the server refuses whole is written page by page:
+/// only the page it refuses fails (here a trigger refuses one call, as the server refuses a
+/// value it cannot store), and the others are written with their checkpoints. A group in
+/// which one schedule's fence moved commits nothing: another process claimed it, so this
+/// process's lock session lost it, and every claim on that session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_of_pages_refused_whole_is_written_page_by_page() {
+    if !pg::available("postgres::group_pages") {
+        return;
+    }
+    use callsync::service::{OutboundCall, Timestamp};
+    use callsync::warehouse::{PageBatch, WarehouseError};
+    let env = crate::harness::TestEnv::start(callsync::simulator::SimulatorOptions {
+        schedules: 4,
+        calls_per_schedule: 3,
+        ..callsync::simulator::SimulatorOptions::default()
+    })
+    .await;
+    let s = env.schedules();
+    let truth: Vec<Vec<OutboundCall>> = s.iter().map(|&schedule| env.sim.truth(schedule)).collect();
+    let db = pg::database();
+    let target = db.target();
+    tokio::task::spawn_blocking(move || {
+        let mut w = PgWarehouse::open(&target).unwrap();
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let page = |n: usize, calls: &[OutboundCall]| PageBatch {
+            schedule: s[n],
+            content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
+            calls: calls.to_vec(),
+            checkpoint: Some(at("2026-01-01T00:10:00Z")),
+            synced_at: at("2026-01-01T01:00:00Z"),
+        };
+        // How many calls, and transactions that wrote them, by schedule.
+        let stored = |db: &pg::Database| {
+            pg::query(
+                db,
+                "SELECT schedule_uid::text, count(*)::text, count(DISTINCT xmin::text)::text
+                 FROM calls GROUP BY 1 ORDER BY 1",
+            )
+        };
+        let transactions = |db: &pg::Database| {
+            pg::query(
+                db,
+                "SELECT count(DISTINCT xmin::text)::text FROM
+                   (SELECT xmin FROM calls UNION ALL SELECT xmin FROM sync_checkpoints) AS r",
+            )
+        };
+        // Three calls written by one transaction, for each schedule of `of`.
+        let rows = |of: &[usize]| {
+            let mut rows: Vec<_> = (of.iter())
+                .map(|&n| vec![Some(s[n].to_string()), Some("3".into()), Some("1".into())])
+                .collect();
+            rows.sort();
+            rows
+        };
+        let claims: Vec<_> = (s.iter())
+            .map(|schedule| w.claim(*schedule).unwrap().expect("free"))
+            .collect();
+
+        let written = w.write_pages(vec![page(0, &truth[0]), page(1, &truth[1])]);
+        assert!(written.iter().all(Result::is_ok), "{written:?}");
+        assert_eq!(stored(&db), rows(&[0, 1]));
+        assert_eq!(
+            transactions(&db),
+            [[Some("1".to_owned())]],
+            "one transaction"
+        );
+
+        let refused = truth[2][1].uid;
+        pg::query(
+            &db,
+            &format!(
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+                 BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+                 CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON calls FOR EACH ROW
+                   WHEN (NEW.uid = '{refused}') EXECUTE FUNCTION refuse()"
+            ),
+        );
+        let written = w.write_pages(vec![page(2, &truth[2]), page(3, &truth[3])]);
+        let err = written[0].as_ref().expect_err("refused").to_string();
+        assert!(err.contains("refused by the test"), "{err}");
+        assert_eq!(written[1].as_ref().unwrap().calls_written, 3);
+        assert_eq!(stored(&db), rows(&[0, 1, 3]));
+        assert_eq!(
+            transactions(&db),
+            [[Some("2".to_owned())]],
+            "the next page alone"
+        );
+        let checkpoints = pg::query(&db, "SELECT count(*)::text FROM sync_checkpoints");
+        assert_eq!(
+            checkpoints,
+            [[Some("3".to_owned())]],
+            "none for the page refused"
+        );
+
+        pg::query(&db, "DROP TRIGGER refuse ON calls");
+        pg::query(
+            &db,
+            &format!(
+                "UPDATE schedule_claims SET generation = generation + 1
+                 WHERE schedule_uid = '{}'",
+                s[3]
+            ),
+        );
+        let fenced = w.write_pages(vec![page(2, &truth[2]), page(3, &truth[3][..1])]);
+        for result in &fenced {
+            assert!(
+                matches!(result, Err(WarehouseError::ClaimLost { .. })),
+                "{fenced:?}"
+            );
+        }
+        assert_eq!(
+            transactions(&db),
+            [[Some("2".to_owned())]],
+            "nothing committed"
+        );
+        drop(claims);
+    })
+    .await
+    .expect("the scenario ran");
+}
+
 /// A pass that opened with a checkpoint reads its pages first, outside a transaction: one
 /// that changes nothing writes nothing and takes no fence (a transaction would have met the
 /// fence another claim moved, and been refused). A page whose calls are unchanged but whose

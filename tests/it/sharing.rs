@@ -976,7 +976,7 @@ conformance!(
 /// warehouse then holds each schedule's calls as the service has them.
 async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
     use callsync::warehouse::{
-        Looked, PageBatch, PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+        Looked, PageBatch, RunKind, RunOutcome, RunRecord, RunStats, Walker,
     };
     let env = TestEnv::start_on(
         SimulatorOptions {
@@ -1012,17 +1012,8 @@ async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
             synced_at: at("2026-01-01T01:00:00Z"),
         };
         let open = |w: &mut Box<dyn callsync::warehouse::Destination>, schedule| {
-            let start = PassStart {
-                schedule,
-                kind: RunKind::Incremental,
-                started_at: at("2026-01-01T01:00:00Z"),
-                walker: &walker,
-                unless_walked_since: None,
-            };
-            match w.open_pass(&start).expect("opens") {
-                PassOpened::Started { run: Some(run), .. } => run,
-                other => panic!("started: {other:?}"),
-            }
+            let started = at("2026-01-01T01:00:00Z");
+            crate::harness::start_run(w.as_mut(), schedule, RunKind::Incremental, started, &walker)
         };
         let _claims: Vec<_> = [quiet, changed]
             .iter()
@@ -1063,4 +1054,110 @@ async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
     .expect("the scenario ran");
     env.assert_holds(quiet, &quiet_calls);
     env.assert_holds(changed, &changed_calls);
+}
+
+conformance!(
+    pages_of_several_passes_are_each_written_as_alone,
+    pages_written_as_alone
+);
+
+/// `Destination::write_pages` on every back end alike (the daemon gathers the pages of
+/// passes that are writing): each page is written as `write_page` would write it alone, with
+/// its own counts and checkpoint, whether it inserts new calls, lists a call twice, changes a
+/// stored call or changes nothing; and a call that moved between two schedules' pages of one
+/// group ends in the later page's schedule, as written one after the other.
+async fn pages_written_as_alone(dest: crate::harness::Dest) {
+    use callsync::service::OutboundCall;
+    use callsync::warehouse::{PageBatch, PageWrite, RunKind, Walker};
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 4,
+            calls_per_schedule: 3,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
+    .await;
+    let s = env.schedules();
+    let truth: Vec<Vec<OutboundCall>> = s.iter().map(|&schedule| env.sim.truth(schedule)).collect();
+    let changed = |call: &OutboundCall| {
+        let mut call = call.clone();
+        call.status = format!("{}-changed", call.status);
+        call
+    };
+    // Schedule 1's first call changed; schedule 2's first call listed twice, changed the
+    // second time; schedule 0's last call moved to schedule 3.
+    let mut expected = truth.clone();
+    expected[1][0] = changed(&truth[1][0]);
+    expected[2][0] = changed(&truth[2][0]);
+    let moved = expected[0].pop().expect("three calls");
+    expected[3].push(moved.clone());
+    let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
+    let (schedules, pages_truth, group_expected) = (s.clone(), truth.clone(), expected.clone());
+    // The destinations' calls block (PostgreSQL's on a runtime of its own).
+    tokio::task::spawn_blocking(move || {
+        let (s, truth, expected) = (schedules, pages_truth, group_expected);
+        let mut w = warehouse.writer().expect("the warehouse opens");
+        let at = |text: &str| Timestamp::parse(text).unwrap();
+        let walker = Walker {
+            host: "our-host".into(),
+            instance: "our-host".into(),
+            pid: 1,
+        };
+        let page = |schedule, calls: Vec<OutboundCall>, checkpoint: &str| PageBatch {
+            schedule,
+            content_hashes: calls.iter().map(|c| c.content_hash()).collect(),
+            calls,
+            checkpoint: Some(at(checkpoint)),
+            synced_at: at("2026-01-01T01:00:00Z"),
+        };
+        let _claims: Vec<_> = (s.iter())
+            .map(|schedule| w.claim(*schedule).unwrap().expect("free"))
+            .collect();
+        for &schedule in &s {
+            let started = at("2026-01-01T01:00:00Z");
+            crate::harness::start_run(w.as_mut(), schedule, RunKind::Incremental, started, &walker);
+        }
+        let counts = |written: Vec<Result<PageWrite, _>>| -> Vec<(u64, u64)> {
+            (written.into_iter())
+                .map(|w| w.expect("each page written"))
+                .map(|w| (w.calls_written, w.calls_unchanged))
+                .collect()
+        };
+        // New calls only: schedule 1's first two, schedule 2's with its first call twice.
+        let twice = [truth[2].clone(), vec![expected[2][0].clone()]].concat();
+        let first = w.write_pages(vec![
+            page(s[0], truth[0].clone(), "2026-01-01T00:10:00Z"),
+            page(s[1], truth[1][..2].to_vec(), "2026-01-01T00:20:00Z"),
+            page(s[2], twice, "2026-01-01T00:30:00Z"),
+        ]);
+        assert_eq!(counts(first), [(3, 0), (2, 0), (4, 0)]);
+        // A stored call changed and a new one beside an unchanged one; a page that changes
+        // nothing; a checkpoint that stays where it is (never moved back).
+        let second = w.write_pages(vec![
+            page(s[1], expected[1].clone(), "2026-01-01T00:40:00Z"),
+            page(s[0], truth[0].clone(), "2026-01-01T00:50:00Z"),
+            page(s[2], expected[2].clone(), "2026-01-01T00:00:00Z"),
+        ]);
+        assert_eq!(counts(second), [(2, 1), (0, 3), (0, 3)]);
+        // The call moves from schedule 0 to schedule 3: both pages of one group list it.
+        let third = w.write_pages(vec![
+            page(s[0], truth[0].clone(), "2026-01-01T00:55:00Z"),
+            page(s[3], expected[3].clone(), "2026-01-01T00:05:00Z"),
+        ]);
+        assert_eq!(counts(third), [(0, 3), (4, 0)]);
+        let cursors: Vec<_> = (s.iter())
+            .map(|&schedule| w.checkpoint(schedule).unwrap().map(|c| c.cursor))
+            .collect();
+        let want: Vec<_> = ["00:55", "00:40", "00:30", "00:05"]
+            .iter()
+            .map(|hm| Some(at(&format!("2026-01-01T{hm}:00Z"))))
+            .collect();
+        assert_eq!(cursors, want, "each page's checkpoint, moved forward only");
+    })
+    .await
+    .expect("the scenario ran");
+    for (schedule, calls) in s.iter().zip(&expected) {
+        env.assert_holds(*schedule, calls);
+    }
 }

@@ -312,6 +312,23 @@ impl Batch {
         self.len += 1;
     }
 
+    /// Adds `other`'s rows, of the same table, after its own.
+    pub(super) fn append(&mut self, other: Batch) {
+        debug_assert!(std::ptr::eq(self.table, other.table), "{}", self.table.name);
+        for (column, more) in self.columns.iter_mut().zip(other.columns) {
+            match (column, more) {
+                (Column::Text(c), Column::Text(m)) => c.extend(m),
+                (Column::Uuid(c), Column::Uuid(m)) => c.extend(m),
+                (Column::Time(c), Column::Time(m)) => c.extend(m),
+                (Column::Int(c), Column::Int(m)) => c.extend(m),
+                (Column::Bool(c), Column::Bool(m)) => c.extend(m),
+                _ => debug_assert!(false, "columns of another kind for {}", self.table.name),
+            }
+        }
+        self.len += other.len;
+        self.unsendable = self.unsendable.take().or(other.unsendable);
+    }
+
     /// The values of the integer column `name` (none for another column).
     #[cfg(test)]
     pub(super) fn ints(&self, name: &str) -> Vec<Option<i64>> {

@@ -114,10 +114,12 @@ const LOCK_AND_BUMP_ALL: &str = "WITH asked AS (
 /// Releases a group of locks of one session: one statement for all.
 const RELEASE_ALL: &str = "SELECT pg_advisory_unlock(key) FROM unnest($1::int8[]) AS key";
 
-/// The fence a page's transaction checks first: the row stays locked (`FOR SHARE`) until the
-/// page commits, so a takeover's bump waits for it, and a page after the bump sees it.
-pub(super) const READ_FENCE: &str =
-    "SELECT generation FROM schedule_claims WHERE schedule_uid = $1 FOR SHARE";
+/// The fences a transaction of pages checks first, of the schedules `$1`: the rows stay
+/// locked (`FOR SHARE`) until the pages commit, so a takeover's bump waits for them, and a
+/// page after the bump sees it.
+pub(super) const READ_FENCES: &str =
+    "SELECT schedule_uid, generation FROM schedule_claims WHERE schedule_uid = ANY($1)
+     FOR SHARE";
 
 pub(super) struct LockSession {
     /// The warehouse's target, with the lock session's name and `statement_timeout`.

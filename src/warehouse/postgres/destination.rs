@@ -180,6 +180,10 @@ impl Destination for PgWarehouse {
         )
     }
 
+    fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
+        PgWarehouse::write_pages(self, pages)
+    }
+
     fn write_quiet_pages(
         &mut self,
         pages: Vec<PageBatch>,

@@ -65,12 +65,12 @@ use session::{connect, pg_error, wait};
 /// [`PgWarehouse::reconnect_if_closed`], and only there, so that no transaction ever goes on
 /// over a new connection — one broken mid-way fails, and is rolled back by the server.
 ///
-/// Passes write at once, each over a connection of its own: [`PgWarehouse::fork`] makes
-/// another handle on the same warehouse, which connects at its first use and shares this
-/// one's claims. The writer runs one handle a thread and adds one when more jobs are outstanding
-/// than it has threads (`sync/writer.rs`), so the connections, a small pool held one a
-/// thread, number the writes in flight at their busiest — never more than the passes in
-/// flight, whatever sets their number.
+/// The writer's jobs run at once, each over a connection of its own: [`PgWarehouse::fork`]
+/// makes another handle on the same warehouse, which connects at its first use and shares
+/// this one's claims. The writer runs one handle a thread and adds one when more jobs are
+/// outstanding than it has threads (`sync/writer.rs`), so the connections, a small pool held
+/// one a thread, number the jobs in flight at their busiest: a few, as the passes' pages,
+/// openings and ends go in groups.
 pub struct PgWarehouse {
     /// `None` until a forked handle's first use.
     connection: Mutex<Option<Connection>>,

@@ -69,9 +69,11 @@ const FINISH_RUNS: &str = "UPDATE sync_runs AS r SET finished_at = f.finished_at
              future_rows, error_kind)
      WHERE r.id = f.id";
 
-/// Moves the checkpoint forward only (instants compared by the server).
-pub(super) const ADVANCE_CHECKPOINT: &str =
-    "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at) VALUES ($1, $2, $3)
+/// Moves the checkpoint of each schedule `$1` forward to its cursor `$2`, never back
+/// (instants compared by the server), stamped `$3`; each schedule named once.
+pub(super) const ADVANCE_CHECKPOINTS: &str =
+    "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at)
+     SELECT k.s, k.c, $3 FROM unnest($1::uuid[], $2::timestamptz[]) AS k (s, c)
      ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
        updated_at = excluded.updated_at
      WHERE sync_checkpoints.cursor < excluded.cursor";

@@ -1,10 +1,18 @@
-//! A page and its checkpoint in one PostgreSQL transaction, each table written by ONE
-//! statement: the page's rows go as arrays (`unnest($1::uuid[], …)`, binary protocol). A page
-//! costs two round trips whatever its size (`pipeline.rs`): the transaction's start, with its
-//! fence, the stored calls' fingerprints (which decide what is written) and ids reserved for
-//! its calls and attempts; then every statement of the page, in order (the calls; their own
-//! children: parameters, attempts, notifications; the attempts' outcomes and variables; the
-//! summaries), the checkpoint and the commit, none waiting for another's answer. A page whose
+//! Pages and their checkpoints in one PostgreSQL transaction, each table written by ONE
+//! statement: the pages' rows go as arrays (`unnest($1::uuid[], …)`, binary protocol). A
+//! transaction costs two round trips whatever its size (`pipeline.rs`): its start, with the
+//! fences, the stored calls' fingerprints (which decide what is written) and ids reserved for
+//! the calls and attempts; then every statement, in order (the calls; their own children:
+//! parameters, attempts, notifications; the attempts' outcomes and variables; the summaries),
+//! the checkpoints and the commit, none waiting for another's answer.
+//!
+//! The daemon's passes hand their pages to the writer together (`Destination::write_pages`),
+//! and a group of them (of several schedules, no call in two of them) is one transaction: on
+//! pages of 10 new calls the statements and the commit were most of a page's cost to the
+//! server, which a group shares (10,000 first-sync pages: 17 s of the server's CPU alone, 6 s
+//! in groups). Each page of a group is planned as alone, and the rounds of all its pages are
+//! merged round by round. A group the server refuses, for whatever reason, is written page by
+//! page: a page's failure stays its own. A page written alone is a group of one. A page whose
 //! calls are all new is inserted with the ids it reserved, as COPY writes rows; any other is
 //! upserted (`ON CONFLICT`), a child row finding its call's and attempt's ids on the server by
 //! the uids it carries (`batch.rs`). A page that changes no call costs two, or one (below).
@@ -38,9 +46,9 @@ use super::PgWarehouse;
 use super::batch::{
     ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, Write, t,
 };
-use super::claim::READ_FENCE;
+use super::claim::READ_FENCES;
 use super::pipeline::Pipeline;
-use super::runs::ADVANCE_CHECKPOINT;
+use super::runs::ADVANCE_CHECKPOINTS;
 use super::session::{PgContext, RowColumn, micros, wait};
 use crate::service::{Attempt, OutboundCall, Timestamp};
 use crate::warehouse::destination::{Looked, PageBatch};
@@ -118,6 +126,7 @@ const SUMMARIZE: [(&str, &str); 2] = [
 ];
 
 const RESERVING: &str = "reserving ids for the page's calls";
+const CHECKING_FENCES: &str = "checking the schedules' fences";
 
 /// A page to write, as `write_hashed_page` was given it.
 struct Page<'a> {
@@ -138,18 +147,41 @@ enum Inserts {
     Never,
 }
 
-/// How a page's transaction ended.
-enum PageEnd {
-    Written(PageWrite),
-    /// Rolled back: a call the page inserted as new was stored by another transaction after
-    /// the page read its stored calls (a call moved between two schedules written at once).
+/// How a transaction of pages ended.
+enum PagesEnd {
+    /// Each page's counts, in order.
+    Written(Vec<PageWrite>),
+    /// Rolled back: a call the pages inserted as new was stored by another transaction after
+    /// they read their stored calls (a call moved between two schedules written at once).
     StoredMeanwhile,
 }
 
-/// Ids reserved for a page's calls and attempts (`RESERVE_IDS`), each list ascending.
+/// Ids reserved for pages' calls and attempts (`RESERVE_IDS`), each list ascending.
 struct Reserved {
     calls: Vec<i64>,
     attempts: Vec<i64>,
+}
+
+impl Reserved {
+    /// The first `calls` and `attempts` ids (fewer when there are not as many), taken off.
+    fn take_front(&mut self, [calls, attempts]: [usize; 2]) -> Reserved {
+        let front = |ids: &mut Vec<i64>, n: usize| {
+            let rest = ids.split_off(n.min(ids.len()));
+            std::mem::replace(ids, rest)
+        };
+        Reserved {
+            calls: front(&mut self.calls, calls),
+            attempts: front(&mut self.attempts, attempts),
+        }
+    }
+}
+
+/// How many ids `calls` may take: one each, and one for each of their attempts.
+fn ids_wanted(calls: &[OutboundCall]) -> [usize; 2] {
+    let attempts = (calls.iter())
+        .map(|c| c.outbound_call_attempts.as_ref().map_or(0, Vec::len))
+        .sum();
+    [calls.len(), attempts]
 }
 
 const DELETING_GONE: &str = "deleting children the service no longer shows";
@@ -194,6 +226,33 @@ struct RoundRows {
     lists: [(Batch, Replaced); 2],
     /// The calls whose summary the children sent do not tell.
     unknown: Vec<String>,
+}
+
+impl RoundRows {
+    /// The rows of two pages' rounds, as one round: inserted when both are, else upserted
+    /// (an upsert does not send the ids an insert's rows carry). The pages name no call in
+    /// common (`PgWarehouse::may_write_together`), so no row is written twice.
+    fn merge(mut self, round: RoundRows) -> RoundRows {
+        if round.write == Write::Upsert {
+            self.write = Write::Upsert;
+        }
+        self.calls.append(round.calls);
+        self.mirrored.extend(round.mirrored);
+        self.parameters.append(round.parameters);
+        self.kept.calls.extend(round.kept.calls);
+        self.kept.of_calls.extend(round.kept.of_calls);
+        self.kept.uids.extend(round.kept.uids);
+        self.attempts.append(round.attempts);
+        self.notified.extend(round.notified);
+        self.notifications.append(round.notifications);
+        for ((batch, replaced), (more, also)) in self.lists.iter_mut().zip(round.lists) {
+            batch.append(more);
+            replaced.calls.extend(also.calls);
+            replaced.attempts.extend(also.attempts);
+        }
+        self.unknown.extend(round.unknown);
+        self
+    }
 }
 
 /// The attempts a mirrored call keeps (every other of its attempts goes), by call uid and
@@ -248,17 +307,17 @@ impl PgWarehouse {
         };
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
-        self.replanning(|| match self.write_page(&page, Inserts::Allowed)? {
-            PageEnd::Written(counts) => Ok(counts),
-            PageEnd::StoredMeanwhile => {
+        self.replanning(|| match self.write_group(std::slice::from_ref(&page), Inserts::Allowed)? {
+            PagesEnd::Written(counts) => Ok(only_page(counts)),
+            PagesEnd::StoredMeanwhile => {
                 tracing::info!(
                     %schedule,
                     "another transaction stored a call of the page while it was inserted as new; writing the page again"
                 );
-                match self.write_page(&page, Inserts::Never)? {
-                    PageEnd::Written(counts) => Ok(counts),
+                match self.write_group(std::slice::from_ref(&page), Inserts::Never)? {
+                    PagesEnd::Written(counts) => Ok(only_page(counts)),
                     // Never: a page that inserts nothing is not refused so.
-                    PageEnd::StoredMeanwhile => Err(WarehouseError::Server {
+                    PagesEnd::StoredMeanwhile => Err(WarehouseError::Server {
                         target: self.target.display().to_owned(),
                         step: "committing a page",
                         cause: "the page was rolled back as stored meanwhile though it inserted nothing; nothing of it was written, and this is a bug in callsync: report it".to_owned(),
@@ -268,31 +327,133 @@ impl PgWarehouse {
         })
     }
 
-    /// One transaction: the page's start ([`Self::begin_page`]), then its statements, the
-    /// checkpoint and the commit ([`Self::write_and_commit`]).
-    fn write_page(&self, page: &Page<'_>, inserts: Inserts) -> Result<PageEnd, WarehouseError> {
-        let begun = self.begin_page(page.schedule, page.generation, page.calls, inserts);
-        let (stored, reserved) = match begun {
+    /// [`crate::warehouse::Destination::write_pages`]: the pages of several passes in one
+    /// transaction ([`Self::write_together`]), which costs the server a fraction of a
+    /// transaction each (on pages of 10 new calls, most of a page's cost is its statements'
+    /// and its transaction's, not its rows'). Pages that cannot go together (two of one
+    /// schedule, a call in two of them, a pass still reading its pages first), or a group the
+    /// server refused, are each written alone, as `write_page` does: so a page's failure is
+    /// its own, and the single page's path keeps its whole handling.
+    pub fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
+        if pages.len() > 1 && self.may_write_together(&pages) {
+            match self.write_together(&pages) {
+                Ok(Some(counts)) => return counts.into_iter().map(Ok).collect(),
+                Ok(None) => tracing::debug!(
+                    pages = pages.len(),
+                    "another transaction stored a call of a group of pages while it was inserted as new; writing each page alone"
+                ),
+                Err(err) => tracing::debug!(
+                    error = %err,
+                    pages = pages.len(),
+                    "cannot write a group of pages in one transaction; writing each alone"
+                ),
+            }
+        }
+        pages
+            .iter()
+            .map(|page| {
+                let (calls, hashes) = (&page.calls, &page.content_hashes);
+                self.write_hashed_page(
+                    page.schedule,
+                    calls,
+                    hashes,
+                    page.checkpoint,
+                    page.synced_at,
+                )
+            })
+            .collect()
+    }
+
+    /// Whether `pages` may be written in one transaction: no schedule twice (a statement
+    /// moves each checkpoint once), no call in two pages (a statement writes each row once;
+    /// within a page, the plan's rounds take care of that), and no pass still expecting its
+    /// pages quiet (those are read first, [`Self::write_quiet_pages`]).
+    fn may_write_together(&self, pages: &[PageBatch]) -> bool {
+        let mut schedules = std::collections::HashSet::new();
+        let mut owners: HashMap<Uuid, Uuid> = HashMap::new();
+        pages.iter().all(|page| {
+            schedules.insert(page.schedule)
+                && self.quiet_expected(page.schedule).is_none()
+                && (page.calls.iter())
+                    .all(|c| *owners.entry(c.uid).or_insert(page.schedule) == page.schedule)
+        })
+    }
+
+    /// `pages` in one transaction ([`Self::write_group`]); `None` when it was rolled back as
+    /// stored meanwhile.
+    fn write_together(
+        &self,
+        pages: &[PageBatch],
+    ) -> Result<Option<Vec<PageWrite>>, WarehouseError> {
+        self.reconnect_if_closed()?;
+        let generations = (pages.iter())
+            .map(|page| self.locks.fence(page.schedule))
+            .collect::<Result<Vec<i64>, _>>()?;
+        let schedule_uids: Vec<String> = pages.iter().map(|p| p.schedule.to_string()).collect();
+        let call_rows: Vec<Vec<CallRow<'_>>> = (pages.iter().zip(&schedule_uids))
+            .map(|(page, uid)| rows_of(uid, &page.calls, &page.content_hashes))
+            .collect();
+        let group: Vec<Page<'_>> = (pages.iter().zip(&call_rows).zip(generations))
+            .map(|((page, call_rows), generation)| Page {
+                schedule: page.schedule,
+                generation,
+                calls: &page.calls,
+                call_rows,
+                checkpoint: page.checkpoint,
+                synced_at: page.synced_at.to_warehouse_text(),
+            })
+            .collect();
+        self.replanning(|| match self.write_group(&group, Inserts::Allowed)? {
+            PagesEnd::Written(counts) => Ok(Some(counts)),
+            PagesEnd::StoredMeanwhile => Ok(None),
+        })
+    }
+
+    /// One transaction: the pages' start ([`Self::begin_group`]), then their statements, one
+    /// a table for all of them (the rounds of every page merged, round by round), their
+    /// checkpoints and the commit ([`Self::write_and_commit`]).
+    fn write_group(
+        &self,
+        pages: &[Page<'_>],
+        inserts: Inserts,
+    ) -> Result<PagesEnd, WarehouseError> {
+        let (stored, mut reserved) = match self.begin_group(pages, inserts) {
             Ok(begun) => begun,
             Err(err) => return self.end_transaction(Err(err), "committing a page"),
         };
-        let plan = plan(page.calls, page.call_rows, stored, page.schedule);
-        let rounds: Vec<RoundRows> = plan
-            .rounds()
-            .iter()
-            .enumerate()
-            .map(|(i, round)| {
+        let mut counts = Vec::with_capacity(pages.len());
+        let mut rounds: Vec<Vec<RoundRows>> = Vec::new();
+        for page in pages {
+            let plan = plan(
+                page.calls,
+                page.call_rows,
+                stored_among(&stored, page.calls),
+                page.schedule,
+            );
+            let own = (reserved.as_mut()).map(|r| r.take_front(ids_wanted(page.calls)));
+            for (i, round) in plan.rounds().iter().enumerate() {
                 // Only a page's first round can be new calls only: a call's second write in
                 // a page is of a stored call.
-                let reserved = reserved.as_ref().filter(|_| i == 0);
-                round_rows(page.calls, page.call_rows, round, reserved, &page.synced_at)
-            })
+                let reserved = own.as_ref().filter(|_| i == 0);
+                let rows = round_rows(page.calls, page.call_rows, round, reserved, &page.synced_at);
+                match rounds.get_mut(i) {
+                    Some(merged) => merged.push(rows),
+                    None => rounds.push(vec![rows]),
+                }
+            }
+            counts.push(plan.counts);
+        }
+        let rounds: Vec<RoundRows> = (rounds.into_iter())
+            .filter_map(|pages| pages.into_iter().reduce(RoundRows::merge))
             .collect();
-        let committed = self.write_and_commit(page.schedule, &rounds, page.checkpoint)?;
+        let checkpoints: Vec<(Uuid, Timestamp)> = (pages.iter())
+            .filter_map(|page| Some((page.schedule, page.checkpoint?)))
+            .collect();
+        let committed = self.write_and_commit(&rounds, &checkpoints)?;
         Ok(if committed {
-            PageEnd::Written(plan.counts)
+            PagesEnd::Written(counts)
         } else {
-            PageEnd::StoredMeanwhile
+            PagesEnd::StoredMeanwhile
         })
     }
 
@@ -386,9 +547,7 @@ impl PgWarehouse {
                 let unchanged = {
                     let schedule_uid = page.schedule.to_string();
                     let call_rows = rows_of(&schedule_uid, &page.calls, &page.content_hashes);
-                    let own = (page.calls.iter())
-                        .filter_map(|c| stored.get(&c.uid).map(|f| (c.uid, *f)))
-                        .collect();
+                    let own = stored_among(&stored, &page.calls);
                     self.unchanged_given(
                         page.schedule,
                         &page.calls,
@@ -423,24 +582,25 @@ impl PgWarehouse {
         stored_fingerprints(&rows).pg(&self.target, step)
     }
 
-    /// One round trip: the page's transaction begins, its fence is checked
-    /// ([`Self::check_fence`]), the page's stored calls' fingerprints are read, and ids are
-    /// reserved for its calls and attempts, in case none is stored (`Reserved`).
-    fn begin_page(
+    /// One round trip: the pages' transaction begins, their fences are checked
+    /// ([`Self::check_fence`]), their stored calls' fingerprints are read, and ids are
+    /// reserved for their calls and attempts, in case none is stored (`Reserved`).
+    fn begin_group(
         &self,
-        schedule: Uuid,
-        generation: i64,
-        calls: &[OutboundCall],
+        pages: &[Page<'_>],
         inserts: Inserts,
     ) -> Result<(HashMap<Uuid, Fingerprint>, Option<Reserved>), WarehouseError> {
-        let uids: Vec<Uuid> = calls.iter().map(|c| c.uid).collect();
-        let attempts: usize = (calls.iter())
-            .map(|c| c.outbound_call_attempts.as_ref().map_or(0, Vec::len))
-            .sum();
-        let wanted = [uids.len(), attempts].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let schedules: Vec<Uuid> = pages.iter().map(|page| page.schedule).collect();
+        let uids: Vec<Uuid> = (pages.iter())
+            .flat_map(|page| page.calls.iter().map(|c| c.uid))
+            .collect();
+        let wanted = (pages.iter())
+            .map(|page| ids_wanted(page.calls))
+            .fold([0, 0], |[c, a], [dc, da]| [c + dc, a + da])
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         let mut pipeline = Pipeline::default();
-        let fence = self.statement(READ_FENCE, "checking the schedule's fence")?;
-        pipeline.push(fence, vec![&schedule], "checking the schedule's fence");
+        let fences = self.statement(READ_FENCES, CHECKING_FENCES)?;
+        pipeline.push(fences, vec![&schedules], CHECKING_FENCES);
         if !uids.is_empty() {
             let read = self.statement(READ_FINGERPRINTS, "reading the page's stored calls")?;
             pipeline.push(read, vec![&uids], "reading the page's stored calls");
@@ -455,8 +615,16 @@ impl PgWarehouse {
         });
         begun.pg(&self.target, "starting a page transaction")?;
         let mut answers = pipeline.rows(answers, &self.target)?.into_iter();
-        let fence = answers.next().unwrap_or_default();
-        self.check_fence(schedule, generation, fence.first())?;
+        let fences: HashMap<Uuid, i64> = (answers.next().unwrap_or_default().iter())
+            .map(|row| {
+                let schedule = row.column(0, &self.target, CHECKING_FENCES)?;
+                Ok((schedule, row.column(1, &self.target, CHECKING_FENCES)?))
+            })
+            .collect::<Result<_, WarehouseError>>()?;
+        for page in pages {
+            let current = fences.get(&page.schedule).copied();
+            self.check_fence(page.schedule, page.generation, current)?;
+        }
         let stored = stored_fingerprints(&answers.next().unwrap_or_default())
             .pg(&self.target, "reading the page's stored calls")?;
         let reserved = match answers.next().as_deref() {
@@ -472,29 +640,32 @@ impl PgWarehouse {
         Ok((stored, reserved))
     }
 
-    /// One round trip: every round's statements ([`Self::push_round`]), the checkpoint moved
-    /// forward when the page moves it, and the commit. A statement refused aborts the
+    /// One round trip: every round's statements ([`Self::push_round`]), the checkpoints moved
+    /// forward (each schedule's once), and the commit. A statement refused aborts the
     /// transaction, and the commit sent with it then rolls it back; a statement that could not
     /// be prepared leaves the page unsent, and its transaction is rolled back here. False when an
     /// insert was refused for a key another transaction stored meanwhile (`PageEnd`), the
     /// transaction rolled back.
     fn write_and_commit(
         &self,
-        schedule: Uuid,
         rounds: &[RoundRows],
-        checkpoint: Option<Timestamp>,
+        checkpoints: &[(Uuid, Timestamp)],
     ) -> Result<bool, WarehouseError> {
-        let cursor = checkpoint.map(micros);
+        let schedules: Vec<Uuid> = checkpoints.iter().map(|(schedule, _)| *schedule).collect();
+        let cursors: Vec<time::OffsetDateTime> = checkpoints
+            .iter()
+            .map(|(_, cursor)| micros(*cursor))
+            .collect();
         let now = micros(Timestamp::now());
         let mut pipeline = Pipeline::default();
         let prepared: Result<(), WarehouseError> = (|| {
             for round in rounds {
                 self.push_round(&mut pipeline, round)?;
             }
-            if let Some(cursor) = &cursor {
+            if !checkpoints.is_empty() {
                 let step = "saving a checkpoint";
-                let statement = self.statement(ADVANCE_CHECKPOINT, step)?;
-                pipeline.push(statement, vec![&schedule, cursor, &now], step);
+                let statement = self.statement(ADVANCE_CHECKPOINTS, step)?;
+                pipeline.push(statement, vec![&schedules, &cursors, &now], step);
             }
             Ok(())
         })();
@@ -516,7 +687,7 @@ impl PgWarehouse {
         Ok(true)
     }
 
-    /// The page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token
+    /// A page's fence (`claim.rs`), first in its transaction: `schedule`'s fencing token
     /// (`current`, read `FOR SHARE` there) is still `generation`, the one this process's
     /// claim took, and stays so until the page commits (another process's claim waits for the
     /// commit). Else another process has claimed the schedule since, and the page is refused.
@@ -524,12 +695,8 @@ impl PgWarehouse {
         &self,
         schedule: Uuid,
         generation: i64,
-        current: Option<&tokio_postgres::Row>,
+        current: Option<i64>,
     ) -> Result<(), WarehouseError> {
-        let step = "checking the schedule's fence";
-        let current: Option<i64> = current
-            .map(|row| row.column(0, &self.target, step))
-            .transpose()?;
         if current == Some(generation) {
             return Ok(());
         }
@@ -651,6 +818,21 @@ impl PgWarehouse {
         pipeline.push(statement, vec![uids], DELETING_GONE);
         Ok(())
     }
+}
+
+/// The only page's counts of a group of one.
+fn only_page(counts: Vec<PageWrite>) -> PageWrite {
+    counts.into_iter().next().unwrap_or_default()
+}
+
+/// The stored fingerprints of `calls`, among those of a group's pages.
+fn stored_among(
+    stored: &HashMap<Uuid, Fingerprint>,
+    calls: &[OutboundCall],
+) -> HashMap<Uuid, Fingerprint> {
+    (calls.iter())
+        .filter_map(|c| stored.get(&c.uid).map(|f| (c.uid, *f)))
+        .collect()
 }
 
 /// `uid → (content_hash, schedule_uid)` of the page's stored calls, from their rows.
