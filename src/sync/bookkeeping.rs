@@ -60,12 +60,16 @@ pub(super) type QuietPages = Gathered<PageBatch, Result<Looked, SyncError>>;
 
 /// The openings of an engine's passes, gathered.
 pub(super) fn openings() -> Arc<Openings> {
-    Gathered::new(open_all)
+    Gathered::new(|sink, requests, answer| {
+        open_all(sink, requests).into_iter().for_each(answer);
+    })
 }
 
 /// The ends of an engine's passes, gathered.
 pub(super) fn endings() -> Arc<Endings> {
-    Gathered::new(end_all)
+    Gathered::new(|sink, requests, answer| {
+        end_all(sink, requests).into_iter().for_each(answer);
+    })
 }
 
 /// Pages to write (`Destination::write_pages`).
@@ -88,12 +92,10 @@ const PAGES_PER_GROUP: usize = 32;
 /// The pages of an engine's passes, gathered.
 pub(super) fn pages() -> Arc<Pages> {
     Gathered::with_jobs(
-        |sink, pages| {
-            let written = sink.write_pages(pages);
-            written
-                .into_iter()
-                .map(|w| w.map_err(SyncError::from))
-                .collect()
+        |sink, pages, answer| {
+            sink.write_pages(pages, &mut |written| {
+                answer(written.map_err(SyncError::from))
+            });
         },
         PAGE_JOBS,
         PAGES_PER_GROUP,
@@ -102,12 +104,11 @@ pub(super) fn pages() -> Arc<Pages> {
 
 /// The quiet pages of an engine's passes, gathered.
 pub(super) fn quiet_pages() -> Arc<QuietPages> {
-    Gathered::new(|sink, pages| {
+    Gathered::new(|sink, pages, answer| {
         let looked = sink.write_quiet_pages(pages);
         looked
             .into_iter()
-            .map(|l| l.map_err(SyncError::from))
-            .collect()
+            .for_each(|l| answer(l.map_err(SyncError::from)));
     })
 }
 

@@ -239,12 +239,16 @@ impl Writer {
 /// request runs alone, as soon as a thread is free: nothing waits to be gathered.
 pub struct Gathered<R, T> {
     waiting: Mutex<Gathering<R, T>>,
-    run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>,
+    run: Run<R, T>,
     /// The most jobs of the kind queued or running at once.
     most_jobs: usize,
     /// The most requests a job's round takes (the first ones waiting).
     most_per_round: usize,
 }
+
+/// Runs a group of requests, giving `answer` one result a request, in their order, each as
+/// soon as it is known (a page written alone, as soon as it is committed).
+pub type Run<R, T> = fn(&mut dyn Destination, Vec<R>, answer: &mut dyn FnMut(T));
 
 struct Gathering<R, T> {
     requests: Vec<(R, oneshot::Sender<T>)>,
@@ -253,9 +257,8 @@ struct Gathering<R, T> {
 }
 
 impl<R, T> Gathered<R, T> {
-    /// Requests run by `run`, which answers one result a request, in their order; one job
-    /// at a time.
-    pub fn new(run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>) -> Arc<Gathered<R, T>> {
+    /// Requests run by `run`; one job at a time.
+    pub fn new(run: Run<R, T>) -> Arc<Gathered<R, T>> {
         Gathered::with_jobs(run, 1, usize::MAX)
     }
 
@@ -264,7 +267,7 @@ impl<R, T> Gathered<R, T> {
     /// still wait for a round together once that many jobs run, a destination written from
     /// several connections writes on that many, and a round's memory is bounded.
     pub fn with_jobs(
-        run: fn(&mut dyn Destination, Vec<R>) -> Vec<T>,
+        run: Run<R, T>,
         most_jobs: usize,
         most_per_round: usize,
     ) -> Arc<Gathered<R, T>> {
@@ -302,12 +305,16 @@ impl<R, T> Gathered<R, T> {
             };
             let (requests, replies): (Vec<R>, Vec<oneshot::Sender<T>>) =
                 requests.into_iter().unzip();
-            let results = (self.run)(sink, requests);
-            debug_assert_eq!(results.len(), replies.len(), "one result a request");
-            for (reply, result) in replies.into_iter().zip(results) {
+            let mut replies = replies.into_iter();
+            (self.run)(sink, requests, &mut |result| {
                 // The requester may have gone (cancelled); what ran has still run.
-                let _ = reply.send(result);
-            }
+                if let Some(reply) = replies.next() {
+                    let _ = reply.send(result);
+                }
+            });
+            // A request left unanswered (a bug) is dropped: its requester hears the writer
+            // is gone, rather than waiting for good.
+            debug_assert!(replies.next().is_none(), "one result a request");
         }
     }
 }
@@ -467,12 +474,12 @@ mod tests {
     type Recorded = (u32, Arc<Mutex<Vec<Vec<u32>>>>);
 
     /// Runs a group: records its numbers, answers each number ten times over.
-    fn record_group(_: &mut dyn Destination, requests: Vec<Recorded>) -> Vec<u32> {
+    fn record_group(_: &mut dyn Destination, requests: Vec<Recorded>, answer: &mut dyn FnMut(u32)) {
         let numbers: Vec<u32> = requests.iter().map(|(n, _)| *n).collect();
         if let Some((_, groups)) = requests.first() {
             groups.lock().unwrap().push(numbers.clone());
         }
-        numbers.iter().map(|n| n * 10).collect()
+        numbers.iter().for_each(|n| answer(n * 10));
     }
 
     /// Holds the writer's one thread (a destination that cannot fork) with a job that ends

@@ -219,9 +219,16 @@ pub trait Destination: Send + 'static {
     fn write_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError>;
     /// [`Self::write_page`] for each of `pages` (of several passes, a schedule's once), in
     /// one transaction where the back end allows: each page all or nothing, as alone. One
-    /// result each, in order.
-    fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
-        pages.iter().map(|page| self.write_page(page)).collect()
+    /// result each to `written`, in order, as soon as the page is committed: a page written
+    /// alone does not wait for the others.
+    fn write_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+        written: &mut dyn FnMut(Result<PageWrite, WarehouseError>),
+    ) {
+        for page in &pages {
+            written(self.write_page(page));
+        }
     }
     /// Pages of passes that opened with a checkpoint and have changed nothing yet (an idle
     /// pass's, most often), from several passes at once: each written, or answered at once

@@ -388,6 +388,16 @@ pub fn integrity_and_calls(path: &std::path::Path) -> (String, i64) {
     (check, calls)
 }
 
+/// The results `Destination::write_pages` gives, one a page, in order.
+pub fn write_pages(
+    dest: &mut dyn callsync::warehouse::Destination,
+    pages: Vec<callsync::warehouse::PageBatch>,
+) -> Vec<Result<callsync::warehouse::PageWrite, callsync::warehouse::WarehouseError>> {
+    let mut results = Vec::new();
+    dest.write_pages(pages, &mut |written| results.push(written));
+    results
+}
+
 /// Records the start of a pass of `kind` as a pass opens one (`Destination::open_pass`,
 /// with no other walker to defer to); its row's id.
 pub fn start_run(

@@ -1317,7 +1317,8 @@ async fn a_group_of_pages_refused_whole_is_written_page_by_page() {
             .map(|schedule| w.claim(*schedule).unwrap().expect("free"))
             .collect();
 
-        let written = w.write_pages(vec![page(0, &truth[0]), page(1, &truth[1])]);
+        let written =
+            crate::harness::write_pages(&mut w, vec![page(0, &truth[0]), page(1, &truth[1])]);
         assert!(written.iter().all(Result::is_ok), "{written:?}");
         assert_eq!(stored(&db), rows(&[0, 1]));
         assert_eq!(
@@ -1336,7 +1337,8 @@ async fn a_group_of_pages_refused_whole_is_written_page_by_page() {
                    WHEN (NEW.uid = '{refused}') EXECUTE FUNCTION refuse()"
             ),
         );
-        let written = w.write_pages(vec![page(2, &truth[2]), page(3, &truth[3])]);
+        let written =
+            crate::harness::write_pages(&mut w, vec![page(2, &truth[2]), page(3, &truth[3])]);
         let err = written[0].as_ref().expect_err("refused").to_string();
         assert!(err.contains("refused by the test"), "{err}");
         assert_eq!(written[1].as_ref().unwrap().calls_written, 3);
@@ -1362,7 +1364,8 @@ async fn a_group_of_pages_refused_whole_is_written_page_by_page() {
                 s[3]
             ),
         );
-        let fenced = w.write_pages(vec![page(2, &truth[2]), page(3, &truth[3][..1])]);
+        let fenced =
+            crate::harness::write_pages(&mut w, vec![page(2, &truth[2]), page(3, &truth[3][..1])]);
         for result in &fenced {
             assert!(
                 matches!(result, Err(WarehouseError::ClaimLost { .. })),

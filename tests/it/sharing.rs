@@ -1126,25 +1126,34 @@ async fn pages_written_as_alone(dest: crate::harness::Dest) {
         };
         // New calls only: schedule 1's first two, schedule 2's with its first call twice.
         let twice = [truth[2].clone(), vec![expected[2][0].clone()]].concat();
-        let first = w.write_pages(vec![
-            page(s[0], truth[0].clone(), "2026-01-01T00:10:00Z"),
-            page(s[1], truth[1][..2].to_vec(), "2026-01-01T00:20:00Z"),
-            page(s[2], twice, "2026-01-01T00:30:00Z"),
-        ]);
+        let first = crate::harness::write_pages(
+            w.as_mut(),
+            vec![
+                page(s[0], truth[0].clone(), "2026-01-01T00:10:00Z"),
+                page(s[1], truth[1][..2].to_vec(), "2026-01-01T00:20:00Z"),
+                page(s[2], twice, "2026-01-01T00:30:00Z"),
+            ],
+        );
         assert_eq!(counts(first), [(3, 0), (2, 0), (4, 0)]);
         // A stored call changed and a new one beside an unchanged one; a page that changes
         // nothing; a checkpoint that stays where it is (never moved back).
-        let second = w.write_pages(vec![
-            page(s[1], expected[1].clone(), "2026-01-01T00:40:00Z"),
-            page(s[0], truth[0].clone(), "2026-01-01T00:50:00Z"),
-            page(s[2], expected[2].clone(), "2026-01-01T00:00:00Z"),
-        ]);
+        let second = crate::harness::write_pages(
+            w.as_mut(),
+            vec![
+                page(s[1], expected[1].clone(), "2026-01-01T00:40:00Z"),
+                page(s[0], truth[0].clone(), "2026-01-01T00:50:00Z"),
+                page(s[2], expected[2].clone(), "2026-01-01T00:00:00Z"),
+            ],
+        );
         assert_eq!(counts(second), [(2, 1), (0, 3), (0, 3)]);
         // The call moves from schedule 0 to schedule 3: both pages of one group list it.
-        let third = w.write_pages(vec![
-            page(s[0], truth[0].clone(), "2026-01-01T00:55:00Z"),
-            page(s[3], expected[3].clone(), "2026-01-01T00:05:00Z"),
-        ]);
+        let third = crate::harness::write_pages(
+            w.as_mut(),
+            vec![
+                page(s[0], truth[0].clone(), "2026-01-01T00:55:00Z"),
+                page(s[3], expected[3].clone(), "2026-01-01T00:05:00Z"),
+            ],
+        );
         assert_eq!(counts(third), [(0, 3), (4, 0)]);
         let cursors: Vec<_> = (s.iter())
             .map(|&schedule| w.checkpoint(schedule).unwrap().map(|c| c.cursor))

@@ -180,8 +180,12 @@ impl Destination for PgWarehouse {
         )
     }
 
-    fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
-        PgWarehouse::write_pages(self, pages)
+    fn write_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+        written: &mut dyn FnMut(Result<PageWrite, WarehouseError>),
+    ) {
+        PgWarehouse::write_pages(self, pages, written);
     }
 
     fn write_quiet_pages(

@@ -333,11 +333,16 @@ impl PgWarehouse {
     /// and its transaction's, not its rows'). Pages that cannot go together (two of one
     /// schedule, a call in two of them, a pass still reading its pages first), or a group the
     /// server refused, are each written alone, as `write_page` does: so a page's failure is
-    /// its own, and the single page's path keeps its whole handling.
-    pub fn write_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<PageWrite, WarehouseError>> {
+    /// its own, and the single page's path keeps its whole handling. Each result goes to
+    /// `written` once its page is committed.
+    pub fn write_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+        written: &mut dyn FnMut(Result<PageWrite, WarehouseError>),
+    ) {
         if pages.len() > 1 && self.may_write_together(&pages) {
             match self.write_together(&pages) {
-                Ok(Some(counts)) => return counts.into_iter().map(Ok).collect(),
+                Ok(Some(counts)) => return counts.into_iter().map(Ok).for_each(written),
                 Ok(None) => tracing::debug!(
                     pages = pages.len(),
                     "another transaction stored a call of a group of pages while it was inserted as new; writing each page alone"
@@ -349,19 +354,11 @@ impl PgWarehouse {
                 ),
             }
         }
-        pages
-            .iter()
-            .map(|page| {
-                let (calls, hashes) = (&page.calls, &page.content_hashes);
-                self.write_hashed_page(
-                    page.schedule,
-                    calls,
-                    hashes,
-                    page.checkpoint,
-                    page.synced_at,
-                )
-            })
-            .collect()
+        for page in &pages {
+            let (calls, hashes) = (&page.calls, &page.content_hashes);
+            let (checkpoint, synced_at) = (page.checkpoint, page.synced_at);
+            written(self.write_hashed_page(page.schedule, calls, hashes, checkpoint, synced_at));
+        }
     }
 
     /// Whether `pages` may be written in one transaction: no schedule twice (a statement
