@@ -158,7 +158,7 @@ where
 }
 
 fn warn_repaired(name: &str, repaired: &Repaired) {
-    let says = "the service sent text that is not UTF-8: stored with U+FFFD in place of each invalid sequence; report it to the service's operators";
+    let says = "the service sent text that is not UTF-8, or a NUL: stored with U+FFFD in place of each invalid sequence or NUL; report it to the service's operators";
     let safe = |uid: &str| crate::untrusted::untrusted_text(uid, 64);
     if repaired.uids.is_empty() {
         tracing::warn!(request = name, replaced = repaired.replaced, "{says}");

@@ -18,6 +18,13 @@
 //! - a value that must be a uid, an instant or one of a set of words is refused by its own
 //!   parser when it holds U+FFFD, as it would be with any other wrong character.
 //!
+//! A NUL (`\u0000`, which JSON allows) in a string value becomes U+FFFD (`\ufffd`) too:
+//! PostgreSQL's text and `jsonb` cannot hold one, and would refuse the call's page on every
+//! pass; both destinations store the same replacement, so they hold the same calls. The
+//! escape is replaced by another of the same shape (a backslash, `u`, four hex digits), so the
+//! body's structure is untouched; an escaped backslash before `u0000` is text, not a NUL, and
+//! a key is left as it is (as above).
+//!
 //! What was replaced is told with the uid of the outermost object around it that has one
 //! (a call, not its attempt), so the log can name the call once.
 
@@ -28,33 +35,35 @@ const MAX_DEPTH: usize = 128;
 /// The most bytes of a `uid` value kept for the log (a uuid has 36).
 const UID_BYTES: usize = 64;
 
+/// A NUL as JSON writes it, and the replacement character written the same way.
+const NUL_ESCAPE: &[u8] = b"\\u0000";
+const REPLACEMENT_ESCAPE: &[u8] = b"\\ufffd";
+
 /// A body with its invalid UTF-8 replaced where harmless.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Repaired {
     pub body: Vec<u8>,
-    /// How many invalid sequences became U+FFFD.
+    /// How many invalid sequences and NULs became U+FFFD.
     pub replaced: usize,
     /// The uids of the outermost objects around them (none when no object there has one).
     pub uids: Vec<String>,
 }
 
-/// `body` with the invalid UTF-8 of its string values replaced, or `None` when it is valid
-/// UTF-8 (nothing to do) or nothing in it could be repaired (it stays as it is, and the
-/// decoder says why it cannot be read).
+/// `body` with the invalid UTF-8 and the NULs of its string values replaced, or `None` when
+/// there is nothing to replace, or invalid UTF-8 that cannot be (the body stays as it is, and
+/// the decoder says why it cannot be read).
 pub(super) fn repair(body: &[u8]) -> Option<Repaired> {
-    if std::str::from_utf8(body).is_ok() {
+    let valid = std::str::from_utf8(body).is_ok();
+    if valid && memchr::memmem::find(body, NUL_ESCAPE).is_none() {
         return None;
     }
     let mut scan = Scan::default();
     let mut out = Vec::with_capacity(body.len() + 16);
     for chunk in body.utf8_chunks() {
-        for &byte in chunk.valid().as_bytes() {
-            scan.step(byte);
-            if scan.too_deep {
-                return None;
-            }
+        scan.copy(chunk.valid().as_bytes(), &mut out);
+        if scan.too_deep {
+            return None;
         }
-        out.extend_from_slice(chunk.valid().as_bytes());
         if chunk.invalid().is_empty() {
             continue;
         }
@@ -64,8 +73,8 @@ pub(super) fn repair(body: &[u8]) -> Option<Repaired> {
         scan.replaced();
         out.extend_from_slice("\u{FFFD}".as_bytes());
     }
-    // Not valid UTF-8, so at least one sequence was replaced.
-    Some(Repaired {
+    // A NUL's escape may have been text, or in a key: then nothing was replaced.
+    (scan.replaced > 0).then_some(Repaired {
         body: out,
         replaced: scan.replaced,
         uids: scan.uids,
@@ -109,6 +118,27 @@ struct Text {
 }
 
 impl Scan {
+    /// Scans `valid` (UTF-8) into `out`, each NUL escape in a string value replaced; stops at
+    /// the decoder's depth (`too_deep`).
+    fn copy(&mut self, valid: &[u8], out: &mut Vec<u8>) {
+        let mut rest = valid;
+        while let Some(&byte) = rest.first() {
+            if rest.starts_with(NUL_ESCAPE) && self.in_value_text() {
+                REPLACEMENT_ESCAPE.iter().for_each(|&b| self.step(b));
+                self.replaced();
+                out.extend_from_slice(REPLACEMENT_ESCAPE);
+                rest = &rest[NUL_ESCAPE.len()..];
+                continue;
+            }
+            self.step(byte);
+            if self.too_deep {
+                return;
+            }
+            out.push(byte);
+            rest = &rest[1..];
+        }
+    }
+
     fn step(&mut self, byte: u8) {
         if let Some(text) = &mut self.string {
             if self.escaped {
@@ -272,6 +302,41 @@ mod tests {
         // An escaped quote does not end the string, so what follows is still its text.
         let (text, _, _) = repaired(b"{\"n\":\"say \\\"\xff\\\"\"}").unwrap();
         assert_eq!(text, "{\"n\":\"say \\\"\u{FFFD}\\\"\"}");
+    }
+
+    #[test]
+    fn a_nul_in_a_value_becomes_a_replacement_and_names_the_call() {
+        let body =
+            br#"{"data":[{"uid":"a","info":{"first_name":"Jo\u0000e\u0000"},"note":"\\u0000"}]}"#;
+        let (text, replaced, uids) = repaired(body).unwrap();
+        // An escaped backslash before `u0000` is text: kept.
+        assert_eq!(
+            text,
+            r#"{"data":[{"uid":"a","info":{"first_name":"Jo\ufffde\ufffd"},"note":"\\u0000"}]}"#
+        );
+        assert_eq!((replaced, uids), (2, vec!["a".to_owned()]));
+        let decoded: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            decoded["data"][0]["info"]["first_name"],
+            "Jo\u{FFFD}e\u{FFFD}"
+        );
+        // With invalid UTF-8 beside it, both are replaced.
+        let (text, replaced, _) = repaired(b"{\"n\":\"\\u0000\xff\"}").unwrap();
+        assert_eq!(
+            (text.as_str(), replaced),
+            ("{\"n\":\"\\ufffd\u{FFFD}\"}", 2)
+        );
+    }
+
+    #[test]
+    fn a_nul_that_is_text_or_in_a_key_is_left_alone() {
+        for body in [
+            &br#"{"note":"\\u0000"}"#[..],
+            br#"{"na\u0000me":"x"}"#,
+            br#"{"n":"\u0001"}"#,
+        ] {
+            assert_eq!(repair(body), None, "{}", String::from_utf8_lossy(body));
+        }
     }
 
     #[test]

@@ -31,6 +31,10 @@ pub enum BadBody {
     /// UTF-8, and so not valid JSON. The call's other fields, and the rest of the page, are
     /// the truth.
     InvalidUtf8Name(Uuid),
+    /// `200` with the page as it is, except that this call's `first_name` ends in a NUL
+    /// (`\u0000`, which JSON allows and PostgreSQL's text does not). The call's other fields,
+    /// and the rest of the page, are the truth.
+    NulInName(Uuid),
     /// `200` with a call holding, in a field of its own, arrays nested 5,000 deep:
     /// valid JSON that no decoder with a depth limit reads.
     DeeplyNested,
@@ -40,7 +44,7 @@ impl BadBody {
     /// Whether the response replaces the page; otherwise it is the page the simulator
     /// serves, garbled ([`Self::garble`]).
     pub(super) fn replaces_the_page(self) -> bool {
-        !matches!(self, BadBody::InvalidUtf8Name(_))
+        !matches!(self, BadBody::InvalidUtf8Name(_) | BadBody::NulInName(_))
     }
 
     pub(super) fn respond(self) -> Response {
@@ -63,7 +67,7 @@ impl BadBody {
                 "[".repeat(NESTING),
                 "]".repeat(NESTING)
             )),
-            BadBody::InvalidUtf8Name(_) => {
+            BadBody::InvalidUtf8Name(_) | BadBody::NulInName(_) => {
                 unreachable!("garbles the page rather than replacing it")
             }
         }
@@ -71,16 +75,15 @@ impl BadBody {
 
     /// `page` as the list endpoint serves it, garbled as this asks.
     pub(super) fn garble(self, page: &CallPage) -> Response {
-        let BadBody::InvalidUtf8Name(call) = self else {
-            return self.respond();
+        let (call, ending) = match self {
+            BadBody::InvalidUtf8Name(call) => (call, INVALID_BYTE_MARK),
+            BadBody::NulInName(call) => (call, "\0"),
+            _ => return self.respond(),
         };
         let mut page = page.clone();
         for listed in page.data.iter_mut().filter(|c| c.uid == call) {
             let name = &mut listed.outbound_call_info.first_name;
-            *name = Some(format!(
-                "{}{INVALID_BYTE_MARK}",
-                name.as_deref().unwrap_or_default()
-            ));
+            *name = Some(format!("{}{ending}", name.as_deref().unwrap_or_default()));
         }
         let text = serde_json::to_string(&page).unwrap_or_default();
         let mut pieces = text.split(INVALID_BYTE_MARK);

@@ -65,7 +65,7 @@ mod status;
 mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
-// Bytes the service should not send: a name not UTF-8, a page nested too deep.
+// Bytes the service should not send: a name not UTF-8 or with a NUL, a page nested too deep.
 mod bad_bytes;
 // SIGKILL at random instants: the checkpoint is never ahead of the data.
 mod crash;
