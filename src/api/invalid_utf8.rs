@@ -18,12 +18,13 @@
 //! - a value that must be a uid, an instant or one of a set of words is refused by its own
 //!   parser when it holds U+FFFD, as it would be with any other wrong character.
 //!
-//! A NUL (`\u0000`, which JSON allows) in a string value becomes U+FFFD (`\ufffd`) too:
+//! A NUL (`\u0000`, which JSON allows) in a string becomes U+FFFD (`\ufffd`) too:
 //! PostgreSQL's text and `jsonb` cannot hold one, and would refuse the call's page on every
-//! pass; both destinations store the same replacement, so they hold the same calls. The
-//! escape is replaced by another of the same shape (a backslash, `u`, four hex digits), so the
-//! body's structure is untouched; an escaped backslash before `u0000` is text, not a NUL, and
-//! a key is left as it is (as above).
+//! pass; both destinations store the same replacement, so they hold the same calls. In a key
+//! as well as a value: an unknown key is kept, in the object's `extra` JSON, and no key
+//! callsync reads holds U+FFFD, so none can become another. The escape is replaced by another
+//! of the same shape (a backslash, `u`, four hex digits), so the body's structure is
+//! untouched; an escaped backslash before `u0000` is text, not a NUL.
 //!
 //! What was replaced is told with the uid of the outermost object around it that has one
 //! (a call, not its attempt), so the log can name the call once.
@@ -118,12 +119,12 @@ struct Text {
 }
 
 impl Scan {
-    /// Scans `valid` (UTF-8) into `out`, each NUL escape in a string value replaced; stops at
-    /// the decoder's depth (`too_deep`).
+    /// Scans `valid` (UTF-8) into `out`, each NUL escape in a string replaced; stops at the
+    /// decoder's depth (`too_deep`).
     fn copy(&mut self, valid: &[u8], out: &mut Vec<u8>) {
         let mut rest = valid;
         while let Some(&byte) = rest.first() {
-            if rest.starts_with(NUL_ESCAPE) && self.in_value_text() {
+            if rest.starts_with(NUL_ESCAPE) && self.in_text() {
                 REPLACEMENT_ESCAPE.iter().for_each(|&b| self.step(b));
                 self.replaced();
                 out.extend_from_slice(REPLACEMENT_ESCAPE);
@@ -173,6 +174,11 @@ impl Scan {
             }
             _ => {}
         }
+    }
+
+    /// Inside a string, a key or a value, not right after its backslash.
+    fn in_text(&self) -> bool {
+        self.string.is_some() && !self.escaped
     }
 
     /// Inside a string value, not right after its backslash.
@@ -329,12 +335,17 @@ mod tests {
     }
 
     #[test]
-    fn a_nul_that_is_text_or_in_a_key_is_left_alone() {
-        for body in [
-            &br#"{"note":"\\u0000"}"#[..],
-            br#"{"na\u0000me":"x"}"#,
-            br#"{"n":"\u0001"}"#,
-        ] {
+    fn a_nul_in_a_key_becomes_a_replacement_and_a_key_named_so_is_no_uid() {
+        let (text, replaced, uids) = repaired(br#"{"uid":"a","na\u0000me":"x"}"#).unwrap();
+        assert_eq!(text, r#"{"uid":"a","na\ufffdme":"x"}"#);
+        assert_eq!((replaced, uids), (1, vec!["a".to_owned()]));
+        let (_, _, uids) = repaired(br#"{"uid\u0000":"b","n":"\u0000"}"#).unwrap();
+        assert_eq!(uids, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_nul_that_is_text_and_other_escapes_are_left_alone() {
+        for body in [&br#"{"note":"\\u0000"}"#[..], br#"{"n":"\u0001"}"#] {
             assert_eq!(repair(body), None, "{}", String::from_utf8_lossy(body));
         }
     }

@@ -439,9 +439,9 @@ impl<'e> Pass<'e> {
         None
     }
 
-    /// Waits for a page handed to the sink to commit (with its checkpoint).
-    /// Waits for the page in flight to be written (a quiet page the destination hands back
-    /// is written now, on its own); whether it changed nothing.
+    /// Waits for the page in flight to be written, with its checkpoint (a quiet page the
+    /// destination hands back is written now, with other passes' pages); whether it changed
+    /// nothing.
     async fn settle(&mut self, in_flight: InFlight) -> Result<bool, SyncError> {
         let (written, quiet) = match in_flight {
             InFlight::Written(write) => (write.wait().await?, false),

@@ -286,10 +286,11 @@ impl<R, T> Gathered<R, T> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// On the writer thread: takes every request waiting, runs them and answers each; then
-    /// those that came meanwhile, until none waits. One job of a kind at a time, so that
-    /// requests that come while it runs wait for its next round, together, instead of each
-    /// taking a thread of its own: the group grows with the load, as a group commit's does.
+    /// On the writer thread: takes the requests waiting (up to a round's most), runs them and
+    /// answers each; then those that came meanwhile, until none waits. A few jobs of a kind
+    /// at most, so that requests that come while they run wait for a round, together,
+    /// instead of each taking a thread of its own: the group grows with the load, as a group
+    /// commit's does.
     fn run_waiting(&self, sink: &mut dyn Destination) {
         let _reset = ResetOnPanic(self);
         loop {

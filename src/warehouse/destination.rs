@@ -52,7 +52,8 @@ pub struct PageBatch {
 pub enum Looked {
     /// Written, or found to change nothing (no call changed, the checkpoint stays).
     Written(PageWrite),
-    /// Not written: it changes something, and is written on its own (`write_page`).
+    /// Not written: it changes something, and is written as other pages are
+    /// (`write_pages`).
     ToWrite(PageBatch),
 }
 

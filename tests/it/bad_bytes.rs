@@ -35,26 +35,43 @@ fn list_requests(env: &TestEnv, schedule: uuid::Uuid) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_name_that_is_not_utf8_is_stored_with_a_replacement_and_logged_once() {
-    let env = TestEnv::start(SimulatorOptions {
-        schedules: 2,
-        calls_per_schedule: 150,
-        ..SimulatorOptions::default()
-    })
+conformance!(
+    a_name_the_service_garbled_is_stored_with_a_replacement_and_logged_once,
+    garbled_name_stored_with_a_replacement,
+    [
+        not_utf8 => callsync::simulator::BadBody::InvalidUtf8Name,
+        nul => callsync::simulator::BadBody::NulInName,
+    ]
+);
+
+/// A name ending in a byte that is not UTF-8, or in a NUL (`\u0000`: JSON allows it,
+/// PostgreSQL's text does not), is stored with U+FFFD in its place on every destination
+/// alike, logged once at WARN naming the call, and every pass completes without a retry: one
+/// character never holds a schedule back.
+async fn garbled_name_stored_with_a_replacement(
+    dest: crate::harness::Dest,
+    garble: fn(uuid::Uuid) -> BadBody,
+) {
+    let env = TestEnv::start_on(
+        SimulatorOptions {
+            schedules: 2,
+            calls_per_schedule: 150,
+            ..SimulatorOptions::default()
+        },
+        dest,
+    )
     .await;
     let s = env.schedules();
     let mut truth = env.sim.truth(s[0]);
     truth.sort_by_key(|c| c.updated_at);
     // Inside the first page, not on its last row: listed once.
-    let misspelt = truth[50].uid;
+    let garbled = truth[50].uid;
     let name = truth[50].outbound_call_info.first_name.clone();
     assert!(
         name.as_deref().is_some_and(|n| !n.is_empty()),
         "a seeded call with a first name: {name:?}"
     );
-    env.sim
-        .break_schedule(s[0], Some(BadBody::InvalidUtf8Name(misspelt)));
+    env.sim.break_schedule(s[0], Some(garble(garbled)));
     let config = env.write_config("");
     let c = config.to_str().unwrap();
 
@@ -74,57 +91,13 @@ async fn a_name_that_is_not_utf8_is_stored_with_a_replacement_and_logged_once() 
     let warned: Vec<&str> = err.lines().filter(|l| l.contains("not UTF-8")).collect();
     assert_eq!(warned.len(), 1, "{err}");
     assert!(
-        warned[0].contains(" WARN ") && warned[0].contains(&format!("uid={misspelt}")),
+        warned[0].contains(" WARN ") && warned[0].contains(&format!("uid={garbled}")),
         "{err}"
     );
 
-    // The warehouse: the truth, with U+FFFD where the byte was.
+    // The warehouse: the truth, with U+FFFD where the byte or the NUL was.
     let mut expected = truth;
     expected[50].outbound_call_info.first_name = name.map(|n| format!("{n}\u{FFFD}"));
-    env.assert_holds(s[0], &expected);
-    env.assert_holds(s[1], &env.sim.truth(s[1]));
-}
-
-conformance!(
-    a_nul_in_a_name_is_stored_as_a_replacement_on_every_destination,
-    a_nul_in_a_name_is_stored_as_a_replacement
-);
-
-/// A NUL in a call's text (`\u0000`: JSON allows it, PostgreSQL's text does not) is stored
-/// as U+FFFD on every destination alike, logged once naming the call, and the pass completes:
-/// one character never holds a schedule back on PostgreSQL while SQLite stores it.
-async fn a_nul_in_a_name_is_stored_as_a_replacement(dest: crate::harness::Dest) {
-    let env = TestEnv::start_on(
-        SimulatorOptions {
-            schedules: 2,
-            calls_per_schedule: 30,
-            ..SimulatorOptions::default()
-        },
-        dest,
-    )
-    .await;
-    let s = env.schedules();
-    let truth = env.sim.truth(s[0]);
-    let nul = truth[7].uid;
-    env.sim.break_schedule(s[0], Some(BadBody::NulInName(nul)));
-    let config = env.write_config("");
-    let c = config.to_str().unwrap();
-
-    let out = callsync(&["--config", c, "sync", "--json"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let lines = pass_lines(&out);
-    for schedule in &s {
-        let outcome = line_of(&lines, *schedule)["outcome"].as_str();
-        assert_eq!(outcome, Some("completed"), "{lines:?}");
-    }
-    let err = stderr(&out);
-    let warned: Vec<&str> = err.lines().filter(|l| l.contains("a NUL")).collect();
-    assert_eq!(warned.len(), 1, "{err}");
-    assert!(warned[0].contains(&format!("uid={nul}")), "{err}");
-
-    let mut expected = truth;
-    let name = &mut expected[7].outbound_call_info.first_name;
-    *name = Some(format!("{}\u{FFFD}", name.as_deref().unwrap_or_default()));
     env.assert_holds(s[0], &expected);
     env.assert_holds(s[1], &env.sim.truth(s[1]));
 }
