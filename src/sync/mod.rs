@@ -4,8 +4,9 @@
 //! [`Engine`] holds the API client and the writer thread that owns the destination;
 //! [`Engine::run_pass`] runs one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs
 //! several concurrently. The paging decisions are pure (`cursor.rs`); the checkpoint is
-//! committed with each page, so a crash at any instant replays at most one page (in tie
-//! groups, one quiet run of at most 32 pages, whose checkpoint moves at its end). Every pass
+//! committed with each write, so a crash at any instant replays at most the pages not yet
+//! committed: the write in flight and the pages read behind it (up to 1,000 calls), or in
+//! tie groups one quiet run of at most 64 pages, whose checkpoint moves at its end. Every pass
 //! ends: it reads what had changed by the service's clock when it began. The engine knows
 //! neither clap nor cron: the CLI and the daemon decide when passes run.
 
@@ -18,6 +19,7 @@ mod error;
 mod pass;
 mod recent;
 mod service_clock;
+mod walk_writes;
 mod writer;
 
 use std::sync::Arc;
@@ -132,9 +134,9 @@ impl PassPlan {
 
 /// Told about each page as a pass goes (a progress bar, the daemon's health, or nothing).
 pub trait PassProgress: Send + Sync {
-    /// A page was read and handed to the writer.
+    /// A page was read and handed to the writer (or waits for the write before it).
     fn page(&self, pages: u64, calls_seen: u64, total: Option<u64>);
-    /// A page of `schedule` and its checkpoint were committed.
+    /// A write of `schedule`'s pages and their checkpoint was committed.
     fn committed(&self, _schedule: Uuid) {}
     /// A request of the pass of `schedule` was answered (a list page, or a call's detail):
     /// the pass is moving, even while it commits nothing (a reconciliation finding nothing

@@ -3,10 +3,11 @@
 //!
 //! A [`Pass`] holds everything one pass needs (its plan, the walker, the service's clock, its
 //! figures); the page walker decides what to ask for; [`CheckpointRule`] is the one place
-//! that decides the checkpoint saved with a page. The next page is fetched while the
-//! previous one is being written (at most one write in flight per pass, so memory stays
-//! bounded by the pages in flight). Cancellation is honoured between pages and during a
-//! fetch, never inside a write: a page is committed whole or not at all, with its checkpoint.
+//! that decides the checkpoint saved with a page. The next pages are fetched while the
+//! previous ones are written: one write in flight, the pages read meanwhile waiting to go as
+//! one ([`Writes`]). Cancellation is honoured between pages and during a fetch, never inside
+//! a write: a write is committed whole or not at all, with its checkpoint; the pages waiting
+//! when shutdown is asked are left to the next pass.
 //!
 //! **Every pass ends.** The service's clock at the pass's first response (its `Date` header,
 //! rounded up to the next second, as the header holds whole seconds) is the pass's
@@ -34,13 +35,13 @@ use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLim
 use super::details::{DetailPlan, Details, Fetched, needs_detail};
 use super::error::SyncError;
 use super::service_clock::{Reading, ServiceClock};
-use super::writer::Pending;
+use super::walk_writes::Writes;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
 use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::{Claim, Looked, PageBatch};
-use crate::warehouse::{PageWrite, RunId, RunOutcome, RunRecord, RunStats};
+use crate::warehouse::{Claim, PageBatch};
+use crate::warehouse::{RunId, RunOutcome, RunRecord, RunStats};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
 /// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
@@ -61,13 +62,10 @@ struct Walk<'e> {
     /// Which items need a detail, the rows handed over that the walk may list again, and the
     /// walk's detail permits: shared with its page fetches.
     details: DetailPlan,
-    /// The page handed to the sink last, until it commits.
-    in_flight: Option<InFlight>,
-    /// The pass opened with a checkpoint and no page of it has changed anything yet: its
-    /// pages go to the writer gathered with other such passes' (`write_quiet_pages`), which
-    /// PostgreSQL answers with one read for all when they change nothing (an idle pass).
-    quiet: bool,
-    /// The checkpoint of the page handed to the sink last; `None` before the first.
+    /// The write in flight and the pages waiting behind it.
+    writes: Writes<'e>,
+    /// The checkpoint of the page handed to the sink (or waiting for it) last; `None`
+    /// before the first.
     submitted: Option<Option<Timestamp>>,
     /// Requests asked ahead: the next, and the rest of a quiet run's pages, in flight while
     /// the pages before them are completed and written.
@@ -298,8 +296,7 @@ impl<'e> Pass<'e> {
             walker,
             rule,
             details: DetailPlan::new(self.plan.details, self.engine.detail_concurrency),
-            in_flight: None,
-            quiet: stored.is_some(),
+            writes: Writes::new(self.engine, self.schedule, self.progress, stored.is_some()),
             submitted: None,
             ahead: Ahead::new(),
         };
@@ -310,12 +307,10 @@ impl<'e> Pass<'e> {
                 Err(err) => break Err(err),
             }
         };
-        // The last page handed over is always committed (or its failure reported, unless
-        // the walk failed first).
-        let settled = match walk.in_flight.take() {
-            Some(last) => self.settle(last).await.map(|_| ()),
-            None => Ok(()),
-        };
+        // The pages read are written (unless shutdown was asked), and the last write is
+        // always waited for (its failure reported, unless the walk failed first).
+        let settled = walk.writes.finish(!self.cancel.is_cancelled()).await;
+        self.tally.calls_written = walk.writes.calls_written;
         let stop = stopped?;
         settled?;
         if let Stop::AtHorizon = stop {
@@ -356,6 +351,7 @@ impl<'e> Pass<'e> {
             biased;
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
             fetched = self.answer(&mut walk.ahead, &walk.details, request) => fetched,
+            err = walk.writes.keep_writing() => return Err(err),
         };
         let Fetched { listed, details } = fetched?;
         let accepted = self.accept(&request, listed, walk)?;
@@ -377,6 +373,7 @@ impl<'e> Pass<'e> {
             () = self.cancel.cancelled() => return Ok(ControlFlow::Break(Stop::Interrupted)),
             calls = self.complete(accepted.calls, accepted.content_hashes, details, &walk.details) => calls,
             () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
+            err = walk.writes.keep_writing() => return Err(err),
         };
         let (calls, content_hashes) = calls?;
         let checkpoint = walk
@@ -396,20 +393,11 @@ impl<'e> Pass<'e> {
             checkpoint,
             synced_at: Timestamp::now(),
         };
-        if let Some(previous) = walk.in_flight.take() {
-            let quiet = tokio::select! {
-                settled = self.settle(previous) => settled?,
-                () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
-            };
-            walk.quiet &= quiet;
-        }
-        let writer = &self.engine.writer;
-        walk.in_flight = Some(if walk.quiet {
-            InFlight::Quiet(writer.gather_pending(&self.engine.quiet_pages, batch))
-        } else {
-            InFlight::Written(writer.gather_pending(&self.engine.pages, batch))
-        });
         walk.submitted = Some(checkpoint);
+        tokio::select! {
+            pushed = walk.writes.push(batch) => pushed?,
+            () = walk.ahead.drive() => unreachable!("driving the requests ahead never ends"),
+        }
         self.page_done()
     }
 
@@ -437,25 +425,6 @@ impl<'e> Pass<'e> {
             return Some(Stop::AtHorizon);
         }
         None
-    }
-
-    /// Waits for the page in flight to be written, with its checkpoint (a quiet page the
-    /// destination hands back is written now, with other passes' pages); whether it changed
-    /// nothing.
-    async fn settle(&mut self, in_flight: InFlight) -> Result<bool, SyncError> {
-        let (written, quiet) = match in_flight {
-            InFlight::Written(write) => (write.wait().await?, false),
-            InFlight::Quiet(look) => match look.wait().await? {
-                Looked::Written(written) => (written, true),
-                Looked::ToWrite(batch) => {
-                    let write = self.engine.writer.gather(&self.engine.pages, batch);
-                    (write.await??, false)
-                }
-            },
-        };
-        self.tally.calls_written += written.calls_written;
-        self.progress.committed(self.schedule);
-        Ok(quiet && written.calls_written == 0)
     }
 
     /// Checks a fetched page against the walk: its fresh calls (still to be completed by
@@ -664,13 +633,6 @@ impl<'e> Pass<'e> {
     fn lag_secs(&self) -> Option<f64> {
         Some(self.clock.now()?.secs_since(self.position?))
     }
-}
-
-/// A page handed to the writer, until it commits.
-enum InFlight {
-    Written(Pending<PageWrite>),
-    /// A page of a pass that has changed nothing yet (`Walk::quiet`).
-    Quiet(Pending<Looked>),
 }
 
 /// A page the walk accepted, before its details are fetched.

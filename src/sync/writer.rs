@@ -84,11 +84,37 @@ struct Threads {
 }
 
 /// The result of a submitted job, to be awaited later.
-pub struct Pending<T>(oneshot::Receiver<Result<T, SyncError>>);
+pub struct Pending<T> {
+    answer: oneshot::Receiver<Result<T, SyncError>>,
+    /// The answer, once [`Self::ready`] has seen it.
+    result: Option<Result<T, SyncError>>,
+}
 
 impl<T> Pending<T> {
-    pub async fn wait(self) -> Result<T, SyncError> {
-        self.0.await.map_err(|_| SyncError::WriterGone)?
+    fn new(answer: oneshot::Receiver<Result<T, SyncError>>) -> Self {
+        Pending {
+            answer,
+            result: None,
+        }
+    }
+
+    pub async fn wait(mut self) -> Result<T, SyncError> {
+        self.ready().await;
+        self.take()
+    }
+
+    /// Waits for the result and keeps it, for [`Self::take`]. Safe to drop before it ends:
+    /// the result is neither lost nor taken.
+    pub async fn ready(&mut self) {
+        if self.result.is_none() {
+            let answer = (&mut self.answer).await;
+            self.result = Some(answer.unwrap_or(Err(SyncError::WriterGone)));
+        }
+    }
+
+    /// The result [`Self::ready`] waited for (not yet in: the writer is taken to be gone).
+    pub fn take(self) -> Result<T, SyncError> {
+        self.result.unwrap_or(Err(SyncError::WriterGone))
     }
 }
 
@@ -163,7 +189,7 @@ impl Writer {
         let (boxed, result) = self.prepare(job);
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
-        Ok(Pending(result))
+        Ok(Pending::new(result))
     }
 
     /// `job` boxed to run on a writer thread under the caller's span, counted among the
@@ -371,7 +397,7 @@ impl Writer {
         R: Send + 'static,
         T: Send + 'static,
     {
-        Pending(self.enqueue(gathered, request))
+        Pending::new(self.enqueue(gathered, request))
     }
 
     /// Puts `request` among those waiting and, unless as many jobs for them as the kind

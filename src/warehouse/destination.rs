@@ -47,6 +47,19 @@ pub struct PageBatch {
     pub synced_at: Timestamp,
 }
 
+impl PageBatch {
+    /// Adds the page that follows this one in its walk: written together, the two change
+    /// what writing them one after the other would (rows in order, a call listed in both
+    /// written twice, the later checkpoint kept, as a destination never moves one back).
+    pub fn append(&mut self, later: PageBatch) {
+        debug_assert_eq!(self.schedule, later.schedule, "pages of one walk");
+        self.calls.extend(later.calls);
+        self.content_hashes.extend(later.content_hashes);
+        self.checkpoint = self.checkpoint.max(later.checkpoint);
+        self.synced_at = later.synced_at;
+    }
+}
+
 /// What [`Destination::write_quiet_pages`] did with a page.
 #[derive(Debug)]
 pub enum Looked {

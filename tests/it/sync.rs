@@ -625,6 +625,7 @@ async fn an_engine_without_credentials_is_refused_before_the_warehouse_exists() 
 struct CountingSink {
     inner: callsync::warehouse::sqlite::Warehouse,
     writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     empty_in_place: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     last: Option<Option<Timestamp>>,
 }
@@ -671,6 +672,7 @@ impl callsync::warehouse::Destination for CountingSink {
     ) -> Result<callsync::warehouse::PageWrite, WarehouseError> {
         use std::sync::atomic::Ordering::SeqCst;
         self.writes.fetch_add(1, SeqCst);
+        self.calls.fetch_add(page.calls.len(), SeqCst);
         if page.calls.is_empty() && self.last == Some(page.checkpoint) {
             self.empty_in_place.fetch_add(1, SeqCst);
         }
@@ -745,6 +747,7 @@ async fn tie_groups_read_again_are_not_written_again() {
     .await;
     let s = env.schedules();
     let writes = Arc::new(AtomicUsize::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
     let empty_in_place = Arc::new(AtomicUsize::new(0));
     let warehouse =
         callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
@@ -752,6 +755,7 @@ async fn tie_groups_read_again_are_not_written_again() {
     let sink = CountingSink {
         inner: warehouse,
         writes: writes.clone(),
+        calls: calls.clone(),
         empty_in_place: empty_in_place.clone(),
         last: None,
     };
@@ -780,9 +784,220 @@ async fn tie_groups_read_again_are_not_written_again() {
     // the page past it (group 2's first) and its quiet check; run 2: group 2's page 1 again,
     // its pages 2 and 3, the page past it, the check; run 3: group 3's page 1 again, its
     // pages 2 and 3, group 4 (100 calls, one page), an empty page (the end of the data), the
-    // check. Written: the 10 pages with fresh calls and the 3 checks that move the
-    // checkpoint (with no calls).
-    assert_eq!((writes.load(SeqCst), pages), (13, 17));
+    // check. Handed to the writer: the 10 pages with fresh calls and the 3 checks that move
+    // the checkpoint (with no calls), in at most 13 writes (pages read while the write
+    // before them is in flight go together), each call once.
+    assert_eq!(pages, 17);
+    assert_eq!(calls.load(SeqCst), 1000, "calls handed over");
+    assert!(writes.load(SeqCst) <= 13, "{} writes", writes.load(SeqCst));
+}
+
+/// The SQLite warehouse, holding its first page write until the walk has read every page
+/// (or until a hang's patience ran out), failing it if told to; each write's calls and
+/// checkpoint recorded.
+struct HeldSink {
+    inner: callsync::warehouse::sqlite::Warehouse,
+    release: std::sync::mpsc::Receiver<()>,
+    fail_first: bool,
+    writes: Writes,
+}
+
+impl callsync::warehouse::Destination for HeldSink {
+    delegate! {
+        ref name() -> String;
+        ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
+        ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
+        ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
+        mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
+        ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
+        mut open_pass(start: &callsync::warehouse::PassStart<'_>) -> Result<callsync::warehouse::PassOpened, WarehouseError>;
+        mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
+        mut finish_run(run: callsync::warehouse::RunId, record: &callsync::warehouse::RunRecord) -> Result<(), WarehouseError>;
+        mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
+        mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
+        ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
+        ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
+        mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
+        mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
+    }
+
+    fn write_page(
+        &mut self,
+        page: &callsync::warehouse::PageBatch,
+    ) -> Result<callsync::warehouse::PageWrite, WarehouseError> {
+        let first = {
+            let mut writes = self.writes.lock().unwrap();
+            writes.push((page.calls.len(), page.checkpoint));
+            writes.len() == 1
+        };
+        if first {
+            // Only a hang waits this long: the test fails on the writes it then sees.
+            let _ = self.release.recv_timeout(Duration::from_secs(120));
+            if self.fail_first {
+                return Err(WarehouseError::Sql {
+                    path: env!("CARGO_MANIFEST_DIR").into(),
+                    step: "writing calls",
+                    problem: "disk I/O error (injected into the first page)".into(),
+                });
+            }
+        }
+        callsync::warehouse::Destination::write_page(&mut self.inner, page)
+    }
+}
+
+/// Tells the test once the walk has read `pages` pages.
+struct PagesRead {
+    pages: u64,
+    read: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl callsync::sync::PassProgress for PagesRead {
+    fn page(&self, pages: u64, _calls_seen: u64, _total: Option<u64>) {
+        if pages >= self.pages
+            && let Some(read) = self.read.lock().unwrap().take()
+        {
+            let _ = read.send(());
+        }
+    }
+}
+
+/// Each write of a [`HeldSink`]: its calls and its checkpoint.
+type Writes = std::sync::Arc<std::sync::Mutex<Vec<(usize, Option<Timestamp>)>>>;
+
+/// One pass of `schedule` through a [`HeldSink`] whose first write is held until the walk
+/// has read `pages` pages, with `alongside` run beside it: its report, and each write's
+/// calls and checkpoint.
+async fn pass_with_the_first_write_held(
+    env: &TestEnv,
+    schedule: uuid::Uuid,
+    pages: u64,
+    fail_first: bool,
+    alongside: impl std::future::Future<Output = ()>,
+    writes: Writes,
+) -> (callsync::sync::PassReport, Vec<(usize, Option<Timestamp>)>) {
+    let (release, released) = std::sync::mpsc::channel();
+    let sink = HeldSink {
+        inner: callsync::warehouse::sqlite::Warehouse::open(
+            &env.warehouse_path(),
+            Duration::from_secs(5),
+        )
+        .expect("the warehouse opens"),
+        release: released,
+        fail_first,
+        writes: writes.clone(),
+    };
+    let client = callsync::api::ApiClient::new(
+        &env.config.api,
+        &env.config.api.credentials().expect("credentials"),
+    )
+    .expect("a client");
+    let engine =
+        callsync::sync::Engine::with_destination(&env.config, client, Box::new(sink), false)
+            .expect("the engine starts");
+    let (read, all_read) = tokio::sync::oneshot::channel();
+    let progress = PagesRead {
+        pages,
+        read: std::sync::Mutex::new(Some(read)),
+    };
+    let plan = callsync::sync::PassPlan::incremental(engine.settings());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let release_when_read = async {
+        let _ = all_read.await;
+        release.send(()).expect("the sink waits");
+    };
+    let (report, (), ()) = tokio::join!(
+        engine.run_pass(schedule, &plan, &cancel, &progress),
+        release_when_read,
+        alongside
+    );
+    engine.close().await;
+    let writes = writes.lock().unwrap().clone();
+    (report, writes)
+}
+
+/// A walk that reads faster than its pages are written hands the pages read meanwhile over
+/// as one write, once the write before them commits: 5 pages of 100 calls and the empty
+/// page past them, the first write held until all 6 are read, make two writes (100 calls,
+/// then 400 with the last page's checkpoint), and the warehouse equals the truth.
+#[tokio::test]
+async fn pages_read_while_a_write_is_in_flight_are_written_together() {
+    let env = TestEnv::start(options(1, 500)).await;
+    let s = env.schedules();
+    let (report, writes) =
+        pass_with_the_first_write_held(&env, s[0], 6, false, async {}, Writes::default()).await;
+    assert_eq!(report.result, PassResult::Completed);
+    assert_eq!((report.stats.pages, report.stats.calls_written), (6, 500));
+    let mut truth = env.sim.truth(s[0]);
+    truth.sort_by_key(|c| (c.updated_at, c.uid));
+    let stamp = |i: usize| Some(truth[i].updated_at);
+    assert_eq!(writes, vec![(100, stamp(99)), (400, stamp(499))]);
+    env.assert_matches_truth(&s);
+    let stored =
+        callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .unwrap()
+            .checkpoint(s[0])
+            .unwrap()
+            .map(|c| c.cursor);
+    assert_eq!(stored, stamp(499));
+}
+
+/// Pages waiting behind a write go to the writer as soon as it commits, not when the walk
+/// next reads a page: 3 pages of 100 calls, the third list request held in the simulator,
+/// the first write held until page 2 is read. Once the first write is let go, page 2 is
+/// committed (99 calls more: page 2 starts at page 1's last, written already) while the
+/// third request is still held; let go, the pass completes and the warehouse equals the truth.
+#[tokio::test]
+async fn pages_waiting_are_written_once_the_write_before_commits_while_the_walk_waits() {
+    let env = TestEnv::start(options(1, 250)).await;
+    let s = env.schedules();
+    let hold = env.sim.hold_list_requests(3);
+    let writes = Writes::default();
+    let stored = || {
+        let conn = rusqlite::Connection::open(env.warehouse_path()).unwrap();
+        conn.query_row("SELECT count(*) FROM calls", [], |r| r.get::<_, i64>(0))
+            .unwrap_or(0)
+    };
+    let page_2_committed = async {
+        hold.arrived(3).await;
+        wait_for("page 2 committed", || stored() == 199).await;
+        assert_eq!(writes.lock().unwrap().len(), 2);
+        drop(hold);
+    };
+    let (report, written) =
+        pass_with_the_first_write_held(&env, s[0], 2, false, page_2_committed, writes.clone())
+            .await;
+    assert_eq!(report.result, PassResult::Completed);
+    assert_eq!(
+        written.iter().map(|w| w.0).collect::<Vec<_>>(),
+        [100, 99, 51]
+    );
+    env.assert_matches_truth(&s);
+}
+
+/// The pages waiting behind a write that fails are never written: no checkpoint passes the
+/// calls that write lost. 15 pages of 100 calls: the first write is held until the walk
+/// has read 11, when the 1,000 calls waiting behind it (the most) make the walk wait for it
+/// with pages still to read; it fails. The pass fails with the write's error, nothing is
+/// stored, and the next pass reads it all.
+#[tokio::test]
+async fn pages_waiting_behind_a_failed_write_are_not_written() {
+    let env = TestEnv::start(options(1, 1500)).await;
+    let s = env.schedules();
+    let (report, writes) =
+        pass_with_the_first_write_held(&env, s[0], 11, true, async {}, Writes::default()).await;
+    let PassResult::Failed { error, .. } = &report.result else {
+        panic!("the pass did not fail: {:?}", report.result);
+    };
+    assert!(error.contains("injected into the first page"), "{error}");
+    assert_eq!(writes.len(), 1, "written after a failed write: {writes:?}");
+    let warehouse =
+        callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
+            .unwrap();
+    assert_eq!(warehouse.checkpoint(s[0]).unwrap(), None);
+    assert!(env.diff_from(s[0], &[]).is_empty(), "calls stored");
+    drop(warehouse);
+    env.pass_ok(&s).await;
+    env.assert_matches_truth(&s);
 }
 
 /// The step of a pass's bookkeeping [`FailingSink`] fails, once.
