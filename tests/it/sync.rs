@@ -630,7 +630,7 @@ struct CountingSink {
     last: Option<Option<Timestamp>>,
 }
 
-/// Every method but `write_page` goes to the warehouse.
+/// Methods that go to the warehouse as they are.
 macro_rules! delegate {
     () => {};
     (ref $name:ident($($arg:ident: $ty:ty),*) -> $out:ty; $($rest:tt)*) => {
@@ -647,24 +647,54 @@ macro_rules! delegate {
     };
 }
 
+/// An engine over `env`'s service that writes through `sink`.
+fn engine_over(
+    env: &TestEnv,
+    sink: Box<dyn callsync::warehouse::Destination>,
+) -> callsync::sync::Engine {
+    let client = callsync::api::ApiClient::new(
+        &env.config.api,
+        &env.config.api.credentials().expect("credentials"),
+    )
+    .expect("a client");
+    callsync::sync::Engine::with_destination(&env.config, client, sink, false)
+        .expect("the engine starts")
+}
+
+/// The methods every test sink here leaves to the warehouse (`delegate!`).
+macro_rules! delegate_common {
+    () => {
+        delegate! {
+            ref name() -> String;
+            ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
+            ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
+            ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
+            mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
+            ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
+            mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
+            mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
+            mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
+            ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
+            ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
+            mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
+            mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
+        }
+    };
+}
+
+/// Every method but `write_page` to the warehouse.
+macro_rules! delegate_all_but_write_page {
+    () => {
+        delegate_common!();
+        delegate! {
+            mut open_pass(start: &callsync::warehouse::PassStart<'_>) -> Result<callsync::warehouse::PassOpened, WarehouseError>;
+            mut finish_run(run: callsync::warehouse::RunId, record: &callsync::warehouse::RunRecord) -> Result<(), WarehouseError>;
+        }
+    };
+}
+
 impl callsync::warehouse::Destination for CountingSink {
-    delegate! {
-        ref name() -> String;
-        ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
-        ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
-        ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
-        mut open_pass(start: &callsync::warehouse::PassStart<'_>) -> Result<callsync::warehouse::PassOpened, WarehouseError>;
-        mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
-        mut finish_run(run: callsync::warehouse::RunId, record: &callsync::warehouse::RunRecord) -> Result<(), WarehouseError>;
-        mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
-        mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
-        ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
-        ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
-        mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
-        mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
-    }
+    delegate_all_but_write_page!();
 
     fn write_page(
         &mut self,
@@ -759,14 +789,7 @@ async fn tie_groups_read_again_are_not_written_again() {
         empty_in_place: empty_in_place.clone(),
         last: None,
     };
-    let client = callsync::api::ApiClient::new(
-        &env.config.api,
-        &env.config.api.credentials().expect("credentials"),
-    )
-    .expect("a client");
-    let engine =
-        callsync::sync::Engine::with_destination(&env.config, client, Box::new(sink), false)
-            .expect("the engine starts");
+    let engine = engine_over(&env, Box::new(sink));
     let plan = callsync::sync::PassPlan::incremental(engine.settings());
     let reports = engine
         .sync_all(&s, &plan, &tokio_util::sync::CancellationToken::new())
@@ -803,23 +826,7 @@ struct HeldSink {
 }
 
 impl callsync::warehouse::Destination for HeldSink {
-    delegate! {
-        ref name() -> String;
-        ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
-        ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
-        ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
-        mut open_pass(start: &callsync::warehouse::PassStart<'_>) -> Result<callsync::warehouse::PassOpened, WarehouseError>;
-        mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
-        mut finish_run(run: callsync::warehouse::RunId, record: &callsync::warehouse::RunRecord) -> Result<(), WarehouseError>;
-        mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
-        mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
-        ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
-        ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
-        mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
-        mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
-    }
+    delegate_all_but_write_page!();
 
     fn write_page(
         &mut self,
@@ -886,14 +893,7 @@ async fn pass_with_the_first_write_held(
         fail_first,
         writes: writes.clone(),
     };
-    let client = callsync::api::ApiClient::new(
-        &env.config.api,
-        &env.config.api.credentials().expect("credentials"),
-    )
-    .expect("a client");
-    let engine =
-        callsync::sync::Engine::with_destination(&env.config, client, Box::new(sink), false)
-            .expect("the engine starts");
+    let engine = engine_over(env, Box::new(sink));
     let (read, all_read) = tokio::sync::oneshot::channel();
     let progress = PagesRead {
         pages,
@@ -1031,21 +1031,9 @@ impl FailingSink {
 }
 
 impl callsync::warehouse::Destination for FailingSink {
+    delegate_common!();
     delegate! {
-        ref name() -> String;
-        ref watch() -> std::sync::Arc<dyn callsync::warehouse::Watch>;
-        ref claim(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Claim>, WarehouseError>;
-        ref checkpoint(schedule: uuid::Uuid) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        mut replace_checkpoint(schedule: uuid::Uuid, cursor: Option<Timestamp>) -> Result<Option<callsync::warehouse::Checkpoint>, WarehouseError>;
-        ref knows_schedule(schedule: uuid::Uuid) -> Result<bool, WarehouseError>;
         mut write_page(page: &callsync::warehouse::PageBatch) -> Result<callsync::warehouse::PageWrite, WarehouseError>;
-        mut count_changes(page: &callsync::warehouse::PageBatch) -> Result<u64, WarehouseError>;
-        mut forget_runs_before(cutoff: Timestamp) -> Result<u64, WarehouseError>;
-        mut prepare(prepared: callsync::warehouse::Prepared<'_>) -> Result<(), WarehouseError>;
-        ref status_at(now: Timestamp) -> Result<Vec<callsync::warehouse::ScheduleStatus>, WarehouseError>;
-        ref first_pass_at() -> Result<Option<Timestamp>, WarehouseError>;
-        mut remember_campaign(campaign: &callsync::service::Campaign) -> Result<(), WarehouseError>;
-        mut remember_schedule(schedule: &callsync::service::Schedule, campaign: Option<uuid::Uuid>) -> Result<(), WarehouseError>;
     }
 
     /// Fails the opening whole (`OpenPass`: nothing recorded), or only its checkpoint read
@@ -1096,14 +1084,7 @@ async fn a_failure_opening_or_ending_a_pass_is_its_failure_and_lets_the_claim_go
         inner: warehouse,
         fail: fail.clone(),
     };
-    let client = callsync::api::ApiClient::new(
-        &env.config.api,
-        &env.config.api.credentials().expect("credentials"),
-    )
-    .expect("a client");
-    let engine =
-        callsync::sync::Engine::with_destination(&env.config, client, Box::new(sink), false)
-            .expect("the engine starts");
+    let engine = engine_over(&env, Box::new(sink));
     let runs = || -> Vec<(Option<String>, Option<String>)> {
         let conn = rusqlite::Connection::open(env.warehouse_path()).unwrap();
         let mut stmt = conn
