@@ -5,7 +5,7 @@
 //! [`Engine::run_pass`] runs one pass of one schedule (`pass.rs`), [`Engine::sync_all`] runs
 //! several concurrently. The paging decisions are pure (`cursor.rs`); the checkpoint is
 //! committed with each write, so a crash at any instant replays at most the pages not yet
-//! committed: the write in flight and the pages read behind it (up to 1,000 calls), or in
+//! committed: the write in flight and the pages read behind it (about 1,000 calls), or in
 //! tie groups one quiet run of at most 64 pages, whose checkpoint moves at its end. Every pass
 //! ends: it reads what had changed by the service's clock when it began. The engine knows
 //! neither clap nor cron: the CLI and the daemon decide when passes run.

@@ -12,8 +12,9 @@
 //! checkpoint ([`PageBatch::append`]): committed whole or not at all, they change what
 //! committing them one by one would, so the checkpoint is never ahead of the data. A write
 //! that fails is the walk's last: the pages waiting behind it are dropped, never written past
-//! the calls it lost. At most [`MOST_CALLS_WAITING`] calls wait (the memory they hold, and
-//! what a crash makes the next pass read again); beyond, the walk waits for the write.
+//! the calls it lost. Once [`MOST_CALLS_WAITING`] calls wait (so a page's fewer than that
+//! more at most: the memory they hold, and what a crash makes the next pass read again), the
+//! walk waits for the write.
 //!
 //! **Never waiting on nothing.** A write that commits while the walk waits for a page (a
 //! service far away, a request held or retried) hands the pages waiting over at once:
@@ -29,7 +30,8 @@ use super::writer::Pending;
 use super::{Engine, PassProgress};
 use crate::warehouse::{Looked, PageBatch, PageWrite};
 
-/// The most calls a walk gathers behind its write in flight.
+/// The calls waiting behind a walk's write in flight from which the walk waits for it (the
+/// page that reached them is among them, so a batch may pass this by less than a page).
 pub(super) const MOST_CALLS_WAITING: usize = 1_000;
 
 /// A write handed to the writer, until it commits.
@@ -74,7 +76,7 @@ impl<'e> Writes<'e> {
     }
 
     /// Adds `page` to the pages waiting, which go to the writer now unless a write is in
-    /// flight; then waits for that write only if [`MOST_CALLS_WAITING`] calls are waiting.
+    /// flight; then waits for that write only if [`MOST_CALLS_WAITING`] calls or more wait.
     pub(super) async fn push(&mut self, page: PageBatch) -> Result<(), SyncError> {
         match &mut self.waiting {
             Some(waiting) => waiting.append(page),
