@@ -102,11 +102,7 @@ impl Grant<'_> {
 
 impl Drop for Grant<'_> {
     fn drop(&mut self) {
-        let mut state = self.limiter.lock();
-        state.in_flight.release();
-        let limit = state.in_flight.limit();
-        state.passes.follow(limit);
-        state.queue.wake_next();
+        self.limiter.lock().give_back(Instant::now());
     }
 }
 
@@ -132,9 +128,11 @@ pub struct PausedBeyondDeadline {
 pub struct Limiter {
     state: Mutex<State>,
     /// Wakes every waiter when a `Retry-After` pauses every lane (which may end a wait beyond
-    /// its deadline). Anything else that may let a request go wakes only the waiter whose
-    /// turn it is (`Queue::wake_next`): waking all of them, each to find it is not its turn,
-    /// cost a schedule's detail fetches a third of the CPU with a thousand waiting.
+    /// its deadline). Room in flight is given to the waiters it lets go, each woken with its
+    /// turn taken (`State::hand_over`); a waiter whose slot of the rate is still to come is
+    /// woken alone to wait for it (`Queue::wake_next`): waking all of them, each to find it
+    /// is not its turn, cost a schedule's detail fetches a third of the CPU with a thousand
+    /// waiting.
     paused: Notify,
     ceiling: Option<f64>,
 }
@@ -151,6 +149,8 @@ struct State {
     /// Climbing back by doubling each second, until the next 429 (see `rate_limited`).
     slow_start: bool,
     queue: Queue,
+    /// Turns given to waiters not yet woken to take them, by waiter.
+    handed: HashMap<u64, Granted>,
     /// Requests in flight, under a limit that follows the latency.
     in_flight: InFlight,
     /// Passes running at once, as many as that limit.
@@ -173,6 +173,7 @@ impl Limiter {
                 recent: VecDeque::new(),
                 slow_start: false,
                 queue: Queue::default(),
+                handed: HashMap::new(),
                 in_flight,
                 passes,
             }),
@@ -191,6 +192,12 @@ impl Limiter {
     #[cfg(test)]
     pub fn in_flight_limit(&self) -> usize {
         self.lock().in_flight.limit()
+    }
+
+    /// Requests in flight now, those given to waiters that have not run yet included.
+    #[cfg(test)]
+    pub fn requests_in_flight(&self) -> usize {
+        self.lock().in_flight.requests()
     }
 
     /// Waits until one more pass may run: passes run as many at once as requests may be in
@@ -246,7 +253,7 @@ impl Limiter {
                 }
             };
             let now = Instant::now();
-            let next = self.lock().turn(ticket.id, now, arrived, deadline);
+            let next = self.lock().turn(ticket.id, now, deadline);
             match next {
                 Turn::Granted(granted) => {
                     ticket.queued = false;
@@ -254,7 +261,7 @@ impl Limiter {
                         limiter: self,
                         epoch: granted.epoch,
                         limited: granted.rated && held_by_rate,
-                        waited: granted.waited,
+                        waited: now.duration_since(arrived),
                         sent_at: now,
                         sent: granted.sent,
                         settled: AtomicBool::new(false),
@@ -284,9 +291,9 @@ impl Limiter {
         state
             .in_flight
             .answered(grant.sent, grant.sent_at.elapsed());
-        // A limit grown, or a rate climbed below: the waiter whose turn it is looks again once
-        // the lock is let go (it cannot look before).
-        state.queue.wake_next();
+        // A limit grown: the waiters it makes room for are served now (a rate climbed below
+        // serves them when the next slot of the rate comes).
+        state.hand_over(Instant::now());
         if !grant.limited || grant.epoch != state.epoch {
             return;
         }
@@ -364,12 +371,12 @@ impl Limiter {
     }
 }
 
-/// A turn taken, before it becomes a [`Grant`].
+/// A turn given, before its waiter makes it a [`Grant`].
+#[derive(Debug)]
 struct Granted {
     epoch: u64,
     /// A rate held requests to their slots.
     rated: bool,
-    waited: Duration,
     sent: Sent,
 }
 
@@ -384,7 +391,12 @@ enum Turn {
 }
 
 impl State {
-    fn turn(&mut self, id: u64, now: Instant, arrived: Instant, deadline: Instant) -> Turn {
+    /// Where waiter `id` stands: served already (by [`State::hand_over`], or now, if it is
+    /// next and may go), paused beyond its `deadline`, or waiting for something.
+    fn turn(&mut self, id: u64, now: Instant, deadline: Instant) -> Turn {
+        if let Some(granted) = self.handed.remove(&id) {
+            return Turn::Granted(granted);
+        }
         if let Some(until) = self.paused_until
             && until > deadline.max(now)
         {
@@ -396,21 +408,54 @@ impl State {
         if self.queue.next() != Some(id) {
             return Turn::NotYours;
         }
-        let spacing = self.rate.map(|rate| Duration::from_secs_f64(1.0 / rate));
-        let slot = match (spacing, self.last_grant) {
-            (Some(spacing), Some(last)) => last + spacing,
-            _ => now,
-        };
-        let slot = self.paused_until.map_or(slot, |p| slot.max(p));
+        let slot = self.next_slot(now);
         if slot > now {
             return Turn::At(slot);
         }
-        if !self.in_flight.has_room() {
-            return Turn::Full;
+        self.hand_over(now);
+        match self.handed.remove(&id) {
+            Some(granted) => Turn::Granted(granted),
+            None => Turn::Full,
         }
-        self.queue.pop_next();
-        // The next waiter may go too (room for several, or no rate to space them).
-        self.queue.wake_next();
+    }
+
+    /// When the next request may go as far as the rate and a pause say (`now` or earlier:
+    /// at once).
+    fn next_slot(&self, now: Instant) -> Instant {
+        let slot = match (self.spacing(), self.last_grant) {
+            (Some(spacing), Some(last)) => last + spacing,
+            _ => now,
+        };
+        self.paused_until.map_or(slot, |p| slot.max(p))
+    }
+
+    fn spacing(&self) -> Option<Duration> {
+        self.rate.map(|rate| Duration::from_secs_f64(1.0 / rate))
+    }
+
+    /// Serves the waiters in their turns while there is room in flight and the rate lets
+    /// them go now: each is given its turn here and woken to take it. A waiter that had to
+    /// take its turn itself would leave the room unused until its task ran, and the next
+    /// waiter's wait on that: with a thousand requests waiting, the places freed by a burst
+    /// of answers were taken one task's poll after another, and a fifth of them sat empty
+    /// (BENCHMARKS.md). A waiter whose slot is still to come is woken to wait for it.
+    fn hand_over(&mut self, now: Instant) {
+        while self.in_flight.has_room() {
+            if self.next_slot(now) > now {
+                self.queue.wake_next();
+                return;
+            }
+            let Some(waiter) = self.queue.pop_next() else {
+                return;
+            };
+            let granted = self.grant(now);
+            self.handed.insert(waiter.id, granted);
+            waiter.wake.notify_one();
+        }
+    }
+
+    /// Counts a request going out now.
+    fn grant(&mut self, now: Instant) -> Granted {
         self.last_grant = Some(now);
         self.recent.push_back(now);
         while self
@@ -420,12 +465,20 @@ impl State {
         {
             self.recent.pop_front();
         }
-        Turn::Granted(Granted {
+        Granted {
             epoch: self.epoch,
-            rated: spacing.is_some(),
-            waited: now.duration_since(arrived),
+            rated: self.spacing().is_some(),
             sent: self.in_flight.send(self.passes.binding()),
-        })
+        }
+    }
+
+    /// A request's place in flight is free again: the passes follow the limit, and the next
+    /// waiter is served.
+    fn give_back(&mut self, now: Instant) {
+        self.in_flight.release();
+        let limit = self.in_flight.limit();
+        self.passes.follow(limit);
+        self.hand_over(now);
     }
 
     /// Requests granted over the last second.
@@ -489,19 +542,18 @@ impl Queue {
         }
     }
 
-    /// Serves the waiter whose turn it is; its lane goes to the back of the line.
-    fn pop_next(&mut self) {
-        let Some(lane) = self.order.pop_front() else {
-            return;
-        };
-        if let Some(waiters) = self.lanes.get_mut(&lane) {
-            waiters.pop_front();
-            if waiters.is_empty() {
-                self.lanes.remove(&lane);
-            } else {
-                self.order.push_back(lane);
-            }
+    /// Takes the waiter whose turn it is out of the queue; its lane goes to the back of the
+    /// line.
+    fn pop_next(&mut self) -> Option<Waiter> {
+        let lane = self.order.pop_front()?;
+        let waiters = self.lanes.get_mut(&lane)?;
+        let waiter = waiters.pop_front();
+        if waiters.is_empty() {
+            self.lanes.remove(&lane);
+        } else {
+            self.order.push_back(lane);
         }
+        waiter
     }
 
     /// A waiter gave up (its pass was cancelled).
@@ -535,9 +587,14 @@ impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if self.queued {
             let mut state = self.limiter.lock();
-            state.queue.remove(self.id);
-            // It may have been the waiter whose turn it was.
-            state.queue.wake_next();
+            if state.handed.remove(&self.id).is_some() {
+                // Served, but gone before it took its turn: the place goes to the next.
+                state.give_back(Instant::now());
+            } else {
+                state.queue.remove(self.id);
+                // It may have been the waiter whose turn it was.
+                state.queue.wake_next();
+            }
         }
     }
 }

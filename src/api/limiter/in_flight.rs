@@ -157,6 +157,12 @@ impl InFlight {
         self.limit = (self.limit * DROP_DECREASE).max(1.0);
     }
 
+    /// Requests sent and not yet out of flight.
+    #[cfg(test)]
+    pub fn requests(&self) -> usize {
+        self.in_flight
+    }
+
     /// A request sent is out of flight (answered or not).
     pub fn release(&mut self) {
         self.in_flight = self.in_flight.saturating_sub(1);

@@ -261,6 +261,55 @@ async fn a_cancelled_wait_leaves_the_queue() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_place_freed_goes_to_the_next_waiter_before_its_task_runs() {
+    // One place in flight; lanes 2 and 3 wait for it, in that order.
+    let limiter = Limiter::new(None, 1);
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let first = take(&limiter, lane(1)).await;
+    let mut second = std::pin::pin!(limiter.acquire(lane(2), deadline));
+    let mut third = std::pin::pin!(limiter.acquire(lane(3), deadline));
+    assert!(futures::poll!(second.as_mut()).is_pending());
+    assert!(futures::poll!(third.as_mut()).is_pending());
+    // The answer frees the place, and it is lane 2's at once, though lane 2 has not run: a
+    // place is never left empty while its waiter's task is busy elsewhere.
+    drop(first);
+    assert_eq!(limiter.requests_in_flight(), 1);
+    let std::task::Poll::Ready(Ok(second)) = futures::poll!(second.as_mut()) else {
+        panic!("lane 2 was given the place");
+    };
+    assert!(futures::poll!(third.as_mut()).is_pending());
+    drop(second);
+    let std::task::Poll::Ready(Ok(third)) = futures::poll!(third.as_mut()) else {
+        panic!("lane 3 was given the place");
+    };
+    drop(third);
+    assert_eq!(limiter.requests_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_place_given_to_a_wait_cancelled_before_it_took_it_goes_to_the_next() {
+    let limiter = Limiter::new(None, 1);
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let first = take(&limiter, lane(1)).await;
+    let mut second = Box::pin(limiter.acquire(lane(2), deadline));
+    let mut third = std::pin::pin!(limiter.acquire(lane(3), deadline));
+    assert!(futures::poll!(second.as_mut()).is_pending());
+    assert!(futures::poll!(third.as_mut()).is_pending());
+    drop(first);
+    // Lane 2's wait was given the place, and is dropped before it ran (its pass cancelled):
+    // the place is not lost, lane 3 has it.
+    drop(second);
+    assert_eq!(limiter.requests_in_flight(), 1);
+    let std::task::Poll::Ready(Ok(third)) = futures::poll!(third.as_mut()) else {
+        panic!("lane 3 was given the place");
+    };
+    drop(third);
+    assert_eq!(limiter.requests_in_flight(), 0);
+    // And the limit's one place is free for whoever comes next.
+    assert!(take(&limiter, lane(4)).await.waited.is_zero());
+}
+
+#[tokio::test(start_paused = true)]
 async fn without_a_ceiling_or_a_429_nothing_waits() {
     let limiter = Limiter::new(None, MAX);
     let started = Instant::now();
@@ -417,7 +466,11 @@ async fn a_quota_is_used_to_nine_tenths_with_under_two_per_cent_429s() {
     let share = refused as f64 / sent as f64;
     assert!(answered >= 45.0, "{answered:.1} answered a second");
     assert!(share <= 0.02, "{refused} of {sent} answered 429");
-    // Exactly, for this model (3,036 requests, 22 answered 429: 50.2 a second answered,
-    // 0.7 % refused), so that a change to either limit shows here.
-    assert_eq!((sent, refused), (3036, 22));
+    // Exactly, for this model (3,051 requests, 59 answered 429: 49.9 a second answered,
+    // 1.9 % refused), so that a change to either limit shows here. All but 4 of the 429s
+    // are the first second's, before the first of them is answered: the model answers a
+    // round's requests at one instant, and the places its successes free go out at that
+    // instant, before the 429s answered beside them cut the rate. (Before places were handed
+    // over, a waiter took its place when its task ran, after those cuts: 22 answered 429.)
+    assert_eq!((sent, refused), (3051, 59));
 }

@@ -126,13 +126,14 @@ async fn congested(
 async fn a_service_that_slows_with_load_shrinks_it_until_the_slowness_lasts() {
     // 200 requests want to go at once; the service answers in 50 ms up to 40 at once, and
     // later beyond (each request past 40 adds its share to everyone's wait). The limit grows
-    // while the latency holds (60 after a second) and shrinks as it rises past 1.5× its
-    // average (39); then, as the queue lasts, its latency becomes the average, as a farther
-    // service's would, and the limit grows back to what the 200 fill: the price of a
-    // baseline that moves (Gradient2's), which a service that slows down for good needs.
+    // while the latency holds and shrinks as it rises past 1.5× its average, several times a
+    // second (each second's end catches it somewhere in that cycle: 34, 52, 170); then, as
+    // the queue lasts, its latency becomes the average, as a farther service's would, and
+    // the limit grows back to what the 200 fill: the price of a baseline that moves
+    // (Gradient2's), which a service that slows down for good needs.
     let limiter = Arc::new(Limiter::new(None, 256));
     let limits = congested(&limiter, ms(50), 40, 10).await;
-    assert_eq!(limits, [60, 39, 109, 256, 256, 256, 256, 256, 256, 256]);
+    assert_eq!(limits, [34, 52, 170, 256, 256, 256, 256, 256, 256, 256]);
 }
 
 #[tokio::test(start_paused = true)]
