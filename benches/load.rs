@@ -25,8 +25,11 @@
 //!   flight the pass reached (requests × latency ÷ wall), and the CPU time the pass took
 //!   (callsync and the simulator, in this process: on a small machine they share its cores).
 //! - `quota`: against a quota (`simulate --rate-limit`): `QUOTA` [50] requests a second (a
-//!   second's burst, 429s without `Retry-After`), `QUOTA_SCHEDULES` [4] × `QUOTA_CALLS` [700]
-//!   summary list items (a detail request a call: about a minute of requests at 50 a second),
+//!   second's burst, 429s without `Retry-After`), `QUOTA_SCHEDULES` [16] × `QUOTA_CALLS` [525]
+//!   summary list items (a detail request for each call lacking its attempts' children, about
+//!   a third of them: about a minute of requests at 50 a second, the walk; the few
+//!   429s of the first round trips, before the quota is learnt, weigh three times as much in
+//!   a walk of 20 s),
 //!   `QUOTA_MS` [50] ms away; `callsync sync` of each build. Reports requests a second
 //!   answered (not 429) over the walk, over the quota, and the share answered 429, from the
 //!   simulator's own log of requests. Target: ≥ 0.9 × the quota, ≤ 2 % 429.
@@ -586,8 +589,8 @@ fn process_cpu() -> Duration {
 /// A walk against a quota: requests a second answered and the share answered 429, per build.
 async fn quota() {
     let quota = env_usize("QUOTA", 50);
-    let schedules = env_usize("QUOTA_SCHEDULES", 4);
-    let calls = env_usize("QUOTA_CALLS", 700);
+    let schedules = env_usize("QUOTA_SCHEDULES", 16);
+    let calls = env_usize("QUOTA_CALLS", 525);
     let latency = Duration::from_millis(env_usize("QUOTA_MS", 50) as u64);
     println!(
         "\n## quota: {quota} requests a second (a second's burst, 429 without Retry-After), {schedules} schedules × {calls} summary list items (a detail request a call), {} ms away\n",
