@@ -180,8 +180,9 @@ pub enum WarehouseError {
         cause: String,
     },
     /// This process's claim on a schedule no longer holds on the server: its lock connection
-    /// closed (`taken: false`), or another process claimed the schedule since, which the
-    /// page's fence showed (`taken: true`; `postgres/claim.rs`). The page was not written.
+    /// closed (`taken: false`), or another process claimed the schedule since, which a page's
+    /// fence under this claim showed, this page's or one before it (`taken: true`;
+    /// `postgres/claim.rs`). The page was not written.
     #[error("{}", claim_lost(*schedule, target, *taken))]
     ClaimLost {
         schedule: uuid::Uuid,

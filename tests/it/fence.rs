@@ -105,6 +105,13 @@ async fn a_page_under_a_lost_claim_is_refused_once_another_process_claimed_the_s
             .contains("was claimed by another callsync process"),
         "{refused}"
     );
+    // A later page under the same claim (as a refused group's pages, each written alone) is
+    // refused for the same reason, though its session was given up with the takeover.
+    let again = write(&mut first, s, &stale).expect_err("still under the lost claim");
+    assert!(
+        matches!(again, WarehouseError::ClaimLost { schedule, taken: true, .. } if schedule == s),
+        "{again}"
+    );
     // Nothing of the stale page: the rows and the checkpoint are the second's.
     env.assert_holds(s, &fresh);
     assert_eq!(

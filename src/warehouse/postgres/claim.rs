@@ -141,6 +141,9 @@ struct Sessions {
 struct Held {
     session: Arc<Session>,
     generation: i64,
+    /// A page's fence showed another process claimed the schedule since: every later page
+    /// under this claim is refused for that reason, not for the session given up with it.
+    taken_over: bool,
 }
 
 /// One connection that holds advisory locks.
@@ -368,6 +371,7 @@ impl LockSession {
             Held {
                 session: session.clone(),
                 generation,
+                taken_over: false,
             },
         );
         Ok(Some(PgClaim {
@@ -430,6 +434,7 @@ impl LockSession {
                     Held {
                         session: session.clone(),
                         generation,
+                        taken_over: false,
                     },
                 );
                 Ok(Some(PgClaim {
@@ -551,10 +556,10 @@ impl LockSession {
     pub(super) fn fence(&self, schedule: Uuid) -> Result<i64, WarehouseError> {
         match self.sessions().held.get(&schedule) {
             Some(held) if held.session.alive() => Ok(held.generation),
-            Some(_) => Err(WarehouseError::ClaimLost {
+            Some(held) => Err(WarehouseError::ClaimLost {
                 schedule,
                 target: self.target.display().to_owned(),
-                taken: false,
+                taken: held.taken_over,
             }),
             None => Err(WarehouseError::Server {
                 target: self.target.display().to_owned(),
@@ -568,9 +573,11 @@ impl LockSession {
 
     /// Another process claimed `schedule` (its fence moved on): this process's lock is gone,
     /// so its session has lost it, and every lock on that session with it. The session is
-    /// given up; the next claim opens another.
+    /// given up; the next claim opens another. The claim remembers why, so that a page under
+    /// it written later (one of a refused group's, written alone) says the same.
     pub(super) fn taken_over(&self, schedule: Uuid) -> WarehouseError {
-        if let Some(held) = self.sessions().held.get(&schedule) {
+        if let Some(held) = self.sessions().held.get_mut(&schedule) {
+            held.taken_over = true;
             held.session.give_up();
         }
         WarehouseError::ClaimLost {
