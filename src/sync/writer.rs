@@ -4,7 +4,8 @@
 //! SQLite allows one writer at a time, so all schedules funnel their pages into one thread
 //! instead of contending for the lock. A job is a closure over `&mut dyn Destination`; its result
 //! comes back on a oneshot channel, so a pass can fetch its next page while the previous one
-//! is being written. The tracing span of the submitter is carried into the job.
+//! is being written. The tracing span of the submitter is carried into the job (for a round of
+//! gathered requests, its one requester's, or a `group` span of several).
 //!
 //! A destination that writes from several connections at once (PostgreSQL) hands the writer
 //! more handles on itself ([`Destination::fork`]): a job submitted while as many are outstanding
@@ -186,23 +187,22 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
-        let (boxed, result) = self.prepare(job);
+        let (boxed, result) = self.prepare(Span::current(), job);
         let jobs = self.jobs.as_ref().ok_or(SyncError::WriterGone)?;
         jobs.send(boxed).await.map_err(|_| SyncError::WriterGone)?;
         Ok(Pending::new(result))
     }
 
-    /// `job` boxed to run on a writer thread under the caller's span, counted among the
-    /// outstanding ones (a thread started for it if the destination allows), and the
-    /// receiver of its result.
-    fn prepare<T, E, F>(&self, job: F) -> (Job, oneshot::Receiver<Result<T, SyncError>>)
+    /// `job` boxed to run on a writer thread under `span` (the caller's, for a job of its
+    /// own), counted among the outstanding ones (a thread started for it if the destination
+    /// allows), and the receiver of its result.
+    fn prepare<T, E, F>(&self, span: Span, job: F) -> (Job, oneshot::Receiver<Result<T, SyncError>>)
     where
         E: Into<SyncError>,
         T: Send + 'static,
         F: FnOnce(&mut dyn Destination) -> Result<T, E> + Send + 'static,
     {
         let (reply, result) = oneshot::channel();
-        let span = Span::current();
         let (counted, outstanding) = Outstanding::count(&self.outstanding);
         let boxed: Job = Box::new(move |sink| {
             let _entered = span.enter();
@@ -277,7 +277,8 @@ pub struct Gathered<R, T> {
 pub type Run<R, T> = fn(&mut dyn Destination, Vec<R>, answer: &mut dyn FnMut(T));
 
 struct Gathering<R, T> {
-    requests: Vec<(R, oneshot::Sender<T>)>,
+    /// Each request with where its answer goes and its requester's span.
+    requests: Vec<(R, oneshot::Sender<T>, Span)>,
     /// Jobs that will take `requests`, queued or running.
     jobs: usize,
 }
@@ -330,8 +331,12 @@ impl<R, T> Gathered<R, T> {
                 let rest = waiting.requests.split_off(taken);
                 std::mem::replace(&mut waiting.requests, rest)
             };
-            let (requests, replies): (Vec<R>, Vec<oneshot::Sender<T>>) =
-                requests.into_iter().unzip();
+            let span = round_span(&requests);
+            let _entered = span.enter();
+            let (requests, replies): (Vec<R>, Vec<oneshot::Sender<T>>) = requests
+                .into_iter()
+                .map(|(request, reply, _)| (request, reply))
+                .unzip();
             let mut replies = replies.into_iter();
             (self.run)(sink, requests, &mut |result| {
                 // The requester may have gone (cancelled); what ran has still run.
@@ -343,6 +348,16 @@ impl<R, T> Gathered<R, T> {
             // is gone, rather than waiting for good.
             debug_assert!(replies.next().is_none(), "one result a request");
         }
+    }
+}
+
+/// What a round's log lines are said within: its one requester's span (its pass: schedule,
+/// run), or, for several, a span of the group, so that no line of it is put down to one of
+/// its passes.
+fn round_span<R, T>(requests: &[(R, oneshot::Sender<T>, Span)]) -> Span {
+    match requests {
+        [(_, _, span)] => span.clone(),
+        _ => tracing::error_span!(parent: None, "group", passes = requests.len()),
     }
 }
 
@@ -410,14 +425,15 @@ impl Writer {
         let (reply, answer) = oneshot::channel();
         let queue_job = {
             let mut waiting = gathered.waiting();
-            waiting.requests.push((request, reply));
+            waiting.requests.push((request, reply, Span::current()));
             let another = waiting.jobs < gathered.most_jobs;
             waiting.jobs += usize::from(another);
             another
         };
         if queue_job {
             let run = gathered.clone();
-            let (job, _) = self.prepare(move |sink| {
+            // Under no span of its own: each round enters its requests' (`round_span`).
+            let (job, _) = self.prepare(Span::none(), move |sink| {
                 run.run_waiting(sink);
                 Ok::<(), SyncError>(())
             });
@@ -453,6 +469,32 @@ impl Drop for Writer {
 mod tests {
     use super::*;
     use crate::warehouse::DryRun;
+
+    /// A round of one request runs in its requester's span (its pass's schedule and run on
+    /// every line); a round of several in a span of the group, a child of none of them.
+    #[test]
+    fn a_round_runs_in_its_one_pass_span_or_in_a_group_span() {
+        use tracing_subscriber::registry::{LookupSpan, Registry};
+        tracing::subscriber::with_default(Registry::default(), || {
+            let request = |span: Span| ((), oneshot::channel::<()>().0, span);
+            let pass = tracing::error_span!("pass", schedule = 1);
+            assert_eq!(round_span(&[request(pass.clone())]).id(), pass.id());
+            // Made on the first requester's task, within its pass.
+            let _first = pass.enter();
+            let other = tracing::error_span!(parent: None, "pass", schedule = 2);
+            let group = round_span(&[request(pass.clone()), request(other)]);
+            assert_eq!(group.metadata().map(|m| m.name()), Some("group"));
+            let id = group.id().expect("an enabled span");
+            tracing::dispatcher::get_default(|dispatch| {
+                let registry = dispatch.downcast_ref::<Registry>().expect("the registry");
+                let data = registry.span(&id).expect("recorded");
+                assert!(
+                    data.parent().is_none(),
+                    "the group's span is no pass's child"
+                );
+            });
+        });
+    }
 
     /// A write stuck for good (a connection that stopped answering) does not hold `close`
     /// past [`CLOSE_PATIENCE`] (virtual time: the runtime's clock jumps to it).
