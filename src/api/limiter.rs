@@ -37,7 +37,7 @@
 //!
 //! Time is tokio's, so waiting is a cancellable sleep and the tests run in virtual time.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -149,8 +149,8 @@ struct State {
     /// Climbing back by doubling each second, until the next 429 (see `rate_limited`).
     slow_start: bool,
     queue: Queue,
-    /// Turns given to waiters not yet woken to take them, by waiter.
-    handed: HashMap<u64, Granted>,
+    /// Turns given to waiters that have not taken them yet, by waiter (in arrival order).
+    handed: BTreeMap<u64, Handed>,
     /// Requests in flight, under a limit that follows the latency.
     in_flight: InFlight,
     /// Passes running at once, as many as that limit.
@@ -173,7 +173,7 @@ impl Limiter {
                 recent: VecDeque::new(),
                 slow_start: false,
                 queue: Queue::default(),
-                handed: HashMap::new(),
+                handed: BTreeMap::new(),
                 in_flight,
                 passes,
             }),
@@ -344,6 +344,7 @@ impl Limiter {
             }
             let until = now + asked.min(MAX_RETRY_AFTER);
             state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
+            state.take_back();
         }
         if pause.is_none() && grant.epoch == state.epoch {
             // Without a limit yet, what was sent in the last second is a guess at the rate:
@@ -356,6 +357,7 @@ impl Limiter {
             let cut = (sending * DECREASE).max(MIN_RATE);
             state.rate = Some(self.ceiling.map_or(cut, |c| cut.min(c)));
             state.epoch += 1;
+            state.take_back();
             tracing::info!(
                 requests_per_second = format_args!("{cut:.1}"),
                 "the service rate-limits callsync (429); slowing down"
@@ -369,6 +371,15 @@ impl Limiter {
         // The state stays consistent at every await-free step, so a poisoned lock is usable.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// A turn given to a waiter that has not taken it yet, and where the waiter goes back should
+/// the turn be taken back ([`State::take_back`]).
+#[derive(Debug)]
+struct Handed {
+    lane: Lane,
+    waiter: Waiter,
+    granted: Granted,
 }
 
 /// A turn given, before its waiter makes it a [`Grant`].
@@ -394,8 +405,8 @@ impl State {
     /// Where waiter `id` stands: served already (by [`State::hand_over`], or now, if it is
     /// next and may go), paused beyond its `deadline`, or waiting for something.
     fn turn(&mut self, id: u64, now: Instant, deadline: Instant) -> Turn {
-        if let Some(granted) = self.handed.remove(&id) {
-            return Turn::Granted(granted);
+        if let Some(handed) = self.handed.remove(&id) {
+            return Turn::Granted(handed.granted);
         }
         if let Some(until) = self.paused_until
             && until > deadline.max(now)
@@ -414,7 +425,7 @@ impl State {
         }
         self.hand_over(now);
         match self.handed.remove(&id) {
-            Some(granted) => Turn::Granted(granted),
+            Some(handed) => Turn::Granted(handed.granted),
             None => Turn::Full,
         }
     }
@@ -445,12 +456,31 @@ impl State {
                 self.queue.wake_next();
                 return;
             }
-            let Some(waiter) = self.queue.pop_next() else {
+            let Some((lane, waiter)) = self.queue.pop_next() else {
                 return;
             };
             let granted = self.grant(now);
-            self.handed.insert(waiter.id, granted);
             waiter.wake.notify_one();
+            self.handed.insert(
+                waiter.id,
+                Handed {
+                    lane,
+                    waiter,
+                    granted,
+                },
+            );
+        }
+    }
+
+    /// A pause or a cut of the rate came after these turns were given and before their
+    /// waiters took them: their requests are not sent yet, so they wait for it as the
+    /// requests behind them do, first in line. (A round's successes answered just before
+    /// its first 429 would otherwise send their places' requests past the cut.)
+    fn take_back(&mut self) {
+        let handed = std::mem::take(&mut self.handed);
+        for (_, Handed { lane, waiter, .. }) in handed.into_iter().rev() {
+            self.in_flight.release();
+            self.queue.push_front(lane, waiter);
         }
     }
 
@@ -542,9 +572,9 @@ impl Queue {
         }
     }
 
-    /// Takes the waiter whose turn it is out of the queue; its lane goes to the back of the
-    /// line.
-    fn pop_next(&mut self) -> Option<Waiter> {
+    /// Takes the waiter whose turn it is out of the queue, with its lane; the lane goes to
+    /// the back of the line.
+    fn pop_next(&mut self) -> Option<(Lane, Waiter)> {
         let lane = self.order.pop_front()?;
         let waiters = self.lanes.get_mut(&lane)?;
         let waiter = waiters.pop_front();
@@ -553,7 +583,15 @@ impl Queue {
         } else {
             self.order.push_back(lane);
         }
-        waiter
+        Some((lane, waiter?))
+    }
+
+    /// Puts a waiter served too early back first in line: its lane's next, the lane's turn
+    /// next.
+    fn push_front(&mut self, lane: Lane, waiter: Waiter) {
+        self.lanes.entry(lane).or_default().push_front(waiter);
+        self.order.retain(|l| *l != lane);
+        self.order.push_front(lane);
     }
 
     /// A waiter gave up (its pass was cancelled).
