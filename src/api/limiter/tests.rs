@@ -309,47 +309,51 @@ async fn a_place_given_to_a_wait_cancelled_before_it_took_it_goes_to_the_next() 
     assert!(take(&limiter, lane(4)).await.waited.is_zero());
 }
 
+/// Lane 2 waits behind lane 1's two requests in two places. The first is answered, and lane 2
+/// is given its place at once; then, before lane 2 ran, the second is answered 429 with
+/// `retry_after`, and lane 2's place, its request not sent yet, is taken back. Lane 2's turn
+/// once it comes.
+async fn handed_then_refused(limiter: &Limiter, retry_after: Option<Duration>) -> Grant<'_> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let answered = take(limiter, lane(1)).await;
+    let refused = take(limiter, lane(1)).await;
+    let mut next = std::pin::pin!(limiter.acquire(lane(2), deadline));
+    assert!(futures::poll!(next.as_mut()).is_pending());
+    limiter.succeeded(&answered);
+    drop(answered);
+    assert_eq!(
+        limiter.requests_in_flight(),
+        2,
+        "lane 2 was given the place"
+    );
+    limiter.rate_limited(&refused, retry_after);
+    drop(refused);
+    assert_eq!(
+        limiter.requests_in_flight(),
+        0,
+        "lane 2's place was taken back"
+    );
+    next.await.expect("within its budget")
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_place_handed_before_a_429_cut_the_rate_is_taken_back_for_the_new_rate() {
     let limiter = Limiter::new(None, 2);
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let answered = take(&limiter, lane(1)).await;
-    let refused = take(&limiter, lane(1)).await;
-    let mut next = std::pin::pin!(limiter.acquire(lane(2), deadline));
-    assert!(futures::poll!(next.as_mut()).is_pending());
-    // A success frees a place, and lane 2 is given it at once.
-    limiter.succeeded(&answered);
-    drop(answered);
-    assert_eq!(limiter.requests_in_flight(), 2);
-    // The 429 answered beside it, before lane 2 ran, cuts the rate (3 sent in the last
-    // second, × 0.7): lane 2's request, not sent yet, is taken back and waits for its slot.
-    limiter.rate_limited(&refused, None);
-    drop(refused);
-    assert_eq!(limiter.requests_in_flight(), 0);
-    let grant = next.await.expect("no pause");
-    // Its slot, 1 ÷ 2.1 s after the last grant, to the timer's millisecond.
+    // The cut: 3 sent in the last second, × 0.7. Lane 2 waits for its slot, 1 ÷ 2.1 s after
+    // the last grant (to the timer's millisecond).
+    let waited = handed_then_refused(&limiter, None).await.waited;
     let slot = Duration::from_secs_f64(1.0 / 2.1);
     assert!(
-        grant.waited >= slot && grant.waited <= slot + Duration::from_millis(1),
-        "{:?}",
-        grant.waited
+        waited >= slot && waited <= slot + Duration::from_millis(1),
+        "{waited:?}"
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_place_handed_before_a_retry_after_is_taken_back_for_the_pause() {
     let limiter = Limiter::new(None, 2);
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    let answered = take(&limiter, lane(1)).await;
-    let refused = take(&limiter, lane(1)).await;
-    let mut next = std::pin::pin!(limiter.acquire(lane(2), deadline));
-    assert!(futures::poll!(next.as_mut()).is_pending());
-    drop(answered);
-    // `Retry-After: 2` before lane 2 ran: its request waits out the pause, as every lane's.
-    limiter.rate_limited(&refused, Some(Duration::from_secs(2)));
-    drop(refused);
-    assert_eq!(limiter.requests_in_flight(), 0);
-    let grant = next.await.expect("the pause is within its budget");
+    // `Retry-After: 2`: lane 2's request waits out the pause, as every lane's.
+    let grant = handed_then_refused(&limiter, Some(Duration::from_secs(2))).await;
     assert_eq!(grant.waited, Duration::from_secs(2));
     assert_eq!(limiter.current_rate(), None, "a pause, not a cut");
 }
