@@ -140,11 +140,15 @@ async fn run(handles: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
+/// A retry budget longer than any pause these tests ask for (an hour of virtual time).
+fn patient() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
 /// A request's turn, with a retry budget longer than any pause.
 async fn take(limiter: &Limiter, lane: Lane) -> Grant<'_> {
-    let deadline = Instant::now() + Duration::from_secs(3600);
     limiter
-        .acquire(lane, deadline)
+        .acquire(lane, patient())
         .await
         .expect("no pause lasts an hour")
 }
@@ -264,7 +268,7 @@ async fn a_cancelled_wait_leaves_the_queue() {
 async fn a_place_freed_goes_to_the_next_waiter_before_its_task_runs() {
     // One place in flight; lanes 2 and 3 wait for it, in that order.
     let limiter = Limiter::new(None, 1);
-    let deadline = Instant::now() + Duration::from_secs(3600);
+    let deadline = patient();
     let first = take(&limiter, lane(1)).await;
     let mut second = std::pin::pin!(limiter.acquire(lane(2), deadline));
     let mut third = std::pin::pin!(limiter.acquire(lane(3), deadline));
@@ -289,7 +293,7 @@ async fn a_place_freed_goes_to_the_next_waiter_before_its_task_runs() {
 #[tokio::test(start_paused = true)]
 async fn a_place_given_to_a_wait_cancelled_before_it_took_it_goes_to_the_next() {
     let limiter = Limiter::new(None, 1);
-    let deadline = Instant::now() + Duration::from_secs(3600);
+    let deadline = patient();
     let first = take(&limiter, lane(1)).await;
     let mut second = Box::pin(limiter.acquire(lane(2), deadline));
     let mut third = std::pin::pin!(limiter.acquire(lane(3), deadline));
@@ -314,7 +318,7 @@ async fn a_place_given_to_a_wait_cancelled_before_it_took_it_goes_to_the_next() 
 /// `retry_after`, and lane 2's place, its request not sent yet, is taken back. Lane 2's turn
 /// once it comes.
 async fn handed_then_refused(limiter: &Limiter, retry_after: Option<Duration>) -> Grant<'_> {
-    let deadline = Instant::now() + Duration::from_secs(3600);
+    let deadline = patient();
     let answered = take(limiter, lane(1)).await;
     let refused = take(limiter, lane(1)).await;
     let mut next = std::pin::pin!(limiter.acquire(lane(2), deadline));
