@@ -397,6 +397,7 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         date_skew_secs: None,
         duration: Duration::ZERO,
         run: None,
+        unstable_tie_order: false,
     }
 }
 

@@ -756,6 +756,7 @@ pub(super) fn report(schedule: Uuid, result: PassResult) -> PassReport {
         date_skew_secs: None,
         duration: Duration::from_millis(42),
         run: None,
+        unstable_tie_order: false,
     }
 }
 

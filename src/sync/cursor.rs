@@ -101,7 +101,7 @@ pub use cover::Incomplete;
 use cover::{Cover, CoverStep};
 use page::{Exit, count_at, exit_through, len_u32, resumed, uids};
 pub use page::{PageFacts, RowKey};
-use run::{MIN_RUN_PAGES, Opener, Quiet, Run, RunStep};
+use run::{MIN_RUN_PAGES, Opener, Quiet, Run, RunEnd, RunStep};
 
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
@@ -294,9 +294,7 @@ enum State {
     RunCheck {
         after: Timestamp,
         opener: Opener,
-        last: Timestamp,
-        full: bool,
-        left: Option<u64>,
+        end: RunEnd,
     },
     Tie(TieWalk),
     /// A tie group read again and again until every call of it has shown.
@@ -455,6 +453,12 @@ impl PageWalker {
         self.checkpoint
     }
 
+    /// Whether the service has shown, by evidence no stable order can produce, that it
+    /// orders calls sharing an `updated_at` differently from one request to the next.
+    pub fn tie_order_unstable(&self) -> bool {
+        self.unstable
+    }
+
     /// Takes the rows returned for [`next_request`](Self::next_request), in the order
     /// received, and what the response said beside them.
     pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
@@ -472,13 +476,9 @@ impl PageWalker {
                     since,
                     expected,
                 } => self.after_opening((cursor, since, expected), rows, facts),
-                State::RunCheck {
-                    after,
-                    opener,
-                    last,
-                    full,
-                    left,
-                } => self.after_run_check(after, opener, (last, full, left), rows, facts),
+                State::RunCheck { after, opener, end } => {
+                    self.after_run_check(after, opener, end, rows, facts)
+                }
                 State::Tie(tie) => self.after_tie_page(tie, rows, full, facts)?,
                 State::Cover(cover) => {
                     let at = cover.at;
@@ -692,12 +692,18 @@ impl PageWalker {
     /// proves nothing unless the count held on every page (a service without counts, which
     /// the spec always sends, is trusted there).
     fn leave_tie(&mut self, tie: TieWalk, exit: Exit, size: u32) -> State {
-        let entries_possible =
-            matches!(exit, Exit::End(at) if at == tie.at) && (tie.count_moved || tie.count_unknown);
-        if !entries_possible && len_u32(tie.seen.len()) < size {
-            return self.cover(tie.at, size);
+        let entries_possible = !tie.closed && (tie.count_moved || tie.count_unknown);
+        let at_end = matches!(exit, Exit::End(at) if at == tie.at);
+        if len_u32(tie.seen.len()) >= size || (at_end && entries_possible) {
+            return self.confirm(tie, exit);
         }
-        self.confirm(tie, exit)
+        if entries_possible {
+            // Calls may have entered the group under its scans (a late commit), which can
+            // step a downward scan over one: the group is covered, but nothing here shows
+            // the order unstable.
+            return State::Cover(Cover::new(tie.at, size));
+        }
+        self.cover(tie.at, size)
     }
 
     /// Two scans read the group at `T` and found how to leave it. In a stable tie order they
@@ -729,11 +735,19 @@ impl PageWalker {
         let at = tie.at;
         if !(full && count_at(at, rows) == rows.len()) {
             // The whole group, next to what follows, in one response.
-            if rows
-                .iter()
-                .any(|r| r.updated_at == at && !tie.seen.contains(&r.uid))
+            let closed = facts
+                .served_at
+                .is_some_and(|date| date.saturating_sub(self.late_commits) > at);
+            if closed
+                && rows
+                    .iter()
+                    .any(|r| r.updated_at == at && !tie.seen.contains(&r.uid))
             {
-                // A call still in the group that neither scan read: the order is unstable.
+                // A call still in the group that neither scan read, in a group no call
+                // could enter since (older than the late-commit window by this answer's
+                // clock): the order is unstable. In a younger group, the call may have
+                // entered after the scans (a late commit): no verdict, and the call is
+                // read here all the same.
                 self.found_unstable(at);
             }
             return self.leave(exit_through(at, rows, full));
@@ -828,24 +842,8 @@ impl PageWalker {
     fn after_run_page(&mut self, step: RunStep) -> State {
         match step {
             RunStep::Next(run) => State::Run(run),
-            RunStep::Check {
-                after,
-                opener,
-                last,
-                full,
-                left,
-            } => State::RunCheck {
-                after,
-                opener,
-                last,
-                full,
-                left,
-            },
+            RunStep::Check { after, opener, end } => State::RunCheck { after, opener, end },
             RunStep::FallBack(after) => self.fall_back(after),
-            RunStep::Unstable(after) => {
-                self.found_unstable(after);
-                State::Keyset { cursor: after }
-            }
         }
     }
 
@@ -866,23 +864,28 @@ impl PageWalker {
         }
     }
 
-    /// The answer to the count that ends a run from `after`, which read every call up to
-    /// `last`.
+    /// The answer to the count that ends a run from `after`.
     fn after_run_check(
         &mut self,
         after: Timestamp,
         opener: Opener,
-        (last, full, left): (Timestamp, bool, Option<u64>),
+        end: RunEnd,
         rows: &[RowKey],
         facts: PageFacts,
     ) -> State {
         let counted = Opener::counted(opener.since, rows, facts);
         let quiet = opener.holds(rows, facts);
-        // Asked after every request before it, the count opens whatever run comes next.
+        // Asked after every answer the walk took, the count opens whatever run comes next.
         self.opener = counted;
-        if !quiet {
-            return self.fall_back(after);
-        }
+        let (last, full, left) = match end {
+            RunEnd::Read { last, full, left } if quiet => (last, full, left),
+            // A repeat is evidence only under a count that held (see `RunEnd::Repeated`).
+            RunEnd::Repeated if quiet => {
+                self.found_unstable(after);
+                return State::Keyset { cursor: after };
+            }
+            RunEnd::Read { .. } | RunEnd::Repeated => return self.fall_back(after),
+        };
         self.failed_runs = 0;
         self.run_pages = run::next_run_pages(self.run_pages);
         if !full {

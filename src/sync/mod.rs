@@ -313,6 +313,10 @@ pub struct PassReport {
     /// `sync_runs.id` of the pass's row; `None` when it has none (a dry run, a pass that
     /// never started).
     pub run: Option<i64>,
+    /// Whether the walk found, by evidence no stable order can produce, that the service
+    /// orders calls sharing an `updated_at` differently from one request to the next (its
+    /// tie groups were then covered, `sync/cursor/cover.rs`).
+    pub unstable_tie_order: bool,
 }
 
 impl PassReport {

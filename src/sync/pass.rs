@@ -101,6 +101,8 @@ struct Pass<'e> {
     position: Option<Timestamp>,
     /// Its `sync_runs` row, once started.
     run: Option<RunId>,
+    /// Whether the walk found the service's tie order unstable.
+    unstable_tie_order: bool,
 }
 
 impl Engine {
@@ -136,6 +138,7 @@ impl Engine {
             clock: ServiceClock::new(self.settings.max_clock_skew, None),
             position: None,
             run: None,
+            unstable_tie_order: false,
         };
         pass.run().instrument(span).await
     }
@@ -169,6 +172,7 @@ impl<'e> Pass<'e> {
             date_skew_secs: self.clock.distrust().map(|(_, skew)| skew),
             duration: started.elapsed(),
             run: self.run.map(RunId::get),
+            unstable_tie_order: self.unstable_tie_order,
         };
         report.log(
             self.engine.counts_only,
@@ -469,6 +473,7 @@ impl<'e> Pass<'e> {
             SyncError::Walk { request, source }
         })?;
         self.position = Some(walker.position().min(service_now));
+        self.unstable_tie_order |= walker.tie_order_unstable();
         let (calls, content_hashes) = walk.details.recent().keep_fresh(data, walker.position());
         Ok(AcceptedPage {
             calls,

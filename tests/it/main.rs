@@ -59,6 +59,8 @@ mod postgres_schema;
 mod sync;
 // A service ordering ties differently on every request: every group read whole, or a loud failure.
 mod tie_order;
+// Issue 49's load: churn, faults and pages in flight on every tie order; no false verdict.
+mod live_ties;
 // status's read side: more passes behind than it reads, a hostile walker, alike on every destination.
 mod status;
 // Clocks that disagree: a service's Date far from ours, calls stamped past it; status's lag bound.

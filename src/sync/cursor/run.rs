@@ -104,33 +104,44 @@ pub(super) struct Run {
     /// Rows the run is expected to find, for asking its pages ahead (`None`: unknown).
     expected: Option<u64>,
     /// Every (uid, instant) the run has read. The run reads each position of one query's
-    /// list once; with the count unchanged, a call read twice at one instant means the
-    /// service ordered a tie differently from one page to the next, so another call of it
-    /// was on no page. (A call read again at a later instant changed meanwhile: the quiet
-    /// check finds that.)
+    /// list once; a call read twice at one instant ends the run ([`RunEnd::Repeated`]),
+    /// and the closing count tells whether that shows an unstable order. (A call read
+    /// again at a later instant changed meanwhile: the quiet check finds that.)
     read: HashSet<(Uuid, Timestamp)>,
 }
 
 /// Where a run's page leads.
 pub(super) enum RunStep {
     Next(Run),
-    /// Count the calls since the opener's instant: the run from `after` is over, `last` is
-    /// the instant before which it read every call (its last page's last row, or the
-    /// opener's instant once a page reached it), `full` whether data may follow.
+    /// Count the calls since the opener's instant: the run from `after` is over, and what
+    /// that count proves depends on how it ended (`end`).
     Check {
         after: Timestamp,
         opener: Opener,
-        last: Timestamp,
-        full: bool,
-        /// Rows the next run may expect from `last` on.
-        left: Option<u64>,
+        end: RunEnd,
     },
     /// The run cannot be proven quiet: read again from this instant (where it began).
     FallBack(Timestamp),
-    /// A call read twice with nothing else moving: the service's order within a tie is not
-    /// stable, so the run's pages did not partition its groups. Read again from this instant
-    /// (where it began), covering each group (`cover.rs`).
-    Unstable(Timestamp),
+}
+
+/// How a run ended, for the count that closes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RunEnd {
+    /// Every call before `last` was read, if the count holds: `last` is its last page's
+    /// last row, or the opener's instant once a page reached it; `full` whether data may
+    /// follow; `left` the rows the next run may expect from `last` on.
+    Read {
+        last: Timestamp,
+        full: bool,
+        left: Option<u64>,
+    },
+    /// A call was read twice at one instant. If the count holds, nothing before the
+    /// opener's instant moved while the run's pages were answered, in whatever order they
+    /// were: each position held one call throughout, so the service ordered a tie
+    /// differently from one request to the next. If it moved, calls leaving between two
+    /// answers taken out of page order explain the repeat (a call answered on page `k + 1`
+    /// first shifts onto page `k` answered later): no verdict, the run is read again.
+    Repeated,
 }
 
 impl Run {
@@ -182,7 +193,7 @@ impl Run {
             return RunStep::FallBack(self.after);
         }
         if !rows.iter().all(|r| self.read.insert((r.uid, r.updated_at))) {
-            return RunStep::Unstable(self.after);
+            return self.check(RunEnd::Repeated);
         }
         let since = self.opener.since;
         let last = rows.last().map_or(self.newest, |r| r.updated_at);
@@ -194,7 +205,11 @@ impl Run {
             if self.opener.assumed {
                 return RunStep::FallBack(self.after);
             }
-            return self.check(since, true, None);
+            return self.check(RunEnd::Read {
+                last: since,
+                full: true,
+                left: None,
+            });
         }
         let boundary = last > self.newest;
         if full && !(boundary && self.page >= self.pages) {
@@ -206,16 +221,14 @@ impl Run {
         // Rows the next run may find from `last` on: the count less those before `last`.
         let at_last = rows.iter().filter(|r| r.updated_at == last).count() as u64;
         let left = total_count.checked_sub(listed.saturating_sub(at_last));
-        self.check(last, full, left)
+        self.check(RunEnd::Read { last, full, left })
     }
 
-    fn check(self, last: Timestamp, full: bool, left: Option<u64>) -> RunStep {
+    fn check(self, end: RunEnd) -> RunStep {
         RunStep::Check {
             after: self.after,
             opener: self.opener,
-            last,
-            full,
-            left,
+            end,
         }
     }
 }
