@@ -191,6 +191,19 @@ pub enum WalkError {
     },
 }
 
+/// A tie group a walk could not prove read whole, and read past with its checkpoint held at
+/// the group's instant (the next pass reads it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldGroup {
+    /// The group's `updated_at`.
+    pub at: Timestamp,
+    /// Its size as the latest answer that measured it showed.
+    pub size: u32,
+    /// Distinct calls read at `at` in the last window.
+    pub read: u32,
+    pub why: Incomplete,
+}
+
 /// Runs in a row that could not be proven quiet after which a walk reads on without runs.
 const MAX_FAILED_RUNS: u32 = 3;
 
@@ -268,8 +281,10 @@ pub struct PageWalker {
     /// scanned, for the rest of the walk.
     unstable: bool,
     /// An instant the checkpoint may not pass in this walk: a group there could not be
-    /// proven yet (`after_confirm`).
+    /// proven yet (`after_confirm`, `hold_or_fail`).
     held: Option<Timestamp>,
+    /// The groups covered in vain (`hold_or_fail`).
+    held_groups: Vec<HeldGroup>,
     checkpoint: Timestamp,
     state: State,
 }
@@ -393,6 +408,7 @@ impl PageWalker {
             opener: None,
             unstable: false,
             held: None,
+            held_groups: Vec::new(),
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -406,11 +422,11 @@ impl PageWalker {
             State::Opening { since, .. } => (*since, 1, 1, Purpose::QuietCheck),
             State::RunCheck { opener, .. } => (opener.since, 1, 1, Purpose::QuietCheck),
             State::Tie(tie) => (tie.at, tie.page, self.page_size, Purpose::Walk),
-            State::Cover(cover) if cover.counting => {
-                (cover.counted_from(), 1, 1, Purpose::QuietCheck)
-            }
             State::Confirm { tie, .. } => (tie.at, 1, MAX_PAGE_SIZE, Purpose::Walk),
-            State::Cover(cover) => (cover.at, cover.page, cover.page_size(), Purpose::Walk),
+            State::Cover(cover) => {
+                let (page, page_size) = cover.request();
+                (cover.at, page, page_size, Purpose::Walk)
+            }
             State::ExitProbe {
                 tie,
                 page,
@@ -459,6 +475,12 @@ impl PageWalker {
         self.unstable
     }
 
+    /// The tie groups this walk could not prove read whole, and read past with its
+    /// checkpoint held at the earliest.
+    pub fn held_groups(&self) -> &[HeldGroup] {
+        &self.held_groups
+    }
+
     /// Takes the rows returned for [`next_request`](Self::next_request), in the order
     /// received, and what the response said beside them.
     pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
@@ -490,7 +512,7 @@ impl PageWalker {
                             }
                             self.leave(exit)
                         }
-                        CoverStep::Failed(failure) => return Err(failure.into()),
+                        CoverStep::Failed(failure) => self.hold_or_fail(failure)?,
                     }
                 }
                 State::ExitProbe {
@@ -752,18 +774,18 @@ impl PageWalker {
             }
             return self.leave(exit_through(at, rows, full));
         }
-        match Quiet::of(facts, self.late_commits) {
-            // Without the service's clock or counts, nothing can be proven: the scans are
-            // trusted, as the spec (which always sends both) allows.
+        match facts.served_at {
+            // Without the service's clock, nothing can be proven: the scans are trusted, as
+            // the spec (which always sends it) allows.
             None => self.leave(resumed(scanned)),
-            Some(quiet) if cover::too_young(at, quiet) => {
+            Some(date) if !cover::closed(at, date, self.late_commits) => {
                 // Too young to be covered (calls may still enter it, or leave it stamped
                 // too close to it to be counted): the walk reads on from the scans' exit,
                 // but the checkpoint stays at `T` for the rest of the pass, so the next
                 // pass, when the group is older, proves it. What follows `T` is younger
                 // still, so little is read again.
                 tracing::debug!(%at, "a large tie group changed under its scans while younger than sync.lookback: the checkpoint stays at it for this pass");
-                self.held = Some(self.held.map_or(at, |held| held.min(at)));
+                self.hold_at(at);
                 self.leave(resumed(scanned))
             }
             Some(_) => State::Cover(Cover::confirming(
@@ -772,6 +794,36 @@ impl PageWalker {
                 resumed(scanned),
             )),
         }
+    }
+
+    /// A cover that could not prove its group: the walk reads on from the latest answer that
+    /// showed the group's end, its checkpoint held at the group's instant for the rest of
+    /// the pass (the group is *held*, and the next pass tries it again); without such an
+    /// answer, or without the service's clock, the walk fails.
+    fn hold_or_fail(&mut self, failure: cover::Failure) -> Result<State, WalkError> {
+        let Some(exit) = failure.exit.filter(|_| failure.why != Incomplete::NoFacts) else {
+            return Err(failure.into());
+        };
+        tracing::warn!(
+            at = %failure.at,
+            calls = failure.size,
+            read = failure.read,
+            "a tie group could not be proven read whole: {}; the checkpoint stays at its instant, and the walk reads on",
+            failure.why
+        );
+        self.hold_at(failure.at);
+        self.held_groups.push(HeldGroup {
+            at: failure.at,
+            size: failure.size,
+            read: failure.read,
+            why: failure.why,
+        });
+        Ok(self.leave(resumed(exit)))
+    }
+
+    /// The checkpoint may not pass `at` for the rest of the walk.
+    fn hold_at(&mut self, at: Timestamp) {
+        self.held = Some(self.held.map_or(at, |held| held.min(at)));
     }
 
     /// The service ordered a tie differently between two requests: cover the group at `at`,

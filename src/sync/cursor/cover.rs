@@ -1,42 +1,47 @@
 //! Covering a tie group whose order the service does not keep: its pages read again, with
-//! other page sizes, until every call of the group has been seen in one quiet window.
+//! other page sizes, until every call of the group has shown while the group held still.
 //!
 //! The spec orders `updated_after` lists by `updated_at` and says nothing of the order among
 //! calls sharing one. A service sorting on that key alone (`ORDER BY updated_at LIMIT …
 //! OFFSET …`) may order a tie differently on every request, or by the `LIMIT` of each (a
 //! top-N sort), so the pages of a group need not partition it. What stays true whatever
-//! the tie order: the *instants* at each position of one query's list. So, within a window
-//! in which nothing changes:
-//! - the group's size is exact: a page that shows the group ending (its rows at `T`, then
-//!   later ones, or none) at page `p` of size `s` after `m` rows of the group gives
-//!   `(p − 1)·s + m`, every position before it being at `T` (the list starts at `T`);
-//! - every uid read at `T` is in the group (nothing left it).
+//! the tie order: the *instants* at each position of one query's list. So one answer that
+//! shows the group end (its rows at `T`, then later ones, or none) at page `p` of size `s`
+//! after `m` rows of the group *measures* it: `(p − 1)·s + m` calls were at `T` at the
+//! moment that answer was taken, every position before it being at `T` (the list starts
+//! at `T`). A cover only starts on a group older than the late-commit window by the
+//! service's clock, so no call enters it any more: the group `G(t)` only shrinks, each call
+//! leaving it being stamped later (and read later, at its new instant, by the walk).
 //!
-//! So once the distinct uids read at `T` number the group's size, the walk holds every call
-//! of the group. The window is proven quiet *for the group*, so that the rest of a live
-//! schedule may change meanwhile:
-//! - nothing entered it: every page of the window repeats the group's `total_count`;
-//! - nothing left it: the *departure count* — `total_count` of one request from
-//!   `T + 1 s` — is the same when the window closes as when it opened. A call leaving the
-//!   group is stamped at or after the service's clock less the late-commit window, which
-//!   must be past `T + 1 s` (else the group is too young: `Incomplete::Young`), so it
-//!   raises the count; and nothing lowers it, as no call is stamped back before that
-//!   instant. (A whole second, so that a service keeping fewer digits still parses the
-//!   instant as after `T`; calls between `T` and it are not the group's.)
+//! **The proof.** Two measurements of one size `N`, taken at moments `m₁ < m₂`, show the
+//! group the same set of calls throughout `[m₁, m₂]` (it only shrinks). Every call read at
+//! `T` in an answer taken in between is in that set, whatever order those answers were
+//! taken in. So once the distinct calls read at `T` since the window's opening measurement
+//! number `N`, at a measurement that still shows `N`, the walk holds every call of the
+//! group. Moments are known by causality only: an answer the walk took before it asked a
+//! request was taken before that request's answer; a window's pages are asked after its
+//! opening measurement was taken, and the measurement that closes it after them. Nothing
+//! else moves a window: the rest of a live schedule changes freely (calls created after
+//! `T`, calls changing elsewhere), only a call leaving *this* group does.
 //!
-//! A window that is not quiet is dropped and the group read again in a new one (the count
-//! that closed one opens the next; a window a page's count spoiled reads its sweep to the
-//! end, for what the sweep shows of the order, then asks for a new count, as a call created
-//! meanwhile raised the departure count too); a group that cannot be covered within the
-//! page budget, or in `WalkLimits::max_cover_windows` windows, or that cannot be proven at
-//! all (no `Date` or `total_count`, or younger than the late-commit window) ends the walk
-//! with `WalkError::GroupIncomplete`, the checkpoint held at `T`.
+//! **One answer.** A group that fits one page of the service's largest size is measured
+//! and read whole by the same answer: no window is needed. A group being dialled shrinks
+//! until it does.
 //!
-//! Within one sweep, a stable order never shows a call twice: nothing enters the group
-//! (the count), so calls only leave, which moves the calls after them to positions already
-//! read. A sweep that does shows the order unstable. A cover that only confirms what two
-//! scans read ([`Cover::confirming`]) uses this: sweeps without a repeat stand for the
-//! stable order the scans assumed, when the group changes under every window.
+//! A measurement that shows the group smaller ends the window (calls left under it) and
+//! opens the next one, reads reset; after `WalkLimits::max_cover_windows` windows, or when
+//! the sweeps run out, the cover ends with `Failure` — the walker then holds its
+//! checkpoint at `T` and reads on from the latest measurement's exit (a *held* group,
+//! `PageWalker::held_groups`), so that a pass under a campaign that never pauses still
+//! writes what follows, and the next pass tries the group again. A group too young to be
+//! covered (a call may still enter it) or answered without a `Date` ends it at once.
+//!
+//! **Evidence of an unstable order.** Within one sweep the pages are asked one after the
+//! other, each once its predecessor answered, and no call enters: calls only leave, which
+//! moves the calls after them to positions already read, so a stable order never shows a
+//! call twice in one sweep. A sweep that does shows the order unstable. A cover that only
+//! confirms what two scans read ([`Cover::confirming`]) uses this: sweeps without a repeat
+//! stand for the stable order the scans assumed, when the group changes under every window.
 //!
 //! Each sweep reads the group's pages with another page size: a service whose tie order
 //! depends on `LIMIT` shows other calls for every other size, and one that orders anew on
@@ -51,7 +56,6 @@ use std::collections::HashSet;
 use uuid::Uuid;
 
 use super::page::{Exit, PageFacts, RowKey, count_at, exit_through, len_u32};
-use super::run::Quiet;
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
 /// How far a cover may go (from the walk's limits).
@@ -70,6 +74,9 @@ pub(super) struct Failure {
     pub(super) size: u32,
     pub(super) read: u32,
     pub(super) why: Incomplete,
+    /// How to leave the group, from the latest answer that measured it: the walk may read
+    /// on from there, its checkpoint held at `at`.
+    pub(super) exit: Option<Exit>,
 }
 
 /// Page sizes of successive sweeps: primes below the service's maximum, so that no two
@@ -94,49 +101,35 @@ const SWEEP_SIZES: [u32; 16] = [
     31,
 ];
 
-/// How far after a group's instant its departure count starts: a whole second, which a
-/// service writing its timestamps to any precision parses as later than the group.
-const COUNTED_FROM: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// Sweeps without a call read twice after which a group that changed under every window
 /// is taken to be in a stable order (see [`Cover::confirming`]).
 const STABLE_SWEEPS: u32 = 2;
 
-/// The instant from which the departures of the group at `at` are counted: a call leaving
-/// it is counted when it is stamped at or after this, which a window's `since` at or after
-/// it ensures.
-pub(super) fn counted_from(at: Timestamp) -> Timestamp {
-    at.saturating_add(COUNTED_FROM)
-}
-
-/// Whether the group at `at` is too young to be covered by the service's clock in `quiet`: a
-/// call leaving it could be stamped before its departure count's instant.
-pub(super) fn too_young(at: Timestamp, quiet: Quiet) -> bool {
-    quiet.since < counted_from(at)
+/// Whether no call can enter the group at `at` any more, by the clock of an answer taken
+/// at `served_at`: a change made visible is stamped at or after that clock less the
+/// late-commit window.
+pub(super) fn closed(
+    at: Timestamp,
+    served_at: Timestamp,
+    late_commits: std::time::Duration,
+) -> bool {
+    served_at.saturating_sub(late_commits) > at
 }
 
 /// The group at `at` being covered.
 #[derive(Debug)]
 pub(super) struct Cover {
     pub(super) at: Timestamp,
-    /// What the window's first page said: its `total_count` every page must repeat.
-    quiet: Option<Quiet>,
-    /// A page of the window did not repeat its `total_count`: the window ends with its
-    /// sweep, proving nothing.
-    spoiled: bool,
-    /// The departure count (`total_count` after `at + COUNTED_FROM`) when the window
-    /// opened: the same count when it closes shows no call left the group meanwhile.
-    departures: Option<u64>,
-    /// Distinct uids read at `at` in this window.
+    /// The group's size at the window's opening measurement; `None` until one.
+    size: Option<u32>,
+    /// Distinct uids read at `at` since the window's opening measurement (its own included).
     read: HashSet<Uuid>,
     /// Uids read at `at` in the current sweep: one read twice shows an unstable order.
     sweep_read: HashSet<Uuid>,
-    /// The group's size, once a page of this window showed where it ends.
-    size: Option<u32>,
-    /// The most calls the walk had seen in the group before covering it: its size for an
-    /// error raised before a page showed where it ends.
+    /// The most calls the walk had seen in the group before covering it: where the opening
+    /// measurement looks first, and its size for an error raised before any measurement.
     known: u32,
-    /// How to leave the group, from the page that showed its end.
+    /// How to leave the group, from the latest measurement.
     exit: Option<Exit>,
     /// Sweeps started, in all windows (they index [`SWEEP_SIZES`]).
     sweeps: u32,
@@ -147,11 +140,57 @@ pub(super) struct Cover {
     /// The exit two scans found, for a group covered only to confirm them (see
     /// [`Cover::confirming`]).
     scanned: Option<Exit>,
-    pub(super) page: u32,
+    /// The page to ask for next (of the measurement, or of the sweep).
+    page: u32,
     /// Windows opened so far.
     windows: u32,
-    /// Whether the next request asks for the departure count instead of a page.
-    pub(super) counting: bool,
+    /// Whether the next request measures the group (pages of the largest size, looking for
+    /// its end) to open a window, rather than reading a sweep's page.
+    measuring: bool,
+    /// Pages asked so far, for the budget.
+    pages: u32,
+    /// The page size of the measurement (the largest, or one that does not divide a page
+    /// edge the group seemed to end on).
+    measure_size: u32,
+    /// What the measurement's pages have shown so far.
+    search: Search,
+    /// `total_count` of the answer that opened the window: every page of the window repeats
+    /// it unless a call entered the group or was created (nothing lowers it).
+    total_count: Option<u64>,
+    /// A page of the window did not repeat it: the window ends with its sweep, proving
+    /// nothing.
+    spoiled: bool,
+}
+
+/// A search for the page where the group ends, in pages of the largest size: doubling from
+/// where it starts until a page past the group, then halving between the two.
+#[derive(Debug, Clone, Copy, Default)]
+struct Search {
+    /// The furthest page seen full of the group (0: none).
+    full: u32,
+    /// The nearest page seen past the group's end.
+    past: Option<u32>,
+}
+
+enum Next {
+    Page(u32),
+    /// The group ends at this position, on the edge between two pages.
+    Edge(u32),
+}
+
+impl Search {
+    fn next(&mut self, page: u32) -> Next {
+        if self.past.is_some_and(|past| past <= self.full) {
+            // A page past the group before one full of it: the group grew (it cannot), or the
+            // service answers pages it does not have; start the halving again above.
+            self.past = None;
+        }
+        match self.past {
+            None => Next::Page(page.saturating_mul(2).max(self.full + 1)),
+            Some(past) if past == self.full + 1 => Next::Edge(self.full * MAX_PAGE_SIZE),
+            Some(past) => Next::Page(self.full + (past - self.full) / 2),
+        }
+    }
 }
 
 /// Where a cover's page leads.
@@ -171,21 +210,23 @@ impl Cover {
     pub(super) fn new(at: Timestamp, known: u32) -> Cover {
         Cover {
             at,
-            quiet: None,
-            spoiled: false,
-            departures: None,
+            size: None,
             read: HashSet::new(),
             sweep_read: HashSet::new(),
-            size: None,
             known,
             exit: None,
-            sweeps: 1,
+            sweeps: 0,
             clean_sweeps: 0,
             shown_unstable: false,
             scanned: None,
-            page: 1,
+            page: known.saturating_sub(1) / MAX_PAGE_SIZE + 1,
             windows: 1,
-            counting: true,
+            measuring: true,
+            pages: 0,
+            measure_size: MAX_PAGE_SIZE,
+            search: Search::default(),
+            total_count: None,
+            spoiled: false,
         }
     }
 
@@ -202,17 +243,22 @@ impl Cover {
         }
     }
 
+    /// The next request's page and page size.
+    pub(super) fn request(&self) -> (u32, u32) {
+        let size = if self.measuring {
+            self.measure_size
+        } else {
+            self.page_size()
+        };
+        (self.page, size)
+    }
+
     /// The page size of the current sweep.
-    pub(super) fn page_size(&self) -> u32 {
-        SWEEP_SIZES[(self.sweeps as usize - 1) % SWEEP_SIZES.len()]
+    fn page_size(&self) -> u32 {
+        SWEEP_SIZES[(self.sweeps.max(1) as usize - 1) % SWEEP_SIZES.len()]
     }
 
-    /// The instant the departure count is asked from.
-    pub(super) fn counted_from(&self) -> Timestamp {
-        counted_from(self.at)
-    }
-
-    /// Takes the answer to [`Cover::page`] (or to the departure count).
+    /// Takes the answer to [`Cover::request`].
     pub(super) fn step(
         mut self,
         rows: &[RowKey],
@@ -220,66 +266,127 @@ impl Cover {
         late_commits: std::time::Duration,
         limits: Limits,
     ) -> CoverStep {
-        if self.counting {
-            return self.after_count(facts, limits);
+        self.pages += 1;
+        let (page, size) = self.request();
+        let seen = Seen::of(self.at, rows, page, size);
+        if let Some(exit) = seen.exit {
+            self.exit = Some(exit);
         }
-        let opening = self.quiet.is_none();
-        if opening {
-            self.quiet = Quiet::of(facts, late_commits);
-        } else if !self.spoiled && self.quiet.map(|q| q.total_count) != facts.total_count {
-            // Calls entered the group or were created: the window proves nothing. Its sweep
-            // is read to the end all the same, for what a sweep shows of the order: a call
-            // created after the group moves none of its positions (see `Cover::confirming`).
-            // A call created since the departure count was taken raised that count too, so
-            // the next window opens with a count of its own, not the one that opened this.
-            self.spoiled = true;
-            self.departures = None;
-        }
-        let size = self.page_size();
-        let tie_rows = count_at(self.at, rows);
-        self.record(rows);
-        if opening {
-            match self.quiet {
-                None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
-                // A call leaving the group must be stamped at or after the departure count's
-                // instant, and none may be stamped back into the group.
-                Some(q) if too_young(self.at, q) => {
-                    return CoverStep::Failed(self.incomplete(Incomplete::Young));
-                }
-                Some(_) => {}
+        match facts.served_at {
+            None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
+            // A call may still enter the group: no measurement bounds it.
+            Some(date) if !closed(self.at, date, late_commits) => {
+                return CoverStep::Failed(self.incomplete(Incomplete::Young));
             }
+            Some(_) => {}
         }
-        let full_of_group = rows.len() == size as usize && tie_rows == rows.len();
-        if full_of_group {
+        if self.measuring {
+            return self.after_measuring(rows, seen, facts, limits);
+        }
+        self.record(rows);
+        let Some(n) = self.size else {
+            return self.after_measuring(rows, seen, facts, limits);
+        };
+        // A call entered the group (a commit later than the late-commit window) or was
+        // created: the window proves nothing, though its sweep is read to its end.
+        self.spoiled |= facts.total_count != self.total_count;
+        if let Some(exact) = seen.exact.filter(|_| page == 1) {
+            // The whole group, next to what follows, in one answer.
+            self.end_sweep();
+            return self.done_with(exact);
+        }
+        if seen.at_most < n || (self.spoiled && !seen.full_of_group) {
+            // Calls left the group under the window (or entered it): it proves nothing.
+            self.end_sweep();
+            return self.window_broken(rows, seen, facts, limits);
+        }
+        // Still `n` calls at this answer's moment (never more: none enters), so the same
+        // `n` throughout the window: every call read since it opened is one of them.
+        if !self.spoiled && seen.at_least >= n && len_u32(self.read.len()) >= n {
+            self.end_sweep();
+            return self.done_with(n);
+        }
+        if seen.full_of_group {
             self.page += 1;
             return self.within_budget(limits);
         }
-        // This page shows where the group ends: every position before it is at `at`.
-        let before = (self.page - 1).saturating_mul(size);
-        self.size = Some(before.saturating_add(len_u32(tie_rows)));
-        self.exit = Some(if rows.is_empty() {
-            Exit::End(self.at)
-        } else {
-            exit_through(self.at, rows, rows.len() == size as usize)
-        });
         self.end_sweep();
-        if self.spoiled {
-            return self.new_window(limits);
+        self.next_sweep(limits)
+    }
+
+    /// Leaves the group, read whole at a moment it held `n` calls.
+    fn done_with(&self, n: u32) -> CoverStep {
+        tracing::debug!(at = %self.at, calls = n, windows = self.windows, "a tie group under an unstable order read whole");
+        match self.exit {
+            Some(exit) => self.done(exit),
+            // Unreachable: a measurement always showed the group end before.
+            None => self.done(Exit::Continue(self.at)),
         }
-        if self.size.is_some_and(|n| len_u32(self.read.len()) >= n) {
-            self.counting = true;
-            return CoverStep::Next(self);
+    }
+
+    /// An answer of the measurement that opens a window: the group ends on it, or after it
+    /// (look on), or before it (look back; at a page edge, with another page size).
+    fn after_measuring(
+        mut self,
+        rows: &[RowKey],
+        seen: Seen,
+        facts: PageFacts,
+        limits: Limits,
+    ) -> CoverStep {
+        let (page, size) = self.request();
+        if let Some(exact) = seen.exact {
+            if page == 1 {
+                // The whole group, next to what follows, in one answer.
+                return self.done_with(exact);
+            }
+            self.size = Some(exact);
+            self.total_count = facts.total_count;
+            self.spoiled = false;
+            self.measuring = false;
+            self.read.clear();
+            self.sweep_read.clear();
+            self.record(rows);
+            self.sweep_read.clear();
+            return self.next_sweep(limits);
         }
-        // Another sweep, with another page size, over the pages the group fills.
-        self.sweeps += 1;
-        self.page = 1;
+        if size != MAX_PAGE_SIZE {
+            // A probe at a page edge that found the group shrunk since: search again.
+            self.measure_size = MAX_PAGE_SIZE;
+            self.search = Search::default();
+            self.page = 1;
+            return self.within_budget(limits);
+        }
+        if seen.full_of_group {
+            self.search.full = self.search.full.max(page);
+        } else {
+            self.search.past = Some(self.search.past.map_or(page, |p| p.min(page)));
+        }
+        match self.search.next(page) {
+            Next::Page(next) => self.page = next,
+            Next::Edge(edge) => {
+                // The group ends on a page edge (or calls left between two answers): one page
+                // of another size holds positions `edge - 1` and `edge`.
+                let probe = (1..MAX_PAGE_SIZE)
+                    .rev()
+                    .find(|m| !edge.is_multiple_of(*m))
+                    .unwrap_or(MAX_PAGE_SIZE);
+                self.measure_size = probe;
+                self.page = edge.saturating_sub(1) / probe + 1;
+                self.search = Search::default();
+            }
+        }
         self.within_budget(limits)
     }
 
-    /// Notes the page's calls at `at`. Within one sweep of a group nothing enters (every
-    /// page repeats its count) and nothing can be stamped back into, calls only leave,
-    /// which moves the calls after them to positions already read: in a stable order no
-    /// call is read twice in one sweep.
+    fn done(&self, exit: Exit) -> CoverStep {
+        CoverStep::Done {
+            exit,
+            unstable: self.shown_unstable,
+        }
+    }
+
+    /// Notes the page's calls at `at` (see the module doc: a call read twice in one sweep
+    /// shows the order unstable).
     fn record(&mut self, rows: &[RowKey]) {
         for row in rows.iter().filter(|r| r.updated_at == self.at) {
             self.read.insert(row.uid);
@@ -294,32 +401,21 @@ impl Cover {
         self.sweep_read.clear();
     }
 
-    /// The departure count: it opens the first window, and closes each (opening the next).
-    fn after_count(mut self, facts: PageFacts, limits: Limits) -> CoverStep {
-        self.counting = false;
-        let Some(count) = facts.total_count else {
-            return CoverStep::Failed(self.incomplete(Incomplete::NoFacts));
-        };
-        let opened = self.departures.replace(count);
-        if opened.is_none() {
-            return CoverStep::Next(self);
-        }
-        let read = len_u32(self.read.len());
-        match (opened == Some(count), self.exit, self.size) {
-            // No call left the group in the window and none entered it (every page repeated
-            // its count): what it read at `at` is in the group, and there are as many as
-            // the group holds.
-            (true, Some(exit), Some(size)) if read == size => CoverStep::Done {
-                exit,
-                unstable: self.shown_unstable,
-            },
-            _ => self.new_window(limits),
-        }
+    fn next_sweep(mut self, limits: Limits) -> CoverStep {
+        self.sweeps += 1;
+        self.page = 1;
+        self.within_budget(limits)
     }
 
-    /// Something moved under the window: read the group again in a new one, opened by the
-    /// departure count that closed the last, or by a new count when a page dropped it.
-    fn new_window(mut self, limits: Limits) -> CoverStep {
+    /// Calls left the group under the window: an answer that measured it exactly opens the
+    /// next window (its own rows at `at` read), else a new measurement does.
+    fn window_broken(
+        mut self,
+        rows: &[RowKey],
+        seen: Seen,
+        facts: PageFacts,
+        limits: Limits,
+    ) -> CoverStep {
         if let Some(scanned) = self.scanned
             && !self.shown_unstable
             && self.clean_sweeps >= STABLE_SWEEPS
@@ -329,21 +425,32 @@ impl Cover {
                 unstable: false,
             };
         }
+        if let Some(exact) = seen.exact {
+            self.size = Some(exact);
+        }
         if self.windows >= limits.windows {
             let windows = self.windows;
             return CoverStep::Failed(self.incomplete(Incomplete::KeptChanging { windows }));
         }
         self.windows += 1;
-        self.sweeps += 1;
-        self.quiet = None;
-        self.spoiled = false;
         self.read.clear();
-        self.sweep_read.clear();
-        self.size = None;
-        self.exit = None;
-        self.page = 1;
-        self.counting = self.departures.is_none();
-        CoverStep::Next(self)
+        self.spoiled = false;
+        self.total_count = facts.total_count;
+        match seen.exact {
+            Some(_) => {
+                for row in rows.iter().filter(|r| r.updated_at == self.at) {
+                    self.read.insert(row.uid);
+                }
+                self.next_sweep(limits)
+            }
+            None => {
+                self.measuring = true;
+                self.measure_size = MAX_PAGE_SIZE;
+                self.search = Search::default();
+                self.page = seen.at_most.saturating_sub(1) / MAX_PAGE_SIZE + 1;
+                self.within_budget(limits)
+            }
+        }
     }
 
     fn within_budget(self, limits: Limits) -> CoverStep {
@@ -351,10 +458,16 @@ impl Cover {
             let sweeps = self.sweeps;
             return CoverStep::Failed(self.incomplete(Incomplete::NotShown { sweeps }));
         }
-        // A sweep asking past every row the service counts is being answered with full
-        // pages it does not have: a service ignoring `page`.
-        let counted = self.quiet.map_or(0, |q| q.total_count);
-        if u64::from(self.page - 1) * u64::from(self.page_size()) > counted {
+        // Pages beyond what the sweeps can need: a service answering full pages it does not
+        // have (ignoring `page`), or a group that keeps growing.
+        let largest = self
+            .size
+            .unwrap_or(0)
+            .max(self.known)
+            .max(len_u32(self.read.len()));
+        let per_sweep = largest / SWEEP_SIZES[SWEEP_SIZES.len() - 1] + 2;
+        let allowed = per_sweep.saturating_mul(limits.sweeps.saturating_mul(self.windows) + 1);
+        if self.pages > allowed {
             let sweeps = self.sweeps;
             return CoverStep::Failed(self.incomplete(Incomplete::NotShown { sweeps }));
         }
@@ -368,7 +481,72 @@ impl Cover {
             size: self.size.unwrap_or(read.max(self.known)),
             read,
             why,
+            exit: self.exit,
         }
+    }
+}
+
+/// What one answer shows of the group's size at its moment (positions of the list after
+/// `at`: the rows at `at` come first).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The group held at least this many calls: every position up to the page's last row
+    /// at `at` was at `at`.
+    at_least: u32,
+    /// And at most this many: a row after `at` stood at this position (`u32::MAX` when the
+    /// page was full of the group).
+    at_most: u32,
+    /// Both, when the page showed the group's end next to what follows (or was page 1).
+    exact: Option<u32>,
+    /// How to leave the group from this answer, when it showed the end.
+    exit: Option<Exit>,
+    /// Every row of the page was at `at`: the group goes on past it.
+    full_of_group: bool,
+}
+
+impl Seen {
+    fn of(at: Timestamp, rows: &[RowKey], page: u32, size: u32) -> Seen {
+        let start = (page - 1).saturating_mul(size);
+        let tie_rows = len_u32(count_at(at, rows));
+        let full_of_group = rows.len() == size as usize && tie_rows == size;
+        let at_least = if tie_rows > 0 {
+            start.saturating_add(tie_rows)
+        } else {
+            0
+        };
+        if full_of_group {
+            return Seen {
+                at_least,
+                at_most: u32::MAX,
+                exact: None,
+                exit: None,
+                full_of_group,
+            };
+        }
+        // A page past the end of the list bounds nothing (its positions hold no row).
+        let at_most = if rows.is_empty() && page > 1 {
+            u32::MAX
+        } else {
+            start.saturating_add(tie_rows)
+        };
+        let shows_end = tie_rows > 0 || page == 1;
+        Seen {
+            at_least,
+            at_most,
+            exact: shows_end.then_some(at_least),
+            exit: shows_end.then(|| exit_from(at, rows, size)),
+            full_of_group,
+        }
+    }
+}
+
+/// How to leave the group from an answer that showed its end: its last row (the end of the
+/// data when the page is not full).
+fn exit_from(at: Timestamp, rows: &[RowKey], size: u32) -> Exit {
+    if rows.is_empty() {
+        Exit::End(at)
+    } else {
+        exit_through(at, rows, rows.len() == size as usize)
     }
 }
 
@@ -381,7 +559,7 @@ pub enum Incomplete {
     KeptChanging { windows: u32 },
     /// The group is younger than the late-commit window by the service's clock.
     Young,
-    /// No `Date` header or no `total_count` to prove a window quiet by.
+    /// No `Date` header to tell that no call can enter the group any more.
     NoFacts,
 }
 
@@ -394,13 +572,13 @@ impl std::fmt::Display for Incomplete {
             ),
             Incomplete::KeptChanging { windows } => write!(
                 f,
-                "the schedule changed during each of {windows} reads of the group, so none proves it whole (it settles once the schedule is quiet for a moment)"
+                "calls left the group during each of {windows} reads of it, so none proves it whole (one will once the group holds still for a read, or fits one page of 100 as its calls leave)"
             ),
             Incomplete::Young => f.write_str(
                 "the group is younger than sync.lookback by the service's clock, so no read of it can be proven quiet yet (a pass a few seconds later can)",
             ),
             Incomplete::NoFacts => f.write_str(
-                "the service's answers carry no Date header or no pagination.total_count to prove a read of it whole",
+                "the service's answers carry no Date header to tell that no call can enter the group any more",
             ),
         }
     }
