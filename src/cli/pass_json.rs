@@ -52,6 +52,21 @@ struct PassLine {
     /// The service's `Date` minus callsync's clock, in seconds, when they were further apart
     /// than `sync.max_clock_skew_secs` (the `Date` was not trusted); null otherwise.
     date_skew_secs: Option<f64>,
+    /// Tie groups the pass could not prove read whole and read past, its checkpoint held at
+    /// the earliest (the next pass reads them again): each `{at, calls, read, why}`.
+    held_groups: Vec<HeldLine>,
+}
+
+/// A held tie group, in a pass's JSON line.
+#[derive(Debug, Serialize)]
+struct HeldLine {
+    /// The group's `updated_at` (RFC 3339).
+    at: String,
+    /// Its size when last measured.
+    calls: u32,
+    /// Distinct calls read in the last window.
+    read: u32,
+    why: String,
 }
 
 impl PassLine {
@@ -87,6 +102,16 @@ impl PassLine {
             run_id: report.run,
             clock: report.clock.map(ClockTaken::as_str),
             date_skew_secs: report.date_skew_secs,
+            held_groups: report
+                .held_groups
+                .iter()
+                .map(|h| HeldLine {
+                    at: h.at.to_rfc3339(),
+                    calls: h.size,
+                    read: h.read,
+                    why: h.why.to_string(),
+                })
+                .collect(),
         }
     }
 }

@@ -55,6 +55,10 @@ pub(super) struct SimulateArgs {
     /// request's LIMIT, as a top-N sort on updated_at alone (top-n)
     #[arg(long, value_enum, default_value_t = TieOrderArg::Stable)]
     pub(super) tie_order: TieOrderArg,
+    /// Seed the calls in bulk tie groups of this many calls, each sharing one updated_at on
+    /// a whole second (as bulk uploads at second precision are); 0 for none
+    #[arg(long, value_name = "CALLS", default_value_t = 0)]
+    pub(super) tie_group: usize,
     /// With --dialer: also change calls' children (an outcome, a delivered notification)
     /// without bumping the call's updated_at, as the service may
     #[arg(long, requires = "dialer")]
@@ -103,6 +107,7 @@ impl SimulateArgs {
                 PrecisionArg::Micros => Precision::Micros,
             },
             seed: self.seed,
+            tie_group: self.tie_group,
             summary_list: self.summary_list,
             token_lifetime: Duration::from_secs(self.token_lifetime),
             dialer: self.dialer.then(|| DialerOptions {

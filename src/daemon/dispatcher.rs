@@ -398,6 +398,7 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         duration: Duration::ZERO,
         run: None,
         unstable_tie_order: false,
+        held_groups: Vec::new(),
     }
 }
 

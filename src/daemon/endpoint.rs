@@ -179,12 +179,30 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
             metrics.display(schedule)
         );
     }
+    let holding = metrics.holding();
+    for (schedule, passes, group) in holding.iter().filter(|h| h.1 >= FALLING_BEHIND_PASSES) {
+        let _ = writeln!(
+            problems,
+            "holding a tie group: {}: {passes} passes in a row could not prove {}",
+            metrics.display(*schedule),
+            held_group_text(group)
+        );
+    }
     let status = if problems.is_empty() {
         problems.push_str("ok\n");
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    // A group held by fewer passes than that is said, not counted (the next pass may prove it).
+    for (schedule, passes, group) in holding.iter().filter(|h| h.1 < FALLING_BEHIND_PASSES) {
+        let _ = writeln!(
+            problems,
+            "holding a tie group for {passes} pass(es): {}: {}",
+            metrics.display(*schedule),
+            held_group_text(group)
+        );
+    }
     // What the daemon chose to do is said, never counted against it.
     for (schedule, busy) in &busy {
         let doing = if busy.running {
@@ -201,6 +219,20 @@ async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
         );
     }
     (status, problems)
+}
+
+/// A held group's size, instant and age, in words.
+fn held_group_text(group: &crate::sync::HeldGroup) -> String {
+    let age = crate::service::Timestamp::now()
+        .secs_since(group.at)
+        .max(0.0);
+    format!(
+        "the {} calls sharing updated_at {} ({:.0}s old; the checkpoint stays there): {}",
+        group.size,
+        group.at.to_rfc3339(),
+        age,
+        group.why
+    )
 }
 
 #[cfg(test)]
@@ -291,6 +323,76 @@ mod tests {
         assert_eq!(
             healthz(State(health)).await,
             (StatusCode::OK, "ok\n".to_owned())
+        );
+    }
+
+    /// A schedule whose passes hold a tie group: said from the first, a problem once
+    /// `FALLING_BEHIND_PASSES` passes in a row held one, with the group's size and instant
+    /// in `/healthz` and in the metrics; a pass that proves it clears both.
+    #[tokio::test]
+    async fn a_held_tie_group_is_shown_and_fails_healthz_once_held_pass_after_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
+        let schedule = Uuid::from_u128(7);
+        let metrics = Metrics::new(
+            vec![schedule],
+            Names::new(),
+            &["incremental"],
+            &Walker::this_process(None),
+        );
+        let at = crate::service::Timestamp::parse("2026-03-01T12:00:00Z").unwrap();
+        let group = crate::sync::HeldGroup {
+            at,
+            size: 948,
+            read: 940,
+            why: crate::sync::cursor::Incomplete::KeptChanging { windows: 4 },
+        };
+        let holding = || {
+            let mut r = report(schedule, PassResult::Completed);
+            r.held_groups = vec![group];
+            r
+        };
+        let health = health_of(metrics, &warehouse);
+        health.metrics.record(&holding());
+        let (status, body) = healthz(State(health.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(
+            body.starts_with("ok\nholding a tie group for 1 pass(es): ")
+                && body.contains("the 948 calls sharing updated_at 2026-03-01T12:00:00Z ("),
+            "{body}"
+        );
+        let rendered = health.metrics.render(dir.path());
+        assert!(
+            rendered.contains(&format!(
+                "callsync_held_tie_group_calls{{schedule=\"{schedule}\"}} 948"
+            )),
+            "{rendered}"
+        );
+        for _ in 1..FALLING_BEHIND_PASSES {
+            health.metrics.record(&holding());
+        }
+        let (status, body) = healthz(State(health.clone())).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(
+            body.starts_with(&format!(
+                "holding a tie group: {schedule}: {FALLING_BEHIND_PASSES} passes in a row could not prove the 948 calls"
+            )),
+            "{body}"
+        );
+        // The next pass proves it.
+        health
+            .metrics
+            .record(&report(schedule, PassResult::Completed));
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        let rendered = health.metrics.render(dir.path());
+        assert!(
+            rendered.contains(&format!(
+                "callsync_held_tie_group_calls{{schedule=\"{schedule}\"}} 0"
+            )),
+            "{rendered}"
         );
     }
 

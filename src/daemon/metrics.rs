@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
-use crate::sync::{PassReport, PassResult};
+use crate::sync::{HeldGroup, PassReport, PassResult};
 use crate::warehouse::{FALLING_BEHIND_PASSES, LATE_PASS_TICKS, STALE_TICKS, Walker};
 
 /// Sync ticks without progress after which a schedule is unhealthy.
@@ -122,6 +122,9 @@ struct Series {
     lag: Family<ScheduleLabel, FloatGauge>,
     behind: Family<ScheduleLabel, Gauge>,
     failed: Family<ScheduleLabel, Gauge>,
+    /// Only for schedules that held a tie group since start-up.
+    held_calls: Family<ScheduleLabel, Gauge>,
+    held_at: Family<ScheduleLabel, FloatGauge>,
     warehouse_size: Gauge,
     wal_size: Gauge,
     backups: BackupSeries,
@@ -155,6 +158,8 @@ impl Series {
             last_duration: Family::default(),
             lag: Family::default(),
             behind: Family::default(),
+            held_calls: Family::default(),
+            held_at: Family::default(),
             failed: Family::default(),
             warehouse_size: Gauge::default(),
             wal_size: Gauge::default(),
@@ -245,6 +250,17 @@ impl Series {
             self.lag.clone(),
         );
         registry.register(
+            "held_tie_group_calls",
+            "Calls of the tie group the latest pass could not prove read whole and held its checkpoint at (0: none); only for schedules that held one since start-up",
+            self.held_calls.clone(),
+        );
+        registry.register_with_unit(
+            "held_tie_group_timestamp",
+            "The updated_at of that group, where the checkpoint stays (0: none): its age is time() minus this",
+            Unit::Seconds,
+            self.held_at.clone(),
+        );
+        registry.register(
             "behind_passes",
             "Passes in a row that ended behind the service's clock with changes waiting",
             self.behind.clone(),
@@ -309,6 +325,9 @@ struct Figures {
     lag: BTreeMap<Uuid, (f64, std::time::Instant)>,
     /// Passes in a row that ended behind, and what slowed the latest down.
     behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
+    /// Passes in a row that held a tie group, and the latest's earliest held group; `None`
+    /// once a pass held none (its series read 0 at the next scrape, then go).
+    held: BTreeMap<Uuid, Option<(i64, HeldGroup)>>,
     freshness: BTreeMap<Uuid, Freshness>,
     /// Schedules whose `freshness` has a `busy` pass: counted as they change, as the status
     /// line after every pass asks for it (counting them there was a walk over every schedule
@@ -612,6 +631,18 @@ impl Metrics {
                 PassResult::Behind => (behind.0 + 1, report.slowed_by()),
                 _ => (0, Vec::new()),
             };
+            // Only schedules that held a group have these series (none at 10,000 quiet ones).
+            let held = report.held_groups.iter().min_by_key(|h| h.at).copied();
+            match (held, f.held.get_mut(&report.schedule)) {
+                (Some(group), Some(entry)) => {
+                    *entry = Some((entry.map_or(1, |(n, _)| n + 1), group));
+                }
+                (Some(group), None) => {
+                    f.held.insert(report.schedule, Some((1, group)));
+                }
+                (None, Some(entry)) => *entry = None,
+                (None, None) => {}
+            }
         }
         if let Some(lag) = report.lag_secs {
             f.lag
@@ -625,7 +656,7 @@ impl Metrics {
     pub fn render(&self, warehouse: &Path) -> String {
         let series = &self.series;
         {
-            let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+            let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
             for (schedule, (lag, at)) in &f.lag {
                 // The lag the pass ended with, grown by the time since: measured on the
                 // service's clock, so skew between the two machines does not show.
@@ -636,6 +667,17 @@ impl Metrics {
                     })
                     .set(lag + at.elapsed().as_secs_f64());
             }
+            for (schedule, held) in &f.held {
+                let label = ScheduleLabel {
+                    schedule: schedule.to_string(),
+                };
+                let (calls, at) =
+                    held.map_or((0, 0.0), |(_, h)| (i64::from(h.size), seconds(h.at)));
+                series.held_calls.get_or_create(&label).set(calls);
+                series.held_at.get_or_create(&label).set(at);
+            }
+            // Read 0 once: the entry of a schedule that no longer holds a group goes.
+            f.held.retain(|_, held| held.is_some());
             for (schedule, (n, _)) in &f.behind {
                 series
                     .behind
@@ -659,6 +701,16 @@ impl Metrics {
             tracing::warn!(error = %err, "cannot encode the metrics");
         }
         out
+    }
+
+    /// Schedules whose latest pass held a tie group: how many passes in a row did, and the
+    /// latest's earliest group.
+    pub fn holding(&self) -> Vec<(Uuid, i64, HeldGroup)> {
+        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        f.held
+            .iter()
+            .filter_map(|(s, held)| held.map(|(n, h)| (*s, n, h)))
+            .collect()
     }
 
     /// Schedules falling behind, each with what slowed its latest pass down.
@@ -757,6 +809,7 @@ pub(super) fn report(schedule: Uuid, result: PassResult) -> PassReport {
         duration: Duration::from_millis(42),
         run: None,
         unstable_tie_order: false,
+        held_groups: Vec::new(),
     }
 }
 

@@ -74,21 +74,46 @@
 //!   a downward scan reads a call twice only when calls below it left, shifting it onto
 //!   the *end* of the next page down; and a group left with fewer distinct uids read at
 //!   `T` than the positions its exit page shows at `T` lost a call. Any of these turns the
-//!   walk *unstable* for the rest of its pass: every tie group is then covered — read
-//!   again with other page sizes until as many distinct calls as the group's positions
-//!   have shown, in a window proven quiet for the group — or the walk ends with
-//!   `GroupIncomplete` (naming `T`, the group's size and the calls read) and the
-//!   checkpoint at `T`. None of the checks costs a request on a stable service.
+//!   walk *unstable* for the rest of its pass: every tie group is then covered — measured,
+//!   then read again with other page sizes until as many distinct calls as it holds have
+//!   shown between two measurements of one size (`cover.rs`), or *held*: the checkpoint
+//!   stays at `T` for the rest of the pass, the walk reads on past the group, and the next
+//!   pass reads it again (`HeldGroup`, in the pass's report, `status`, metrics, `/healthz`).
+//!   None of the checks costs a request on a stable service.
 //!   Calls leaving a group while two scans read it can hide an unstable order from every
 //!   check, so a scanned group is **confirmed** before the checkpoint passes it
 //!   ([`PageWalker::confirm`]): one page of the service's largest size holds it whole if it
 //!   now fits; a larger one is covered, or, young, holds the checkpoint for the next pass.
-//!   What stays unproven: a service without `total_count` or `Date` (the spec always sends
-//!   both) is trusted to keep its order; a large group that changes under every window of
-//!   its cover, in sweeps that never repeat a call, is taken to be in a stable order (an
-//!   unstable one repeats calls across pages); and a group that changes under every read of
-//!   an unstable order fails its passes until it settles (the checkpoint held: nothing is
-//!   lost, and the lag shows).
+//!   What stays unproven: a service without `Date` (the spec always sends it) is trusted
+//!   to keep its order; a large group that loses calls under every window of its cover, in
+//!   sweeps that never repeat a call, is taken to be in a stable order (an unstable one
+//!   repeats calls across pages).
+//! - **Answers in any order.** The walk takes answers in the order it asked for them, but
+//!   the pages of a quiet run are all out at once (`ahead.rs`), and a retry, a cut body or
+//!   a slow answer lets page `k + 1` be answered before page `k`. So each fact is tied to
+//!   the moment its answer was taken, and two answers are ordered only by causality: an
+//!   answer the walker accepted before a request went out was taken before that request's
+//!   answer. What each proof uses:
+//!   - *a run*: its opener (or the tie page whose clock it assumes) is accepted before any
+//!     of the run's pages is asked; its closing count is asked after the last page it uses
+//!     was accepted (pages still in flight then are dropped, `ahead.rs`). So every page's
+//!     moment lies between the two counts, in whatever order; equal counts show that no
+//!     call stamped before the opener's instant moved between them, so every position the
+//!     pages read held one call throughout. A call read twice (`RunEnd::Repeated`) is then
+//!     evidence of an unstable order — and only then: with the count moved, a call that left
+//!     between two answers taken out of page order (page `k + 1`, then `k` once the calls
+//!     after the departed one shifted down) shows a call twice in a stable order, so the
+//!     run falls back with no verdict.
+//!   - *scans, probes, confirmations and covers* ask one request at a time, each once the
+//!     answer before it was accepted: their answers are taken in request order, retries
+//!     included (a retried request's answer is the one accepted, taken later still), so the
+//!     sequential arguments above hold as written. A cover's window is judged by its own
+//!     measurements, whose moments bracket its pages'.
+//!   - *one answer* (a confirmation page, a cover's page that holds the whole group) is its
+//!     own moment: nothing to order.
+//!
+//!   The walker's proptests answer its requests in an order drawn anew, some twice
+//!   (`Serving::AnyOrder`), and count false verdicts on a stable order (none).
 //! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
@@ -202,6 +227,16 @@ pub struct HeldGroup {
     /// Distinct calls read at `at` in the last window.
     pub read: u32,
     pub why: Incomplete,
+}
+
+impl std::fmt::Display for HeldGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} calls sharing updated_at {} are held: not proven read whole ({} read): {}; the checkpoint stays at {} and the next pass reads the group again",
+            self.size, self.at, self.read, self.why, self.at
+        )
+    }
 }
 
 /// Runs in a row that could not be proven quiet after which a walk reads on without runs.
@@ -818,7 +853,9 @@ impl PageWalker {
             read: failure.read,
             why: failure.why,
         });
-        Ok(self.leave(resumed(exit)))
+        // Not `resumed`: an exit at the end of the data ends the walk (read on from the
+        // group's own instant, it would meet the group again).
+        Ok(self.leave(exit))
     }
 
     /// The checkpoint may not pass `at` for the rest of the walk.

@@ -38,6 +38,7 @@ use crate::warehouse::{
 };
 use crate::{ErrorKind, error_chain};
 
+pub use cursor::HeldGroup;
 pub use error::SyncError;
 pub use service_clock::ClockTaken;
 pub use writer::Writer;
@@ -317,6 +318,9 @@ pub struct PassReport {
     /// orders calls sharing an `updated_at` differently from one request to the next (its
     /// tie groups were then covered, `sync/cursor/cover.rs`).
     pub unstable_tie_order: bool,
+    /// Tie groups the walk could not prove read whole and read past, its checkpoint held at
+    /// the earliest (`sync/cursor/cover.rs`); the next pass reads them again.
+    pub held_groups: Vec<HeldGroup>,
 }
 
 impl PassReport {

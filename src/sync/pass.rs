@@ -31,7 +31,7 @@ use uuid::Uuid;
 use super::ahead::Ahead;
 use super::bookkeeping::{EndRequest, OpenRequest, Opening};
 use super::checkpoint_rule::CheckpointRule;
-use super::cursor::{PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
+use super::cursor::{HeldGroup, PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::details::{DetailPlan, Details, Fetched, needs_detail};
 use super::error::SyncError;
 use super::service_clock::{Reading, ServiceClock};
@@ -103,6 +103,8 @@ struct Pass<'e> {
     run: Option<RunId>,
     /// Whether the walk found the service's tie order unstable.
     unstable_tie_order: bool,
+    /// The tie groups the walk held (read past, the checkpoint held at them).
+    held_groups: Vec<HeldGroup>,
 }
 
 impl Engine {
@@ -139,6 +141,7 @@ impl Engine {
             position: None,
             run: None,
             unstable_tie_order: false,
+            held_groups: Vec::new(),
         };
         pass.run().instrument(span).await
     }
@@ -173,6 +176,7 @@ impl<'e> Pass<'e> {
             duration: started.elapsed(),
             run: self.run.map(RunId::get),
             unstable_tie_order: self.unstable_tie_order,
+            held_groups: std::mem::take(&mut self.held_groups),
         };
         report.log(
             self.engine.counts_only,
@@ -273,12 +277,19 @@ impl<'e> Pass<'e> {
             finished_at: Timestamp::now(),
             horizon: self.clock.horizon,
             lag_secs: self.lag_secs(),
-            error: result.stored_error(),
+            // A pass that held a tie group says so where `callsync status` reads it.
+            error: result.stored_error().or_else(|| self.held_text()),
             error_kind: match &result {
                 PassResult::Failed { kind, .. } => Some(*kind),
                 _ => None,
             },
         }
+    }
+
+    /// The tie groups the walk held, in words; `None` when it held none.
+    fn held_text(&self) -> Option<String> {
+        let held: Vec<String> = self.held_groups.iter().map(ToString::to_string).collect();
+        (!held.is_empty()).then(|| held.join("; "))
     }
 
     /// The page loop: page steps until one stops the walk, then the last write settled.
@@ -474,6 +485,9 @@ impl<'e> Pass<'e> {
         })?;
         self.position = Some(walker.position().min(service_now));
         self.unstable_tie_order |= walker.tie_order_unstable();
+        if walker.held_groups().len() != self.held_groups.len() {
+            self.held_groups = walker.held_groups().to_vec();
+        }
         let (calls, content_hashes) = walk.details.recent().keep_fresh(data, walker.position());
         Ok(AcceptedPage {
             calls,

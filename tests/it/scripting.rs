@@ -20,7 +20,7 @@ fn json_lines(out: &std::process::Output) -> Vec<Value> {
 }
 
 /// The field names docs/commands.md documents for a pass line, in their order.
-const PASS_FIELDS: [&str; 24] = [
+const PASS_FIELDS: [&str; 25] = [
     "schedule_uid",
     "kind",
     "outcome",
@@ -45,6 +45,7 @@ const PASS_FIELDS: [&str; 24] = [
     "run_id",
     "clock",
     "date_skew_secs",
+    "held_groups",
 ];
 
 /// The latest `sync_runs.id` of each schedule, in order.

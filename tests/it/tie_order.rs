@@ -22,7 +22,7 @@ fn start_clock() -> ManualClock {
 
 /// A pass that did not complete failed loudly on a group it could not prove whole: a
 /// `protocol` failure naming the group's instant and size.
-pub fn completed_or_failed_loudly(report: &PassReport) {
+fn completed_or_failed_loudly(report: &PassReport) {
     match &report.result {
         PassResult::Completed => {}
         PassResult::Failed {

@@ -97,9 +97,12 @@ fn render_last_pass(out: &mut String, s: &ScheduleStatus) {
 fn pass_result(run: &RunSummary) -> String {
     match run.outcome {
         Some(RunOutcome::Behind) => format!(
-            "BEHIND the service by {:.0}s{}",
+            "BEHIND the service by {:.0}s{}{}",
             run.lag_secs.unwrap_or_default(),
-            slowed_by_text(&run.slowed_by())
+            slowed_by_text(&run.slowed_by()),
+            run.error
+                .as_deref()
+                .map_or(String::new(), |held| format!("; {held}"))
         ),
         None => "running, or the process died".to_owned(),
         Some(RunOutcome::Interrupted) if run.error.as_deref() == Some(PROCESS_ENDED) => {
@@ -115,7 +118,11 @@ fn pass_result(run: &RunSummary) -> String {
             ),
             None => format!("FAILED: {}", run.error.as_deref().unwrap_or_default()),
         },
-        Some(RunOutcome::Completed) => "ok".to_owned(),
+        // A completed pass that held a tie group keeps why in `error`.
+        Some(RunOutcome::Completed) => match run.error.as_deref() {
+            Some(held) => format!("ok, but {held}"),
+            None => "ok".to_owned(),
+        },
     }
 }
 
@@ -236,6 +243,18 @@ mod tests {
         assert_eq!(
             render_status(&[], ts("2026-01-01T00:00:00Z")),
             "no schedule has been synced into this warehouse yet\n"
+        );
+    }
+
+    #[test]
+    fn a_completed_pass_that_held_a_tie_group_says_so() {
+        let mut s = status(Some("2026-01-01T00:10:00.000000Z"));
+        let held = "the 948 calls sharing updated_at 2026-01-01T00:10:00Z are held: not proven read whole (940 read): …";
+        s.last_run = Some(run(Some(RunOutcome::Completed), Some(held)));
+        let text = render_status(&[s], ts("2026-01-01T00:11:00Z"));
+        assert!(
+            text.contains(&format!(": ok, but {held}; 3 pages")),
+            "{text}"
         );
     }
 

@@ -160,6 +160,8 @@ pub(super) struct Cover {
     /// A page of the window did not repeat it: the window ends with its sweep, proving
     /// nothing.
     spoiled: bool,
+    /// The latest answer's clock showed the group younger than the late-commit window.
+    young: bool,
 }
 
 /// A search for the page where the group ends, in pages of the largest size: doubling from
@@ -227,6 +229,7 @@ impl Cover {
             search: Search::default(),
             total_count: None,
             spoiled: false,
+            young: false,
         }
     }
 
@@ -274,11 +277,18 @@ impl Cover {
         }
         match facts.served_at {
             None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
-            // A call may still enter the group: no measurement bounds it.
+            // A call may still enter the group: no window can be proven. The walk holds the
+            // group and reads on, once an answer showed where it ends (found as a window's
+            // opening measurement is).
             Some(date) if !closed(self.at, date, late_commits) => {
-                return CoverStep::Failed(self.incomplete(Incomplete::Young));
+                if self.exit.is_some() && !(page == 1 && seen.exact.is_some()) {
+                    self.size = seen.exact.or(self.size);
+                    return CoverStep::Failed(self.incomplete(Incomplete::Young));
+                }
+                self.young = true;
+                self.measuring = true;
             }
-            Some(_) => {}
+            Some(_) => self.young = false,
         }
         if self.measuring {
             return self.after_measuring(rows, seen, facts, limits);
@@ -338,6 +348,10 @@ impl Cover {
             if page == 1 {
                 // The whole group, next to what follows, in one answer.
                 return self.done_with(exact);
+            }
+            if self.young {
+                self.size = Some(exact);
+                return CoverStep::Failed(self.incomplete(Incomplete::Young));
             }
             self.size = Some(exact);
             self.total_count = facts.total_count;
