@@ -2,119 +2,30 @@
 //!
 //! No client, no database: it takes the (uid, updated_at) keys of each page and returns the
 //! next request and the cursor that is safe to persist with that page. All of the paging
-//! correctness lives here, so it is tested by tables of pages.
+//! correctness lives here, so it is tested by tables of pages. Its invariants, numbered; the
+//! arguments behind each are in `docs/how-it-stays-correct.md`, "The walker, argued":
 //!
-//! - **Keyset paging.** Every request is `updated_after = cursor, page = 1`; after a full page
-//!   the cursor becomes its last row's `updated_at` (inclusive, so rows sharing that instant
-//!   are read again, never skipped). Rows that change while we page jump to the end and are
-//!   read again later; page-number offsets never shift under us.
-//! - **Tie groups.** When a full page holds nothing but the cursor's own instant `T`, the
-//!   cursor cannot move and page numbers are unavoidable inside the group. Offsets move both
-//!   ways under a scan: rows leave `T` when updated (later rows shift left) and rows enter it
-//!   while `T` is still the service's "now" (later rows shift right). The walk therefore:
-//!   1. scans **upwards** until the page where the group ends. If nothing follows the group,
-//!      the walk ends with the checkpoint at `T` (inclusive: the next pass reads the group
-//!      again, so a row that entered behind the scan is not lost). If rows after `T` show,
-//!      the service's clock has passed `T`: no row can enter the group any more.
-//!   2. scans **downwards** from the group's last page to page 1. With no rows entering, a
-//!      downward scan cannot step over a row: departures only shift unread rows towards pages
-//!      still to be read. Rows that left are read later at their new `updated_at`.
-//!   3. leaves the group from a page that holds both the group's last row and what follows
-//!      it, read in one response, so nothing right after the group is skipped; when the group
-//!      ends exactly on a page edge, one request with another page size makes such a page
-//!      (an *exit probe*). The probe is placed from where the downward scan saw the group
-//!      end — its lowest page not full of the group, even one past the group (rows left
-//!      after it was read; page 1 without a group row shows the group empty and is itself
-//!      an exit) —, not from every uid ever seen at `T` (rows that left would place it past the
-//!      group). A probe that lands past the group proves only that more rows left: every
-//!      row still at `T` was read by the downward scan, so the next probe goes lower, with
-//!      no new scan. Only a group that *grew* after time moved past it (a late commit) is
-//!      scanned down again.
-//!      Pages per scan and downward scans are bounded: a group that will not settle ends
-//!      the pass with an error and the checkpoint stays at `T`.
-//! - **Quiet runs** (`run.rs`). The second scan and the probe are there for rows that move
-//!   while a group is read, and keyset paging asks one page after another; most data (a
-//!   settled bulk upload, history, a first sync) sees no change while it is read. So the
-//!   walk reads it as *runs*: page after page of one query (`updated_after = C`, pages 1,
-//!   2, 3 …), through tie groups and untied calls alike, without the second scan, without
-//!   going back to page 1 at each new instant — and, the pages of a run being known before
-//!   any answers, asked for at once ([`PageWalker::requests_ahead`]: a remote service's
-//!   latency is paid once a run, not once a page). What proves a run is a **count**: the
-//!   `total_count` of one small request `updated_after = Q, page_size = 1`, `Q` being the
-//!   service's clock (its `Date`) less the late-commit window (`sync.lookback`). A change
-//!   made visible after that clock is stamped at or after `Q`, and calls are not deleted, so
-//!   the count never falls; a call stamped before `Q` that changes raises it, and so does one
-//!   entering (a late commit). A count taken before a run's first page is asked (the
-//!   *opener*) and the same count taken after its last page answered prove that no call
-//!   before `Q` moved while the pages were served, in whatever order: each position of the
-//!   query before `Q` held the same call for every page, so the pages read every call up to
-//!   the last one read, and the checkpoint moves there (to `Q` itself once a page reached
-//!   it: the calls after `Q` may move unseen, and keyset paging reads on from `Q`). The
-//!   count that closes a run opens the next, which starts at once from where it ended, so a
-//!   walk pays one count to open its runs (asked once a full page shows at least
-//!   `UNTIED_RUN_PAGES` pages still to read) and one a run. A run started at a tie group
-//!   before any count was taken assumes none since the page's own clock less the window, and
-//!   its closing count must find none. Every page of a run must also repeat its first
-//!   page's `total_count`. Anything else (a count that moved, more rows than counted, a page
-//!   repeated) falls back: the walk reads again from the run's start, a tie group there with
-//!   the two scans; after `MAX_FAILED_RUNS` in a row it reads on without runs. Without a
-//!   `Date` or a `total_count`, no run starts. Runs grow (the first ends at its first
-//!   boundary, the next at 4, 8 … 64 pages), so the checkpoint of a quiet walk trails its
-//!   writes by a run at most: a crash replays that run, the pages that were in flight.
-//!   (A call deleted during a run while another enters would leave the count unchanged;
-//!   the service shows no deletion, and the two scans share that blind spot.)
-//! - **Unstable tie orders** (`cover.rs`). The spec orders the list by `updated_at` and
-//!   promises nothing within a tie; a service sorting on that key alone may order a tie
-//!   anew on every request, or by each request's `LIMIT`, and then the pages of a group
-//!   need not partition it. Everything above takes a stable order for granted, so the walk
-//!   checks it against the service's own answers wherever a stable order leaves a trace:
-//!   a quiet run reads each position of one query once, so with the count unchanged a uid
-//!   read twice is impossible; so is one read twice by an upward scan while no call can
-//!   enter the group (the count held, or the group older than the late-commit window);
-//!   a downward scan reads a call twice only when calls below it left, shifting it onto
-//!   the *end* of the next page down; and a group left with fewer distinct uids read at
-//!   `T` than the positions its exit page shows at `T` lost a call. Any of these turns the
-//!   walk *unstable* for the rest of its pass: every tie group is then covered — measured,
-//!   then read again with other page sizes until as many distinct calls as it holds have
-//!   shown between two measurements of one size (`cover.rs`), or *held*: the checkpoint
-//!   stays at `T` for the rest of the pass, the walk reads on past the group, and the next
-//!   pass reads it again (`HeldGroup`, in the pass's report, `status`, metrics, `/healthz`).
-//!   None of the checks costs a request on a stable service.
-//!   Calls leaving a group while two scans read it can hide an unstable order from every
-//!   check, so a scanned group is **confirmed** before the checkpoint passes it
-//!   ([`PageWalker::confirm`]): one page of the service's largest size holds it whole if it
-//!   now fits; a larger one is covered, or, young, holds the checkpoint for the next pass.
-//!   What stays unproven: a service without `Date` (the spec always sends it) is trusted
-//!   to keep its order; a large group that loses calls under every window of its cover, in
-//!   sweeps that never repeat a call, is taken to be in a stable order (an unstable one
-//!   repeats calls across pages).
-//! - **Answers in any order.** The walk takes answers in the order it asked for them, but
-//!   the pages of a quiet run are all out at once (`ahead.rs`), and a retry, a cut body or
-//!   a slow answer lets page `k + 1` be answered before page `k`. So each fact is tied to
-//!   the moment its answer was taken, and two answers are ordered only by causality: an
-//!   answer the walker accepted before a request went out was taken before that request's
-//!   answer. What each proof uses:
-//!   - *a run*: its opener (or the tie page whose clock it assumes) is accepted before any
-//!     of the run's pages is asked; its closing count is asked after the last page it uses
-//!     was accepted (pages still in flight then are dropped, `ahead.rs`). So every page's
-//!     moment lies between the two counts, in whatever order; equal counts show that no
-//!     call stamped before the opener's instant moved between them, so every position the
-//!     pages read held one call throughout. A call read twice (`RunEnd::Repeated`) is then
-//!     evidence of an unstable order — and only then: with the count moved, a call that left
-//!     between two answers taken out of page order (page `k + 1`, then `k` once the calls
-//!     after the departed one shifted down) shows a call twice in a stable order, so the
-//!     run falls back with no verdict.
-//!   - *scans, probes, confirmations and covers* ask one request at a time, each once the
-//!     answer before it was accepted: their answers are taken in request order, retries
-//!     included (a retried request's answer is the one accepted, taken later still), so the
-//!     sequential arguments above hold as written. A cover's window is judged by its own
-//!     measurements, whose moments bracket its pages'.
-//!   - *one answer* (a confirmation page, a cover's page that holds the whole group) is its
-//!     own moment: nothing to order.
-//!
-//!   The walker's proptests answer its requests in an order drawn anew, some twice
-//!   (`Serving::AnyOrder`), and count false verdicts on a stable order (none).
-//! - **Distrust.** A page larger than asked, out of `updated_at` order, or holding rows before
+//! - **Keyset paging** (1). Every request is `updated_after = cursor, page = 1`; the cursor
+//!   becomes a full page's last instant, inclusive: rows that change jump to the end.
+//! - **Tie groups** (2). A full page of the cursor's own instant `T` is a tie group: scanned
+//!   up, then down once the service's clock has passed `T`, and left only from a page that
+//!   shows the group's last row next to what follows (an exit probe makes one); pages per
+//!   scan and scans are bounded (`TieUnsettled`).
+//! - **Quiet runs** (3, `run.rs`). Pages of one query by page number, asked at once, proven
+//!   by a count of the calls since an instant, equal before and after them; anything else
+//!   falls back to (2).
+//! - **Tie order proven, not assumed** (4, `cover.rs`). Instability is declared only on
+//!   evidence no stable order produces; from then on each group is covered, or held (the
+//!   checkpoint at it); a scanned group that changed is confirmed before the checkpoint
+//!   passes it (`PageWalker::confirm`).
+//! - **Answers in any order** (5; the argument: `docs/how-it-stays-correct.md`, "Answers in any
+//!   order"). Invariant: a fact belongs to the moment its answer was taken, and two answers
+//!   are ordered only by causality (one the walker accepted before a request went out was
+//!   taken before that request's answer). A quiet run's pages lie between its two counts,
+//!   so a run's repeat is evidence only under counts that held (`RunEnd::Repeated`); scans,
+//!   probes, confirmations and covers send one request at a time, so their answers come in
+//!   request order, retries included; a cover's window lies between its two measurements.
+//! - **Distrust** (6). A page larger than asked, out of `updated_at` order, or holding rows before
 //!   the cursor is a protocol error, as is a page number the service ignores.
 
 use std::collections::HashSet;

@@ -13,7 +13,6 @@ use callsync::service::Timestamp;
 use callsync::simulator::{
     DialerOptions, FaultPlan, ManualClock, Precision, SimulatorOptions, TieOrder,
 };
-use callsync::sync::PassReport;
 
 use crate::harness::{Auth, Dest, TestEnv};
 
@@ -140,7 +139,6 @@ async fn settle_and_compare(env: &TestEnv, s: &[uuid::Uuid], clock: &ManualClock
     env.sim.settle().await;
     env.sim.set_faults(FaultPlan::default());
     clock.advance(Duration::from_secs(10));
-    let reports: Vec<PassReport> = env.pass_ok(s).await;
-    assert!(reports.iter().all(|r| r.succeeded()));
+    env.pass_ok(s).await;
     env.assert_matches_truth(s);
 }

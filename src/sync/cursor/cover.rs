@@ -13,28 +13,16 @@
 //! service's clock, so no call enters it any more: the group `G(t)` only shrinks, each call
 //! leaving it being stamped later (and read later, at its new instant, by the walk).
 //!
-//! **The proof.** Two measurements of one size `N`, taken at moments `m₁ < m₂`, show the
-//! group the same set of calls throughout `[m₁, m₂]` (it only shrinks). Every call read at
-//! `T` in an answer taken in between is in that set, whatever order those answers were
-//! taken in. So once the distinct calls read at `T` since the window's opening measurement
-//! number `N`, at a measurement that still shows `N`, the walk holds every call of the
-//! group. Moments are known by causality only: an answer the walk took before it asked a
-//! request was taken before that request's answer; a window's pages are asked after its
-//! opening measurement was taken, and the measurement that closes it after them. Nothing
-//! else moves a window: the rest of a live schedule changes freely (calls created after
-//! `T`, calls changing elsewhere), only a call leaving *this* group does.
-//!
-//! **One answer.** A group that fits one page of the service's largest size is measured
-//! and read whole by the same answer: no window is needed. A group being dialled shrinks
-//! until it does.
-//!
-//! A measurement that shows the group smaller ends the window (calls left under it) and
-//! opens the next one, reads reset; after `WalkLimits::max_cover_windows` windows, or when
-//! the sweeps run out, the cover ends with `Failure` — the walker then holds its
-//! checkpoint at `T` and reads on from the latest measurement's exit (a *held* group,
-//! `PageWalker::held_groups`), so that a pass under a campaign that never pauses still
-//! writes what follows, and the next pass tries the group again. A group too young to be
-//! covered (a call may still enter it) or answered without a `Date` ends it at once.
+//! **Invariant** (the argument: `docs/how-it-stays-correct.md`, "Tie order"): two measurements
+//! of one size `N`, at moments `m₁ < m₂`, show the group the same set throughout `[m₁, m₂]`
+//! (it only shrinks), so the distinct calls read at `T` by answers taken in between, in any
+//! order, are its calls; `N` of them prove it read whole. A window's pages are asked after
+//! its opening measurement was accepted and before its closing one; each must repeat the
+//! window's `total_count` (a call entering or created spoils it). A group that fits one page
+//! of the largest size is proven by that one answer. A group no window proves (calls leave
+//! it under each, or it is younger than the late-commit window) ends the cover with
+//! `Failure` and the walker *holds* it (`PageWalker::held_groups`): checkpoint at `T`, the
+//! walk reading on from the latest answer that showed the group's end.
 //!
 //! **Evidence of an unstable order.** Within one sweep the pages are asked one after the
 //! other, each once its predecessor answered, and no call enters: calls only leave, which
@@ -160,8 +148,6 @@ pub(super) struct Cover {
     /// A page of the window did not repeat it: the window ends with its sweep, proving
     /// nothing.
     spoiled: bool,
-    /// The latest answer's clock showed the group younger than the late-commit window.
-    young: bool,
 }
 
 /// A search for the page where the group ends, in pages of the largest size: doubling from
@@ -229,7 +215,6 @@ impl Cover {
             search: Search::default(),
             total_count: None,
             spoiled: false,
-            young: false,
         }
     }
 
@@ -275,27 +260,26 @@ impl Cover {
         if let Some(exit) = seen.exit {
             self.exit = Some(exit);
         }
-        match facts.served_at {
-            None => return CoverStep::Failed(self.incomplete(Incomplete::NoFacts)),
-            // A call may still enter the group: no window can be proven. The walk holds the
-            // group and reads on, once an answer showed where it ends (found as a window's
-            // opening measurement is).
-            Some(date) if !closed(self.at, date, late_commits) => {
-                if self.exit.is_some() && !(page == 1 && seen.exact.is_some()) {
-                    self.size = seen.exact.or(self.size);
-                    return CoverStep::Failed(self.incomplete(Incomplete::Young));
-                }
-                self.young = true;
-                self.measuring = true;
+        let Some(date) = facts.served_at else {
+            return CoverStep::Failed(self.incomplete(Incomplete::NoFacts));
+        };
+        // A call may still enter the group: no window can be proven. The walk holds the group
+        // and reads on, once an answer showed where it ends (found as a window's opening
+        // measurement is).
+        let young = !closed(self.at, date, late_commits);
+        if young {
+            if self.exit.is_some() && !(page == 1 && seen.exact.is_some()) {
+                self.size = seen.exact.or(self.size);
+                return CoverStep::Failed(self.incomplete(Incomplete::Young));
             }
-            Some(_) => self.young = false,
+            self.measuring = true;
         }
         if self.measuring {
-            return self.after_measuring(rows, seen, facts, limits);
+            return self.after_measuring(rows, seen, (facts, young), limits);
         }
         self.record(rows);
         let Some(n) = self.size else {
-            return self.after_measuring(rows, seen, facts, limits);
+            return self.after_measuring(rows, seen, (facts, young), limits);
         };
         // A call entered the group (a commit later than the late-commit window) or was
         // created: the window proves nothing, though its sweep is read to its end.
@@ -327,20 +311,20 @@ impl Cover {
     /// Leaves the group, read whole at a moment it held `n` calls.
     fn done_with(&self, n: u32) -> CoverStep {
         tracing::debug!(at = %self.at, calls = n, windows = self.windows, "a tie group under an unstable order read whole");
-        match self.exit {
-            Some(exit) => self.done(exit),
-            // Unreachable: a measurement always showed the group end before.
-            None => self.done(Exit::Continue(self.at)),
-        }
+        // A measurement always showed the group's end before; were it not so, ending the
+        // walk at the group keeps the checkpoint there (reading on from `at` would meet the
+        // group again).
+        self.done(self.exit.unwrap_or(Exit::End(self.at)))
     }
 
     /// An answer of the measurement that opens a window: the group ends on it, or after it
     /// (look on), or before it (look back; at a page edge, with another page size).
+    /// `young`: this answer's clock shows the group younger than the late-commit window.
     fn after_measuring(
         mut self,
         rows: &[RowKey],
         seen: Seen,
-        facts: PageFacts,
+        (facts, young): (PageFacts, bool),
         limits: Limits,
     ) -> CoverStep {
         let (page, size) = self.request();
@@ -349,7 +333,7 @@ impl Cover {
                 // The whole group, next to what follows, in one answer.
                 return self.done_with(exact);
             }
-            if self.young {
+            if young {
                 self.size = Some(exact);
                 return CoverStep::Failed(self.incomplete(Incomplete::Young));
             }

@@ -653,9 +653,18 @@ fn a_young_group_held_at_the_end_of_the_data_ends_the_walk() {
         let service = Service::ordered(&[(999, 3), (1000, 500)], order);
         let (walker, seen, error) = walk_at_clock(&service, 1000, 60);
         assert!(error.is_none(), "{order:?}: {error:?}");
-        assert_eq!(walker.held_groups().len(), 1, "{order:?}");
-        assert!(walker.position() <= at(1000));
-        assert!(seen.len() >= 3);
+        let held: Vec<_> = walker
+            .held_groups()
+            .iter()
+            .map(|h| (h.at, h.size, h.why))
+            .collect();
+        assert_eq!(held, [(at(1000), 500, Incomplete::Young)], "{order:?}");
+        assert_eq!(walker.next_request(), None, "{order:?}: the walk ended");
+        assert_eq!(walker.position(), at(1000), "{order:?}");
+        assert!(
+            seen.iter().filter(|(_, t)| **t == at(999)).count() == 3,
+            "{order:?}: the calls before the group were read"
+        );
     }
 }
 
