@@ -33,6 +33,7 @@ mod comments;
 pub mod destination;
 mod interrupted;
 mod pipeline;
+mod queries;
 mod resources;
 mod runs;
 mod schema;

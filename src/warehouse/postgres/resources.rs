@@ -1,6 +1,7 @@
 //! `campaigns` and `schedules` on PostgreSQL: what the write commands (`campaign`,
-//! `schedule`) created or changed, as the service last answered; the SQLite warehouse's
-//! statements (`resources.rs`), with PostgreSQL's parameters and native types.
+//! `schedule`) created or changed, as the service last answered, and the names the
+//! configuration gives schedules; the SQLite warehouse's statements (`resources.rs`), with
+//! PostgreSQL's parameters and native types.
 
 use uuid::Uuid;
 
@@ -78,5 +79,61 @@ impl PgWarehouse {
         ))
         .pg(&self.target, "recording a schedule")?;
         Ok(())
+    }
+
+    /// The configuration's campaigns of schedules, into `schedules.campaign_uid` (see the
+    /// SQLite warehouse's `set_schedule_campaigns`). One statement.
+    pub fn set_schedule_campaigns(
+        &mut self,
+        campaigns: impl IntoIterator<Item = (Uuid, Uuid)>,
+    ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        let (schedules, campaigns): (Vec<Uuid>, Vec<Uuid>) = campaigns.into_iter().unzip();
+        wait(self.client()?.execute(
+            "INSERT INTO schedules (uid, campaign_uid)
+             SELECT * FROM unnest($1::uuid[], $2::uuid[])
+             ON CONFLICT (uid) DO UPDATE SET campaign_uid = excluded.campaign_uid",
+            &[&schedules, &campaigns],
+        ))
+        .pg(&self.target, "recording a schedule's campaign")?;
+        Ok(())
+    }
+
+    /// The configuration's schedule names, into `schedules.config_name` (see the SQLite
+    /// warehouse's `name_schedules`). One transaction.
+    pub fn name_schedules<'a>(
+        &mut self,
+        schedules: impl IntoIterator<Item = (Uuid, Option<&'a str>)>,
+    ) -> Result<(), WarehouseError> {
+        self.reconnect_if_closed()?;
+        let (mut named, mut names, mut unnamed) = (Vec::new(), Vec::new(), Vec::new());
+        for (uid, name) in schedules {
+            match name {
+                Some(name) => {
+                    named.push(uid);
+                    names.push(name);
+                }
+                None => unnamed.push(uid),
+            }
+        }
+        wait(self.client()?.batch_execute("BEGIN"))
+            .pg(&self.target, "starting to record schedule names")?;
+        let result = (|| {
+            wait(self.client()?.execute(
+                "INSERT INTO schedules (uid, config_name)
+                 SELECT * FROM unnest($1::uuid[], $2::text[])
+                 ON CONFLICT (uid) DO UPDATE SET config_name = excluded.config_name",
+                &[&named, &names],
+            ))
+            .pg(&self.target, "recording a schedule's name")?;
+            wait(self.client()?.execute(
+                "UPDATE schedules SET config_name = NULL
+                 WHERE uid = ANY($1) AND config_name IS NOT NULL",
+                &[&unnamed],
+            ))
+            .pg(&self.target, "recording a schedule's name")?;
+            Ok(())
+        })();
+        self.end_transaction(result, "committing schedule names")
     }
 }
