@@ -1,43 +1,16 @@
 //! Covering a tie group whose order the service does not keep: its pages read again, with
 //! other page sizes, until every call of the group has shown while the group held still.
 //!
-//! The spec orders `updated_after` lists by `updated_at` and says nothing of the order among
-//! calls sharing one. A service sorting on that key alone (`ORDER BY updated_at LIMIT …
-//! OFFSET …`) may order a tie differently on every request, or by the `LIMIT` of each (a
-//! top-N sort), so the pages of a group need not partition it. What stays true whatever
-//! the tie order: the *instants* at each position of one query's list. So one answer that
-//! shows the group end (its rows at `T`, then later ones, or none) at page `p` of size `s`
-//! after `m` rows of the group *measures* it: `(p − 1)·s + m` calls were at `T` at the
-//! moment that answer was taken, every position before it being at `T` (the list starts
-//! at `T`). A cover only starts on a group older than the late-commit window by the
-//! service's clock, so no call enters it any more: the group `G(t)` only shrinks, each call
-//! leaving it being stamped later (and read later, at its new instant, by the walk).
-//!
-//! **Invariant** (the argument: `docs/how-it-stays-correct.md`, "Tie order"): two measurements
-//! of one size `N`, at moments `m₁ < m₂`, show the group the same set throughout `[m₁, m₂]`
-//! (it only shrinks), so the distinct calls read at `T` by answers taken in between, in any
-//! order, are its calls; `N` of them prove it read whole. A window's pages are asked after
-//! its opening measurement was accepted and before its closing one; each must repeat the
-//! window's `total_count` (a call entering or created spoils it). A group that fits one page
-//! of the largest size is proven by that one answer. A group no window proves (calls leave
-//! it under each, or it is younger than the late-commit window) ends the cover with
-//! `Failure` and the walker *holds* it (`PageWalker::held_groups`): checkpoint at `T`, the
-//! walk reading on from the latest answer that showed the group's end.
-//!
-//! **Evidence of an unstable order.** Within one sweep the pages are asked one after the
-//! other, each once its predecessor answered, and no call enters: calls only leave, which
-//! moves the calls after them to positions already read, so a stable order never shows a
-//! call twice in one sweep. A sweep that does shows the order unstable. A cover that only
-//! confirms what two scans read ([`Cover::confirming`]) uses this: sweeps without a repeat
-//! stand for the stable order the scans assumed, when the group changes under every window.
-//!
-//! Each sweep reads the group's pages with another page size: a service whose tie order
-//! depends on `LIMIT` shows other calls for every other size, and one that orders anew on
-//! every request shows other calls anyway. With `n` calls in pages of 100, a request order
-//! drawn anew misses a given call on each of the `n / 100` pages with probability
-//! `1 − 100/n`, so the `WalkLimits::cover_sweeps` sweeps leave a call unread with
-//! probability `(1 − 100/n)^(sweeps·n/100) ≈ e^(−sweeps)`: for 16 sweeps, about 1 in 9
-//! million per call.
+//! **Invariant** (4 of `cursor.rs`): two measurements of one size `N` of a group older than the
+//! late-commit window, at moments `m₁ < m₂`, show it the same set throughout `[m₁, m₂]` (it
+//! only shrinks), so the distinct calls read at `T` by answers taken in between, in any order,
+//! are its calls; `N` of them prove it read whole. A window's pages are asked after its
+//! opening measurement was accepted and before its closing one; each must repeat the window's
+//! `total_count`. A group that fits one page of the largest size is proven by that one answer.
+//! A group no window proves ends the cover with `Failure`, and the walker *holds* it
+//! (`PageWalker::held_groups`). Within one sweep a stable order never shows a call twice: a
+//! sweep that does shows the order unstable. The argument, with what a measurement is and
+//! how likely a call stays unread: `docs/how-it-stays-correct.md`, "Covering a group".
 
 use std::collections::HashSet;
 
