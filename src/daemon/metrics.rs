@@ -1,414 +1,37 @@
 //! Prometheus metrics for the daemon: the series `/metrics` serves and the figures `/healthz`
-//! judges by (both served by `endpoint.rs`).
+//! judges by (both served by `endpoint.rs`). The series and their labels are `series.rs`'s;
+//! the per-schedule states `/healthz` judges are `freshness.rs`'s, pure.
 //!
-//! Figures come from the pass reports the daemon already receives: passes by kind and result,
-//! pages, calls written, requests by status, retries, and per schedule only what an alert
+//! The figures come from the pass reports the daemon already receives: passes by kind and
+//! result, pages, calls written, requests by status, retries, and per schedule only what an alert
 //! needs — the last success, the last pass's duration, the lag (how far the cursor is behind
 //! the service's clock), how many passes in a row ended behind or failed — plus one
 //! `callsync_schedule_info{schedule, name}` series that queries join for the name
-//! ([`SERIES_PER_SCHEDULE`]: the count stays flat as schedules grow to ten thousand).
+//! (`series::SERIES_PER_SCHEDULE`: the count stays flat as schedules grow to ten thousand).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 use uuid::Uuid;
 
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
 use crate::sync::{HeldGroup, PassReport, PassResult};
-use crate::warehouse::{FALLING_BEHIND_PASSES, LATE_PASS_TICKS, STALE_TICKS, Walker};
+use crate::warehouse::{FALLING_BEHIND_PASSES, Walker};
 
-/// Sync ticks without progress after which a schedule is unhealthy.
-pub const STALE_INTERVALS: u32 = STALE_TICKS;
+mod freshness;
+mod series;
 
-/// The most sync ticks a running pass may go without progress, however slow its own cadence
-/// has been (`status`'s bound for a running pass, [`LATE_PASS_TICKS`]).
-const MOST_QUIET_TICKS: u32 = LATE_PASS_TICKS as u32;
-
-/// Statuses whose request counters exist (at 0) before any request: what alerts and the
-/// dashboard select on.
-const STATUSES_FROM_START: [u16; 2] = [200, 429];
-
-/// Kinds of failed requests (`callsync_request_errors_total{kind}`).
-const ERROR_KINDS: [&str; 3] = ["transport", "client_error", "server_error"];
-
-/// The series each configured schedule adds, once it has run a pass: `schedule_info`,
-/// `last_success_timestamp_seconds`, `pass_progress_timestamp_seconds`, `behind_passes`,
-/// `failed_passes` (from start-up), `last_pass_duration_seconds` and `lag_seconds` (from its
-/// first pass). Counted by a test.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the figure a test and docs/monitor.md state")
-)]
-pub const SERIES_PER_SCHEDULE: usize = 7;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PassLabels {
-    kind: &'static str,
-    result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ScheduleLabel {
-    schedule: String,
-}
-
-/// `callsync_schedule_info`: the name a person reads, joined in queries
-/// (`* on (instance, job, schedule) group_left (name) callsync_schedule_info`) rather than
-/// carried by every series. An unnamed schedule's `name` is empty, which Prometheus treats as
-/// no label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ScheduleInfoLabels {
-    schedule: String,
-    name: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StatusLabel {
-    status: u16,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: &'static str,
-}
-
-type FloatGauge = Gauge<f64, AtomicU64>;
-type FloatCounter = Counter<f64, AtomicU64>;
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// Upper bounds of the pass-duration buckets: 1 ms to 10 min, 1-2.5-5 steps below a minute.
-/// Passes seen in the field took 3 to 558 ms; a longer one lands in `+Inf` and still counts.
-const PASS_DURATION_BUCKETS: [f64; 18] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0, 300.0, 600.0,
-];
-
-fn pass_duration_histogram() -> Histogram {
-    Histogram::new(PASS_DURATION_BUCKETS)
-}
-
-fn request_duration_histogram() -> Histogram {
-    // 5 ms to about 20 s (`api.request_timeout_secs` is 30 by default).
-    Histogram::new(exponential_buckets(0.005, 2.0, 13))
-}
-
-/// The series `/metrics` shows, registered once with the client library.
-struct Series {
-    registry: Registry,
-    schedule_info: Family<ScheduleInfoLabels, Gauge>,
-    passes: Family<PassLabels, Counter>,
-    pass_duration: HistogramFamily<KindLabel>,
-    pages: Counter,
-    calls_written: Counter,
-    retries: Counter,
-    throttled: FloatCounter,
-    requests: Family<StatusLabel, Counter>,
-    request_errors: Family<KindLabel, Counter>,
-    request_duration: Histogram,
-    last_success: Family<ScheduleLabel, FloatGauge>,
-    pass_progress: Family<ScheduleLabel, FloatGauge>,
-    last_duration: Family<ScheduleLabel, FloatGauge>,
-    lag: Family<ScheduleLabel, FloatGauge>,
-    behind: Family<ScheduleLabel, Gauge>,
-    failed: Family<ScheduleLabel, Gauge>,
-    /// Only for schedules that held a tie group since start-up.
-    held_calls: Family<ScheduleLabel, Gauge>,
-    held_at: Family<ScheduleLabel, FloatGauge>,
-    warehouse_size: Gauge,
-    wal_size: Gauge,
-    backups: BackupSeries,
-}
-
-/// `[backup]`'s series, registered only when the daemon makes backups.
-#[derive(Default)]
-struct BackupSeries {
-    last_success: FloatGauge,
-    failures: Counter,
-    size: Gauge,
-}
-
-impl Series {
-    fn new() -> Self {
-        let mut registry = Registry::with_prefix("callsync");
-        let series = Series {
-            registry: Registry::default(),
-            schedule_info: Family::default(),
-            passes: Family::default(),
-            pass_duration: Family::new_with_constructor(pass_duration_histogram),
-            pages: Counter::default(),
-            calls_written: Counter::default(),
-            retries: Counter::default(),
-            throttled: FloatCounter::default(),
-            requests: Family::default(),
-            request_errors: Family::default(),
-            request_duration: request_duration_histogram(),
-            last_success: Family::default(),
-            pass_progress: Family::default(),
-            last_duration: Family::default(),
-            lag: Family::default(),
-            behind: Family::default(),
-            held_calls: Family::default(),
-            held_at: Family::default(),
-            failed: Family::default(),
-            warehouse_size: Gauge::default(),
-            wal_size: Gauge::default(),
-            backups: BackupSeries::default(),
-        };
-        series.register_pass_series(&mut registry);
-        series.register_schedule_series(&mut registry);
-        Series { registry, ..series }
-    }
-
-    /// The build, the passes and the requests, as `/metrics` lists them first.
-    fn register_pass_series(&self, registry: &mut Registry) {
-        registry.register(
-            "build",
-            "The running callsync's version and the revision it was built from (always 1)",
-            Info::new(vec![
-                ("version", env!("CARGO_PKG_VERSION")),
-                ("revision", env!("BUILD_GIT_REVISION")),
-            ]),
-        );
-        registry.register(
-            "schedule_info",
-            "Each configured schedule's name (always 1): join on schedule for it",
-            self.schedule_info.clone(),
-        );
-        registry.register("passes", "Passes by kind and result", self.passes.clone());
-        registry.register_with_unit(
-            "pass_duration",
-            "How long passes took, by kind",
-            Unit::Seconds,
-            self.pass_duration.clone(),
-        );
-        registry.register("pages", "Pages of calls read.", self.pages.clone());
-        registry.register(
-            "calls_written",
-            "Calls written (new or changed)",
-            self.calls_written.clone(),
-        );
-        registry.register("retries", "Requests retried.", self.retries.clone());
-        registry.register_with_unit(
-            "throttled",
-            "Time requests waited for the shared limiter (which slows down when the service answers 429)",
-            Unit::Seconds,
-            self.throttled.clone(),
-        );
-        registry.register(
-            "requests",
-            "Responses from the service by HTTP status",
-            self.requests.clone(),
-        );
-        registry.register(
-            "request_errors",
-            "Requests that failed: transport (no answer), client_error (4xx, 429 included), server_error (5xx)",
-            self.request_errors.clone(),
-        );
-        registry.register_with_unit(
-            "request_duration",
-            "Time from sending a request to its answer's headers",
-            Unit::Seconds,
-            self.request_duration.clone(),
-        );
-    }
-
-    /// Each schedule's state, then the warehouse's files.
-    fn register_schedule_series(&self, registry: &mut Registry) {
-        registry.register_with_unit(
-            "last_success_timestamp",
-            "When the schedule last completed a pass (0: not since start-up)",
-            Unit::Seconds,
-            self.last_success.clone(),
-        );
-        registry.register_with_unit(
-            "pass_progress_timestamp",
-            "When the schedule's running pass last had a request answered or a page committed (0: no pass running)",
-            Unit::Seconds,
-            self.pass_progress.clone(),
-        );
-        registry.register_with_unit(
-            "last_pass_duration",
-            "How long the schedule's latest pass took (skipped passes not counted)",
-            Unit::Seconds,
-            self.last_duration.clone(),
-        );
-        registry.register_with_unit(
-            "lag",
-            "How far the schedule's cursor is behind the service's clock (negative: ahead of it)",
-            Unit::Seconds,
-            self.lag.clone(),
-        );
-        registry.register(
-            "held_tie_group_calls",
-            "Calls of the tie group the latest pass could not prove read whole and held its checkpoint at (0: none); only for schedules that held one since start-up",
-            self.held_calls.clone(),
-        );
-        registry.register_with_unit(
-            "held_tie_group_timestamp",
-            "The updated_at of that group, where the checkpoint stays (0: none): its age is time() minus this",
-            Unit::Seconds,
-            self.held_at.clone(),
-        );
-        registry.register(
-            "behind_passes",
-            "Passes in a row that ended behind the service's clock with changes waiting",
-            self.behind.clone(),
-        );
-        registry.register(
-            "failed_passes",
-            "Passes in a row that failed (0 after a pass that read everything)",
-            self.failed.clone(),
-        );
-        registry.register_with_unit(
-            "warehouse_size",
-            "Size of the warehouse file, read at scrape time",
-            Unit::Bytes,
-            self.warehouse_size.clone(),
-        );
-        registry.register_with_unit(
-            "warehouse_wal_size",
-            "Size of the warehouse's write-ahead log (-wal), read at scrape time",
-            Unit::Bytes,
-            self.wal_size.clone(),
-        );
-    }
-
-    /// Every series an alert or the dashboard selects on, at 0, before anything happened:
-    /// `time() - callsync_last_success_timestamp_seconds` fires for a schedule that never
-    /// synced, and a rate over a counter needs the counter.
-    fn start_at_zero(&self, schedules: &[Uuid], names: &Names, kinds: &[&'static str]) {
-        for schedule in schedules {
-            self.schedule_info
-                .get_or_create(&ScheduleInfoLabels {
-                    schedule: schedule.to_string(),
-                    name: names.get(schedule).cloned().unwrap_or_default(),
-                })
-                .set(1);
-            let label = ScheduleLabel {
-                schedule: schedule.to_string(),
-            };
-            let _ = self.last_success.get_or_create(&label);
-            let _ = self.pass_progress.get_or_create(&label);
-            let _ = self.behind.get_or_create(&label);
-            let _ = self.failed.get_or_create(&label);
-        }
-        for kind in kinds {
-            let _ = self.pass_duration.get_or_create(&KindLabel { kind });
-            // Every result a pass ends with, so each has a series (at 0) from start-up.
-            for result in PassResult::labels() {
-                let _ = self.passes.get_or_create(&PassLabels { kind, result });
-            }
-        }
-        for status in STATUSES_FROM_START {
-            let _ = self.requests.get_or_create(&StatusLabel { status });
-        }
-        for kind in ERROR_KINDS {
-            let _ = self.request_errors.get_or_create(&KindLabel { kind });
-        }
-    }
-}
-
-#[derive(Default)]
-struct Figures {
-    /// The lag a pass ended with (service clock minus checkpoint), and when it ended.
-    lag: BTreeMap<Uuid, (f64, std::time::Instant)>,
-    /// Passes in a row that ended behind, and what slowed the latest down.
-    behind: BTreeMap<Uuid, (i64, Vec<&'static str>)>,
-    /// Passes in a row that held a tie group, and the latest's earliest held group; `None`
-    /// once a pass held none (its series read 0 at the next scrape, then go).
-    held: BTreeMap<Uuid, Option<(i64, HeldGroup)>>,
-    freshness: BTreeMap<Uuid, Freshness>,
-    /// Schedules whose `freshness` has a `busy` pass: counted as they change, as the status
-    /// line after every pass asks for it (counting them there was a walk over every schedule
-    /// a pass: at 10,000 schedules, most of the daemon's time in an idle tick).
-    busy_passes: usize,
-}
-
-impl Figures {
-    /// Sets or clears the pass `schedule` runs, keeping [`Figures::busy_passes`].
-    fn set_busy(&mut self, schedule: Uuid, busy: Option<Busy>) -> &mut Freshness {
-        let fresh = self.freshness.entry(schedule).or_default();
-        match (fresh.busy.is_some(), busy.is_some()) {
-            (false, true) => self.busy_passes += 1,
-            (true, false) => self.busy_passes -= 1,
-            _ => {}
-        }
-        fresh.busy = busy;
-        fresh
-    }
-
-    fn progressed(&mut self, schedule: Uuid) {
-        let fresh = self.freshness.entry(schedule).or_default();
-        fresh.progressed = true;
-        fresh.slowest = fresh.slowest.max(fresh.idle_ticks);
-        fresh.idle_ticks = 0;
-    }
-}
-
-/// Progress of one schedule between sync ticks.
-#[derive(Default)]
-struct Freshness {
-    /// A pass completed, a page committed or a request answered since the last tick.
-    progressed: bool,
-    /// Ticks in a row that found no progress.
-    idle_ticks: u32,
-    /// The running pass's own cadence: the most ticks in a row it went without progress
-    /// before moving again (a Retry-After pause, a slow page). 0 between passes.
-    slowest: u32,
-    /// The pass the daemon has started for the schedule, until it ends.
-    busy: Option<Busy>,
-}
-
-impl Freshness {
-    /// Sync ticks without progress after which the schedule is stale: [`STALE_INTERVALS`];
-    /// for a running pass, more than twice its own slowest stretch so far, up to
-    /// [`MOST_QUIET_TICKS`] — a slow but moving pass is judged against its own cadence.
-    fn allowed_ticks(&self) -> u32 {
-        match self.busy {
-            Some(busy) if busy.running => {
-                (2 * self.slowest + 1).clamp(STALE_INTERVALS, MOST_QUIET_TICKS.max(STALE_INTERVALS))
-            }
-            _ => STALE_INTERVALS,
-        }
-    }
-}
-
-/// A schedule without progress for more sync ticks than it is allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stale {
-    pub schedule: Uuid,
-    /// Sync ticks in a row without progress.
-    pub ticks: u32,
-    /// The most its running pass had gone without progress before (0: none running).
-    pub slowest: u32,
-}
-
-/// A pass the daemon started and that has not ended yet.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Busy {
-    pub kind: &'static str,
-    /// When the daemon started it (its task, which may first wait for a slot).
-    pub since: Timestamp,
-    /// It holds a pass slot (at most `sync.concurrency`) and reads; `false` while it waits.
-    pub running: bool,
-}
-
-/// The configuration's names of schedules (`[[sync.schedule]] name`).
-pub type Names = BTreeMap<Uuid, String>;
+use freshness::ScheduleStates;
+pub use freshness::{Busy, STALE_INTERVALS, Stale};
+pub use series::Names;
+use series::{KindLabel, PassLabels, ScheduleLabel, Series, StatusLabel};
 
 pub struct Metrics {
-    figures: Mutex<Figures>,
+    states: Mutex<ScheduleStates>,
     series: Series,
     schedules: Vec<Uuid>,
     names: Names,
@@ -435,7 +58,7 @@ impl Metrics {
         );
         series.start_at_zero(&schedules, &names, kinds);
         Metrics {
-            figures: Mutex::default(),
+            states: Mutex::default(),
             series,
             schedules,
             names,
@@ -499,7 +122,7 @@ impl Metrics {
     /// except one whose pass waits for a slot (the daemon's own choice, not the schedule's
     /// fault: the passes holding the slots are watched themselves).
     pub fn sync_tick(&self) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         for schedule in &self.schedules {
             let fresh = f.freshness.entry(*schedule).or_default();
             if std::mem::take(&mut fresh.progressed) {
@@ -512,7 +135,7 @@ impl Metrics {
 
     /// The daemon started a pass of `schedule` (it may wait for a slot first).
     pub fn pass_started(&self, schedule: Uuid, kind: &'static str) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         let busy = Busy {
             kind,
             since: Timestamp::now(),
@@ -525,7 +148,7 @@ impl Metrics {
     /// a committed page count again (starting is no progress: a failing schedule's passes
     /// start too).
     pub fn pass_running(&self, schedule: Uuid) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(busy) = &mut f.freshness.entry(schedule).or_default().busy {
             busy.running = true;
         }
@@ -533,12 +156,12 @@ impl Metrics {
 
     /// The pass of `schedule` has ended, whether or not it reported (a panicked task).
     pub fn pass_gone(&self, schedule: Uuid) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         self.not_busy(&mut f, schedule);
     }
 
     /// `schedule` runs no pass: its cadence and progress series start again at the next.
-    fn not_busy(&self, f: &mut Figures, schedule: Uuid) {
+    fn not_busy(&self, f: &mut ScheduleStates, schedule: Uuid) {
         f.set_busy(schedule, None).slowest = 0;
         self.series
             .pass_progress
@@ -550,7 +173,7 @@ impl Metrics {
 
     /// The passes running or waiting for a slot, in the configured order.
     pub fn busy(&self) -> Vec<(Uuid, Busy)> {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
             .iter()
             .filter_map(|s| Some((*s, f.freshness.get(s)?.busy?)))
@@ -559,13 +182,13 @@ impl Metrics {
 
     /// How many passes [`Self::busy`] would list, without listing them.
     pub fn busy_count(&self) -> usize {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         f.busy_passes
     }
 
     /// A page of `schedule` was committed, or a request of its pass answered.
     pub fn progressed(&self, schedule: Uuid) {
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         f.progressed(schedule);
         if f.freshness.get(&schedule).is_some_and(|h| h.busy.is_some()) {
             self.series
@@ -613,7 +236,7 @@ impl Metrics {
         series
             .throttled
             .inc_by(report.stats.throttled_ms as f64 / 1000.0);
-        let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         self.not_busy(&mut f, report.schedule);
         // Another process held the schedule, or another daemon walked it since the tick: it
         // is being walked, by someone else; this daemon's `/healthz` does not wait for it.
@@ -656,7 +279,7 @@ impl Metrics {
     pub fn render(&self, warehouse: &Path) -> String {
         let series = &self.series;
         {
-            let mut f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+            let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
             for (schedule, (lag, at)) in &f.lag {
                 // The lag the pass ended with, grown by the time since: measured on the
                 // service's clock, so skew between the two machines does not show.
@@ -706,7 +329,7 @@ impl Metrics {
     /// Schedules whose latest pass held a tie group: how many passes in a row did, and the
     /// latest's earliest group.
     pub fn holding(&self) -> Vec<(Uuid, i64, HeldGroup)> {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         f.held
             .iter()
             .filter_map(|(s, held)| held.map(|(n, h)| (*s, n, h)))
@@ -715,7 +338,7 @@ impl Metrics {
 
     /// Schedules falling behind, each with what slowed its latest pass down.
     pub fn falling_behind(&self) -> Vec<(Uuid, Vec<&'static str>)> {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         f.behind
             .iter()
             .filter(|(_, (n, _))| *n >= FALLING_BEHIND_PASSES)
@@ -726,7 +349,7 @@ impl Metrics {
     /// Schedules without progress for as many sync ticks as they are allowed: `STALE_INTERVALS`,
     /// or a running pass's own cadence ([`Freshness::allowed_ticks`]).
     pub fn stale(&self) -> Vec<Stale> {
-        let f = self.figures.lock().unwrap_or_else(|p| p.into_inner());
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
         self.schedules
             .iter()
             .filter_map(|s| {
@@ -854,10 +477,10 @@ mod tests {
             (at_start_up, count_series(&metrics))
         };
         let ((_, one_at_start), (one_total, one)) = series_of(1);
-        assert_eq!((one_at_start, one), (5, SERIES_PER_SCHEDULE));
+        assert_eq!((one_at_start, one), (5, series::SERIES_PER_SCHEDULE));
         let ((_, thousand_at_start), (thousand_total, thousand)) = series_of(1000);
         assert_eq!(thousand_at_start, 5000);
-        assert_eq!(thousand, 1000 * SERIES_PER_SCHEDULE);
+        assert_eq!(thousand, 1000 * series::SERIES_PER_SCHEDULE);
         // Nothing else grows with the schedules: passes and durations are labelled by kind.
         assert_eq!(thousand_total - thousand, one_total - one);
         // docs/monitor.md, "Series per schedule", states these figures (6 of them `process_*`).
@@ -943,7 +566,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("callsync_pass_duration_seconds_bucket"))
             .collect();
-        assert_eq!(buckets.len(), PASS_DURATION_BUCKETS.len() + 1, "{text}");
+        assert_eq!(buckets.len(), series::PASS_DURATION_BUCKETS.len() + 1, "{text}");
         assert_eq!(
             buckets[0],
             "callsync_pass_duration_seconds_bucket{le=\"0.001\",kind=\"incremental\"} 0"
@@ -952,7 +575,7 @@ mod tests {
             &"callsync_pass_duration_seconds_bucket{le=\"0.05\",kind=\"incremental\"} 1"
         ));
         assert_eq!(
-            buckets[PASS_DURATION_BUCKETS.len() - 1],
+            buckets[series::PASS_DURATION_BUCKETS.len() - 1],
             "callsync_pass_duration_seconds_bucket{le=\"600.0\",kind=\"incremental\"} 1"
         );
         assert!(text.contains(&format!(
