@@ -41,8 +41,8 @@
 //! quarter of an hour); its measured pass at each latency.
 //!
 //! `first-sync`, `idle` and `incremental` run the release binary as a user would;
-//! `BENCH_BINARY` runs them with another build of callsync (an older release, for
-//! BENCHMARKS.md's "before" column) against the same simulator and reference.
+//! `BENCH_BINARY` runs them with another build of callsync (an older release, for a before
+//! and after as benches/LOG.md records them) against the same simulator and reference.
 //! `BENCH_PERF=DIR` records each build's first sync under `perf record -g` into
 //! `DIR/BUILD-CALLS.data`.
 

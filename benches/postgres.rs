@@ -14,7 +14,7 @@
 //! Then, end to end, the release binary's first sync (`callsync sync`, default configuration)
 //! of the same calls from the simulator into a third new database.
 //!
-//! `CALLS` [20000] changes the size. Prints calls/s of each and the ratios (goal: ≥ 0.5).
+//! `CALLS` [20000] changes the size. Prints calls/s of each and the ratios (goal: BENCHMARKS.md, "First sync, PostgreSQL").
 
 use std::time::{Duration, Instant};
 

@@ -131,8 +131,8 @@ pub struct Limiter {
     /// its deadline). Room in flight is given to the waiters it lets go, each woken with its
     /// turn taken (`State::hand_over`); a waiter whose slot of the rate is still to come is
     /// woken alone to wait for it (`Queue::wake_next`): waking all of them, each to find it
-    /// is not its turn, cost a schedule's detail fetches a third of the CPU with a thousand
-    /// waiting.
+    /// is not its turn, cost the detail fetches much of the process's CPU with a thousand
+    /// waiting (BENCHMARKS.md, "Far away").
     paused: Notify,
     ceiling: Option<f64>,
 }
@@ -448,8 +448,8 @@ impl State {
     /// them go now: each is given its turn here and woken to take it. A waiter that had to
     /// take its turn itself would leave the room unused until its task ran, and the next
     /// waiter's wait on that: with a thousand requests waiting, the places freed by a burst
-    /// of answers were taken one task's poll after another, and a fifth of them sat empty
-    /// (BENCHMARKS.md). A waiter whose slot is still to come is woken to wait for it.
+    /// of answers were taken one task's poll after another, and many sat empty (BENCHMARKS.md,
+    /// "Far away"). A waiter whose slot is still to come is woken to wait for it.
     fn hand_over(&mut self, now: Instant) {
         while self.in_flight.has_room() {
             if self.next_slot(now) > now {

@@ -295,7 +295,8 @@ pub struct BackupConfig {
 
 /// `sync.concurrency` by default: an idle pass is one request a schedule, bound by the
 /// service's latency, and the limit in flight stays below this unless latency holds; 256
-/// lets 10,000 schedules' idle pass through in about 10,000 × latency ÷ 256 (8 s at 200 ms),
+/// lets 10,000 schedules' idle pass through in about 10,000 × latency ÷ 256 (BENCHMARKS.md,
+/// "Far away"),
 /// while a service that slows down or answers 429 or 5xx brings it down to what it answers.
 pub const DEFAULT_CONCURRENCY: usize = 256;
 

@@ -250,7 +250,7 @@ impl Dispatcher {
         plan.unless_walked_since = Some(tick.map_or_else(Timestamp::now, |(_, at)| at));
         let engine = self.engine.clone();
         let cancel = self.cancel.clone();
-        let progress = Health(self.metrics.clone());
+        let progress = FreshnessProgress(self.metrics.clone());
         let retention = self.retention.clone();
         // A tick's passes log within its span (`tick{number=N}:pass{…}`), as its tick line
         // is numbered: which tick walked what.
@@ -275,8 +275,8 @@ impl Dispatcher {
                 progress.0.pass_running(schedule);
                 // Boxed: every schedule's task is spawned at its tick and waits for a permit,
                 // and a task holds its future's largest state from the start; inline, the
-                // pass's state made each waiting task about 15 KiB (209 MiB peak RSS at
-                // 10,000 schedules, BENCHMARKS.md), boxed it is allocated once the pass runs.
+                // pass's state made every waiting task as large as a running pass (BENCHMARKS.md,
+                // "Memory"); boxed it is allocated once the pass runs.
                 let report = Box::pin(engine.run_pass(schedule, &plan, &cancel, &progress)).await;
                 // In the pass's task, so the daemon's loop never waits for the writer, and
                 // shutdown drains it like a pass.
@@ -405,9 +405,9 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
 /// Tells `/healthz` a schedule is making progress each time one of its pages commits or one of
 /// its requests is answered, so a long pass (a week-long reconciliation, detail fetches under
 /// a rate limit) is not mistaken for a stalled schedule.
-struct Health(Arc<metrics::Metrics>);
+struct FreshnessProgress(Arc<metrics::Metrics>);
 
-impl PassProgress for Health {
+impl PassProgress for FreshnessProgress {
     fn page(&self, _pages: u64, _calls_seen: u64, _total: Option<u64>) {}
 
     fn committed(&self, schedule: Uuid) {

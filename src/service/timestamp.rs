@@ -139,7 +139,8 @@ impl Timestamp {
 
     /// The instant as text, written digit by digit into a buffer on the stack: a call carries
     /// about thirty instants, each written for its content hash and again for its row, and
-    /// `format!` (five allocations an instant) was a tenth of a first sync's profile.
+    /// `format!` (five allocations an instant) showed in a first sync's profile (BENCHMARKS.md,
+    /// "First sync, SQLite").
     fn text(self, fraction: Fraction) -> InstantText {
         let (date, time) = (self.0.date(), self.0.time());
         let mut out = InstantText::default();

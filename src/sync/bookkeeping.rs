@@ -15,7 +15,7 @@ use super::error::SyncError;
 use super::writer::Gathered;
 use crate::service::Timestamp;
 use crate::warehouse::{Claim, Destination, PassOpened, PassStart, RunId, RunKind, RunRecord};
-use crate::warehouse::{Looked, PageBatch, PageWrite, Walker, WarehouseError};
+use crate::warehouse::{PageBatch, PageWrite, ProcessIdentity, QuietRead, WarehouseError};
 
 /// A pass asking to open ([`Openings`]).
 pub(super) struct OpenRequest {
@@ -23,7 +23,7 @@ pub(super) struct OpenRequest {
     pub kind: RunKind,
     /// `PassPlan::unless_walked_since`.
     pub walked_since: Option<Timestamp>,
-    pub walker: Walker,
+    pub walker: ProcessIdentity,
 }
 
 /// What the opening of a pass found.
@@ -34,7 +34,7 @@ pub(super) enum Opening {
     /// unless_walked_since`): with several daemons sharing the schedules, the first to claim
     /// it on a tick walks it, and the others, claiming it after that pass ended, leave it
     /// for the next tick. The claim was let go.
-    WalkedBy(Walker),
+    WalkedBy(ProcessIdentity),
     /// The schedule is claimed and the pass's start recorded (`run`: its `sync_runs` row;
     /// `None` from a destination that keeps none); `stored`: the checkpoint, or why it
     /// could not be read (the pass's failure, recorded in its row).
@@ -56,7 +56,7 @@ pub(super) type Openings = Gathered<OpenRequest, Result<Opening, SyncError>>;
 pub(super) type Endings = Gathered<EndRequest, Result<(), SyncError>>;
 /// Pages of passes that opened with a checkpoint and have changed nothing yet
 /// (`Destination::write_quiet_pages`).
-pub(super) type QuietPages = Gathered<PageBatch, Result<Looked, SyncError>>;
+pub(super) type QuietPages = Gathered<PageBatch, Result<QuietRead, SyncError>>;
 
 /// The openings of an engine's passes, gathered.
 pub(super) fn openings() -> Arc<Openings> {
@@ -79,14 +79,14 @@ pub(super) type Pages = Gathered<PageBatch, Result<PageWrite, SyncError>>;
 /// destination has several. On PostgreSQL a page's rows cost the server a fraction as much
 /// in a group (one statement a table and one commit for the group, where each page had ten
 /// statements and a commit of its own), and two groups at once keep the server and the
-/// writer busy together. Measured on 10,000 schedules × 10 calls at 50 ms (BENCHMARKS.md):
-/// one group at a time 7.2–9.0 s, two 5.4–5.6 s, four 5.7–6.6 s with more CPU.
+/// writer busy together: two were the fastest of one, two and four (BENCHMARKS.md, "First
+/// sync, PostgreSQL").
 const PAGE_JOBS: usize = 2;
 
 /// The most pages a group takes: enough that a page's share of the group's statements is
 /// small (it is 1/32), few enough that the group's rows, gathered before they are sent,
-/// stay a small part of the daemon's memory. Unbounded groups (up to every pass in flight)
-/// took the same time and a peak RSS of 109–113 MiB, against 80–81 MiB.
+/// stay a small part of the daemon's memory: unbounded groups (up to every pass in flight)
+/// took the same time in more memory (BENCHMARKS.md, "First sync, PostgreSQL").
 const PAGES_PER_GROUP: usize = 32;
 
 /// The pages of an engine's passes, gathered.

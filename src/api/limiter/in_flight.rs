@@ -33,8 +33,8 @@
 //! warehouse, not in a request: with a warehouse a round trip away (PostgreSQL on another
 //! machine) most of it, so the passes running had fewer than half the limit in flight, and the
 //! limit, unused by that rule, never grew — nor, bound by it, did the passes: 16 at a time
-//! whatever waited (10,000 schedules, the server 1 ms away, the service at 0 ms: an idle pass
-//! took 12.3–13.9 s, against 9.8–9.9 s with this rule; BENCHMARKS.md). A request sent while
+//! whatever waited, and an idle pass of 10,000 schedules on a server 1 ms away was bound by it
+//! (BENCHMARKS.md, "Idle pass at 10,000 schedules"). A request sent while
 //! passes wait for slots all taken is counted as using the limit: the passes are what it
 //! holds back.
 

@@ -4,8 +4,8 @@
 //! (a page asks for one each time it writes the table).
 //!
 //! Uids and instants travel as the server's own binary types (`uuid[]`, `timestamptz[]`), not
-//! as text it parses: parsing text uids (16 `strtoul` calls each) and timestamps was 7 % of the
-//! server's CPU on a first sync of 18-row calls.
+//! as text it parses: parsing them was a measurable share of the server's CPU on a first sync
+//! (BENCHMARKS.md, "First sync, PostgreSQL").
 //!
 //! `Write::Upsert` (`ON CONFLICT … DO UPDATE`): a row's own id is the next of its table's
 //! sequence, and a child row's keys to its call and attempt (`call_id`, `attempt_id`) are not
@@ -246,14 +246,14 @@ pub(super) static NOTIFICATIONS: Table = Table::new(
 
 /// One value of a row: text (for a text, JSON, uid or instant column: a uid or instant in the
 /// warehouse's text form, `rows.rs`), an integer or a flag.
-pub(super) enum V {
-    T(Option<String>),
-    I(Option<i64>),
-    B(Option<bool>),
+pub(super) enum Cell {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Flag(Option<bool>),
 }
 
-pub(super) fn t(value: Option<&str>) -> V {
-    V::T(value.map(str::to_owned))
+pub(super) fn text(value: Option<&str>) -> Cell {
+    Cell::Text(value.map(str::to_owned))
 }
 
 /// A table's rows, column by column: one array parameter per column.
@@ -296,16 +296,16 @@ impl Batch {
 
     /// Adds a row: one value per column, in the table's order (a mismatch is a bug here,
     /// caught by the unit test of every table); an id the row does not know is `None`.
-    pub(super) fn push(&mut self, row: Vec<V>) {
+    pub(super) fn push(&mut self, row: Vec<Cell>) {
         debug_assert_eq!(row.len(), self.columns.len(), "{}", self.table.name);
         let unsendable = &mut self.unsendable;
         for (column, value) in self.columns.iter_mut().zip(row) {
             match (column, value) {
-                (Column::Text(c), V::T(v)) => c.push(v),
-                (Column::Uuid(c), V::T(v)) => c.push(read(v, unsendable, |t| t.parse().ok())),
-                (Column::Time(c), V::T(v)) => c.push(read(v, unsendable, instant)),
-                (Column::Int(c), V::I(v)) => c.push(v),
-                (Column::Bool(c), V::B(v)) => c.push(v),
+                (Column::Text(c), Cell::Text(v)) => c.push(v),
+                (Column::Uuid(c), Cell::Text(v)) => c.push(read(v, unsendable, |t| t.parse().ok())),
+                (Column::Time(c), Cell::Text(v)) => c.push(read(v, unsendable, instant)),
+                (Column::Int(c), Cell::Int(v)) => c.push(v),
+                (Column::Bool(c), Cell::Flag(v)) => c.push(v),
                 _ => debug_assert!(false, "a value of the wrong kind for {}", self.table.name),
             }
         }
@@ -575,7 +575,14 @@ mod tests {
     #[test]
     fn a_text_that_is_no_uid_or_instant_keeps_the_batch_from_being_sent() {
         let mut batch = Batch::new(&PARAMETERS);
-        let row = |uid: &str| vec![V::I(None), t(Some(uid)), t(Some("plan")), t(None)];
+        let row = |uid: &str| {
+            vec![
+                Cell::Int(None),
+                text(Some(uid)),
+                text(Some("plan")),
+                text(None),
+            ]
+        };
         batch.push(row("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11"));
         assert_eq!(batch.unsendable, None);
         batch.push(row("not-a-uid"));
@@ -585,13 +592,13 @@ mod tests {
         let mut batch = Batch::new(&NOTIFICATIONS);
         let row = |delivered: &str| {
             vec![
-                V::I(None),
-                t(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11")),
-                t(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12")),
-                t(Some("sent")),
-                V::I(Some(1)),
-                t(Some(delivered)),
-                t(None),
+                Cell::Int(None),
+                text(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11")),
+                text(Some("6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b12")),
+                text(Some("sent")),
+                Cell::Int(Some(1)),
+                text(Some(delivered)),
+                text(None),
             ]
         };
         batch.push(row("2026-01-31T09:30:00.250000Z"));

@@ -177,7 +177,7 @@ fn notice_line(message: &str) -> (bool, String) {
 /// Commits of callsync's sessions do not wait for the server's WAL flush
 /// (`synchronous_commit = off`): a pass commits several small transactions (its run's row, each
 /// page with its checkpoint), and waiting for a flush each time halved the passes a daemon walks
-/// (10,000 schedules: first sync 167 s, 87 s without; BENCHMARKS.md). It is safe for what
+/// (BENCHMARKS.md, "First sync, PostgreSQL"). It is safe for what
 /// callsync keeps: a server crash loses only the last transactions committed (under a second),
 /// whole and in order, so a lost page loses its checkpoint with it and the next pass reads those
 /// calls from the service again; the checkpoint is never ahead of the data. Options the URI
@@ -197,17 +197,16 @@ fn notice_line(message: &str) -> (bool, String) {
 /// scan a table no index serves). The planner otherwise goes by statistics that a young
 /// warehouse outgrows within its first sync: a table last analyzed at a few pages is read end
 /// to end for each page's ten stored calls, and a connection that planned the statement so
-/// keeps the plan until the next analyze (3,000 schedules' first sync: 622 reads of `calls`
-/// end to end, 7.3 million rows, where each page needed ten; BENCHMARKS.md). Nor does any
+/// keeps the plan until the next analyze, reading the table end to end where each page needed
+/// ten rows (BENCHMARKS.md, "First sync, PostgreSQL"). Nor does any
 /// want its plan compiled (`jit = off`): callsync's statements are small, and a plan that must
 /// still read a table end to end, its cost raised past `jit_above_cost` by the setting above,
-/// was compiled for longer than it ran (the retention's `DELETE` over 30,000 passes: 423 ms,
-/// 234 of them compiling; 47 ms without). Nor planned again each time it is run
+/// was compiled for longer than it ran (BENCHMARKS.md, "First sync, PostgreSQL"). Nor planned again each time it is run
 /// (`plan_cache_mode = force_generic_plan`): a statement is prepared once per connection, and
 /// its one plan, by key, serves every page. The server otherwise plans a statement anew for
 /// each run whose parameters it cannot estimate: a page's outcomes and variables, joined to
-/// their attempts by uid, were planned at every page (a first sync of 10,000 pages: 21.5 s of
-/// planning over the writers' connections, `pg_stat_statements`; BENCHMARKS.md).
+/// their attempts by uid, were planned at every page, the planning a large part of the
+/// server's work (`pg_stat_statements`; BENCHMARKS.md, "First sync, PostgreSQL").
 /// An operator's `options` can set any of these back.
 ///
 /// Last, after the URI's options so that it wins over one there, `search_path` is

@@ -151,8 +151,8 @@ const WAL_SWITCH_RETRY: Duration = Duration::from_millis(5);
 ///
 /// Why: a migration rewrites most of the file in one transaction (schema 6 copies every row).
 /// Under WAL that transaction (gigabytes at a million calls) sits in the `-wal` until it
-/// commits, every page read searches the WAL's index first (28 % of the migration's CPU in a
-/// profile) and every new page is written twice. Under a rollback journal, pages appended past
+/// commits, every page read searches the WAL's index first (BENCHMARKS.md, "Migration from
+/// schema 5") and every new page is written twice. Under a rollback journal, pages appended past
 /// the file's old end are written once and not journaled at all; a kill still leaves the file
 /// as it was (the hot journal is rolled back by the next connection that opens it). WAL mode
 /// is set again as soon as the migrations have committed.
