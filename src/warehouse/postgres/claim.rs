@@ -3,51 +3,15 @@
 //! shared by every claim of the process, apart from the writer's — and a fencing token that
 //! every page checks inside its own transaction.
 //!
-//! One session for all claims, not one connection per claim: a daemon with 10,000 schedules
-//! walking dozens at once would otherwise hold dozens of connections, and N daemons would
-//! exhaust `max_connections` (100 by default). A session lock is re-entrant within its
-//! session, so the set of schedules held tells a second claim in this process apart.
-//!
-//! **Why a lock is not enough: the fence.** The server frees a session's locks when it ends
-//! the session: a process killed with SIGKILL, a machine lost, a `pg_terminate_backend`, or a
-//! connection the network cut (a partition, a NAT's timeout, a failover), once the server's
-//! keepalives give up on it. In that last case the client hears nothing: its socket stays
-//! open, so by its own lights it still holds the lock, while another daemon claims the
-//! schedule and walks it. Calls are last-writer-wins, so a page the first one read before
-//! and commits after would overwrite newer rows behind the new owner's checkpoint. A check
-//! on the client (is the lock connection open?) cannot close that window, and neither can
-//! one on the server made before the page's transaction (the lock may go right after). So
-//! each claim takes a **fencing token**: in the statement that takes the lock, under it, on
-//! the lock session, it bumps the schedule's `schedule_claims.generation` (migration
-//! `0004-claim_fence.sql`) and keeps the number it got. Every page's transaction, on its
-//! writer's connection, begins with
-//! `SELECT generation … FOR SHARE` (`write.rs`) and rolls back unless it is still that
-//! number. The row lock orders the two: a takeover's bump waits for a page transaction that
-//! locked the row first (so that page commits before the new owner reads the checkpoint),
-//! and a page that locks it after the bump sees the new number and is refused. No page of
-//! a process commits after another process claimed its schedule, whatever the network did;
-//! the one refused ends its pass as [`WarehouseError::ClaimLost`], not as a failure (the
-//! pages it committed were its own, and the new owner walks on).
-//!
-//! Taking the lock in the writing session instead (`pg_try_advisory_xact_lock` in each page's
-//! transaction) would need the writer to be the lock session too: the writer's connection is
-//! one for all schedules, and an advisory lock held by the lock session conflicts with the
-//! writer's own. The token costs one row a schedule and one indexed `SELECT` a page.
-//!
-//! **Never waiting on a dead session.** Every query on the lock session is bounded twice: the
-//! server cancels it after [`LOCK_STATEMENT_TIMEOUT`] (`statement_timeout`, so a live but
-//! slow server answers with an error), and the client stops waiting after [`LOCK_PATIENCE`].
-//! A session that does not answer in time, or whose connection broke, is given up: its
-//! connection is closed, its claims count as lost, and the next claim opens a new session.
-//! So a claim, a release, and with them a pass's end and a shutdown, wait on a session the
-//! network cut for at most [`LOCK_PATIENCE`]. The connections keep TCP keepalives
-//! (`session.rs`), so the kernel also notices a dead peer of an idle session.
-//!
-//! The SQLite warehouse needs no token: its claims are OFD locks on the warehouse file
-//! (`warehouse/locks.rs`), held by this process's own descriptor and freed only when the
-//! process ends; the lock and the writes go through one kernel, with nothing between them to
-//! partition (a warehouse on a network filesystem is not supported: SQLite's locking is not
-//! reliable there).
+//! **Invariants.** No page of a process commits after another process claimed its schedule,
+//! whatever the network did: each claim bumps the schedule's `schedule_claims.generation`
+//! under its lock and keeps the number, and every page's transaction begins with
+//! `SELECT generation … FOR SHARE` (`write/group.rs`) and rolls back unless it is still that
+//! number ([`WarehouseError::ClaimLost`]). Every query on the lock session is bounded twice
+//! ([`LOCK_STATEMENT_TIMEOUT`] on the server, [`LOCK_PATIENCE`] on the client), so a claim, a
+//! release, a pass's end and a shutdown never wait on a session the network cut for longer.
+//! The argument (why a lock alone is not enough, why one session, why not a lock in the
+//! page's transaction): `docs/how-it-stays-correct.md`, "PostgreSQL: claims and fences".
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;

@@ -16,7 +16,6 @@
 //! One job a file: this one page's statements and commit; `write/group.rs` pages of several
 //! passes in one transaction, under their fences; `write/quiet.rs` an idle pass's pages, read
 //! rather than written; `write/columns.rs` a round's rows as column batches.
-//! docs/how-it-stays-correct.md ("PostgreSQL's writes") has the argument.
 
 mod columns;
 mod group;
