@@ -28,6 +28,11 @@ pub mod untrusted;
 pub mod upload;
 pub mod warehouse;
 
+/// `n` and its noun, singular for 1: "1 chunk", "2 chunks", "0 passes".
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// An error and its causes on one line, `a: b: c`, each cause once: for logs, `sync_runs.error`
 /// and the CLI's error line. Lives at the root because every layer uses it.
 ///
@@ -35,11 +40,6 @@ pub mod warehouse;
 /// quoting a snippet, a path with a line break) has its lines joined by spaces, and anything
 /// else a terminal would act on is escaped ([`untrusted::untrusted_text`]; what the service
 /// said was escaped already, where it was read, and stays as it is).
-/// `n` and its noun, singular for 1: "1 chunk", "2 chunks", "0 passes".
-pub fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = lines_joined(&err.to_string());
     let mut source = err.source();

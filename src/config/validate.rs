@@ -9,21 +9,22 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::env::Env;
+use super::error::ConfigError;
 use super::error::ConfigErrorKind as Kind;
 use super::log_filter::LogFilter;
 use super::raw::{
     RawApi, RawBackup, RawConfig, RawFilter, RawLog, RawOAuth, RawSchedule, RawSync, RawWarehouse,
     StringList,
 };
-use super::secret::{credential, secret};
-use super::types::{DEFAULT_CONCURRENCY, DEFAULT_SCHEMA, MAX_CONCURRENCY};
-use super::values::{bounded, cron, duration, secs, url};
-use super::{
-    ApiConfig, AuthConfig, BackupConfig, Config, ConfigError, DestinationConfig, DetailsMode,
-    LogConfig, LogFormat, MetricsConfig, OAuthConfig, PostgresConfig, RetryConfig, SecretSource,
-    SyncConfig, WarehouseConfig,
+use super::secret::{SecretSource, credential, secret};
+use super::types::{
+    ApiConfig, AuthConfig, BackupConfig, Config, DEFAULT_CONCURRENCY, DEFAULT_SCHEMA,
+    DestinationConfig, DetailsMode, LogConfig, LogFormat, MAX_CONCURRENCY, MetricsConfig,
+    OAuthConfig, PostgresConfig, RetryConfig, SyncConfig, WarehouseConfig,
 };
-use crate::service::ListFilter;
+use super::values::{bounded, cron, duration, secs, url};
+
+use crate::service::{ListFilter, MAX_PAGE_SIZE};
 
 pub(super) fn convert(raw: RawConfig, env: &Env) -> Result<Config, ConfigError> {
     Ok(Config {
@@ -511,7 +512,12 @@ pub(super) fn sync(raw: RawSync) -> Result<SyncConfig, ConfigError> {
             "sync.cron",
             raw.cron.unwrap_or_else(|| "0 */5 * * * *".into()),
         )?,
-        page_size: bounded("sync.page_size", raw.page_size, 100, 1..=100)?,
+        page_size: bounded(
+            "sync.page_size",
+            raw.page_size,
+            i64::from(MAX_PAGE_SIZE),
+            1..=i64::from(MAX_PAGE_SIZE),
+        )?,
         details,
         concurrency: bounded(
             "sync.concurrency",

@@ -76,7 +76,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
-        .with_state(Health {
+        .with_state(EndpointState {
             metrics,
             clock,
             warehouse,
@@ -94,7 +94,7 @@ pub async fn serve(
 }
 
 #[derive(Clone)]
-struct Health {
+struct EndpointState {
     metrics: Arc<Metrics>,
     clock: TickClock,
     /// Where the warehouse was opened, checked on every request.
@@ -106,7 +106,7 @@ struct Health {
 /// OpenMetrics when the scrape asks for it (Prometheus does, first), else the text format
 /// 0.0.4 (`promtool check metrics`, curl, older scrapers).
 async fn metrics_page(
-    State(health): State<Health>,
+    State(health): State<EndpointState>,
     headers: axum::http::HeaderMap,
 ) -> impl IntoResponse {
     let body = health
@@ -125,7 +125,7 @@ async fn metrics_page(
     }
 }
 
-async fn healthz(State(health): State<Health>) -> (StatusCode, String) {
+async fn healthz(State(health): State<EndpointState>) -> (StatusCode, String) {
     if let Err(lost) = health.warehouse.check() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
     }
@@ -241,7 +241,7 @@ mod tests {
     use crate::daemon::metrics::{Names, report};
     use crate::sync::PassResult;
     use crate::warehouse::sqlite::Warehouse;
-    use crate::warehouse::{Destination, Walker};
+    use crate::warehouse::{Destination, ProcessIdentity};
 
     /// The SQLite warehouse at `path`, as configured.
     fn backend(path: &std::path::Path) -> Arc<dyn Backend> {
@@ -256,8 +256,8 @@ mod tests {
         .unwrap()
     }
 
-    fn health_of(metrics: Metrics, warehouse: &Warehouse) -> Health {
-        Health {
+    fn health_of(metrics: Metrics, warehouse: &Warehouse) -> EndpointState {
+        EndpointState {
             metrics: Arc::new(metrics),
             clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: warehouse.watch(),
@@ -275,7 +275,7 @@ mod tests {
             vec![long, waiting],
             names,
             &["incremental", "reconcile"],
-            &Walker::this_process(None),
+            &ProcessIdentity::this_process(None),
         );
         metrics.pass_started(long, "reconcile");
         metrics.pass_running(long);
@@ -338,7 +338,7 @@ mod tests {
             vec![schedule],
             Names::new(),
             &["incremental"],
-            &Walker::this_process(None),
+            &ProcessIdentity::this_process(None),
         );
         let at = crate::service::Timestamp::parse("2026-03-01T12:00:00Z").unwrap();
         let group = crate::sync::HeldGroup {
@@ -401,12 +401,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
         let warehouse = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
-        let health = Health {
+        let health = EndpointState {
             metrics: Arc::new(Metrics::new(
                 vec![Uuid::from_u128(1)],
                 Names::new(),
                 &["incremental"],
-                &Walker::this_process(None),
+                &ProcessIdentity::this_process(None),
             )),
             clock: TickClock::new(&crate::config::CronSchedule::parse("* * * * * *").unwrap()),
             warehouse: warehouse.watch(),

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::api::RequestObserver;
 use crate::service::Timestamp;
 use crate::sync::{HeldGroup, PassReport, PassResult};
-use crate::warehouse::{FALLING_BEHIND_PASSES, Walker};
+use crate::warehouse::{FALLING_BEHIND_PASSES, ProcessIdentity};
 
 mod freshness;
 mod series;
@@ -45,7 +45,7 @@ impl Metrics {
         schedules: Vec<Uuid>,
         names: Names,
         kinds: &[&'static str],
-        walker: &Walker,
+        walker: &ProcessIdentity,
     ) -> Self {
         let mut series = Series::new();
         series.registry.register(
@@ -460,7 +460,7 @@ mod tests {
                 schedules.clone(),
                 names,
                 &["incremental", "reconcile"],
-                &Walker::this_process(None),
+                &ProcessIdentity::this_process(None),
             );
             let at_start_up = count_series(&metrics);
             for (i, s) in schedules.iter().enumerate() {
@@ -496,7 +496,7 @@ mod tests {
             schedules.clone(),
             Names::new(),
             &["incremental"],
-            &Walker::this_process(None),
+            &ProcessIdentity::this_process(None),
         );
         let counted = |expected: usize| {
             assert_eq!(metrics.busy_count(), expected);
@@ -526,7 +526,7 @@ mod tests {
             vec![Uuid::from_u128(1)],
             Names::new(),
             &["incremental"],
-            &Walker::this_process(None),
+            &ProcessIdentity::this_process(None),
         );
         let text = metrics.render(Path::new("/nonexistent/w.db"));
         let results = [
@@ -558,7 +558,7 @@ mod tests {
             vec![Uuid::from_u128(1)],
             Names::new(),
             &["incremental"],
-            &Walker::this_process(None),
+            &ProcessIdentity::this_process(None),
         );
         metrics.record(&report(Uuid::from_u128(1), PassResult::Completed));
         let text = metrics.render(Path::new("/nonexistent/w.db"));
@@ -566,7 +566,11 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("callsync_pass_duration_seconds_bucket"))
             .collect();
-        assert_eq!(buckets.len(), series::PASS_DURATION_BUCKETS.len() + 1, "{text}");
+        assert_eq!(
+            buckets.len(),
+            series::PASS_DURATION_BUCKETS.len() + 1,
+            "{text}"
+        );
         assert_eq!(
             buckets[0],
             "callsync_pass_duration_seconds_bucket{le=\"0.001\",kind=\"incremental\"} 0"

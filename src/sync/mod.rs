@@ -33,7 +33,7 @@ use crate::api::ApiClient;
 use crate::config::{Config, DetailsMode, SyncConfig};
 use crate::service::Timestamp;
 use crate::warehouse::{
-    Backend, Destination, INTERRUPTED, Prepared, RunKind, RunOutcome, RunStats, Walker,
+    Backend, Destination, INTERRUPTED, Prepared, ProcessIdentity, RunKind, RunOutcome, RunStats,
     WarehouseError, Watch,
 };
 use crate::{ErrorKind, error_chain};
@@ -56,7 +56,7 @@ pub struct Engine {
     /// The pass line says `would_write` instead of `calls_written`.
     counts_only: bool,
     /// This process, as `sync_runs` records the passes it walks.
-    walker: Walker,
+    walker: ProcessIdentity,
     /// The passes' openings and ends, each kind gathered into one job of the writer.
     openings: Arc<bookkeeping::Openings>,
     endings: Arc<bookkeeping::Endings>,
@@ -261,7 +261,10 @@ pub enum Skip {
     /// Another process holds the schedule's claim on `destination`.
     Busy { schedule: Uuid, destination: String },
     /// Another process walked the schedule since this tick (daemons sharing the schedules).
-    WalkedSince { schedule: Uuid, walker: Walker },
+    WalkedSince {
+        schedule: Uuid,
+        walker: ProcessIdentity,
+    },
 }
 
 impl std::fmt::Display for Skip {
@@ -443,7 +446,7 @@ impl Engine {
             name,
             watch,
             counts_only,
-            walker: Walker::this_process(config.sync.instance.as_deref()),
+            walker: ProcessIdentity::this_process(config.sync.instance.as_deref()),
             openings: bookkeeping::openings(),
             endings: bookkeeping::endings(),
             quiet_pages: bookkeeping::quiet_pages(),
@@ -452,7 +455,7 @@ impl Engine {
     }
 
     /// This process, as `sync_runs` records the passes it walks.
-    pub fn walker(&self) -> &Walker {
+    pub fn walker(&self) -> &ProcessIdentity {
         &self.walker
     }
 

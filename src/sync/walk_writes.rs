@@ -28,7 +28,7 @@ use uuid::Uuid;
 use super::error::SyncError;
 use super::writer::Pending;
 use super::{Engine, PassProgress};
-use crate::warehouse::{Looked, PageBatch, PageWrite};
+use crate::warehouse::{PageBatch, PageWrite, QuietRead};
 
 /// The calls waiting behind a walk's write in flight from which the walk waits for it (the
 /// page that reached them is among them, so a batch may pass this by less than a page).
@@ -38,7 +38,7 @@ pub(super) const MOST_CALLS_WAITING: usize = 1_000;
 enum InFlight {
     Written(Pending<PageWrite>),
     /// The pages of a pass that has changed nothing yet ([`Writes::quiet`]).
-    Quiet(Pending<Looked>),
+    Quiet(Pending<QuietRead>),
 }
 
 /// The writes of one walk.
@@ -146,11 +146,11 @@ impl<'e> Writes<'e> {
                 write.take()?
             }
             Some(InFlight::Quiet(look)) => match look.take()? {
-                Looked::Written(written) => {
+                QuietRead::Written(written) => {
                     self.quiet &= written.calls_written == 0;
                     written
                 }
-                Looked::ToWrite(batch) => {
+                QuietRead::ToWrite(batch) => {
                     self.quiet = false;
                     self.in_flight = Some(self.submit(batch));
                     return Ok(());

@@ -29,7 +29,7 @@ use uuid::Uuid;
 
 use super::capabilities::{BackupReport, Contents, RestoreReport, UploadLedger};
 use super::error::{Capability, WarehouseError};
-use super::records::{Checkpoint, RunId, RunKind, RunRecord, Walker};
+use super::records::{Checkpoint, ProcessIdentity, RunId, RunKind, RunRecord};
 use super::status::{Overview, ScheduleStatus};
 use super::write_plan::PageWrite;
 use crate::service::{Campaign, OutboundCall, Schedule, Timestamp};
@@ -62,7 +62,7 @@ impl PageBatch {
 
 /// What [`Destination::write_quiet_pages`] did with a page.
 #[derive(Debug)]
-pub enum Looked {
+pub enum QuietRead {
     /// Written, or found to change nothing (no call changed, the checkpoint stays).
     Written(PageWrite),
     /// Not written: it changes something, and is written as other pages are
@@ -76,7 +76,7 @@ pub struct PassStart<'a> {
     pub schedule: Uuid,
     pub kind: RunKind,
     pub started_at: Timestamp,
-    pub walker: &'a Walker,
+    pub walker: &'a ProcessIdentity,
     /// With several daemons sharing the schedules, the daemon's tick: a pass of `kind` that
     /// began at or after it and finished means another process walked the schedule since,
     /// and this pass is not started.
@@ -88,7 +88,7 @@ pub struct PassStart<'a> {
 pub enum PassOpened {
     /// Another process walked the schedule since `PassStart::unless_walked_since` (its
     /// latest pass of the kind began then and finished); nothing was recorded.
-    WalkedBy(Walker),
+    WalkedBy(ProcessIdentity),
     /// The pass's start is recorded (`run`; `None` from a destination that keeps no record)
     /// and its checkpoint read, or why it could not be: a failure the pass records in its
     /// row.
@@ -246,13 +246,16 @@ pub trait Destination: Send + 'static {
     }
     /// Pages of passes that opened with a checkpoint and have changed nothing yet (an idle
     /// pass's, most often), from several passes at once: each written, or answered at once
-    /// when it changes nothing; a back end may hand a page back (`Looked::ToWrite`) to be
+    /// when it changes nothing; a back end may hand a page back (`QuietRead::ToWrite`) to be
     /// written on its own. One answer each, in order. PostgreSQL reads the group's stored
     /// calls in one statement.
-    fn write_quiet_pages(&mut self, pages: Vec<PageBatch>) -> Vec<Result<Looked, WarehouseError>> {
+    fn write_quiet_pages(
+        &mut self,
+        pages: Vec<PageBatch>,
+    ) -> Vec<Result<QuietRead, WarehouseError>> {
         pages
             .into_iter()
-            .map(|page| self.write_page(&page).map(Looked::Written))
+            .map(|page| self.write_page(&page).map(QuietRead::Written))
             .collect()
     }
     /// How many of the page's calls `write_page` would write; writes nothing.

@@ -28,15 +28,15 @@ mod write_plan;
 
 pub use capabilities::{BackupReport, ChunkKey, ChunkState, Contents, RestoreReport, UploadLedger};
 pub use destination::{
-    Backend, Claim, Destination, Looked, MigrationReport, PageBatch, PassOpened, PassStart,
-    Prepared, Watch,
+    Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared,
+    QuietRead, Watch,
 };
 pub use dry_run::DryRun;
 pub use error::{Capability, WarehouseError};
 pub use open::open;
 pub use records::{
-    Checkpoint, INTERRUPTED, PROCESS_ENDED, RunId, RunKind, RunOutcome, RunRecord, RunStats,
-    Stored, StoredName, Walker,
+    Checkpoint, INTERRUPTED, PROCESS_ENDED, ProcessIdentity, RunId, RunKind, RunOutcome, RunRecord,
+    RunStats, Stored, StoredName,
 };
 pub use rows::e164;
 pub use status::{

@@ -12,9 +12,9 @@ use crate::config::{ConfigError, DestinationConfig, WarehouseConfig};
 /// Fails only on its configuration (an unreadable password file, a bad `warehouse.url`).
 pub fn open(config: &WarehouseConfig) -> Result<Arc<dyn Backend>, ConfigError> {
     Ok(match &config.destination {
-        DestinationConfig::Sqlite { path } => Arc::new(sqlite::Backend::new(path, config)),
+        DestinationConfig::Sqlite { path } => Arc::new(sqlite::SqliteFile::new(path, config)),
         DestinationConfig::Postgres(postgres) => {
-            Arc::new(postgres::destination::Backend::configured(postgres)?)
+            Arc::new(postgres::destination::PgDatabase::configured(postgres)?)
         }
     })
 }

@@ -1,5 +1,5 @@
 //! The records every destination keeps alike: checkpoints, how a pass is named
-//! (`RunKind`), who walked it (`Walker`), what it did (`RunStats`, `RunRecord`), how it
+//! (`RunKind`), who walked it (`ProcessIdentity`), what it did (`RunStats`, `RunRecord`), how it
 //! ended (`RunOutcome`), and a kind's name read back from the warehouse (`Stored`).
 
 use serde::Serialize;
@@ -133,18 +133,18 @@ impl<T: StoredName> Serialize for Stored<T> {
 /// Who walked a pass: the machine, the daemon's instance name and its process. Several
 /// daemons may share a warehouse's schedules; `sync_runs` and `status` say which walked what.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Walker {
+pub struct ProcessIdentity {
     pub host: String,
     /// `[daemon] instance`; the host name by default.
     pub instance: String,
     pub pid: u32,
 }
 
-impl Walker {
+impl ProcessIdentity {
     /// This process, named `instance` (the host name when `None`).
     pub fn this_process(instance: Option<&str>) -> Self {
         let host = host_name();
-        Walker {
+        ProcessIdentity {
             instance: instance.map_or_else(|| host.clone(), str::to_owned),
             host,
             pid: std::process::id(),
@@ -152,7 +152,7 @@ impl Walker {
     }
 }
 
-impl std::fmt::Display for Walker {
+impl std::fmt::Display for ProcessIdentity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.instance == self.host {
             write!(f, "{} pid {}", self.host, self.pid)

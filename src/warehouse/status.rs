@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::records::{RunId, RunKind, RunOutcome, RunStats, Stored, WALKER_CHARS, Walker};
+use super::records::{ProcessIdentity, RunId, RunKind, RunOutcome, RunStats, Stored, WALKER_CHARS};
 use crate::ErrorKind;
 use crate::config::CronSchedule;
 use crate::service::Timestamp;
@@ -466,7 +466,7 @@ impl RunSummary {
     /// pid N` when the instance is the host); `None` for a pass recorded before schema 8.
     pub fn walked_by(&self) -> Option<String> {
         let host = self.host.clone()?;
-        let walker = Walker {
+        let walker = ProcessIdentity {
             instance: self.instance.clone().unwrap_or_else(|| host.clone()),
             host,
             pid: self

@@ -1076,7 +1076,7 @@ async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
                     schedule,
                     RunKind::Incremental,
                     at,
-                    &callsync::warehouse::Walker::this_process(None),
+                    &callsync::warehouse::ProcessIdentity::this_process(None),
                 )
                 .expect("started");
             let record = RunRecord {

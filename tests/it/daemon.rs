@@ -462,7 +462,7 @@ async fn metrics_and_healthz_serve_the_right_figures() {
     );
     // Which daemon this is, once (an info series), as sync_runs names its passes: no
     // `instance` (Prometheus' own label), no pid (a new series at every restart).
-    let walker = callsync::warehouse::Walker::this_process(None);
+    let walker = callsync::warehouse::ProcessIdentity::this_process(None);
     assert_eq!(
         value(&format!(
             "callsync_daemon_info{{host=\"{}\",daemon=\"{}\"}}",
@@ -936,7 +936,7 @@ async fn the_daemon_forgets_passes_older_than_keep_runs() {
     // Unfinished passes: one of a live process of this machine (init's id), which may still
     // be running; one of a process that is gone, which the daemon marks interrupted when it
     // opens the warehouse.
-    let here = callsync::warehouse::Walker::this_process(None).host;
+    let here = callsync::warehouse::ProcessIdentity::this_process(None).host;
     conn.execute_batch(&format!(
         "INSERT INTO sync_runs (schedule_uid, kind, started_at, finished_at, outcome, host, pid)
          VALUES

@@ -405,7 +405,7 @@ pub fn start_run(
     schedule: Uuid,
     kind: callsync::warehouse::RunKind,
     started_at: callsync::service::Timestamp,
-    walker: &callsync::warehouse::Walker,
+    walker: &callsync::warehouse::ProcessIdentity,
 ) -> callsync::warehouse::RunId {
     use callsync::warehouse::{PassOpened, PassStart};
     let start = PassStart {

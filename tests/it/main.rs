@@ -1,4 +1,5 @@
-//! The one integration-test binary: the simulator on loopback, real SQLite files.
+//! The one integration-test binary: the simulator on loopback, real SQLite files, a
+//! PostgreSQL server of its own (`pg.rs`).
 
 mod harness;
 // A PostgreSQL server for the run, a database per test.
@@ -69,7 +70,7 @@ mod clock;
 mod bad_page;
 // Bytes the service should not send: a name not UTF-8 or with a NUL, a page nested too deep.
 mod bad_bytes;
-// SIGKILL at random instants: the checkpoint is never ahead of the data.
+// SIGKILL inside a pass, at points chosen by construction: the checkpoint is never ahead of the data.
 mod crash;
 // callsync migrate to schema 6 killed mid-copy: schema 5 stays whole; the next run migrates.
 mod migrate;

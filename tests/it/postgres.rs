@@ -225,7 +225,7 @@ fn a_column_of_another_type_is_an_error_naming_it_not_a_panic() {
     assert!(checkpoint.contains("column `cursor`"), "{checkpoint}");
     // A pass's opening records its row all the same: the checkpoint it cannot read is the
     // pass's failure, which the pass keeps in that row.
-    let walker = callsync::warehouse::Walker {
+    let walker = callsync::warehouse::ProcessIdentity {
         host: "a-host".into(),
         instance: "a-host".into(),
         pid: 1,
@@ -270,10 +270,10 @@ fn a_group_of_ends_refused_whole_is_recorded_pass_by_pass() {
         return;
     }
     use callsync::service::Timestamp;
-    use callsync::warehouse::{RunKind, RunOutcome, RunRecord, RunStats, Walker};
+    use callsync::warehouse::{ProcessIdentity, RunKind, RunOutcome, RunRecord, RunStats};
     let db = pg::database();
     let mut w = PgWarehouse::open(&db.target()).unwrap();
-    let walker = Walker {
+    let walker = ProcessIdentity {
         host: "a-host".into(),
         instance: "an-instance".into(),
         pid: 7,
@@ -344,12 +344,12 @@ fn statements_prepared_before_a_column_changed_type_are_prepared_again() {
     }
     use callsync::service::Timestamp;
     use callsync::warehouse::{
-        PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+        PassOpened, PassStart, ProcessIdentity, RunKind, RunOutcome, RunRecord, RunStats,
     };
     let db = pg::database();
     let mut w = PgWarehouse::open(&db.target()).unwrap();
     let schedule = Uuid::from_u128(0x61);
-    let walker = Walker {
+    let walker = ProcessIdentity {
         host: "a-host".into(),
         instance: "an-instance".into(),
         pid: 7,
@@ -1211,14 +1211,14 @@ fn a_pass_left_open_is_marked_interrupted_once_its_claim_is_free() {
         return;
     }
     use callsync::service::Timestamp;
-    use callsync::warehouse::{RunKind, Walker};
+    use callsync::warehouse::{ProcessIdentity, RunKind};
     let db = pg::database();
     let (walking, ended) = (Uuid::from_u128(0x51), Uuid::from_u128(0x52));
     // Another machine's daemon, walking `walking` now.
     let elsewhere = PgWarehouse::open(&db.target()).unwrap();
     let held = elsewhere.claim(walking).unwrap().expect("free");
     let mut w = PgWarehouse::open(&db.target()).unwrap();
-    let walker = Walker {
+    let walker = ProcessIdentity {
         host: "another-host".into(),
         instance: "another-host".into(),
         pid: 4242,
@@ -1394,7 +1394,9 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
         return;
     }
     use callsync::service::{OutboundCall, Timestamp};
-    use callsync::warehouse::{PageWrite, PassOpened, PassStart, RunKind, Walker, WarehouseError};
+    use callsync::warehouse::{
+        PageWrite, PassOpened, PassStart, ProcessIdentity, RunKind, WarehouseError,
+    };
     let env = crate::harness::TestEnv::start(callsync::simulator::SimulatorOptions {
         schedules: 1,
         calls_per_schedule: 20,
@@ -1408,7 +1410,7 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
     tokio::task::spawn_blocking(move || {
         let mut w = PgWarehouse::open(&target).unwrap();
         let at = |text: &str| Timestamp::parse(text).unwrap();
-        let walker = Walker {
+        let walker = ProcessIdentity {
             host: "a-host".into(),
             instance: "a-host".into(),
             pid: 1,

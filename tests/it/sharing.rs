@@ -655,8 +655,8 @@ conformance!(
 /// checkpoint.
 async fn a_pass_opens_unless_walked_since(dest: crate::harness::Dest) {
     use callsync::warehouse::{
-        Destination, PROCESS_ENDED, PassOpened, PassStart, RunKind, RunOutcome, RunRecord,
-        RunStats, Walker,
+        Destination, PROCESS_ENDED, PassOpened, PassStart, ProcessIdentity, RunKind, RunOutcome,
+        RunRecord, RunStats,
     };
     let env = TestEnv::start_on(SimulatorOptions::default(), dest).await;
     let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
@@ -667,12 +667,12 @@ async fn a_pass_opens_unless_walked_since(dest: crate::harness::Dest) {
         let at = |text: &str| Timestamp::parse(text).unwrap();
         let tick = at("2026-01-01T01:00:00Z");
         let (ours, other) = (
-            Walker {
+            ProcessIdentity {
                 host: "our-host".into(),
                 instance: "our-host".into(),
                 pid: 1,
             },
-            Walker {
+            ProcessIdentity {
                 host: "other-host".into(),
                 instance: "blue".into(),
                 pid: 7,
@@ -800,7 +800,7 @@ conformance!(
 /// figures, nothing of the walked one.
 async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
     use callsync::warehouse::{
-        PassOpened, PassStart, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+        PassOpened, PassStart, ProcessIdentity, RunKind, RunOutcome, RunRecord, RunStats,
     };
     let env = TestEnv::start_on(SimulatorOptions::default(), dest).await;
     let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
@@ -813,7 +813,7 @@ async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
             Uuid::from_u128(0xa2),
             Uuid::from_u128(0xa3),
         );
-        let walker = |host: &str, pid| Walker {
+        let walker = |host: &str, pid| ProcessIdentity {
             host: host.into(),
             instance: host.into(),
             pid,
@@ -976,7 +976,7 @@ conformance!(
 /// warehouse then holds each schedule's calls as the service has them.
 async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
     use callsync::warehouse::{
-        Looked, PageBatch, RunKind, RunOutcome, RunRecord, RunStats, Walker,
+        PageBatch, ProcessIdentity, QuietRead, RunKind, RunOutcome, RunRecord, RunStats,
     };
     let env = TestEnv::start_on(
         SimulatorOptions {
@@ -999,7 +999,7 @@ async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
         let mut w = warehouse.writer().expect("the warehouse opens");
         let at = |text: &str| Timestamp::parse(text).unwrap();
         let checkpoint = at("2026-01-01T00:30:00Z");
-        let walker = Walker {
+        let walker = ProcessIdentity {
             host: "our-host".into(),
             instance: "our-host".into(),
             pid: 1,
@@ -1043,8 +1043,8 @@ async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
         let mut written = Vec::new();
         for looked in looked {
             written.push(match looked.expect("each page answers") {
-                Looked::Written(write) => (write.calls_written, true),
-                Looked::ToWrite(page) => (w.write_page(&page).unwrap().calls_written, false),
+                QuietRead::Written(write) => (write.calls_written, true),
+                QuietRead::ToWrite(page) => (w.write_page(&page).unwrap().calls_written, false),
             });
         }
         assert_eq!(written[0], (0, true), "nothing to write, answered at once");
@@ -1068,7 +1068,7 @@ conformance!(
 /// group ends in the later page's schedule, as written one after the other.
 async fn pages_written_as_alone(dest: crate::harness::Dest) {
     use callsync::service::OutboundCall;
-    use callsync::warehouse::{PageBatch, PageWrite, RunKind, Walker};
+    use callsync::warehouse::{PageBatch, PageWrite, ProcessIdentity, RunKind};
     let env = TestEnv::start_on(
         SimulatorOptions {
             schedules: 4,
@@ -1099,7 +1099,7 @@ async fn pages_written_as_alone(dest: crate::harness::Dest) {
         let (s, truth, expected) = (schedules, pages_truth, group_expected);
         let mut w = warehouse.writer().expect("the warehouse opens");
         let at = |text: &str| Timestamp::parse(text).unwrap();
-        let walker = Walker {
+        let walker = ProcessIdentity {
             host: "our-host".into(),
             instance: "our-host".into(),
             pid: 1,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
 use callsync::warehouse::{
-    Destination, RunId, RunKind, RunOutcome, RunRecord, RunStats, RunSummary, ScheduleStatus,
-    Stored, Walker,
+    Destination, ProcessIdentity, RunId, RunKind, RunOutcome, RunRecord, RunStats, RunSummary,
+    ScheduleStatus, Stored,
 };
 use uuid::Uuid;
 
@@ -67,8 +67,8 @@ fn at(n: u64) -> Timestamp {
         .saturating_add(Duration::from_secs(60 * n))
 }
 
-fn walker() -> Walker {
-    Walker {
+fn walker() -> ProcessIdentity {
+    ProcessIdentity {
         host: HOST.to_owned(),
         // Longer than a walker's name is shown (255 characters), a bell in it.
         instance: format!("blue\u{7}{}", "x".repeat(300)),

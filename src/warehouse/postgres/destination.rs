@@ -1,4 +1,4 @@
-//! The PostgreSQL warehouse's side of the contract (`warehouse/destination.rs`): [`Backend`],
+//! The PostgreSQL warehouse's side of the contract (`warehouse/destination.rs`): [`PgDatabase`],
 //! the database at `warehouse.url` before it is connected, and [`PgWarehouse`] as a
 //! `Destination`. A database has no file to back up or restore (pg_dump does that) and keeps
 //! no upload ledger: those capabilities are declined.
@@ -13,27 +13,32 @@ use super::PgWarehouse;
 use super::target::PgTarget;
 use crate::config::{ConfigError, PostgresConfig};
 use crate::service::{Campaign, Schedule, Timestamp};
-use crate::warehouse::{
-    Capability, Checkpoint, Claim, Destination, DryRun, MigrationReport, PageBatch, PageWrite,
-    PassOpened, PassStart, Prepared, RunId, RunRecord, ScheduleStatus, UploadLedger,
-    WarehouseError, Watch,
+use crate::warehouse::capabilities::{BackupReport, UploadLedger};
+use crate::warehouse::destination::{
+    Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared,
+    QuietRead, Watch,
 };
+use crate::warehouse::dry_run::DryRun;
+use crate::warehouse::error::{Capability, WarehouseError};
+use crate::warehouse::records::{Checkpoint, RunId, RunRecord};
+use crate::warehouse::status::ScheduleStatus;
+use crate::warehouse::write_plan::PageWrite;
 
 /// The PostgreSQL database at `warehouse.url`, not yet connected.
-pub struct Backend {
+pub struct PgDatabase {
     target: PgTarget,
 }
 
-impl Backend {
+impl PgDatabase {
     /// The configured target; fails on `warehouse.url` or an unreadable password file.
-    pub fn configured(config: &PostgresConfig) -> Result<Backend, ConfigError> {
-        Ok(Backend {
+    pub fn configured(config: &PostgresConfig) -> Result<PgDatabase, ConfigError> {
+        Ok(PgDatabase {
             target: PgTarget::configured(config)?,
         })
     }
 }
 
-impl crate::warehouse::Backend for Backend {
+impl Backend for PgDatabase {
     fn name(&self) -> String {
         self.target.display().to_owned()
     }
@@ -191,7 +196,7 @@ impl Destination for PgWarehouse {
     fn write_quiet_pages(
         &mut self,
         pages: Vec<PageBatch>,
-    ) -> Vec<Result<crate::warehouse::Looked, WarehouseError>> {
+    ) -> Vec<Result<QuietRead, WarehouseError>> {
         PgWarehouse::write_quiet_pages(self, pages)
     }
 
@@ -243,11 +248,7 @@ impl Destination for PgWarehouse {
         Some(Box::new(PgWarehouse::fork(self)))
     }
 
-    fn backup_to(
-        &self,
-        _dest: &Path,
-        _overwrite: bool,
-    ) -> Result<crate::warehouse::BackupReport, WarehouseError> {
+    fn backup_to(&self, _dest: &Path, _overwrite: bool) -> Result<BackupReport, WarehouseError> {
         Err(declined(Capability::Backup))
     }
 

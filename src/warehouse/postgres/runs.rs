@@ -11,7 +11,7 @@ use crate::service::Timestamp;
 use crate::warehouse::destination::{PassOpened, PassStart};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::records::{
-    Checkpoint, PROCESS_ENDED, RunId, RunRecord, WALKER_CHARS, Walker,
+    Checkpoint, PROCESS_ENDED, ProcessIdentity, RunId, RunRecord, WALKER_CHARS,
 };
 
 pub(super) const READ_CHECKPOINT: &str =
@@ -293,7 +293,7 @@ impl PgWarehouse {
     }
 
     /// Who walked a pass: its `host`, `instance` and `pid` from column `first` on.
-    fn walker_of(&self, row: &Row, first: usize) -> Result<Walker, WarehouseError> {
+    fn walker_of(&self, row: &Row, first: usize) -> Result<ProcessIdentity, WarehouseError> {
         let what = "reading a schedule's latest pass";
         let text = |i: usize| -> Result<Option<String>, WarehouseError> {
             let value: Option<String> = row.column(i, &self.target, what)?;
@@ -302,7 +302,7 @@ impl PgWarehouse {
         };
         let host = text(first)?.unwrap_or_else(|| "?".to_owned());
         let pid: Option<i64> = row.column(first + 2, &self.target, what)?;
-        Ok(Walker {
+        Ok(ProcessIdentity {
             instance: text(first + 1)?.unwrap_or_else(|| host.clone()),
             host,
             pid: pid.and_then(|p| u32::try_from(p).ok()).unwrap_or_default(),

@@ -14,28 +14,32 @@ use super::locks::{ScheduleLock, UploadLock};
 use super::schema::latest_version;
 use crate::config::WarehouseConfig;
 use crate::service::{Campaign, Schedule, Timestamp};
-use crate::warehouse::{
-    BackupReport, Capability, Checkpoint, Claim, Contents, Destination, DryRun, MigrationReport,
-    Overview, PageBatch, PageWrite, PassOpened, PassStart, Prepared, RestoreReport, RunId,
-    RunRecord, ScheduleStatus, UploadLedger, WarehouseError, Watch,
+use crate::warehouse::capabilities::{BackupReport, Contents, RestoreReport, UploadLedger};
+use crate::warehouse::destination::{
+    Backend, Claim, Destination, MigrationReport, PageBatch, PassOpened, PassStart, Prepared, Watch,
 };
+use crate::warehouse::dry_run::DryRun;
+use crate::warehouse::error::{Capability, WarehouseError};
+use crate::warehouse::records::{Checkpoint, RunId, RunRecord};
+use crate::warehouse::status::{Overview, ScheduleStatus};
+use crate::warehouse::write_plan::PageWrite;
 
 /// The SQLite file at `warehouse.path`, not yet opened.
-pub struct Backend {
+pub struct SqliteFile {
     path: PathBuf,
     busy_timeout: Duration,
 }
 
-impl Backend {
-    pub fn new(path: &Path, config: &WarehouseConfig) -> Backend {
-        Backend {
+impl SqliteFile {
+    pub fn new(path: &Path, config: &WarehouseConfig) -> SqliteFile {
+        SqliteFile {
             path: path.to_owned(),
             busy_timeout: config.busy_timeout,
         }
     }
 }
 
-impl crate::warehouse::Backend for Backend {
+impl Backend for SqliteFile {
     fn name(&self) -> String {
         self.path.display().to_string()
     }

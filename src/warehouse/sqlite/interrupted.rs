@@ -89,7 +89,7 @@ mod tests {
     use super::*;
     use crate::service::Timestamp;
     use crate::warehouse::records::host_name;
-    use crate::warehouse::records::{RunKind, Walker};
+    use crate::warehouse::records::{ProcessIdentity, RunKind};
     use uuid::Uuid;
 
     /// A process id that certainly ended: a child's, waited for.
@@ -122,13 +122,13 @@ mod tests {
         let path = dir.path().join("w.db");
         let mut w = Warehouse::open(&path, Duration::from_secs(5)).unwrap();
         let here = host_name();
-        let walker = |host: &str, pid: u32| Walker {
+        let walker = |host: &str, pid: u32| ProcessIdentity {
             host: host.to_owned(),
             instance: host.to_owned(),
             pid,
         };
         let schedule = |n: u128| Uuid::from_u128(n);
-        let mut start = |n: u128, by: Walker| {
+        let mut start = |n: u128, by: ProcessIdentity| {
             w.start_run(schedule(n), RunKind::Incremental, Timestamp::now(), &by)
                 .unwrap()
                 .get()

@@ -31,7 +31,7 @@ mod upsert;
 
 pub use access::{check_writable, unwritable_for_owner};
 pub use backup::{restore, verify_backup};
-pub use destination::Backend;
+pub use destination::SqliteFile;
 pub use file_lock::FileIdentity;
 pub use handle::{Warehouse, check_before_writing, check_usable};
 pub use locks::{ScheduleLock, UploadLock};
@@ -43,7 +43,9 @@ use crate::warehouse::capabilities::Contents;
 #[cfg(test)]
 use crate::warehouse::error::WarehouseError;
 #[cfg(test)]
-use crate::warehouse::records::{INTERRUPTED, RunKind, RunOutcome, RunRecord, RunStats, Walker};
+use crate::warehouse::records::{
+    INTERRUPTED, ProcessIdentity, RunKind, RunOutcome, RunRecord, RunStats,
+};
 #[cfg(test)]
 use crate::warehouse::status::TICKS_COUNTED;
 #[cfg(test)]

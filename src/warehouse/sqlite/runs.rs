@@ -10,7 +10,7 @@ use super::handle::Warehouse;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 use crate::warehouse::records::{
-    Checkpoint, PROCESS_ENDED, RunId, RunKind, RunRecord, WALKER_CHARS, Walker,
+    Checkpoint, PROCESS_ENDED, ProcessIdentity, RunId, RunKind, RunRecord, WALKER_CHARS,
 };
 
 impl Warehouse {
@@ -63,7 +63,7 @@ impl Warehouse {
         schedule: Uuid,
         kind: RunKind,
         started_at: Timestamp,
-        walker: &Walker,
+        walker: &ProcessIdentity,
     ) -> Result<RunId, WarehouseError> {
         self.conn
             .prepare_cached(
@@ -93,7 +93,7 @@ impl Warehouse {
         schedule: Uuid,
         kind: RunKind,
         since: Timestamp,
-    ) -> Result<Option<Walker>, WarehouseError> {
+    ) -> Result<Option<ProcessIdentity>, WarehouseError> {
         type Latest = (String, bool, Option<String>, Option<String>, Option<u32>);
         let latest: Option<Latest> = self
             .conn
@@ -119,7 +119,7 @@ impl Warehouse {
         // Text from a file, shown in log lines: made safe first.
         let safe = |text: Option<String>| text.map(|t| untrusted_text(&t, WALKER_CHARS));
         let host = safe(host).unwrap_or_else(|| "?".to_owned());
-        Ok(Some(Walker {
+        Ok(Some(ProcessIdentity {
             instance: safe(instance).unwrap_or_else(|| host.clone()),
             host,
             pid: pid.unwrap_or_default(),

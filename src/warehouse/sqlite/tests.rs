@@ -16,8 +16,8 @@ fn open(dir: &tempfile::TempDir) -> Warehouse {
 }
 
 /// The walker the tests record their passes as.
-fn walker() -> Walker {
-    Walker {
+fn walker() -> ProcessIdentity {
+    ProcessIdentity {
         host: "db-host".into(),
         instance: "blue".into(),
         pid: 4242,
@@ -987,7 +987,7 @@ fn walked_since_names_the_walker_of_a_finished_pass_begun_since_then() {
     .unwrap();
     assert_eq!(walked(&w, RunKind::Incremental, tick), None);
     // Begun at the tick or after: walked, by whom it says; whatever its outcome.
-    let other = Walker {
+    let other = ProcessIdentity {
         host: "other-host".into(),
         instance: "other-host".into(),
         pid: 7,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::service::{Attempt, OutboundCall};
 use crate::warehouse::postgres::batch::{
-    ATTEMPTS, Batch, CALLS, NOTIFICATIONS, OUTCOMES, PARAMETERS, V, VARIABLES, Write, t,
+    ATTEMPTS, Batch, CALLS, Cell, NOTIFICATIONS, OUTCOMES, PARAMETERS, VARIABLES, Write, text,
 };
 use crate::warehouse::rows::{self, AttemptRow, CallRow};
 use crate::warehouse::write_plan::ChildRule;
@@ -183,8 +183,8 @@ fn give_ids(pending: &mut [Pending<'_>], reserved: &Reserved) -> bool {
 }
 
 impl Pending<'_> {
-    fn id(&self) -> V {
-        V::I(self.ids.as_ref().map(|(id, _)| *id))
+    fn id(&self) -> Cell {
+        Cell::Int(self.ids.as_ref().map(|(id, _)| *id))
     }
 
     /// The attempts written, each with its id (`None` unless reserved).
@@ -232,7 +232,7 @@ pub(super) fn round_rows(
 }
 
 /// A call's row of `calls`, with its summary.
-fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<V> {
+fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<Cell> {
     let r = p.row;
     let notification_count = p.call.notifications().map_or(0, <[_]>::len);
     let s = rows::summary(
@@ -242,43 +242,43 @@ fn call_values(p: &Pending<'_>, synced_at: &str) -> Vec<V> {
     );
     vec![
         p.id(),
-        t(Some(&r.uid)),
-        t(Some(r.schedule_uid)),
-        t(r.external_id),
-        t(Some(r.status)),
-        t(r.progress),
-        V::B(r.is_test_call),
-        V::T(r.cooldown_until.clone()),
-        V::T(r.delay.clone()),
-        V::T(r.priority.clone()),
-        V::I(r.attempts_remaining),
-        V::T(r.retry_intervals.clone()),
-        V::T(Some(r.created_at.clone())),
-        V::T(Some(r.updated_at.clone())),
-        t(r.phone_number),
-        V::T(r.phone_e164.clone()),
-        t(r.full_name),
-        t(r.first_name),
-        t(r.last_name),
-        t(r.phonetic_full_name),
-        t(r.phonetic_first_name),
-        t(r.phonetic_last_name),
-        t(r.email),
-        V::T(r.event_date_time.clone()),
-        V::T(r.extra.clone()),
-        V::I(Some(r.content_hash)),
-        t(Some(synced_at)),
-        V::I(Some(s.attempt_count)),
-        V::T(s.last_attempt_uid),
-        V::T(s.last_attempt_status),
-        V::T(s.last_attempt_started_at),
-        V::T(s.last_attempt_answered_at),
-        V::T(s.last_attempt_ended_at),
-        V::I(s.last_attempt_duration),
-        V::T(s.outcome_names),
-        V::B(Some(s.answered)),
-        V::B(Some(s.transferred)),
-        V::I(Some(s.notification_count)),
+        text(Some(&r.uid)),
+        text(Some(r.schedule_uid)),
+        text(r.external_id),
+        text(Some(r.status)),
+        text(r.progress),
+        Cell::Flag(r.is_test_call),
+        Cell::Text(r.cooldown_until.clone()),
+        Cell::Text(r.delay.clone()),
+        Cell::Text(r.priority.clone()),
+        Cell::Int(r.attempts_remaining),
+        Cell::Text(r.retry_intervals.clone()),
+        Cell::Text(Some(r.created_at.clone())),
+        Cell::Text(Some(r.updated_at.clone())),
+        text(r.phone_number),
+        Cell::Text(r.phone_e164.clone()),
+        text(r.full_name),
+        text(r.first_name),
+        text(r.last_name),
+        text(r.phonetic_full_name),
+        text(r.phonetic_first_name),
+        text(r.phonetic_last_name),
+        text(r.email),
+        Cell::Text(r.event_date_time.clone()),
+        Cell::Text(r.extra.clone()),
+        Cell::Int(Some(r.content_hash)),
+        text(Some(synced_at)),
+        Cell::Int(Some(s.attempt_count)),
+        Cell::Text(s.last_attempt_uid),
+        Cell::Text(s.last_attempt_status),
+        Cell::Text(s.last_attempt_started_at),
+        Cell::Text(s.last_attempt_answered_at),
+        Cell::Text(s.last_attempt_ended_at),
+        Cell::Int(s.last_attempt_duration),
+        Cell::Text(s.outcome_names),
+        Cell::Flag(Some(s.answered)),
+        Cell::Flag(Some(s.transferred)),
+        Cell::Int(Some(s.notification_count)),
     ]
 }
 
@@ -289,9 +289,9 @@ fn parameters_batch(pending: &[Pending<'_>]) -> Batch {
         for (name, value) in rows::custom_parameters(p.call) {
             parameters.push(vec![
                 p.id(),
-                t(Some(&p.row.uid)),
-                t(Some(name)),
-                V::T(value),
+                text(Some(&p.row.uid)),
+                text(Some(name)),
+                Cell::Text(value),
             ]);
         }
     }
@@ -316,23 +316,23 @@ fn attempts_batch(pending: &[Pending<'_>]) -> (Batch, Kept) {
         }
         for (id, a) in p.written_attempts() {
             attempts.push(vec![
-                V::I(id),
-                t(Some(&a.uid)),
+                Cell::Int(id),
+                text(Some(&a.uid)),
                 p.id(),
-                t(Some(&p.row.uid)),
-                V::I(Some(a.position)),
-                t(Some(&a.status)),
-                V::T(a.started_at.clone()),
-                V::T(a.answered_at.clone()),
-                V::T(a.ended_at.clone()),
-                V::I(a.duration),
-                V::T(a.created_at.clone()),
-                V::T(a.updated_at.clone()),
-                V::T(a.error_details.clone()),
-                V::T(a.transfer_started_at.clone()),
-                V::T(a.transfer_answered_at.clone()),
-                V::T(a.transfer_destination.clone()),
-                V::T(a.extra.clone()),
+                text(Some(&p.row.uid)),
+                Cell::Int(Some(a.position)),
+                text(Some(&a.status)),
+                Cell::Text(a.started_at.clone()),
+                Cell::Text(a.answered_at.clone()),
+                Cell::Text(a.ended_at.clone()),
+                Cell::Int(a.duration),
+                Cell::Text(a.created_at.clone()),
+                Cell::Text(a.updated_at.clone()),
+                Cell::Text(a.error_details.clone()),
+                Cell::Text(a.transfer_started_at.clone()),
+                Cell::Text(a.transfer_answered_at.clone()),
+                Cell::Text(a.transfer_destination.clone()),
+                Cell::Text(a.extra.clone()),
             ]);
         }
     }
@@ -355,12 +355,12 @@ fn notifications_batch(pending: &[Pending<'_>]) -> (Batch, Vec<String>) {
             let (uid, status, count, delivered, extra) = rows::notification(n);
             notifications.push(vec![
                 p.id(),
-                V::T(Some(uid)),
-                t(Some(&p.row.uid)),
-                V::T(status),
-                V::I(count),
-                V::T(delivered),
-                V::T(extra),
+                Cell::Text(Some(uid)),
+                text(Some(&p.row.uid)),
+                Cell::Text(status),
+                Cell::Int(count),
+                Cell::Text(delivered),
+                Cell::Text(extra),
             ]);
         }
     }
@@ -369,7 +369,7 @@ fn notifications_batch(pending: &[Pending<'_>]) -> (Batch, Vec<String>) {
 
 /// An attempt's list of children (outcomes or variables) as rows: the item's uid, then its
 /// own columns.
-type Items = Vec<(String, Vec<V>)>;
+type Items = Vec<(String, Vec<Cell>)>;
 
 /// The outcomes and variables of each attempt whose list was sent, two lists written alike,
 /// each row led by the item's uid, its attempt's and its call's, then the item's own columns;
@@ -401,10 +401,10 @@ fn attempt_children(pending: &[Pending<'_>]) -> [(Batch, Replaced); 2] {
                 for (item, own) in items {
                     let mut row = vec![
                         p.id(),
-                        V::I(attempt_id),
-                        V::T(Some(item)),
-                        t(Some(&a.uid)),
-                        t(Some(&p.row.uid)),
+                        Cell::Int(attempt_id),
+                        Cell::Text(Some(item)),
+                        text(Some(&a.uid)),
+                        text(Some(&p.row.uid)),
                     ];
                     row.extend(own);
                     batch.push(row);
@@ -429,7 +429,14 @@ fn sent_lists(sent: &[Attempt], uid: Uuid) -> [Option<Items>; 2] {
                 .into_iter()
                 .map(|o| {
                     let (uid, name, created_at, extra) = rows::outcome(o);
-                    (uid, vec![V::T(Some(name)), V::T(created_at), V::T(extra)])
+                    (
+                        uid,
+                        vec![
+                            Cell::Text(Some(name)),
+                            Cell::Text(created_at),
+                            Cell::Text(extra),
+                        ],
+                    )
                 })
                 .collect()
         });
@@ -442,11 +449,11 @@ fn sent_lists(sent: &[Attempt], uid: Uuid) -> [Option<Items>; 2] {
                 .map(|v| {
                     let (uid, name, value, status, created_at, extra) = rows::variable(v);
                     let own = vec![
-                        V::T(Some(name)),
-                        V::T(value),
-                        V::T(status),
-                        V::T(created_at),
-                        V::T(extra),
+                        Cell::Text(Some(name)),
+                        Cell::Text(value),
+                        Cell::Text(status),
+                        Cell::Text(created_at),
+                        Cell::Text(extra),
                     ];
                     (uid, own)
                 })

@@ -12,7 +12,7 @@ use std::sync::PoisonError;
 use uuid::Uuid;
 
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::destination::{Looked, PageBatch};
+use crate::warehouse::destination::{PageBatch, QuietRead};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::postgres::PgWarehouse;
 use crate::warehouse::postgres::session::{PgContext, micros, wait};
@@ -81,7 +81,7 @@ impl PgWarehouse {
     pub fn write_quiet_pages(
         &mut self,
         pages: Vec<PageBatch>,
-    ) -> Vec<Result<Looked, WarehouseError>> {
+    ) -> Vec<Result<QuietRead, WarehouseError>> {
         let opened: Vec<Option<Timestamp>> = pages
             .iter()
             .map(|p| self.quiet_expected(p.schedule))
@@ -105,13 +105,13 @@ impl PgWarehouse {
         let Ok(stored) = stored else {
             return pages
                 .into_iter()
-                .map(|page| Ok(Looked::ToWrite(page)))
+                .map(|page| Ok(QuietRead::ToWrite(page)))
                 .collect();
         };
         (pages.into_iter().zip(opened))
             .map(|(page, opened)| {
                 let Some(opened_at) = opened else {
-                    return Ok(Looked::ToWrite(page));
+                    return Ok(QuietRead::ToWrite(page));
                 };
                 self.locks.fence(page.schedule)?;
                 let unchanged = {
@@ -128,8 +128,8 @@ impl PgWarehouse {
                     )
                 };
                 Ok(match unchanged {
-                    Some(counts) => Looked::Written(counts),
-                    None => Looked::ToWrite(page),
+                    Some(counts) => QuietRead::Written(counts),
+                    None => QuietRead::ToWrite(page),
                 })
             })
             .collect()
