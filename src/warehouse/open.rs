@@ -14,7 +14,7 @@ pub fn open(config: &WarehouseConfig) -> Result<Arc<dyn Backend>, ConfigError> {
     Ok(match &config.destination {
         DestinationConfig::Sqlite { path } => Arc::new(sqlite::SqliteFile::new(path, config)),
         DestinationConfig::Postgres(postgres) => {
-            Arc::new(postgres::destination::PgDatabase::configured(postgres)?)
+            Arc::new(postgres::backend::PgDatabase::configured(postgres)?)
         }
     })
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use callsync::service::{OutboundCall, Schedule, Timestamp};
 use callsync::simulator::{Precision, SimulatorOptions};
+use callsync::warehouse::Destination;
 use callsync::warehouse::sqlite::Warehouse;
 use rusqlite::types::Value as Sql;
 use serde_json::{Value as Json, json};

@@ -4,6 +4,7 @@
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
 use callsync::sync::{PassPlan, PassResult, Quiet, Skip};
+use callsync::warehouse::Destination;
 use callsync::warehouse::sqlite::ScheduleLock;
 use callsync::warehouse::sqlite::Warehouse;
 use tokio_util::sync::CancellationToken;

@@ -15,6 +15,7 @@ use axum::routing::get;
 use callsync::config::{AuthConfig, Secret};
 use callsync::service::{OutboundCall, Timestamp};
 use callsync::sync::{PassPlan, PassResult};
+use callsync::warehouse::Destination;
 use callsync::warehouse::sqlite::Warehouse;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -1048,7 +1048,7 @@ fn the_config_simulate_prints_syncs_its_schedules_as_it_is() {
 async fn status_says_when_no_pass_was_recorded_for_several_ticks_of_the_cron() {
     use callsync::service::Timestamp;
     use callsync::warehouse::sqlite::Warehouse;
-    use callsync::warehouse::{RunKind, RunOutcome, RunRecord};
+    use callsync::warehouse::{Destination, RunKind, RunOutcome, RunRecord};
     let env = TestEnv::start(SimulatorOptions {
         schedules: 2,
         calls_per_schedule: 1,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use callsync::service::{OutboundCall, Timestamp};
 use callsync::simulator::SimulatorOptions;
 use callsync::warehouse::postgres::{LOCK_PATIENCE, LOCK_SESSION_NAME, PgTarget, PgWarehouse};
-use callsync::warehouse::{PageWrite, WarehouseError};
+use callsync::warehouse::{Destination, PageBatch, PageWrite, WarehouseError};
 use uuid::Uuid;
 
 use crate::harness::{Dest, PATIENCE, TestEnv, wait_for};
@@ -33,9 +33,13 @@ fn write(
     schedule: Uuid,
     calls: &[OutboundCall],
 ) -> Result<PageWrite, WarehouseError> {
-    let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
-    let checkpoint = calls.iter().map(|c| c.updated_at).max();
-    warehouse.write_hashed_page(schedule, calls, &hashes, checkpoint, Timestamp::now())
+    warehouse.write_hashed_page(&PageBatch {
+        schedule,
+        calls: calls.to_vec(),
+        content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
+        checkpoint: calls.iter().map(|c| c.updated_at).max(),
+        synced_at: Timestamp::now(),
+    })
 }
 
 /// The server ends `db`'s lock sessions, as its keepalives end a connection the network cut,

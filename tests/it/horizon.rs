@@ -5,6 +5,7 @@ use std::time::Duration;
 use callsync::service::Timestamp;
 use callsync::simulator::{ManualClock, SimulatorOptions};
 use callsync::sync::{PassReport, PassResult};
+use callsync::warehouse::Destination;
 use callsync::warehouse::sqlite::Warehouse;
 use uuid::Uuid;
 

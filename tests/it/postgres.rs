@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 
 use callsync::warehouse::postgres::{PgTarget, PgWarehouse};
+use callsync::warehouse::{Destination, PageBatch};
 use uuid::Uuid;
 
 use crate::pg;
@@ -1429,14 +1430,13 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
             }
         };
         let write = |w: &mut PgWarehouse, calls: &[OutboundCall], checkpoint: &str| {
-            let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
-            w.write_hashed_page(
+            w.write_hashed_page(&PageBatch {
                 schedule,
-                calls,
-                &hashes,
-                Some(at(checkpoint)),
-                Timestamp::now(),
-            )
+                calls: calls.to_vec(),
+                content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
+                checkpoint: Some(at(checkpoint)),
+                synced_at: Timestamp::now(),
+            })
         };
         let (first, later) = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z");
         let claim = w.claim(schedule).unwrap().expect("free");

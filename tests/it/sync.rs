@@ -10,6 +10,7 @@ use callsync::simulator::{
     BadBody, DialerOptions, FaultPlan, ManualClock, Precision, SimulatorOptions,
 };
 use callsync::sync::PassResult;
+use callsync::warehouse::Destination;
 use callsync::warehouse::WarehouseError;
 
 use crate::harness::{Auth, Dest, TestEnv, wait_for};

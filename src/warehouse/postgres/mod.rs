@@ -13,7 +13,8 @@
 //! calls wait for their answers with `futures::executor::block_on`, which works on any thread,
 //! inside an async runtime or not (a nested tokio `block_on` would panic).
 //!
-//! - `destination.rs` — `Backend` and `Destination`: what the rest of callsync sees.
+//! - `backend.rs` and `destination.rs` — `Backend` and `Destination`: what the rest of callsync
+//!   sees.
 //! - `target.rs` — the libpq URI, sslmode, the password's sources, the display form.
 //! - `tls.rs` — rustls with libpq's sslmode meanings.
 //! - `schema.rs` — versioned migrations (`migrations-postgres/`) under an advisory lock.
@@ -27,10 +28,11 @@
 //!   token each page checks in its own transaction.
 //! - `timezone.rs` — `timezone_offsets`, the analyst's days, as the SQLite warehouse keeps them.
 
+pub mod backend;
 mod batch;
 mod claim;
 mod comments;
-pub mod destination;
+mod destination;
 mod interrupted;
 mod pipeline;
 mod queries;

@@ -8,48 +8,13 @@ use uuid::Uuid;
 use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, instant, wait};
 use crate::service::Timestamp;
+use crate::warehouse::destination::Destination;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::records::RunId;
 use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 impl PgWarehouse {
-    /// Every schedule's status, with lags measured at `now` (as `Warehouse::status_at`).
-    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
-        self.reconnect_if_closed()?;
-        let step = "listing schedules";
-        let schedules: Vec<Uuid> = wait(self.client()?.query(
-            "SELECT schedule_uid FROM sync_checkpoints
-             UNION SELECT schedule_uid FROM sync_runs
-             UNION SELECT DISTINCT schedule_uid FROM calls
-             ORDER BY 1",
-            &[],
-        ))
-        .pg(&self.target, step)?
-        .iter()
-        .map(|r| r.column(0, &self.target, step))
-        .collect::<Result<_, _>>()?;
-        schedules
-            .into_iter()
-            .map(|s| self.schedule_status(s, now))
-            .collect()
-    }
-
-    /// When the oldest pass the warehouse remembers began.
-    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
-        self.reconnect_if_closed()?;
-        let step = "reading the first pass";
-        let first: Option<OffsetDateTime> = wait(
-            self.client()?
-                .query_one("SELECT min(started_at) FROM sync_runs", &[]),
-        )
-        .pg(&self.target, step)?
-        .column(0, &self.target, step)?;
-        first
-            .map(|t| instant(&self.target, t, "sync_runs.started_at"))
-            .transpose()
-    }
-
-    fn schedule_status(
+    pub(in crate::warehouse::postgres) fn schedule_status(
         &self,
         schedule: Uuid,
         now: Timestamp,

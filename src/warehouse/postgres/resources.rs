@@ -6,12 +6,11 @@
 use uuid::Uuid;
 
 use super::PgWarehouse;
-use super::session::{PgContext, micros, wait};
-use crate::service::{Campaign, Schedule, Timestamp};
+use super::session::{PgContext, wait};
 use crate::warehouse::error::WarehouseError;
 
 /// A campaign as the service answered.
-const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
+pub(super) const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
  ON CONFLICT (uid) DO UPDATE SET
@@ -20,7 +19,7 @@ const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    recorded_at = excluded.recorded_at";
 
 /// A schedule as the service answered; an update keeps the campaign recorded before.
-const RECORD_SCHEDULE: &str = "INSERT INTO schedules
+pub(super) const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
     is_enabled, created_at, updated_at, recorded_at)
  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -33,54 +32,6 @@ const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    recorded_at = excluded.recorded_at";
 
 impl PgWarehouse {
-    pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
-        self.reconnect_if_closed()?;
-        wait(self.client()?.execute(
-            RECORD_CAMPAIGN,
-            &[
-                &campaign.uid,
-                &campaign.name,
-                &campaign.kind,
-                &campaign.direction,
-                &campaign.is_enabled,
-                &micros(campaign.created_at),
-                &micros(campaign.updated_at),
-                &micros(Timestamp::now()),
-            ],
-        ))
-        .pg(&self.target, "recording a campaign")?;
-        Ok(())
-    }
-
-    /// `campaign`: when known (callsync created the schedule in it); an update keeps the
-    /// campaign recorded before.
-    pub fn remember_schedule(
-        &mut self,
-        schedule: &Schedule,
-        campaign: Option<Uuid>,
-    ) -> Result<(), WarehouseError> {
-        self.reconnect_if_closed()?;
-        let intervals = serde_json::Value::from(schedule.retry_intervals.clone());
-        wait(self.client()?.execute(
-            RECORD_SCHEDULE,
-            &[
-                &schedule.uid,
-                &campaign,
-                &schedule.name,
-                &micros(schedule.starts_at),
-                &micros(schedule.ends_at),
-                &schedule.retry_type,
-                &intervals,
-                &schedule.is_enabled,
-                &micros(schedule.created_at),
-                &micros(schedule.updated_at),
-                &micros(Timestamp::now()),
-            ],
-        ))
-        .pg(&self.target, "recording a schedule")?;
-        Ok(())
-    }
-
     /// The configuration's campaigns of schedules, into `schedules.campaign_uid` (see the
     /// SQLite warehouse's `set_schedule_campaigns`). One statement.
     pub fn set_schedule_campaigns(

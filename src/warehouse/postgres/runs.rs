@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::PgWarehouse;
 use super::session::{PgContext, RowColumn, instant, micros, micros_from, wait};
-use crate::service::Timestamp;
 use crate::warehouse::destination::{PassOpened, PassStart};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::records::{
@@ -78,20 +77,8 @@ pub(super) const ADVANCE_CHECKPOINTS: &str =
      WHERE sync_checkpoints.cursor < excluded.cursor";
 
 impl PgWarehouse {
-    pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
-        self.reconnect_if_closed()?;
-        // Prepared once per connection, as every statement of a pass's opening, pages and
-        // end: parsed and planned anew, they took the server's CPU at 10,000 schedules.
-        let row = self.replanning(|| {
-            let statement = self.statement(READ_CHECKPOINT, "reading a checkpoint")?;
-            wait(self.client()?.query_opt(&statement, &[&schedule]))
-                .pg(&self.target, "reading a checkpoint")
-        })?;
-        row.map(|r| self.checkpoint_of(schedule, &r, 0)).transpose()
-    }
-
     /// A checkpoint's `cursor` and `updated_at`, from column `first` on.
-    fn checkpoint_of(
+    pub(in crate::warehouse::postgres) fn checkpoint_of(
         &self,
         schedule: Uuid,
         row: &Row,
@@ -110,60 +97,6 @@ impl PgWarehouse {
                 "sync_checkpoints.updated_at",
             )?,
         })
-    }
-
-    /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
-    pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
-        self.reconnect_if_closed()?;
-        let step = "looking a schedule up";
-        wait(self.client()?.query_one(
-            "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = $1)
-                 OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = $1)
-                 OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = $1)",
-            &[&schedule],
-        ))
-        .pg(&self.target, step)?
-        .column(0, &self.target, step)
-    }
-
-    /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
-    /// Returns what was there before.
-    pub fn replace_checkpoint(
-        &mut self,
-        schedule: Uuid,
-        cursor: Option<Timestamp>,
-    ) -> Result<Option<Checkpoint>, WarehouseError> {
-        self.reconnect_if_closed()?;
-        // A pass of this process reading on as quiet would compare with the cursor it opened with.
-        self.expect_quiet(schedule, None);
-        let target = self.target.clone();
-        wait(self.client()?.batch_execute("BEGIN")).pg(&target, "starting a checkpoint change")?;
-        let result = (|| {
-            let before = wait(
-                self.client()?
-                    .query_opt(&format!("{READ_CHECKPOINT} FOR UPDATE"), &[&schedule]),
-            )
-            .pg(&target, "reading a checkpoint")?
-            .map(|r| self.checkpoint_of(schedule, &r, 0))
-            .transpose()?;
-            match cursor {
-                Some(cursor) => wait(self.client()?.execute(
-                    "INSERT INTO sync_checkpoints (schedule_uid, cursor, updated_at)
-                     VALUES ($1, $2, $3)
-                     ON CONFLICT (schedule_uid) DO UPDATE SET cursor = excluded.cursor,
-                       updated_at = excluded.updated_at",
-                    &[&schedule, &micros(cursor), &micros(Timestamp::now())],
-                ))
-                .pg(&target, "saving a checkpoint")?,
-                None => wait(self.client()?.execute(
-                    "DELETE FROM sync_checkpoints WHERE schedule_uid = $1",
-                    &[&schedule],
-                ))
-                .pg(&target, "deleting a checkpoint")?,
-            };
-            Ok(before)
-        })();
-        self.end_transaction(result, "committing a checkpoint change")
     }
 
     /// Commits after `result` succeeded, else rolls back (best effort: a broken connection
@@ -187,43 +120,9 @@ impl PgWarehouse {
         }
     }
 
-    /// One pass's opening: [`Self::open_passes`] of one.
-    pub fn open_pass(&mut self, start: &PassStart<'_>) -> Result<PassOpened, WarehouseError> {
-        only(self.open_passes(std::slice::from_ref(start)))
-    }
-
-    /// The openings of a group of passes ([`crate::warehouse::Destination::open_passes`]) in
-    /// one statement, prepared once per connection ([`OPEN_PASSES`]): for each, the latest
-    /// pass of the kind read, the pass's row inserted unless that one was walked since
-    /// `unless_walked_since`, and the checkpoint read. At 10,000 schedules every idle pass
-    /// opens so, and a statement a pass was most of the server's work. When the group's
-    /// statement fails, or a schedule is in it twice, each pass is opened alone, so that a
-    /// failure is the pass's own.
-    pub fn open_passes(
-        &mut self,
-        starts: &[PassStart<'_>],
-    ) -> Vec<Result<PassOpened, WarehouseError>> {
-        let distinct: std::collections::HashSet<Uuid> = starts.iter().map(|s| s.schedule).collect();
-        if distinct.len() == starts.len() {
-            match self.open_group(starts) {
-                Ok(opened) => return opened,
-                Err(err) if starts.len() == 1 => return vec![Err(err)],
-                Err(err) => tracing::debug!(
-                    error = %err,
-                    passes = starts.len(),
-                    "cannot open a group of passes together; opening each alone"
-                ),
-            }
-        }
-        starts
-            .iter()
-            .map(|start| self.open_group(std::slice::from_ref(start)).and_then(only))
-            .collect()
-    }
-
     /// [`OPEN_PASSES`] for `starts`, each of a different schedule: an error when the
     /// statement fails; else each pass's opening.
-    fn open_group(
+    pub(in crate::warehouse::postgres) fn open_group(
         &mut self,
         starts: &[PassStart<'_>],
     ) -> Result<Vec<Result<PassOpened, WarehouseError>>, WarehouseError> {
@@ -309,30 +208,10 @@ impl PgWarehouse {
         })
     }
 
-    /// One pass's end: [`Self::finish_runs`] of one.
-    pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
-        self.finish_group(&[(run, record)])
-    }
-
-    /// The ends of a group of passes ([`crate::warehouse::Destination::finish_runs`]) in one
-    /// statement ([`FINISH_RUNS`]); when it fails, each alone, so that a failure is the
-    /// pass's own.
-    pub fn finish_runs(&mut self, runs: &[(RunId, &RunRecord)]) -> Vec<Result<(), WarehouseError>> {
-        match self.finish_group(runs) {
-            Ok(()) => return runs.iter().map(|_| Ok(())).collect(),
-            Err(err) if runs.len() == 1 => return vec![Err(err)],
-            Err(err) => tracing::debug!(
-                error = %err,
-                passes = runs.len(),
-                "cannot record the ends of a group of passes together; recording each alone"
-            ),
-        }
-        runs.iter()
-            .map(|run| self.finish_group(std::slice::from_ref(run)))
-            .collect()
-    }
-
-    fn finish_group(&mut self, runs: &[(RunId, &RunRecord)]) -> Result<(), WarehouseError> {
+    pub(in crate::warehouse::postgres) fn finish_group(
+        &mut self,
+        runs: &[(RunId, &RunRecord)],
+    ) -> Result<(), WarehouseError> {
         self.reconnect_if_closed()?;
         let step = "recording the end of a pass";
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -376,26 +255,12 @@ impl PgWarehouse {
         })?;
         Ok(())
     }
-
-    /// As the SQLite warehouse's: passes finished before `cutoff` go, but each schedule's
-    /// latest and latest successful one, and any not finished.
-    pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
-        self.reconnect_if_closed()?;
-        wait(self.client()?.execute(
-            "DELETE FROM sync_runs
-             WHERE finished_at IS NOT NULL AND finished_at < $1
-               AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
-               AND id NOT IN (SELECT max(id) FROM sync_runs
-                              WHERE outcome IN ('completed', 'behind')
-                              GROUP BY schedule_uid)",
-            &[&micros(cutoff)],
-        ))
-        .pg(&self.target, "forgetting old passes")
-    }
 }
 
 /// The opening of a group of one.
-fn only(mut opened: Vec<Result<PassOpened, WarehouseError>>) -> Result<PassOpened, WarehouseError> {
+pub(super) fn only(
+    mut opened: Vec<Result<PassOpened, WarehouseError>>,
+) -> Result<PassOpened, WarehouseError> {
     opened
         .pop()
         .unwrap_or(Err(WarehouseError::Unanswered { step: "opening" }))

@@ -19,7 +19,7 @@
 
 mod columns;
 mod group;
-mod quiet;
+pub(super) mod quiet;
 
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
@@ -31,9 +31,10 @@ use super::pipeline::Pipeline;
 use super::runs::ADVANCE_CHECKPOINTS;
 use super::session::{PgContext, micros, wait};
 use crate::service::{OutboundCall, Timestamp};
+use crate::warehouse::destination::PageBatch;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::CallRow;
-use crate::warehouse::write_plan::{PageWrite, plan, rows_of};
+use crate::warehouse::write_plan::{PageWrite, rows_of};
 
 /// Deletes the attempts of the mirrored calls `$1` (uids) the service no longer shows (`$2`,
 /// `$3`: the attempts kept, by call uid and uid), with their outcomes and variables.
@@ -120,14 +121,14 @@ enum PagesEnd {
 impl PgWarehouse {
     /// Writes `calls` of `schedule` and, when given, moves its checkpoint forward — all or
     /// nothing (see the SQLite warehouse's `write_hashed_page`).
-    pub fn write_hashed_page(
-        &mut self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-        checkpoint: Option<Timestamp>,
-        synced_at: Timestamp,
-    ) -> Result<PageWrite, WarehouseError> {
+    pub fn write_hashed_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
+        let PageBatch {
+            schedule,
+            ref calls,
+            ref content_hashes,
+            checkpoint,
+            synced_at,
+        } = *page;
         self.reconnect_if_closed()?;
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
@@ -218,22 +219,6 @@ impl PgWarehouse {
         pipeline.rows(answers, &self.target)?;
         committed.pg(&self.target, "committing a page")?;
         Ok(true)
-    }
-
-    /// How many of `calls` `write_hashed_page` would write; writes nothing.
-    pub fn count_changes(
-        &mut self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-    ) -> Result<u64, WarehouseError> {
-        self.reconnect_if_closed()?;
-        let schedule_uid = schedule.to_string();
-        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let stored = self.replanning(|| self.stored_calls(calls))?;
-        Ok(plan(calls, &call_rows, stored, schedule)
-            .counts
-            .calls_written)
     }
 
     /// Adds a round's statements (no uid twice in a round), in the order their rows need

@@ -21,52 +21,9 @@ use super::error::{SqlContext, WarehouseError, open_error};
 use super::file_lock::{FileLock, LockByte, LockError, LockMode};
 use super::handle::Warehouse;
 use super::schema;
-use crate::warehouse::capabilities::{BackupReport, Contents, RestoreReport};
+use crate::warehouse::capabilities::{Contents, RestoreReport};
 
-impl Warehouse {
-    /// Writes a consistent copy of the warehouse to `dest` (refused if something is there,
-    /// unless `overwrite`): one self-contained file, without a `-wal` of its own.
-    pub fn backup_to(&self, dest: &Path, overwrite: bool) -> Result<BackupReport, WarehouseError> {
-        if same_file(dest, &self.path) {
-            return Err(WarehouseError::BackupOverWarehouse {
-                path: dest.to_owned(),
-            });
-        }
-        match dest.symlink_metadata() {
-            Ok(_) if !overwrite => {
-                return Err(WarehouseError::BackupExists {
-                    path: dest.to_owned(),
-                });
-            }
-            Ok(found) if found.nlink() > 1 => {
-                return Err(WarehouseError::BackupTargetHardLinked {
-                    path: dest.to_owned(),
-                    names: found.nlink(),
-                });
-            }
-            _ => {}
-        }
-        let mode = backup_mode(&self.path)?;
-        let partial = sibling(dest, "partial");
-        let written = copy_into(&self.conn, &partial, Some(mode)).and_then(|contents| {
-            // Read as the file alone (no writer had it open): a writer that started since
-            // may have moved pages into the file under the copy.
-            if !self.reading.unchanged(&self.path) {
-                return Err(WarehouseError::ChangedWhileCopying {
-                    path: self.path.clone(),
-                });
-            }
-            install(&partial, dest)?;
-            Ok(contents)
-        });
-        let contents = written.inspect_err(|_| remove_copy(&partial))?;
-        Ok(BackupReport {
-            path: dest.to_owned(),
-            bytes: file_len(dest)?,
-            contents,
-        })
-    }
-}
+impl Warehouse {}
 
 /// Replaces the warehouse at `target` with the backup at `backup`; refused while another
 /// callsync process writes the warehouse. Migrates a backup of an older schema.
@@ -171,7 +128,7 @@ fn lock_out_writers(target: &Path) -> Result<Option<FileLock>, WarehouseError> {
 
 /// A backup's mode: 0600, or 0640 when the warehouse is readable by its group (the BI
 /// readers); never readable by others, whatever the warehouse's mode or the umask.
-fn backup_mode(warehouse: &Path) -> Result<u32, WarehouseError> {
+pub(super) fn backup_mode(warehouse: &Path) -> Result<u32, WarehouseError> {
     let mode = std::fs::metadata(warehouse)
         .map_err(|source| WarehouseError::Io {
             path: warehouse.to_owned(),
@@ -186,7 +143,7 @@ fn backup_mode(warehouse: &Path) -> Result<u32, WarehouseError> {
 /// `access::create_data_file`) before any byte is written, in one read transaction (a
 /// consistent snapshot while others write), as a self-contained file (rollback journal, no
 /// `-wal`); returns what it holds. On failure the caller removes it with [`remove_copy`].
-fn copy_into(
+pub(super) fn copy_into(
     source: &Connection,
     dest: &Path,
     mode: Option<u32>,
@@ -266,7 +223,7 @@ fn keep_owner(target: &Path, staged: &Path) -> Result<(), WarehouseError> {
 
 /// Removes a copy that failed, and every file SQLite may have made beside it (its journal,
 /// and the `-wal`/`-shm` it opens for a moment while making the copy self-contained).
-fn remove_copy(copy: &Path) {
+pub(super) fn remove_copy(copy: &Path) {
     let _ = std::fs::remove_file(copy);
     for suffix in ["-journal", "-wal", "-shm"] {
         let _ = std::fs::remove_file(beside(copy, suffix));
@@ -296,7 +253,7 @@ fn remove_stale_wal(target: &Path) -> Result<Vec<PathBuf>, WarehouseError> {
 }
 
 /// Renames `staged` to `dest` (atomic on one filesystem) and makes the rename durable.
-fn install(staged: &Path, dest: &Path) -> Result<(), WarehouseError> {
+pub(super) fn install(staged: &Path, dest: &Path) -> Result<(), WarehouseError> {
     std::fs::rename(staged, dest).map_err(|source| WarehouseError::Io {
         path: dest.to_owned(),
         step: "move the new file into place at",
@@ -319,7 +276,7 @@ fn sync_file(path: &Path) -> Result<(), WarehouseError> {
         })
 }
 
-fn file_len(path: &Path) -> Result<u64, WarehouseError> {
+pub(super) fn file_len(path: &Path) -> Result<u64, WarehouseError> {
     std::fs::metadata(path)
         .map(|m| m.len())
         .map_err(|source| WarehouseError::Io {
@@ -329,7 +286,7 @@ fn file_len(path: &Path) -> Result<u64, WarehouseError> {
         })
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+pub(super) fn same_file(a: &Path, b: &Path) -> bool {
     use super::file_lock::FileIdentity;
     matches!(
         (FileIdentity::of_path(a), FileIdentity::of_path(b)),
@@ -338,7 +295,7 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// `.<name>.<what>-<pid>` beside `path`: same directory, so the final rename is atomic.
-fn sibling(path: &Path, what: &str) -> PathBuf {
+pub(super) fn sibling(path: &Path, what: &str) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

@@ -9,6 +9,7 @@
 //! end's side of the contract (`warehouse/destination.rs`).
 
 mod access;
+mod backend;
 mod backup;
 mod children;
 mod destination;
@@ -30,8 +31,8 @@ mod timezone;
 mod upsert;
 
 pub use access::{check_writable, unwritable_for_owner};
+pub use backend::SqliteFile;
 pub use backup::{restore, verify_backup};
-pub use destination::SqliteFile;
 pub use file_lock::FileIdentity;
 pub use handle::{Warehouse, check_before_writing, check_usable};
 pub use locks::{ScheduleLock, UploadLock};

@@ -1,94 +1,20 @@
 //! Reading the warehouse back: per-schedule status (`callsync status`) and the demo's overview.
 
-use rusqlite::types::Value;
-
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use super::runs::parse;
 use crate::service::Timestamp;
 use crate::warehouse::RunId;
-use crate::warehouse::status::{Overview, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
+use crate::warehouse::destination::Destination;
+use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
 
 impl Warehouse {
-    pub fn overview(&self) -> Result<Overview, WarehouseError> {
-        let query = |sql: &str| -> Result<Vec<(String, Value, i64)>, WarehouseError> {
-            let mut stmt = self
-                .conn
-                .prepare(sql)
-                .sql(&self.path, "reading the overview")?;
-            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .and_then(Iterator::collect)
-                .sql(&self.path, "reading the overview")
-        };
-        let text = |v: Value| match v {
-            Value::Text(t) => t,
-            Value::Integer(i) => i.to_string(),
-            _ => String::new(),
-        };
-        Ok(Overview {
-            by_status: query(
-                "SELECT status, coalesce(progress, ''), count(*) FROM call_results
-                 GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2",
-            )?
-            .into_iter()
-            .map(|(a, b, n)| (a, text(b), n))
-            .collect(),
-            top_outcomes: query(
-                "SELECT name, '', count(*) FROM outcome_results GROUP BY name ORDER BY 3 DESC, 1 LIMIT 10",
-            )?
-            .into_iter()
-            .map(|(a, _, n)| (a, n))
-            .collect(),
-            answer_rates: query(
-                "SELECT coalesce(schedule_name, schedule_uid), count(*), sum(answered)
-                 FROM call_results
-                 WHERE attempt_count > 0 AND is_test_call = 0
-                 GROUP BY schedule_uid ORDER BY 1",
-            )?
-            .into_iter()
-            .map(|(a, dialled, answered)| (a, match dialled { Value::Integer(i) => i, _ => 0 }, answered))
-            .collect(),
-        })
-    }
-
     /// Every schedule's status now.
     pub fn status(&self) -> Result<Vec<ScheduleStatus>, WarehouseError> {
         self.status_at(Timestamp::now())
     }
 
-    /// Every schedule's status, with lags measured at `now`.
-    pub fn status_at(&self, now: Timestamp) -> Result<Vec<ScheduleStatus>, WarehouseError> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT schedule_uid FROM sync_checkpoints
-                 UNION SELECT schedule_uid FROM sync_runs
-                 UNION SELECT DISTINCT schedule_uid FROM calls
-                 ORDER BY 1",
-            )
-            .sql(&self.path, "listing schedules")?;
-        let schedules: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
-            .and_then(Iterator::collect)
-            .sql(&self.path, "listing schedules")?;
-        schedules
-            .iter()
-            .map(|s| self.schedule_status(s, now))
-            .collect()
-    }
-
-    /// When the oldest pass the warehouse remembers began (retention forgets older ones).
-    pub fn first_pass_at(&self) -> Result<Option<Timestamp>, WarehouseError> {
-        let first: Option<String> = self
-            .conn
-            .query_row("SELECT min(started_at) FROM sync_runs", [], |r| r.get(0))
-            .sql(&self.path, "reading the first pass")?;
-        first
-            .map(|t| parse(&self.path, &t, "sync_runs.started_at"))
-            .transpose()
-    }
-
-    fn schedule_status(
+    pub(super) fn schedule_status(
         &self,
         schedule: &str,
         now: Timestamp,

@@ -7,10 +7,9 @@ use uuid::Uuid;
 
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
-use crate::service::{Campaign, Schedule, Timestamp};
 
 /// A campaign as the service answered.
-const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
+pub(super) const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    (uid, name, type, direction, is_enabled, created_at, updated_at, recorded_at)
  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
  ON CONFLICT (uid) DO UPDATE SET
@@ -19,7 +18,7 @@ const RECORD_CAMPAIGN: &str = "INSERT INTO campaigns
    recorded_at = excluded.recorded_at";
 
 /// A schedule as the service answered; an update keeps the campaign recorded before.
-const RECORD_SCHEDULE: &str = "INSERT INTO schedules
+pub(super) const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    (uid, campaign_uid, name, starts_at, ends_at, retry_type, retry_intervals,
     is_enabled, created_at, updated_at, recorded_at)
  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
@@ -32,55 +31,6 @@ const RECORD_SCHEDULE: &str = "INSERT INTO schedules
    recorded_at = excluded.recorded_at";
 
 impl Warehouse {
-    pub fn remember_campaign(&mut self, campaign: &Campaign) -> Result<(), WarehouseError> {
-        self.conn
-            .execute(
-                RECORD_CAMPAIGN,
-                params![
-                    campaign.uid.to_string(),
-                    campaign.name,
-                    campaign.kind,
-                    campaign.direction,
-                    campaign.is_enabled,
-                    campaign.created_at.to_warehouse_text(),
-                    campaign.updated_at.to_warehouse_text(),
-                    Timestamp::now().to_warehouse_text(),
-                ],
-            )
-            .sql(&self.path, "recording a campaign")?;
-        Ok(())
-    }
-
-    /// `campaign`: when known (callsync created the schedule in it); an update keeps the
-    /// campaign recorded before.
-    pub fn remember_schedule(
-        &mut self,
-        schedule: &Schedule,
-        campaign: Option<Uuid>,
-    ) -> Result<(), WarehouseError> {
-        let intervals =
-            serde_json::to_string(&schedule.retry_intervals).unwrap_or_else(|_| "[]".into());
-        self.conn
-            .execute(
-                RECORD_SCHEDULE,
-                params![
-                    schedule.uid.to_string(),
-                    campaign.map(|c| c.to_string()),
-                    schedule.name,
-                    schedule.starts_at.to_warehouse_text(),
-                    schedule.ends_at.to_warehouse_text(),
-                    schedule.retry_type,
-                    intervals,
-                    schedule.is_enabled,
-                    schedule.created_at.to_warehouse_text(),
-                    schedule.updated_at.to_warehouse_text(),
-                    Timestamp::now().to_warehouse_text(),
-                ],
-            )
-            .sql(&self.path, "recording a schedule")?;
-        Ok(())
-    }
-
     /// Records the campaigns the configuration says schedules belong to
     /// (`[[sync.schedule]] campaign`) in `schedules.campaign_uid`: the service has no endpoint
     /// that says it, so "per campaign" questions need it for schedules callsync did not

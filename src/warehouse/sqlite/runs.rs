@@ -10,54 +10,10 @@ use super::handle::Warehouse;
 use crate::service::Timestamp;
 use crate::untrusted::untrusted_text;
 use crate::warehouse::records::{
-    Checkpoint, PROCESS_ENDED, ProcessIdentity, RunId, RunKind, RunRecord, WALKER_CHARS,
+    Checkpoint, PROCESS_ENDED, ProcessIdentity, RunId, RunKind, WALKER_CHARS,
 };
 
 impl Warehouse {
-    pub fn checkpoint(&self, schedule: Uuid) -> Result<Option<Checkpoint>, WarehouseError> {
-        read_checkpoint(&self.conn, &self.path, schedule)
-    }
-
-    /// Whether the warehouse has heard of `schedule`: a checkpoint, a pass or a call.
-    pub fn knows_schedule(&self, schedule: Uuid) -> Result<bool, WarehouseError> {
-        self.conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sync_checkpoints WHERE schedule_uid = ?1)
-                     OR EXISTS (SELECT 1 FROM sync_runs WHERE schedule_uid = ?1)
-                     OR EXISTS (SELECT 1 FROM calls WHERE schedule_uid = ?1)",
-                [schedule.to_string()],
-                |r| r.get(0),
-            )
-            .sql(&self.path, "looking a schedule up")
-    }
-
-    /// Operator tool (`checkpoint set` / `reset`): sets or deletes the cursor, backwards too.
-    /// Returns what was there before.
-    pub fn replace_checkpoint(
-        &mut self,
-        schedule: Uuid,
-        cursor: Option<Timestamp>,
-    ) -> Result<Option<Checkpoint>, WarehouseError> {
-        let path = self.path.as_path();
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .sql(path, "starting a checkpoint change")?;
-        let before = read_checkpoint(&tx, path, schedule)?;
-        match cursor {
-            Some(cursor) => write_checkpoint(&tx, path, schedule, cursor)?,
-            None => {
-                tx.execute(
-                    "DELETE FROM sync_checkpoints WHERE schedule_uid = ?1",
-                    [schedule.to_string()],
-                )
-                .sql(path, "deleting a checkpoint")?;
-            }
-        }
-        tx.commit().sql(path, "committing a checkpoint change")?;
-        Ok(before)
-    }
-
     pub fn start_run(
         &mut self,
         schedule: Uuid,
@@ -125,61 +81,6 @@ impl Warehouse {
             pid: pid.unwrap_or_default(),
         }))
     }
-
-    /// Deletes the `sync_runs` rows of passes that finished before `cutoff`, except each
-    /// schedule's latest pass and its latest successful one (`status` shows both, however
-    /// old); a pass still running, or whose process died, has no `finished_at` and stays.
-    /// Returns how many rows went.
-    pub fn forget_runs_before(&mut self, cutoff: Timestamp) -> Result<u64, WarehouseError> {
-        let deleted = self
-            .conn
-            .execute(
-                "DELETE FROM sync_runs
-                 WHERE finished_at IS NOT NULL AND finished_at < ?1
-                   AND id NOT IN (SELECT max(id) FROM sync_runs GROUP BY schedule_uid)
-                   AND id NOT IN (SELECT max(id) FROM sync_runs
-                                  WHERE outcome IN ('completed', 'behind')
-                                  GROUP BY schedule_uid)",
-                [cutoff.to_warehouse_text()],
-            )
-            .sql(&self.path, "forgetting old passes")?;
-        Ok(deleted as u64)
-    }
-
-    pub fn finish_run(&mut self, run: RunId, record: &RunRecord) -> Result<(), WarehouseError> {
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let stats = &record.stats;
-        self.conn
-            .prepare_cached(
-                "UPDATE sync_runs SET finished_at = ?2, pages = ?3, calls_seen = ?4,
-                   calls_written = ?5, requests = ?6, retries = ?7, error = ?8, outcome = ?9,
-                   horizon = ?10, lag_secs = ?11, detail_requests = ?12, rate_limited = ?13,
-                   throttled_secs = ?14, future_rows = ?15, error_kind = ?16
-                 WHERE id = ?1",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    run.0,
-                    record.finished_at.to_warehouse_text(),
-                    n(stats.pages),
-                    n(stats.calls_seen),
-                    n(stats.calls_written),
-                    n(stats.requests),
-                    n(stats.retries),
-                    record.error,
-                    record.outcome.as_str(),
-                    record.horizon.map(Timestamp::to_warehouse_text),
-                    record.lag_secs,
-                    n(stats.detail_requests),
-                    n(stats.rate_limited),
-                    stats.throttled_ms as f64 / 1000.0,
-                    n(stats.future_rows),
-                    record.error_kind.map(crate::ErrorKind::as_str),
-                ])
-            })
-            .sql(&self.path, "recording the end of a pass")?;
-        Ok(())
-    }
 }
 
 /// Moves the checkpoint to `cursor` unless it already is at or past it. Compares instants,
@@ -196,7 +97,7 @@ pub(super) fn advance_checkpoint(
     }
 }
 
-fn write_checkpoint(
+pub(super) fn write_checkpoint(
     conn: &Connection,
     path: &Path,
     schedule: Uuid,
@@ -218,7 +119,7 @@ fn write_checkpoint(
     Ok(())
 }
 
-fn read_checkpoint(
+pub(super) fn read_checkpoint(
     conn: &Connection,
     path: &Path,
     schedule: Uuid,

@@ -8,6 +8,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::service::{OutboundCall, Timestamp};
+use crate::warehouse::destination::Destination;
 
 const SCHEDULE: Uuid = Uuid::from_u128(0x5c4e_d01e);
 

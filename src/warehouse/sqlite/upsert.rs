@@ -19,6 +19,7 @@ use super::children::{
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
 use crate::service::{OutboundCall, Timestamp};
+use crate::warehouse::destination::PageBatch;
 use crate::warehouse::rows::{self, CallRow, Summary};
 use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
 
@@ -32,20 +33,27 @@ impl Warehouse {
         checkpoint: Option<Timestamp>,
         synced_at: Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
-        let hashes: Vec<u64> = calls.iter().map(OutboundCall::content_hash).collect();
-        self.write_hashed_page(schedule, calls, &hashes, checkpoint, synced_at)
+        let page = PageBatch {
+            schedule,
+            calls: calls.to_vec(),
+            content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
+            checkpoint,
+            synced_at,
+        };
+        self.write_hashed_page(&page)
     }
 
     /// [`Warehouse::write_page`] with the calls' content hashes (`OutboundCall::content_hash`,
-    /// in order) already computed by the caller: a call is serialized and hashed once a pass.
-    pub fn write_hashed_page(
-        &mut self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-        checkpoint: Option<Timestamp>,
-        synced_at: Timestamp,
-    ) -> Result<PageWrite, WarehouseError> {
+    /// in order) already computed by the caller, as a pass hands its pages over: a call is
+    /// serialized and hashed once a pass.
+    pub fn write_hashed_page(&mut self, page: &PageBatch) -> Result<PageWrite, WarehouseError> {
+        let PageBatch {
+            schedule,
+            ref calls,
+            ref content_hashes,
+            checkpoint,
+            synced_at,
+        } = *page;
         let path = self.path.as_path();
         let tx = self
             .conn
@@ -69,26 +77,8 @@ impl Warehouse {
     }
 }
 
-impl Warehouse {
-    /// How many of `calls` `write_page` would write (new or changed content); writes nothing.
-    /// `content_hashes` as for [`Warehouse::write_hashed_page`].
-    pub fn count_changes(
-        &self,
-        schedule: Uuid,
-        calls: &[OutboundCall],
-        content_hashes: &[u64],
-    ) -> Result<u64, WarehouseError> {
-        let schedule_uid = schedule.to_string();
-        let call_rows = rows_of(&schedule_uid, calls, content_hashes);
-        let stored = stored_fingerprints(&self.conn, &self.path, calls)?;
-        Ok(plan(calls, &call_rows, stored, schedule)
-            .counts
-            .calls_written)
-    }
-}
-
 /// The stored fingerprints of the page's calls that are stored, by uid: one query a page.
-fn stored_fingerprints(
+pub(super) fn stored_fingerprints(
     conn: &rusqlite::Connection,
     path: &Path,
     calls: &[OutboundCall],

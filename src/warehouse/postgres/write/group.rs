@@ -45,45 +45,11 @@ const RESERVING: &str = "reserving ids for the page's calls";
 const CHECKING_FENCES: &str = "checking the schedules' fences";
 
 impl PgWarehouse {
-    /// [`crate::warehouse::Destination::write_pages`]: the pages of several passes in one
-    /// transaction ([`Self::write_together`]), which costs the server a fraction of a
-    /// transaction each (on pages of 10 new calls, most of a page's cost is its statements'
-    /// and its transaction's, not its rows'). Pages that cannot go together (two of one
-    /// schedule, a call in two of them, a pass still reading its pages first), or a group the
-    /// server refused, are each written alone, as `write_page` does: so a page's failure is
-    /// its own, and the single page's path keeps its whole handling. Each result goes to
-    /// `written` once its page is committed.
-    pub fn write_pages(
-        &mut self,
-        pages: Vec<PageBatch>,
-        written: &mut dyn FnMut(Result<PageWrite, WarehouseError>),
-    ) {
-        if pages.len() > 1 && self.may_write_together(&pages) {
-            match self.write_together(&pages) {
-                Ok(Some(counts)) => return counts.into_iter().map(Ok).for_each(written),
-                Ok(None) => tracing::debug!(
-                    pages = pages.len(),
-                    "another transaction stored a call of a group of pages while it was inserted as new; writing each page alone"
-                ),
-                Err(err) => tracing::debug!(
-                    error = %err,
-                    pages = pages.len(),
-                    "cannot write a group of pages in one transaction; writing each alone"
-                ),
-            }
-        }
-        for page in &pages {
-            let (calls, hashes) = (&page.calls, &page.content_hashes);
-            let (checkpoint, synced_at) = (page.checkpoint, page.synced_at);
-            written(self.write_hashed_page(page.schedule, calls, hashes, checkpoint, synced_at));
-        }
-    }
-
     /// Whether `pages` may be written in one transaction: no schedule twice (a statement
     /// moves each checkpoint once), no call in two pages (a statement writes each row once;
     /// within a page, the plan's rounds take care of that), and no pass still expecting its
     /// pages quiet (those are read first, [`Self::write_quiet_pages`]).
-    fn may_write_together(&self, pages: &[PageBatch]) -> bool {
+    pub(in crate::warehouse::postgres) fn may_write_together(&self, pages: &[PageBatch]) -> bool {
         let mut schedules = std::collections::HashSet::new();
         let mut owners: HashMap<Uuid, Uuid> = HashMap::new();
         pages.iter().all(|page| {
@@ -96,7 +62,7 @@ impl PgWarehouse {
 
     /// `pages` in one transaction ([`Self::write_group`]); `None` when it was rolled back as
     /// stored meanwhile.
-    fn write_together(
+    pub(in crate::warehouse::postgres) fn write_together(
         &self,
         pages: &[PageBatch],
     ) -> Result<Option<Vec<PageWrite>>, WarehouseError> {

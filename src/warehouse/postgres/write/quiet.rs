@@ -12,12 +12,11 @@ use std::sync::PoisonError;
 use uuid::Uuid;
 
 use crate::service::{OutboundCall, Timestamp};
-use crate::warehouse::destination::{PageBatch, QuietRead};
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::postgres::PgWarehouse;
 use crate::warehouse::postgres::session::{PgContext, micros, wait};
 use crate::warehouse::rows::CallRow;
-use crate::warehouse::write_plan::{Fingerprint, PageWrite, plan, rows_of};
+use crate::warehouse::write_plan::{Fingerprint, PageWrite, plan};
 
 pub(super) const READ_FINGERPRINTS: &str =
     "SELECT uid, content_hash, schedule_uid FROM calls WHERE uid = ANY($1)";
@@ -38,7 +37,10 @@ impl PgWarehouse {
     }
 
     /// The cursor `schedule`'s pass opened with, while its pages have changed nothing.
-    pub(super) fn quiet_expected(&self, schedule: Uuid) -> Option<Timestamp> {
+    pub(in crate::warehouse::postgres) fn quiet_expected(
+        &self,
+        schedule: Uuid,
+    ) -> Option<Timestamp> {
         let expected = self.quiet.lock().unwrap_or_else(PoisonError::into_inner);
         expected.get(&schedule).copied()
     }
@@ -54,7 +56,7 @@ impl PgWarehouse {
     /// command from moving it meanwhile, and this process's `replace_checkpoint` forgets it.
     /// A claim lost unknowingly changes nothing: then no write of this process commits (the
     /// fence refuses it), and an unchanged page writes nothing either.
-    pub(super) fn unchanged_given(
+    pub(in crate::warehouse::postgres) fn unchanged_given(
         &self,
         schedule: Uuid,
         calls: &[OutboundCall],
@@ -73,70 +75,8 @@ impl PgWarehouse {
         None
     }
 
-    /// [`crate::warehouse::Destination::write_quiet_pages`]: the stored calls of every page
-    /// whose pass still expects it quiet, read in one statement; each page that changes
-    /// nothing answered so ([`Self::unchanged_given`]), every other handed back to be written
-    /// on its own (in parallel with the others', on the writer's threads). When that read
-    /// fails, every page is handed back: its own write reads again, and fails on its own.
-    pub fn write_quiet_pages(
-        &mut self,
-        pages: Vec<PageBatch>,
-    ) -> Vec<Result<QuietRead, WarehouseError>> {
-        let opened: Vec<Option<Timestamp>> = pages
-            .iter()
-            .map(|p| self.quiet_expected(p.schedule))
-            .collect();
-        let uids: Vec<Uuid> = (pages.iter().zip(&opened))
-            .filter(|(_, opened)| opened.is_some())
-            .flat_map(|(page, _)| page.calls.iter().map(|c| c.uid))
-            .collect();
-        let stored = match self.reconnect_if_closed() {
-            Ok(()) if uids.is_empty() => Ok(HashMap::new()),
-            Ok(()) => self.replanning(|| self.stored_of(&uids)),
-            Err(err) => Err(err),
-        };
-        let stored = stored.inspect_err(|err| {
-            tracing::debug!(
-                error = %err,
-                pages = pages.len(),
-                "cannot read a group of pages' stored calls together; writing each alone"
-            );
-        });
-        let Ok(stored) = stored else {
-            return pages
-                .into_iter()
-                .map(|page| Ok(QuietRead::ToWrite(page)))
-                .collect();
-        };
-        (pages.into_iter().zip(opened))
-            .map(|(page, opened)| {
-                let Some(opened_at) = opened else {
-                    return Ok(QuietRead::ToWrite(page));
-                };
-                self.locks.fence(page.schedule)?;
-                let unchanged = {
-                    let schedule_uid = page.schedule.to_string();
-                    let call_rows = rows_of(&schedule_uid, &page.calls, &page.content_hashes);
-                    let own = stored_among(&stored, &page.calls);
-                    self.unchanged_given(
-                        page.schedule,
-                        &page.calls,
-                        &call_rows,
-                        page.checkpoint,
-                        opened_at,
-                        own,
-                    )
-                };
-                Ok(match unchanged {
-                    Some(counts) => QuietRead::Written(counts),
-                    None => QuietRead::ToWrite(page),
-                })
-            })
-            .collect()
-    }
-
     /// The stored fingerprints of `calls`: one statement.
-    pub(super) fn stored_calls(
+    pub(in crate::warehouse::postgres) fn stored_calls(
         &self,
         calls: &[OutboundCall],
     ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
@@ -145,7 +85,10 @@ impl PgWarehouse {
     }
 
     /// The stored fingerprints of the calls `uids`: one statement.
-    fn stored_of(&self, uids: &[Uuid]) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
+    pub(in crate::warehouse::postgres) fn stored_of(
+        &self,
+        uids: &[Uuid],
+    ) -> Result<HashMap<Uuid, Fingerprint>, WarehouseError> {
         let step = "reading the page's stored calls";
         let statement = self.statement(READ_FINGERPRINTS, step)?;
         let rows = wait(self.client()?.query(&statement, &[&uids])).pg(&self.target, step)?;
@@ -154,7 +97,7 @@ impl PgWarehouse {
 }
 
 /// The stored fingerprints of `calls`, among those of a group's pages.
-pub(super) fn stored_among(
+pub(in crate::warehouse::postgres) fn stored_among(
     stored: &HashMap<Uuid, Fingerprint>,
     calls: &[OutboundCall],
 ) -> HashMap<Uuid, Fingerprint> {
