@@ -40,7 +40,7 @@ pub use records::{
 };
 pub use rows::e164;
 pub use status::{
-    BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, RunSummary, STALE_TICKS,
-    ScheduleStatus, TICKS_COUNTED,
+    BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassFigures, RunSummary,
+    STALE_TICKS, ScheduleStatus, TICKS_COUNTED,
 };
 pub use write_plan::PageWrite;

@@ -161,7 +161,7 @@ impl ScheduleStatus {
     /// checkpoint's last move.
     pub fn last_recorded_at(&self) -> Option<Timestamp> {
         let run = self.last_run.as_ref()?;
-        let at = run.finished_at.unwrap_or(run.started_at);
+        let at = run.figures.finished_at.unwrap_or(run.figures.started_at);
         match (&self.busy_since, self.checkpoint_moved_at) {
             (Some(_), Some(moved)) => Some(at.max(moved)),
             _ => Some(at),
@@ -180,9 +180,13 @@ impl ScheduleStatus {
             .as_ref()
             .filter(|run| run.kind.known() == Some(RunKind::Incremental));
         let caught_up = match latest.and_then(|run| Some((run, run.outcome?))) {
-            Some((run, RunOutcome::Completed)) => Some(run.started_at),
-            Some((run, RunOutcome::Behind)) => run.finished_at.map(|end| {
-                let behind = run.lag_secs.filter(|lag| *lag > 0.0).unwrap_or_default();
+            Some((run, RunOutcome::Completed)) => Some(run.figures.started_at),
+            Some((run, RunOutcome::Behind)) => run.figures.finished_at.map(|end| {
+                let behind = run
+                    .figures
+                    .lag_secs
+                    .filter(|lag| *lag > 0.0)
+                    .unwrap_or_default();
                 end.saturating_sub(Duration::try_from_secs_f64(behind).unwrap_or_default())
             }),
             _ => None,
@@ -223,9 +227,10 @@ impl ScheduleStatus {
     }
 }
 
+/// A pass's figures, alike in what `sync_runs` stores ([`StoredRun`]) and what `status` shows
+/// ([`RunSummary`]): numbers and instants, nothing a reader must make safe first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunSummary {
-    pub kind: Stored<RunKind>,
+pub struct PassFigures {
     /// `--json` writes the instants in the warehouse's form (RFC 3339, six fraction digits),
     /// so that a value copied from `status` compares as text with the column it came from.
     #[serde(serialize_with = "warehouse_form")]
@@ -238,7 +243,6 @@ pub struct RunSummary {
     pub calls_written: i64,
     pub requests: i64,
     pub retries: i64,
-    pub error: Option<String>,
     /// The service's clock when the pass began: it read what had changed by then.
     #[serde(serialize_with = "warehouse_form_or_null")]
     pub horizon: Option<Timestamp>,
@@ -251,13 +255,22 @@ pub struct RunSummary {
     pub throttled_secs: f64,
     /// Calls stamped later than the service's own clock.
     pub future_rows: i64,
-    /// Who walked it (schema 8): the machine's host name, the daemon's `[daemon] instance`,
-    /// its process id; `None` for passes recorded before.
-    pub host: Option<String>,
-    pub instance: Option<String>,
+    /// The process that walked it (schema 8); `None` for passes recorded before.
     pub pid: Option<i64>,
     /// `sync_runs.id`: what `sync --json`'s `run_id` and the pass's log lines name it by.
     pub run_id: RunId,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunSummary {
+    pub kind: Stored<RunKind>,
+    #[serde(flatten)]
+    pub figures: PassFigures,
+    pub error: Option<String>,
+    /// Who walked it (schema 8): the machine's host name, the daemon's `[daemon] instance`
+    /// (its process id is `figures.pid`); `None` for passes recorded before.
+    pub host: Option<String>,
+    pub instance: Option<String>,
     /// What kind of failure stopped it (`network`, `auth`, `service` …, as `sync --json` and
     /// the logs spell them: match these, not `error`'s words); `None` unless it failed, and
     /// for passes recorded before schema 10.
@@ -317,33 +330,19 @@ pub(crate) const RECENT_PASSES: i64 = 100;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct StoredRun {
     pub kind: String,
-    pub started_at: Timestamp,
-    pub finished_at: Option<Timestamp>,
-    pub pages: i64,
-    pub calls_seen: i64,
-    pub calls_written: i64,
-    pub requests: i64,
-    pub retries: i64,
+    pub figures: PassFigures,
     pub error: Option<String>,
     /// `sync_runs.outcome`, the stored name.
     pub outcome: Option<String>,
-    pub horizon: Option<Timestamp>,
-    pub lag_secs: Option<f64>,
-    pub detail_requests: i64,
-    pub rate_limited: i64,
-    pub throttled_secs: f64,
-    pub future_rows: i64,
     pub host: Option<String>,
     pub instance: Option<String>,
-    pub pid: Option<i64>,
-    pub run_id: RunId,
     pub error_kind: Option<String>,
 }
 
 impl StoredRun {
     /// How it ended; `None` while it has not.
     fn outcome(&self) -> Option<RunOutcome> {
-        RunOutcome::of_stored_run(self.finished_at.is_some(), self.outcome.as_deref())
+        RunOutcome::of_stored_run(self.figures.finished_at.is_some(), self.outcome.as_deref())
     }
 }
 
@@ -381,7 +380,7 @@ impl ScheduleStatus {
         let busy_since = last_run
             .as_ref()
             .filter(|run| run.outcome.is_none())
-            .map(|run| run.started_at);
+            .map(|run| run.figures.started_at);
         ScheduleStatus {
             schedule_uid,
             schedule_name: schedule_name.map(|n| untrusted_text(&n, NAME_CHARS)),
@@ -439,24 +438,10 @@ impl RunSummary {
         let safe = |text: Option<String>, chars| text.map(|t| untrusted_text(&t, chars));
         RunSummary {
             kind: Stored::read(&run.kind),
-            started_at: run.started_at,
-            finished_at: run.finished_at,
-            pages: run.pages,
-            calls_seen: run.calls_seen,
-            calls_written: run.calls_written,
-            requests: run.requests,
-            retries: run.retries,
+            figures: run.figures,
             error: safe(run.error, STORED_ERROR_CHARS),
-            horizon: run.horizon,
-            lag_secs: run.lag_secs,
-            detail_requests: run.detail_requests,
-            rate_limited: run.rate_limited,
-            throttled_secs: run.throttled_secs,
-            future_rows: run.future_rows,
             host: safe(run.host, WALKER_CHARS),
             instance: safe(run.instance, WALKER_CHARS),
-            pid: run.pid,
-            run_id: run.run_id,
             error_kind: run.error_kind.as_deref().map(Stored::read),
             outcome,
         }
@@ -470,6 +455,7 @@ impl RunSummary {
             instance: self.instance.clone().unwrap_or_else(|| host.clone()),
             host,
             pid: self
+                .figures
                 .pid
                 .and_then(|p| u32::try_from(p).ok())
                 .unwrap_or_default(),
@@ -481,16 +467,16 @@ impl RunSummary {
     pub fn slowed_by(&self) -> Vec<String> {
         let n = |v: i64| u64::try_from(v).unwrap_or_default();
         let stats = RunStats {
-            pages: n(self.pages),
-            retries: n(self.retries),
-            detail_requests: n(self.detail_requests),
-            rate_limited: n(self.rate_limited),
-            throttled_ms: (self.throttled_secs * 1000.0) as u64,
+            pages: n(self.figures.pages),
+            retries: n(self.figures.retries),
+            detail_requests: n(self.figures.detail_requests),
+            rate_limited: n(self.figures.rate_limited),
+            throttled_ms: (self.figures.throttled_secs * 1000.0) as u64,
             ..RunStats::default()
         };
-        let duration_ms = self
-            .finished_at
-            .map_or(0, |end| end.since(self.started_at).as_millis() as u64);
+        let duration_ms = self.figures.finished_at.map_or(0, |end| {
+            end.since(self.figures.started_at).as_millis() as u64
+        });
         stats
             .slowed_by(duration_ms)
             .into_iter()
@@ -509,25 +495,27 @@ mod tests {
         let at = |text| Timestamp::parse(text).unwrap();
         StoredRun {
             kind: kind.into(),
-            started_at: at("2026-01-01T02:00:00Z"),
-            finished_at: Some(at("2026-01-01T02:00:01Z")),
-            pages: 1,
-            calls_seen: 0,
-            calls_written: 0,
-            requests: 1,
-            retries: 0,
+            figures: PassFigures {
+                started_at: at("2026-01-01T02:00:00Z"),
+                finished_at: Some(at("2026-01-01T02:00:01Z")),
+                pages: 1,
+                calls_seen: 0,
+                calls_written: 0,
+                requests: 1,
+                retries: 0,
+                horizon: None,
+                lag_secs: None,
+                detail_requests: 0,
+                rate_limited: 0,
+                throttled_secs: 0.0,
+                future_rows: 0,
+                pid: None,
+                run_id: RunId(3),
+            },
             error: None,
             outcome: Some("completed".into()),
-            horizon: None,
-            lag_secs: None,
-            detail_requests: 0,
-            rate_limited: 0,
-            throttled_secs: 0.0,
-            future_rows: 0,
             host: None,
             instance: None,
-            pid: None,
-            run_id: RunId(3),
             error_kind: None,
         }
     }
@@ -537,21 +525,25 @@ mod tests {
     #[test]
     fn the_json_writes_uids_and_instants_as_the_warehouse_stores_them() {
         let at = |text| Timestamp::parse(text).unwrap();
+        let base = stored_run("incremental");
         let run = RunSummary::from_stored(StoredRun {
-            finished_at: Some(at("2026-01-01T02:00:01.5Z")),
-            calls_seen: 2,
-            calls_written: 3,
-            requests: 4,
-            retries: 5,
-            lag_secs: Some(0.5),
-            detail_requests: 6,
-            rate_limited: 7,
-            throttled_secs: 0.25,
-            future_rows: 8,
+            figures: PassFigures {
+                finished_at: Some(at("2026-01-01T02:00:01.5Z")),
+                calls_seen: 2,
+                calls_written: 3,
+                requests: 4,
+                retries: 5,
+                lag_secs: Some(0.5),
+                detail_requests: 6,
+                rate_limited: 7,
+                throttled_secs: 0.25,
+                future_rows: 8,
+                pid: Some(9),
+                run_id: RunId(10),
+                ..base.figures
+            },
             host: Some("h\u{1b}".into()),
-            pid: Some(9),
-            run_id: RunId(10),
-            ..stored_run("incremental")
+            ..base
         });
         assert_eq!(
             serde_json::to_string(&run).unwrap(),

@@ -150,8 +150,8 @@ async fn a_call_stamped_in_the_future_never_carries_the_checkpoint_past_the_serv
             .status()
             .expect("status");
         let run = status[0].last_run.as_ref().expect("a run");
-        assert_eq!(run.future_rows, 1);
-        let lag = run.lag_secs.expect("a lag");
+        assert_eq!(run.figures.future_rows, 1);
+        let lag = run.figures.lag_secs.expect("a lag");
         // The service's clock stood still: the lag is the `Date`'s rounding and the pass's own
         // time, never the future call's distance.
         let patience = PATIENCE.as_secs_f64();

@@ -915,14 +915,18 @@ async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
             let run = last(schedule);
             let stats = &ended.stats;
             assert_eq!(run.host.as_deref(), Some(host), "{schedule}");
-            assert_eq!(run.finished_at, Some(ended.finished_at), "{schedule}");
+            assert_eq!(
+                run.figures.finished_at,
+                Some(ended.finished_at),
+                "{schedule}"
+            );
             assert_eq!(
                 (
-                    run.pages,
-                    run.calls_seen,
-                    run.calls_written,
-                    run.requests,
-                    run.retries
+                    run.figures.pages,
+                    run.figures.calls_seen,
+                    run.figures.calls_written,
+                    run.figures.requests,
+                    run.figures.retries
                 ),
                 (
                     stats.pages as i64,
@@ -934,7 +938,11 @@ async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
                 "{schedule}"
             );
             assert_eq!(
-                (run.detail_requests, run.rate_limited, run.future_rows),
+                (
+                    run.figures.detail_requests,
+                    run.figures.rate_limited,
+                    run.figures.future_rows
+                ),
                 (
                     stats.detail_requests as i64,
                     stats.rate_limited as i64,
@@ -943,13 +951,13 @@ async fn passes_open_and_end_in_a_group(dest: crate::harness::Dest) {
                 "{schedule}"
             );
             assert_eq!(
-                run.throttled_secs,
+                run.figures.throttled_secs,
                 stats.throttled_ms as f64 / 1000.0,
                 "{schedule}"
             );
             assert_eq!(run.error, ended.error, "{schedule}");
-            assert_eq!(run.horizon, ended.horizon, "{schedule}");
-            assert_eq!(run.lag_secs, ended.lag_secs, "{schedule}");
+            assert_eq!(run.figures.horizon, ended.horizon, "{schedule}");
+            assert_eq!(run.figures.lag_secs, ended.lag_secs, "{schedule}");
         }
         let outcome = |schedule| {
             status

@@ -7,8 +7,8 @@ use std::time::Duration;
 use callsync::service::Timestamp;
 use callsync::simulator::SimulatorOptions;
 use callsync::warehouse::{
-    Destination, ProcessIdentity, RunId, RunKind, RunOutcome, RunRecord, RunStats, RunSummary,
-    ScheduleStatus, Stored,
+    Destination, PassFigures, ProcessIdentity, RunId, RunKind, RunOutcome, RunRecord, RunStats,
+    RunSummary, ScheduleStatus, Stored,
 };
 use uuid::Uuid;
 
@@ -124,27 +124,29 @@ fn expected(last: RunId) -> ScheduleStatus {
         lag_secs: None,
         last_run: Some(RunSummary {
             kind: Stored::Known(RunKind::Incremental),
-            started_at: started,
-            finished_at: Some(finished),
-            pages: 2,
-            calls_seen: 40,
-            calls_written: 3,
-            requests: 3,
-            retries: 0,
+            figures: PassFigures {
+                started_at: started,
+                finished_at: Some(finished),
+                pages: 2,
+                calls_seen: 40,
+                calls_written: 3,
+                requests: 3,
+                retries: 0,
+                horizon: Some(started.saturating_sub(Duration::from_secs(1))),
+                lag_secs: Some(30.0),
+                detail_requests: 0,
+                rate_limited: 0,
+                throttled_secs: 0.0,
+                future_rows: 0,
+                pid: Some(4242),
+                run_id: last,
+            },
             error: None,
-            horizon: Some(started.saturating_sub(Duration::from_secs(1))),
-            lag_secs: Some(30.0),
-            detail_requests: 0,
-            rate_limited: 0,
-            throttled_secs: 0.0,
-            future_rows: 0,
             host: Some(
                 "db\\u{1b}]0;owned\\u{7}-host\\u{d}\\u{a}2026-01-01T00:00:00Z ERROR forged\\u{202e}"
                     .into(),
             ),
             instance: Some(instance_shown),
-            pid: Some(4242),
-            run_id: last,
             error_kind: None,
             outcome: Some(RunOutcome::Behind),
         }),

@@ -63,16 +63,16 @@ fn render_last_pass(out: &mut String, s: &ScheduleStatus) {
                 out,
                 "  last pass    {} (run {}) started {}{}: {result}; {} pages, {} calls seen, {} written, {} requests, {} retries",
                 run.kind,
-                run.run_id,
-                run.started_at.to_warehouse_text(),
+                run.figures.run_id,
+                run.figures.started_at.to_warehouse_text(),
                 run.walked_by()
                     .map(|by| format!(" by {by}"))
                     .unwrap_or_default(),
-                run.pages,
-                run.calls_seen,
-                run.calls_written,
-                run.requests,
-                run.retries
+                run.figures.pages,
+                run.figures.calls_seen,
+                run.figures.calls_written,
+                run.figures.requests,
+                run.figures.retries
             );
         }
         None if s.never_synced => {
@@ -98,7 +98,7 @@ fn pass_result(run: &RunSummary) -> String {
     match run.outcome {
         Some(RunOutcome::Behind) => format!(
             "BEHIND the service by {:.0}s{}{}",
-            run.lag_secs.unwrap_or_default(),
+            run.figures.lag_secs.unwrap_or_default(),
             slowed_by_text(&run.slowed_by()),
             run.error
                 .as_deref()
@@ -178,11 +178,11 @@ fn render_attention(out: &mut String, s: &ScheduleStatus) {
             "  LAGGING: the warehouse last held every change of this schedule {stale:.0}s ago (lag {stale:.0}s), more than sync.max_lag_secs past the sync.cron tick due to catch up: its passes fail, end behind, or run long; see the last pass and the daemon's log (journalctl -u callsync)"
         );
     }
-    if let Some(run) = s.last_run.as_ref().filter(|r| r.future_rows > 0) {
+    if let Some(run) = s.last_run.as_ref().filter(|r| r.figures.future_rows > 0) {
         let _ = writeln!(
             out,
             "  future rows  {} calls stamped later than the service's clock: read again until it catches up",
-            run.future_rows
+            run.figures.future_rows
         );
     }
 }
@@ -198,7 +198,7 @@ fn slowed_by_text(reasons: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::warehouse::{RunId, RunKind, RunSummary, Stored};
+    use crate::warehouse::{PassFigures, RunId, RunKind, RunSummary, Stored};
 
     fn ts(text: &str) -> Timestamp {
         Timestamp::parse(text).unwrap()
@@ -215,24 +215,26 @@ mod tests {
     fn run(outcome: Option<RunOutcome>, error: Option<&str>) -> RunSummary {
         RunSummary {
             kind: Stored::Known(RunKind::Backfill),
-            started_at: ts("2026-01-01T02:00:00Z"),
-            finished_at: outcome.map(|_| ts("2026-01-01T02:00:01Z")),
-            pages: 3,
-            calls_seen: 250,
-            calls_written: 240,
-            requests: 4,
-            retries: 1,
+            figures: PassFigures {
+                started_at: ts("2026-01-01T02:00:00Z"),
+                finished_at: outcome.map(|_| ts("2026-01-01T02:00:01Z")),
+                pages: 3,
+                calls_seen: 250,
+                calls_written: 240,
+                requests: 4,
+                retries: 1,
+                horizon: None,
+                lag_secs: None,
+                detail_requests: 0,
+                rate_limited: 0,
+                throttled_secs: 0.0,
+                future_rows: 0,
+                pid: Some(4242),
+                run_id: RunId(17),
+            },
             error: error.map(str::to_owned),
-            horizon: None,
-            lag_secs: None,
-            detail_requests: 0,
-            rate_limited: 0,
-            throttled_secs: 0.0,
-            future_rows: 0,
             host: Some("db-host".into()),
             instance: Some("blue".into()),
-            pid: Some(4242),
-            run_id: RunId(17),
             error_kind: error.map(|_| Stored::Known(crate::ErrorKind::Service)),
             outcome,
         }
@@ -351,7 +353,7 @@ mod tests {
         // Behind: held up to its end less its lag; a later failure keeps the last success's
         // end.
         let mut behind = incremental(RunOutcome::Behind, None);
-        behind.lag_secs = Some(30.0);
+        behind.figures.lag_secs = Some(30.0);
         s.last_run = Some(behind);
         assert_eq!(
             s.caught_up_at(),

@@ -11,7 +11,9 @@ use crate::service::Timestamp;
 use crate::warehouse::destination::Destination;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::records::RunId;
-use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
+use crate::warehouse::status::{
+    PassFigures, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun,
+};
 
 impl PgWarehouse {
     pub(in crate::warehouse::postgres) fn schedule_status(
@@ -96,29 +98,32 @@ impl PgWarehouse {
         const STEP: &str = "reading the last passes";
         Ok(StoredRun {
             kind: r.column(0, &self.target, STEP)?,
-            started_at: instant(
-                &self.target,
-                r.column(1, &self.target, STEP)?,
-                "sync_runs.started_at",
-            )?,
-            finished_at: self.instant(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?,
-            pages: r.column(3, &self.target, STEP)?,
-            calls_seen: r.column(4, &self.target, STEP)?,
-            calls_written: r.column(5, &self.target, STEP)?,
-            requests: r.column(6, &self.target, STEP)?,
-            retries: r.column(7, &self.target, STEP)?,
+            figures: PassFigures {
+                started_at: instant(
+                    &self.target,
+                    r.column(1, &self.target, STEP)?,
+                    "sync_runs.started_at",
+                )?,
+                finished_at: self
+                    .instant(r.column(2, &self.target, STEP)?, "sync_runs.finished_at")?,
+                pages: r.column(3, &self.target, STEP)?,
+                calls_seen: r.column(4, &self.target, STEP)?,
+                calls_written: r.column(5, &self.target, STEP)?,
+                requests: r.column(6, &self.target, STEP)?,
+                retries: r.column(7, &self.target, STEP)?,
+                horizon: self.instant(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
+                lag_secs: r.column(11, &self.target, STEP)?,
+                detail_requests: r.column(12, &self.target, STEP)?,
+                rate_limited: r.column(13, &self.target, STEP)?,
+                throttled_secs: r.column(14, &self.target, STEP)?,
+                future_rows: r.column(15, &self.target, STEP)?,
+                pid: r.column(18, &self.target, STEP)?,
+                run_id: RunId(r.column(19, &self.target, STEP)?),
+            },
             error: r.column(8, &self.target, STEP)?,
             outcome: r.column(9, &self.target, STEP)?,
-            horizon: self.instant(r.column(10, &self.target, STEP)?, "sync_runs.horizon")?,
-            lag_secs: r.column(11, &self.target, STEP)?,
-            detail_requests: r.column(12, &self.target, STEP)?,
-            rate_limited: r.column(13, &self.target, STEP)?,
-            throttled_secs: r.column(14, &self.target, STEP)?,
-            future_rows: r.column(15, &self.target, STEP)?,
             host: r.column(16, &self.target, STEP)?,
             instance: r.column(17, &self.target, STEP)?,
-            pid: r.column(18, &self.target, STEP)?,
-            run_id: RunId(r.column(19, &self.target, STEP)?),
             error_kind: r.column(20, &self.target, STEP)?,
         })
     }

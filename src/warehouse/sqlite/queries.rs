@@ -6,7 +6,9 @@ use super::runs::parse;
 use crate::service::Timestamp;
 use crate::warehouse::RunId;
 use crate::warehouse::destination::Destination;
-use crate::warehouse::status::{RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun};
+use crate::warehouse::status::{
+    PassFigures, RECENT_PASSES, ScheduleStatus, StatusFacts, StoredRun,
+};
 
 impl Warehouse {
     /// Every schedule's status now.
@@ -105,25 +107,27 @@ impl Warehouse {
         };
         Ok(Ok(StoredRun {
             kind: r.get(0)?,
-            started_at,
-            finished_at,
-            pages: r.get(3)?,
-            calls_seen: r.get(4)?,
-            calls_written: r.get(5)?,
-            requests: r.get(6)?,
-            retries: r.get(7)?,
+            figures: PassFigures {
+                started_at,
+                finished_at,
+                pages: r.get(3)?,
+                calls_seen: r.get(4)?,
+                calls_written: r.get(5)?,
+                requests: r.get(6)?,
+                retries: r.get(7)?,
+                horizon,
+                lag_secs: r.get(11)?,
+                detail_requests: r.get(12)?,
+                rate_limited: r.get(13)?,
+                throttled_secs: r.get(14)?,
+                future_rows: r.get(15)?,
+                pid: r.get(18)?,
+                run_id: RunId(r.get(19)?),
+            },
             error: r.get(8)?,
             outcome: r.get(9)?,
-            horizon,
-            lag_secs: r.get(11)?,
-            detail_requests: r.get(12)?,
-            rate_limited: r.get(13)?,
-            throttled_secs: r.get(14)?,
-            future_rows: r.get(15)?,
             host: r.get(16)?,
             instance: r.get(17)?,
-            pid: r.get(18)?,
-            run_id: RunId(r.get(19)?),
             error_kind: r.get(20)?,
         }))
     }
