@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use rusqlite::{Transaction, params};
+use rusqlite::types::{ToSql, Value};
+use rusqlite::{Transaction, params, params_from_iter};
 
 use super::error::{SqlContext, WarehouseError};
 use crate::service::{Attempt, OutboundCall};
@@ -112,10 +113,10 @@ pub(super) fn write_attempts(
             attempt_uid: &a.uid,
         };
         if let Some(outcomes) = &attempt.call_outcomes {
-            write_outcomes(tx, path, &of, outcomes, mirror)?;
+            write_attempt_list(tx, path, &of, &OUTCOMES, outcomes, mirror)?;
         }
         if let Some(variables) = &attempt.call_attempts_variables {
-            write_variables(tx, path, &of, variables, mirror)?;
+            write_attempt_list(tx, path, &of, &VARIABLES, variables, mirror)?;
         }
     }
     Ok(())
@@ -161,77 +162,91 @@ fn delete_missing_attempts(
     Ok(())
 }
 
-/// Writes an attempt's outcomes; with `mirror`, replaces the stored ones. A uid repeated in
-/// the list keeps its last row (INSERT OR REPLACE on the key), as it always did.
-fn write_outcomes(
-    tx: &Transaction<'_>,
-    path: &Path,
-    of: &AttemptOf<'_>,
-    outcomes: &[crate::service::Outcome],
-    mirror: bool,
-) -> Result<(), WarehouseError> {
-    let call_id = of.parent.call_id;
-    if mirror {
-        clear(tx, path, CLEAR_OUTCOMES, [call_id, of.attempt_id])?;
-    }
-    let mut stmt = tx
-        .prepare_cached(
-            "INSERT OR REPLACE INTO attempt_outcomes (call_id, attempt_id, uid, attempt_uid,
-               call_uid, name, created_at, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .sql(path, "preparing the outcome insert")?;
-    for o in outcomes {
-        let (uid, name, created_at, extra) = rows::outcome(o);
-        stmt.execute(params![
-            call_id,
-            of.attempt_id,
-            uid,
-            of.attempt_uid,
-            of.parent.call_uid,
-            name,
-            created_at,
-            extra
-        ])
-        .sql(path, "writing an outcome")?;
-    }
-    Ok(())
+/// An attempt's list the service sends whole, outcomes or variables, and how its items are
+/// written: each row the item's uid, its attempt's and its call's keys, then its own columns.
+struct AttemptList<T> {
+    /// Clears the attempt's stored list (mirroring).
+    clear: &'static str,
+    /// `?1` call id, `?2` attempt id, `?3` uid, `?4` attempt uid, `?5` call uid, then the
+    /// item's own columns: INSERT OR REPLACE, so a uid repeated in the list keeps its last row,
+    /// as it always did.
+    insert: &'static str,
+    preparing: &'static str,
+    writing: &'static str,
+    /// How many of `row`'s columns the insert takes.
+    own_columns: usize,
+    /// The item's uid and its own columns (the first `own_columns`).
+    row: fn(&T) -> (String, [Value; 5]),
 }
 
-/// Writes an attempt's variables; with `mirror`, replaces the stored ones.
-fn write_variables(
+const OUTCOMES: AttemptList<crate::service::Outcome> = AttemptList {
+    clear: CLEAR_OUTCOMES,
+    insert: "INSERT OR REPLACE INTO attempt_outcomes (call_id, attempt_id, uid, attempt_uid,
+               call_uid, name, created_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    preparing: "preparing the outcome insert",
+    writing: "writing an outcome",
+    own_columns: 3,
+    row: |o| {
+        let (uid, name, created_at, extra) = rows::outcome(o);
+        let own = [
+            name.into(),
+            created_at.into(),
+            extra.into(),
+            Value::Null,
+            Value::Null,
+        ];
+        (uid, own)
+    },
+};
+
+const VARIABLES: AttemptList<crate::service::AttemptVariable> = AttemptList {
+    clear: CLEAR_VARIABLES,
+    insert: "INSERT OR REPLACE INTO attempt_variables (call_id, attempt_id, uid, attempt_uid,
+               call_uid, name, value, status, created_at, extra)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    preparing: "preparing the variable insert",
+    writing: "writing a variable",
+    own_columns: 5,
+    row: |v| {
+        let (uid, name, value, status, created_at, extra) = rows::variable(v);
+        let own = [
+            name.into(),
+            value.into(),
+            status.into(),
+            created_at.into(),
+            extra.into(),
+        ];
+        (uid, own)
+    },
+};
+
+/// Writes an attempt's `items` of `list`; with `mirror`, replaces the stored ones.
+fn write_attempt_list<T>(
     tx: &Transaction<'_>,
     path: &Path,
     of: &AttemptOf<'_>,
-    variables: &[crate::service::AttemptVariable],
+    list: &AttemptList<T>,
+    items: &[T],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
     let call_id = of.parent.call_id;
     if mirror {
-        clear(tx, path, CLEAR_VARIABLES, [call_id, of.attempt_id])?;
+        clear(tx, path, list.clear, [call_id, of.attempt_id])?;
     }
-    let mut stmt = tx
-        .prepare_cached(
-            "INSERT OR REPLACE INTO attempt_variables (call_id, attempt_id, uid, attempt_uid,
-               call_uid, name, value, status, created_at, extra)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        )
-        .sql(path, "preparing the variable insert")?;
-    for v in variables {
-        let (uid, name, value, status, created_at, extra) = rows::variable(v);
-        stmt.execute(params![
-            call_id,
-            of.attempt_id,
-            uid,
-            of.attempt_uid,
-            of.parent.call_uid,
-            name,
-            value,
-            status,
-            created_at,
-            extra
-        ])
-        .sql(path, "writing a variable")?;
+    let mut stmt = tx.prepare_cached(list.insert).sql(path, list.preparing)?;
+    for item in items {
+        let (uid, own) = (list.row)(item);
+        let keys: [&dyn ToSql; 5] = [
+            &call_id,
+            &of.attempt_id,
+            &uid,
+            &of.attempt_uid,
+            &of.parent.call_uid,
+        ];
+        let own = own[..list.own_columns].iter().map(|v| v as &dyn ToSql);
+        stmt.execute(params_from_iter(keys.into_iter().chain(own)))
+            .sql(path, list.writing)?;
     }
     Ok(())
 }
