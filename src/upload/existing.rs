@@ -11,7 +11,7 @@ use super::rows::{Chunk, Rows};
 use super::scratch::CallsByExternalId;
 use super::sender::{LOOKUP_CONCURRENCY, Sender};
 use crate::api::{ApiClient, ListQuery};
-use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
+use crate::service::{ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
 use crate::sync::cursor::{PageFacts, PageWalker, RowKey, WalkLimits};
 use crate::warehouse::{ChunkKey, ChunkState, UploadLedger};
 
@@ -215,7 +215,7 @@ impl Sender<'_> {
                 page_size: request.page_size,
                 filter: &filter,
             };
-            let page = self.list_before_sending(&query).await?;
+            let page = (self.list_page(&query, |cause| UploadError::Unreachable { cause })).await?;
             let keys: Vec<RowKey> = page
                 .data
                 .iter()
@@ -280,7 +280,11 @@ impl Sender<'_> {
             }
             let ids = chunk.calls.iter().filter_map(|c| c.external_id.as_deref());
             let mut answers = futures::stream::iter(ids)
-                .map(|id| self.calls_with_external_id(id))
+                .map(|id| {
+                    self.with_external_id(id, MAX_PAGE_SIZE, |cause| UploadError::Unreachable {
+                        cause,
+                    })
+                })
                 .buffer_unordered(LOOKUP_CONCURRENCY);
             while let Some(calls) = answers.next().await {
                 for call in calls? {
@@ -294,45 +298,5 @@ impl Sender<'_> {
             )));
         }
         Ok(())
-    }
-
-    /// The schedule's calls with this external_id, before anything is sent.
-    pub(super) async fn calls_with_external_id(
-        &self,
-        external_id: &str,
-    ) -> Result<Vec<OutboundCall>, UploadError> {
-        let filter = ListFilter {
-            external_id: Some(external_id.to_owned()),
-            ..ListFilter::default()
-        };
-        let query = ListQuery {
-            updated_after: None,
-            page: 1,
-            page_size: MAX_PAGE_SIZE,
-            filter: &filter,
-        };
-        self.list_before_sending(&query).await.map(|page| page.data)
-    }
-
-    /// A page of the schedule's calls, asked for before anything is sent.
-    pub(super) async fn list_before_sending(
-        &self,
-        query: &ListQuery<'_>,
-    ) -> Result<CallPage, UploadError> {
-        let schedule = self.options.schedule;
-        self.client
-            .list_calls(schedule, query, &self.counters)
-            .await
-            .map(|listed| listed.page)
-            .map_err(|err| {
-                if err.is_not_found() {
-                    UploadError::ScheduleNotFound {
-                        schedule,
-                        sent_before: false,
-                    }
-                } else {
-                    UploadError::Unreachable { cause: err }
-                }
-            })
     }
 }

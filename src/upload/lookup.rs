@@ -7,8 +7,12 @@ use super::error::UploadError;
 use super::plan::Found;
 use super::rows::Chunk;
 use super::sender::{LOOKUP_CONCURRENCY, Sender};
-use crate::api::ListQuery;
+use crate::api::{ApiError, ListQuery};
 use crate::service::{CallPage, ListFilter, MAX_PAGE_SIZE, OutboundCall, Timestamp};
+
+/// Calls asked for by external_id after a chunk was sent: one more than expected shows a
+/// duplicate.
+const ONE_MORE_THAN_EXPECTED: u32 = 2;
 
 impl Sender<'_> {
     /// Whether the service created the chunk, and its calls' uids: a few requests whatever
@@ -20,7 +24,9 @@ impl Sender<'_> {
     /// alone.
     pub(super) async fn look_up(&self, chunk: &Chunk) -> Result<Found, UploadError> {
         let first = chunk.calls[0].external_id.as_deref().unwrap_or_default();
-        let probe = self.with_external_id(chunk, first).await?;
+        let probe = self
+            .with_external_id(first, ONE_MORE_THAN_EXPECTED, Self::unconfirmed(chunk))
+            .await?;
         let created_at = match probe.as_slice() {
             [] => return Ok(Found::Nothing),
             [call] => call.created_at,
@@ -76,7 +82,11 @@ impl Sender<'_> {
         let mut alone = futures::stream::iter(missing)
             .map(|i| async move {
                 let id = chunk.calls[i].external_id.as_deref().unwrap_or_default();
-                (i, self.with_external_id(chunk, id).await)
+                (
+                    i,
+                    self.with_external_id(id, ONE_MORE_THAN_EXPECTED, Self::unconfirmed(chunk))
+                        .await,
+                )
             })
             .buffer_unordered(LOOKUP_CONCURRENCY);
         while let Some((i, calls)) = alone.next().await {
@@ -109,23 +119,13 @@ impl Sender<'_> {
         Ok(Found::All(uids))
     }
 
-    /// The schedule's calls with this external_id (at most two: one more than expected).
-    pub(super) async fn with_external_id(
-        &self,
-        chunk: &Chunk,
-        external_id: &str,
-    ) -> Result<Vec<OutboundCall>, UploadError> {
-        let filter = ListFilter {
-            external_id: Some(external_id.to_owned()),
-            ..ListFilter::default()
-        };
-        let query = ListQuery {
-            updated_after: None,
-            page: 1,
-            page_size: 2,
-            filter: &filter,
-        };
-        self.list(chunk, &query).await.map(|page| page.data)
+    /// A failed look-up of `chunk`, sent before: whether the service created it is unknown.
+    pub(super) fn unconfirmed(chunk: &Chunk) -> impl FnOnce(ApiError) -> UploadError {
+        move |err| UploadError::Unconfirmed {
+            first_line: chunk.first_line(),
+            last_line: chunk.last_line(),
+            cause: Box::new(err),
+        }
     }
 
     /// A page of the schedule's calls changed at or after `since`.
@@ -142,32 +142,7 @@ impl Sender<'_> {
             page_size: MAX_PAGE_SIZE,
             filter: &filter,
         };
-        self.list(chunk, &query).await
-    }
-
-    pub(super) async fn list(
-        &self,
-        chunk: &Chunk,
-        query: &ListQuery<'_>,
-    ) -> Result<CallPage, UploadError> {
-        self.client
-            .list_calls(self.options.schedule, query, &self.counters)
-            .await
-            .map(|listed| listed.page)
-            .map_err(|err| {
-                if err.is_not_found() {
-                    UploadError::ScheduleNotFound {
-                        schedule: self.options.schedule,
-                        sent_before: false,
-                    }
-                } else {
-                    UploadError::Unconfirmed {
-                        first_line: chunk.first_line(),
-                        last_line: chunk.last_line(),
-                        cause: Box::new(err),
-                    }
-                }
-            })
+        self.list_page(&query, Self::unconfirmed(chunk)).await
     }
 
     pub(super) fn partly_there(&self, chunk: &Chunk, problem: String) -> UploadError {
