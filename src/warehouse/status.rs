@@ -229,14 +229,10 @@ impl ScheduleStatus {
 
 /// A pass's figures, alike in what `sync_runs` stores ([`StoredRun`]) and what `status` shows
 /// ([`RunSummary`]): numbers and instants, nothing a reader must make safe first.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PassFigures {
-    /// `--json` writes the instants in the warehouse's form (RFC 3339, six fraction digits),
-    /// so that a value copied from `status` compares as text with the column it came from.
-    #[serde(serialize_with = "warehouse_form")]
     pub started_at: Timestamp,
     /// `None` while running, or when the process died mid-pass.
-    #[serde(serialize_with = "warehouse_form_or_null")]
     pub finished_at: Option<Timestamp>,
     pub pages: i64,
     pub calls_seen: i64,
@@ -244,7 +240,6 @@ pub struct PassFigures {
     pub requests: i64,
     pub retries: i64,
     /// The service's clock when the pass began: it read what had changed by then.
-    #[serde(serialize_with = "warehouse_form_or_null")]
     pub horizon: Option<Timestamp>,
     /// The service's clock at the pass's end minus its checkpoint, in seconds.
     pub lag_secs: Option<f64>,
@@ -261,10 +256,10 @@ pub struct PassFigures {
     pub run_id: RunId,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A stored pass as `status` shows it; `--json` writes it as [`RunSummary::serialize`] says.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
     pub kind: Stored<RunKind>,
-    #[serde(flatten)]
     pub figures: PassFigures,
     pub error: Option<String>,
     /// Who walked it (schema 8): the machine's host name, the daemon's `[daemon] instance`
@@ -276,8 +271,47 @@ pub struct RunSummary {
     /// for passes recorded before schema 10.
     pub error_kind: Option<Stored<ErrorKind>>,
     /// How it ended; `None` while it has not: running, or its process died.
-    #[serde(skip)]
     pub outcome: Option<RunOutcome>,
+}
+
+/// `status --json`'s pass: its keys in the order it has always written them, the figures among
+/// the text made safe, and its instants in the warehouse's form (RFC 3339, six fraction
+/// digits), so that a value copied from `status` compares as text with the column it came
+/// from. How it ended is `status`'s `last_result`, not repeated here.
+impl Serialize for RunSummary {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        /// An instant, or `null`, in the warehouse's form.
+        struct Instant(Option<Timestamp>);
+        impl Serialize for Instant {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                warehouse_form_or_null(&self.0, s)
+            }
+        }
+        let f = &self.figures;
+        let mut out = serializer.serialize_struct("RunSummary", 20)?;
+        out.serialize_field("kind", &self.kind)?;
+        out.serialize_field("started_at", &Instant(Some(f.started_at)))?;
+        out.serialize_field("finished_at", &Instant(f.finished_at))?;
+        out.serialize_field("pages", &f.pages)?;
+        out.serialize_field("calls_seen", &f.calls_seen)?;
+        out.serialize_field("calls_written", &f.calls_written)?;
+        out.serialize_field("requests", &f.requests)?;
+        out.serialize_field("retries", &f.retries)?;
+        out.serialize_field("error", &self.error)?;
+        out.serialize_field("horizon", &Instant(f.horizon))?;
+        out.serialize_field("lag_secs", &f.lag_secs)?;
+        out.serialize_field("detail_requests", &f.detail_requests)?;
+        out.serialize_field("rate_limited", &f.rate_limited)?;
+        out.serialize_field("throttled_secs", &f.throttled_secs)?;
+        out.serialize_field("future_rows", &f.future_rows)?;
+        out.serialize_field("host", &self.host)?;
+        out.serialize_field("instance", &self.instance)?;
+        out.serialize_field("pid", &f.pid)?;
+        out.serialize_field("run_id", &f.run_id)?;
+        out.serialize_field("error_kind", &self.error_kind)?;
+        out.end()
+    }
 }
 
 /// An instant in `status --json`: the warehouse's form ([`Timestamp::to_warehouse_text`]).
