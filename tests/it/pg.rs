@@ -356,6 +356,31 @@ pub fn query(db: &Database, sql: &str) -> Vec<Vec<Option<String>>> {
     admin(server(), &db.name, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
+/// Waits until no session holds an advisory lock in `db`: every claim on it let go. A lock
+/// session its client gave up (its connection closed, after a claim was found lost) keeps its
+/// locks until the server has heard of the close and ended that session, in the server's own
+/// time: a claim asked sooner finds its schedule held. Polls every 10 ms (a polling interval,
+/// not a wait for time to pass); panics naming `what` after [`PATIENCE`], which only a hang
+/// reaches.
+pub fn wait_until_no_claims(db: &Database, what: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let held = query(
+            db,
+            "SELECT count(*)::text FROM pg_locks WHERE locktype = 'advisory'
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        );
+        if held == [[Some("0".to_owned())]] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still waiting after {PATIENCE:?} for {what}: {held:?} advisory locks held"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -1466,6 +1466,10 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
         );
         drop(claim);
 
+        // The refusal gave up the lock session, and its lock goes with it once the server has
+        // heard the connection close and ended the session, in its own time (a claim asked
+        // sooner finds the schedule held): the next claim waits for that.
+        pg::wait_until_no_claims(&db, "the server to let the given-up lock session's lock go");
         let claim = w.claim(schedule).unwrap().expect("free");
         assert_eq!(open(&mut w), Some(at(first)), "nothing was written");
         let moved = write(&mut w, &calls, later).unwrap();
