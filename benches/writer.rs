@@ -1,5 +1,6 @@
 //! The write half alone (not a test): pre-parsed pages into a new warehouse with
-//! `Warehouse::write_page`, measured against the reference in the same run.
+//! `Warehouse::write_hashed_page` (the page a pass hands over, hashed within the measured
+//! time), measured against the reference in the same run.
 //!
 //! `cargo bench --bench writer` (`CALLS` [200000] to change the size). The calls are the
 //! simulator's seeded 18-row calls (`SHAPE=varied`: its default calls) of one schedule,
