@@ -42,13 +42,22 @@ async fn a_rate_limited_service_is_met_at_its_rate_and_every_schedule_is_synced(
 
     let requests = env.sim.requests();
     let refused = requests.iter().filter(|r| r.status == 429).count();
-    assert!(refused > 0, "the first burst met the quota");
-    // About 220 requests at 40 a second: the 429s are those that found the rate (the
-    // requests in flight when the first came, a few cuts), not a storm.
+    // The first run of 429s (in the order the requests came) are those in flight when the
+    // quota ran out, as many as the client had out, which depends on the machine: nothing is
+    // asserted of their number. From the first answer after it on, the limiter paces by the
+    // rate it learned, whatever was in flight: a 429 after that is the rate climbing back past
+    // the quota, one now and then, not a storm.
+    let first = requests.iter().position(|r| r.status == 429);
+    assert!(first.is_some(), "the first burst met the quota");
+    let after_burst: Vec<u16> = (requests.iter().skip(first.unwrap_or_default()))
+        .skip_while(|r| r.status == 429)
+        .map(|r| r.status)
+        .collect();
+    let refused_later = after_burst.iter().filter(|s| **s == 429).count();
     assert!(
-        refused * 5 < requests.len(),
-        "{refused} of {} requests answered 429",
-        requests.len()
+        refused_later * 20 < after_burst.len(),
+        "{refused_later} of the {} requests after the first burst answered 429",
+        after_burst.len()
     );
     let rate_limited: u64 = reports.iter().map(|r| r.stats.rate_limited).sum();
     assert_eq!(rate_limited, refused as u64);
