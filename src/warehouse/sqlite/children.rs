@@ -5,8 +5,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use rusqlite::types::{ToSql, Value};
-use rusqlite::{Transaction, params, params_from_iter};
+use rusqlite::{CachedStatement, Transaction, params};
 
 use super::error::{SqlContext, WarehouseError};
 use crate::service::{Attempt, OutboundCall};
@@ -167,16 +166,13 @@ fn delete_missing_attempts(
 struct AttemptList<T> {
     /// Clears the attempt's stored list (mirroring).
     clear: &'static str,
-    /// `?1` call id, `?2` attempt id, `?3` uid, `?4` attempt uid, `?5` call uid, then the
-    /// item's own columns: INSERT OR REPLACE, so a uid repeated in the list keeps its last row,
+    /// INSERT OR REPLACE on the item's key, so a uid repeated in the list keeps its last row,
     /// as it always did.
     insert: &'static str,
     preparing: &'static str,
     writing: &'static str,
-    /// How many of `row`'s columns the insert takes.
-    own_columns: usize,
-    /// The item's uid and its own columns (the first `own_columns`).
-    row: fn(&T) -> (String, [Value; 5]),
+    /// Runs `insert` for one item (its columns bound as they are: no copy, no conversion).
+    execute: fn(&mut CachedStatement<'_>, &AttemptOf<'_>, &T) -> rusqlite::Result<usize>,
 }
 
 const OUTCOMES: AttemptList<crate::service::Outcome> = AttemptList {
@@ -186,17 +182,18 @@ const OUTCOMES: AttemptList<crate::service::Outcome> = AttemptList {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     preparing: "preparing the outcome insert",
     writing: "writing an outcome",
-    own_columns: 3,
-    row: |o| {
+    execute: |stmt, of, o| {
         let (uid, name, created_at, extra) = rows::outcome(o);
-        let own = [
-            name.into(),
-            created_at.into(),
-            extra.into(),
-            Value::Null,
-            Value::Null,
-        ];
-        (uid, own)
+        stmt.execute(params![
+            of.parent.call_id,
+            of.attempt_id,
+            uid,
+            of.attempt_uid,
+            of.parent.call_uid,
+            name,
+            created_at,
+            extra
+        ])
     },
 };
 
@@ -207,17 +204,20 @@ const VARIABLES: AttemptList<crate::service::AttemptVariable> = AttemptList {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     preparing: "preparing the variable insert",
     writing: "writing a variable",
-    own_columns: 5,
-    row: |v| {
+    execute: |stmt, of, v| {
         let (uid, name, value, status, created_at, extra) = rows::variable(v);
-        let own = [
-            name.into(),
-            value.into(),
-            status.into(),
-            created_at.into(),
-            extra.into(),
-        ];
-        (uid, own)
+        stmt.execute(params![
+            of.parent.call_id,
+            of.attempt_id,
+            uid,
+            of.attempt_uid,
+            of.parent.call_uid,
+            name,
+            value,
+            status,
+            created_at,
+            extra
+        ])
     },
 };
 
@@ -230,23 +230,12 @@ fn write_attempt_list<T>(
     items: &[T],
     mirror: bool,
 ) -> Result<(), WarehouseError> {
-    let call_id = of.parent.call_id;
     if mirror {
-        clear(tx, path, list.clear, [call_id, of.attempt_id])?;
+        clear(tx, path, list.clear, [of.parent.call_id, of.attempt_id])?;
     }
     let mut stmt = tx.prepare_cached(list.insert).sql(path, list.preparing)?;
     for item in items {
-        let (uid, own) = (list.row)(item);
-        let keys: [&dyn ToSql; 5] = [
-            &call_id,
-            &of.attempt_id,
-            &uid,
-            &of.attempt_uid,
-            &of.parent.call_uid,
-        ];
-        let own = own[..list.own_columns].iter().map(|v| v as &dyn ToSql);
-        stmt.execute(params_from_iter(keys.into_iter().chain(own)))
-            .sql(path, list.writing)?;
+        (list.execute)(&mut stmt, of, item).sql(path, list.writing)?;
     }
     Ok(())
 }
