@@ -56,7 +56,8 @@ start_sim() {
     "$after" simulate -q --listen "127.0.0.1:$p" --tie-order "$order" --seed "$seed" "$@" \
         > "$work/sim.txt" 2>&1 &
     sim_pid=$!
-    for _ in $(seq 1 200); do
+    # Waits for the simulator to say it listens: a patience only a hang reaches (60 s), polled.
+    for _ in $(seq 1 1200); do
         grep -q '^schedules = ' "$work/sim.txt" 2> /dev/null && return 0
         sleep 0.05
     done

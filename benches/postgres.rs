@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 use callsync::service::{OutboundCall, Timestamp};
 use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
-use callsync::warehouse::PageBatch;
 use callsync::warehouse::postgres::{PgTarget, PgWarehouse};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -28,6 +27,8 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
+#[path = "common/pages.rs"]
+mod pages;
 #[path = "common/pg.rs"]
 mod pg;
 use pg::{admin_sql, connect, with_dbname};
@@ -69,22 +70,11 @@ fn main() {
     let claim = warehouse.claim(schedule).expect("the claim is taken");
     let claim = claim.expect("the schedule is free");
     let synced_at = Timestamp::now();
-    // The pages as a pass hands them over, owning their calls (a pass decodes them; the copy
-    // here is made before the clock starts). Their hashes are computed within the measured
-    // time, as before the write took a `PageBatch`.
-    let mut pages: Vec<PageBatch> = (truth.chunks(PAGE))
-        .map(|page| PageBatch {
-            schedule,
-            calls: page.to_vec(),
-            content_hashes: Vec::new(),
-            checkpoint: page.last().map(|c| c.updated_at),
-            synced_at,
-        })
-        .collect();
+    let mut pages = pages::unhashed(schedule, &truth, PAGE, synced_at);
     let started = Instant::now();
     let mut written = 0;
     for page in &mut pages {
-        page.content_hashes = page.calls.iter().map(OutboundCall::content_hash).collect();
+        pages::hash(page);
         written += warehouse
             .write_hashed_page(page)
             .expect("a page is written")

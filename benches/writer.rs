@@ -12,14 +12,16 @@
 //! and warehouse bytes per call.
 
 mod common;
+#[path = "common/pages.rs"]
+mod pages;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use callsync::service::{OutboundCall, Timestamp};
 use callsync::simulator::{CallShape, Simulator, SimulatorOptions};
+use callsync::warehouse::PageWrite;
 use callsync::warehouse::sqlite::Warehouse;
-use callsync::warehouse::{PageBatch, PageWrite};
 use uuid::Uuid;
 
 /// Calls per page, as the default `sync.page_size`.
@@ -110,21 +112,10 @@ fn write_all(path: &Path, schedule: Uuid, calls: &[OutboundCall]) -> (Duration, 
     let mut warehouse = Warehouse::open(path, Duration::from_secs(5)).expect("the warehouse opens");
     let synced_at = Timestamp::now();
     let mut total = PageWrite::default();
-    // The pages as a pass hands them over, owning their calls (a pass decodes them; the copy
-    // here is made before the clock starts); their hashes are computed within the measured
-    // time, as a pass computes them.
-    let mut pages: Vec<PageBatch> = (calls.chunks(PAGE))
-        .map(|page| PageBatch {
-            schedule,
-            calls: page.to_vec(),
-            content_hashes: Vec::new(),
-            checkpoint: page.last().map(|c| c.updated_at),
-            synced_at,
-        })
-        .collect();
+    let mut pages = pages::unhashed(schedule, calls, PAGE, synced_at);
     let started = Instant::now();
     for page in &mut pages {
-        page.content_hashes = page.calls.iter().map(OutboundCall::content_hash).collect();
+        pages::hash(page);
         let written = warehouse
             .write_hashed_page(page)
             .expect("a page is written");
