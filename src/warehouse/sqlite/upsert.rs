@@ -18,20 +18,22 @@ use super::children::{
 };
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
-use crate::service::{OutboundCall, Timestamp};
+use crate::service::OutboundCall;
 use crate::warehouse::destination::PageBatch;
 use crate::warehouse::rows::{self, CallRow, Summary};
 use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
 
 impl Warehouse {
     /// Writes `calls` of `schedule` and, when given, moves its checkpoint forward to
-    /// `checkpoint` — all or nothing. The checkpoint never moves backwards.
+    /// `checkpoint` — all or nothing. The checkpoint never moves backwards. The tests' way in:
+    /// a pass hands its pages over hashed ([`Warehouse::write_hashed_page`]).
+    #[cfg(test)]
     pub fn write_page(
         &mut self,
         schedule: Uuid,
         calls: &[OutboundCall],
-        checkpoint: Option<Timestamp>,
-        synced_at: Timestamp,
+        checkpoint: Option<crate::service::Timestamp>,
+        synced_at: crate::service::Timestamp,
     ) -> Result<PageWrite, WarehouseError> {
         let page = PageBatch {
             schedule,
