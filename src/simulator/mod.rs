@@ -15,6 +15,7 @@ mod dialer;
 mod fault_plan;
 mod faults;
 mod hold;
+mod lies;
 mod life;
 mod mutex;
 mod options;
@@ -50,6 +51,7 @@ pub use bad_body::BadBody;
 pub use clock::{ManualClock, SimClock};
 pub use fault_plan::{FaultPlan, RequestRecord};
 pub use hold::RequestHold;
+pub use lies::Lie;
 pub use options::{CallShape, DialerOptions, SimulatorOptions};
 pub use state::Precision;
 pub use tie_order::TieOrder;
@@ -123,6 +125,7 @@ impl Simulator {
             )),
             fault_counter: AtomicUsize::new(0),
             broken: Mutex::new(HashMap::new()),
+            lies: Mutex::new(HashMap::new()),
             frozen_details: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             delayed_writes: AtomicUsize::new(0),
@@ -246,6 +249,16 @@ impl Simulator {
         // Under the state's lock, which the ticks need: none is half way when we return.
         let _state = self.shared.state();
         self.shared.dialer_running.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, every list page of `schedule` tells `lie` about one of its calls (`None`:
+    /// the truth again).
+    pub fn lie_about(&self, schedule: Uuid, lie: Option<Lie>) {
+        let mut lies = lock(&self.shared.lies);
+        match lie {
+            Some(lie) => lies.insert(schedule, lie),
+            None => lies.remove(&schedule),
+        };
     }
 
     pub fn break_schedule(&self, schedule: Uuid, bad: Option<BadBody>) {

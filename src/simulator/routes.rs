@@ -282,9 +282,10 @@ async fn list_calls(
         pagination: Some(pagination),
         extra: Default::default(),
     };
-    Ok(match broken {
-        Some(bad) => bad.garble(&page),
-        None => Json(page).into_response(),
+    Ok(match (broken, shared.lie(schedule)) {
+        (Some(bad), _) => bad.garble(&page),
+        (None, Some(lie)) => lie.tell(&page, shared.clock.now()),
+        (None, None) => Json(page).into_response(),
     })
 }
 

@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     pub(super) quota: Mutex<(f64, Timestamp)>,
     pub(super) fault_counter: AtomicUsize,
     pub(super) broken: Mutex<HashMap<Uuid, BadBody>>,
+    /// What each schedule's list pages lie about (`lies.rs`).
+    pub(super) lies: Mutex<HashMap<Uuid, super::lies::Lie>>,
     /// Calls whose detail is answered as it was when a test froze it, however they change
     /// since: a detail endpoint served by a replica that lags the list's.
     pub(super) frozen_details: Mutex<HashMap<Uuid, crate::service::OutboundCall>>,
@@ -88,6 +90,10 @@ impl Shared {
 
     pub(super) fn broken(&self, schedule: Uuid) -> Option<BadBody> {
         lock(&self.broken).get(&schedule).copied()
+    }
+
+    pub(super) fn lie(&self, schedule: Uuid) -> Option<super::lies::Lie> {
+        lock(&self.lies).get(&schedule).cloned()
     }
 
     pub(super) fn log_request(&self, record: RequestRecord) {

@@ -28,6 +28,14 @@
 //! 6. **Distrust** (this file, `validate`). A page larger than asked, out of `updated_at`
 //!    order, or holding rows before the cursor is a protocol error, as is a page number the
 //!    service ignores.
+//! 7. **No instant passed unread** (this file, `page.rs`). A row stamped at or after the
+//!    answer's clock (`PageFacts::future`) is stored but is no position: the walk reads on
+//!    from the last row before it, and the in-time data ends on that page. A move of the
+//!    checkpoint past a page (to its last row `L`) waits for the next answer from `L`: the
+//!    query from the old position counted `N` calls, the page showed `b` before `L`, and
+//!    a count from an instant never shrinks (stamps only grow), so an answer from `L` must
+//!    count at least `N - b` (less the rows from the future, whose place is unknown).
+//!    Fewer is a row stamped past calls it hid: `WalkError::CountShort`, the checkpoint held.
 
 use std::time::Duration;
 
@@ -89,6 +97,13 @@ impl std::fmt::Display for HeldGroup {
             self.size, self.at, self.read, self.why, self.at
         )
     }
+}
+
+/// The checkpoint may move to `at` once an answer from `at` counts at least `calls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Promise {
+    at: Timestamp,
+    calls: u64,
 }
 
 /// Runs in a row that could not be proven quiet after which a walk reads on without runs.
@@ -161,6 +176,8 @@ pub struct PageWalker {
     held: Option<Timestamp>,
     /// The groups covered in vain (`hold_or_fail`).
     held_groups: Vec<HeldGroup>,
+    /// A move of the checkpoint waiting for an answer to prove it (invariant 7).
+    promise: Option<Promise>,
     checkpoint: Timestamp,
     state: State,
 }
@@ -227,6 +244,7 @@ impl PageWalker {
             unstable: false,
             held: None,
             held_groups: Vec::new(),
+            promise: None,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -304,11 +322,19 @@ impl PageWalker {
     pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
         if let Some(request) = self.next_request() {
             validate(&request, rows)?; // (6)
-            let full = rows.len() == request.page_size as usize;
+            self.keep_promise(&request, facts)?; // (7)
+            let listed_full = rows.len() == request.page_size as usize;
+            // (7) Rows from the future come last (the page is in order): the in-time data
+            // ends on this page, unless a keyset page reads on from its last in-time row.
+            let in_time = rows.partition_point(|r| facts.future.is_none_or(|f| r.updated_at < f));
+            let (rows, from_future) = (&rows[..in_time], rows.len() - in_time);
+            let full = listed_full && from_future == 0;
             // Each arm keeps the invariant numbered beside it (the module's list).
             self.state = match std::mem::replace(&mut self.state, State::Done) {
-                // (1)
-                State::Keyset { cursor } => self.after_keyset_page(cursor, rows, full, facts),
+                // (1, 7)
+                State::Keyset { cursor } => {
+                    self.after_keyset_page(cursor, rows, (listed_full, from_future), facts)
+                }
                 // (3, 5)
                 State::Run(run) => {
                     let step = run.step(rows, full, facts, self.page_size);
@@ -345,7 +371,7 @@ impl PageWalker {
                     tie,
                     page,
                     page_size,
-                } => self.after_exit_probe(tie, rows, full, page, page_size)?,
+                } => self.after_exit_probe(tie, rows, (full, facts), page, page_size)?,
                 // (4)
                 State::Confirm { tie, exit } => self.after_confirm(tie, exit, rows, full, facts),
                 State::Done => State::Done,
@@ -360,16 +386,22 @@ impl PageWalker {
         &mut self,
         cursor: Timestamp,
         rows: &[RowKey],
-        full: bool,
+        (full, from_future): (bool, usize),
         facts: PageFacts,
     ) -> State {
         let last = rows.last().map_or(cursor, |r| r.updated_at);
-        if !full {
+        // Not full, or full but for rows from the future that the in-time rows do not pass
+        // the cursor before: the page listed every in-time row from the cursor on.
+        if !full || (from_future > 0 && last == cursor) {
             self.advance(last);
             return State::Done;
         }
         if last > cursor {
-            self.advance(last);
+            let before = (page::before_last(rows) + from_future) as u64;
+            self.promise_move(last, facts.total_count.map(|n| n.saturating_sub(before)));
+            if from_future > 0 {
+                return State::Keyset { cursor: last };
+            }
             return self.after_untied_page(rows, last, facts);
         }
         // A full page of nothing but `cursor`: a group to cover once the service has shown
@@ -512,13 +544,49 @@ impl PageWalker {
 
     fn leave(&mut self, exit: Exit) -> State {
         match exit {
-            Exit::Continue(next) => {
-                self.advance(next);
-                State::Keyset { cursor: next }
+            Exit::Continue { at, promised } => {
+                self.promise_move(at, promised);
+                State::Keyset { cursor: at }
             }
             Exit::End(last) => {
                 self.advance(last);
                 State::Done
+            }
+        }
+    }
+
+    /// Moves the checkpoint to `to` once an answer from `to` counts at least `calls` (at
+    /// once without a count to check). A move still waiting is dropped, the checkpoint short
+    /// of it: every state asks from the promised instant first, so none waits here.
+    fn promise_move(&mut self, to: Timestamp, calls: Option<u64>) {
+        self.promise = None;
+        match calls {
+            Some(calls) => self.promise = Some(Promise { at: to, calls }),
+            None => self.advance(to),
+        }
+    }
+
+    /// The answer to `request`, when it is the first page from a promised instant: the
+    /// promised move, or the protocol error of a count that fell short.
+    fn keep_promise(&mut self, request: &PageRequest, facts: PageFacts) -> Result<(), WalkError> {
+        let Some(promise) = self.promise else {
+            return Ok(());
+        };
+        let from_there = request.updated_after == promise.at && request.page == 1;
+        if request.purpose != Purpose::Walk || !from_there {
+            return Ok(());
+        }
+        self.promise = None;
+        match facts.total_count {
+            Some(got) if got < promise.calls => Err(WalkError::CountShort {
+                at: promise.at,
+                promised: promise.calls,
+                got,
+                checkpoint: self.checkpoint,
+            }),
+            _ => {
+                self.advance(promise.at);
+                Ok(())
             }
         }
     }

@@ -477,6 +477,7 @@ impl<'e> Pass<'e> {
         let facts = PageFacts {
             total_count,
             served_at: reading.date,
+            future: Some(reading.future),
         };
         let accepted = walker.accept(&keys, facts).map_err(|source| {
             let request = self.describe(request);

@@ -86,6 +86,8 @@ mod backfill;
 mod cli;
 // A hostile service's control characters reach no terminal, log line or warehouse row.
 mod hostile;
+// A service that lies about one call a page: stamps ahead of the order or the clock.
+mod lies;
 // callsync check: credentials, schedules and warehouse, one line each, before the daemon starts.
 mod check;
 // The simulator, probed over HTTP rule by rule.

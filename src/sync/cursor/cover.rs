@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use uuid::Uuid;
 
-use super::page::{Exit, PageFacts, RowKey, count_at, exit_through, len_u32};
+use super::page::{Exit, PageFacts, Place, RowKey, count_at, exit_through, len_u32};
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
 
 /// How far a cover may go (from the walk's limits).
@@ -229,7 +229,7 @@ impl Cover {
     ) -> CoverStep {
         self.pages += 1;
         let (page, size) = self.request();
-        let seen = Seen::of(self.at, rows, page, size);
+        let seen = Seen::of(self.at, rows, Place::of(page, size, facts), size);
         if let Some(exit) = seen.exit {
             self.exit = Some(exit);
         }
@@ -476,8 +476,9 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(at: Timestamp, rows: &[RowKey], page: u32, size: u32) -> Seen {
-        let start = (page - 1).saturating_mul(size);
+    fn of(at: Timestamp, rows: &[RowKey], place: Place, size: u32) -> Seen {
+        let start = place.first;
+        let page_one = start == 0;
         let tie_rows = len_u32(count_at(at, rows));
         let full_of_group = rows.len() == size as usize && tie_rows == size;
         let at_least = if tie_rows > 0 {
@@ -495,17 +496,17 @@ impl Seen {
             };
         }
         // A page past the end of the list bounds nothing (its positions hold no row).
-        let at_most = if rows.is_empty() && page > 1 {
+        let at_most = if rows.is_empty() && !page_one {
             u32::MAX
         } else {
             start.saturating_add(tie_rows)
         };
-        let shows_end = tie_rows > 0 || page == 1;
+        let shows_end = tie_rows > 0 || page_one;
         Seen {
             at_least,
             at_most,
             exact: shows_end.then_some(at_least),
-            exit: shows_end.then(|| exit_from(at, rows, size)),
+            exit: shows_end.then(|| exit_from(at, rows, size, place)),
             full_of_group,
         }
     }
@@ -513,11 +514,11 @@ impl Seen {
 
 /// How to leave the group from an answer that showed its end: its last row (the end of the
 /// data when the page is not full).
-fn exit_from(at: Timestamp, rows: &[RowKey], size: u32) -> Exit {
+fn exit_from(at: Timestamp, rows: &[RowKey], size: u32, place: Place) -> Exit {
     if rows.is_empty() {
         Exit::End(at)
     } else {
-        exit_through(at, rows, rows.len() == size as usize)
+        exit_through(at, rows, rows.len() == size as usize, place)
     }
 }
 

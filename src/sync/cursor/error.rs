@@ -43,6 +43,15 @@ pub enum WalkError {
         previous: u32,
     },
     #[error(
+        "a page ending at {at} left at least {promised} calls at or after {at} by the service's own count, but the answer from {at} counted {got}: a call stamped {at} was listed ahead of calls it hid (a stamp ahead of the order) — the checkpoint stays at {checkpoint}, and the next pass reads from there again"
+    )]
+    CountShort {
+        at: Timestamp,
+        promised: u64,
+        got: u64,
+        checkpoint: Timestamp,
+    },
+    #[error(
         "the {size} calls sharing updated_at {at} did not settle after {scans} scans ({pages} pages in the last); they keep changing while being read — the checkpoint stays at {at}, the next pass retries"
     )]
     TieUnsettled {

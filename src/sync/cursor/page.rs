@@ -18,6 +18,9 @@ pub struct PageFacts {
     pub total_count: Option<u64>,
     /// The service's clock when it answered (its `Date` header: whole seconds, truncated).
     pub served_at: Option<Timestamp>,
+    /// From this instant on, a row's stamp is later than the service's clock when it
+    /// answered: such a row is stored, but is no position (invariant 7).
+    pub future: Option<Timestamp>,
 }
 
 pub(super) fn uids(rows: &[RowKey]) -> Vec<Uuid> {
@@ -34,26 +37,61 @@ pub(super) fn count_at(at: Timestamp, rows: &[RowKey]) -> usize {
 pub(super) enum Exit {
     /// Nothing after the group: the walk is over, the cursor is this instant.
     End(Timestamp),
-    /// Keyset paging resumes from this instant (the last row of the page that ended the group).
-    Continue(Timestamp),
+    /// Keyset paging resumes from `at` (the last row of the page that ended the group); the
+    /// checkpoint follows once an answer from `at` counts at least `promised` calls
+    /// (invariant 7), at once when the answer that showed the exit had no count.
+    Continue {
+        at: Timestamp,
+        promised: Option<u64>,
+    },
+}
+
+/// Where an answer's rows stand in their query: the position of its first row, and the
+/// query's `total_count` as the answer gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Place {
+    pub(super) first: u32,
+    pub(super) total_count: Option<u64>,
+}
+
+impl Place {
+    pub(super) fn of(page: u32, page_size: u32, facts: PageFacts) -> Place {
+        Place {
+            first: page.saturating_sub(1).saturating_mul(page_size),
+            total_count: facts.total_count,
+        }
+    }
 }
 
 /// Leaving the group from a page that shows its end next to what follows: keyset paging
 /// resumes from the page's last row, or the walk ends there when the page is the last.
-pub(super) fn exit_through(at: Timestamp, rows: &[RowKey], full: bool) -> Exit {
+pub(super) fn exit_through(at: Timestamp, rows: &[RowKey], full: bool, place: Place) -> Exit {
     let last = rows.last().map_or(at, |r| r.updated_at);
     if full {
-        Exit::Continue(last)
+        let before = u64::from(place.first) + before_last(rows) as u64;
+        Exit::Continue {
+            at: last,
+            promised: place.total_count.map(|n| n.saturating_sub(before)),
+        }
     } else {
         Exit::End(last)
     }
 }
 
+/// Rows of an ordered page stamped before its last row's instant.
+pub(super) fn before_last(rows: &[RowKey]) -> usize {
+    let last = rows.last().map(|r| r.updated_at);
+    rows.iter().filter(|r| Some(r.updated_at) < last).count()
+}
+
 /// An exit learnt some requests ago, taken now: the walk reads on from it rather than end
-/// there, since calls that changed meanwhile are stamped after it.
+/// there, since calls that changed meanwhile are stamped after it. What the earlier answer
+/// promised still holds: a count from an instant only grows.
 pub(super) fn resumed(exit: Exit) -> Exit {
     match exit {
-        Exit::End(at) | Exit::Continue(at) => Exit::Continue(at),
+        // The end of the data: nothing listed after `at`, so nothing promised.
+        Exit::End(at) => Exit::Continue { at, promised: None },
+        continued @ Exit::Continue { .. } => continued,
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use super::error::WalkError;
-use super::page::{Exit, PageFacts, RowKey, count_at, exit_through, len_u32, uids};
+use super::page::{Exit, PageFacts, Place, RowKey, count_at, exit_through, len_u32, uids};
 use crate::service::Timestamp;
 
 #[derive(Debug)]
@@ -205,13 +205,13 @@ impl TieWalk {
         page: u32,
         page_size: u32,
         rows: &[RowKey],
-        full: bool,
+        (full, facts): (bool, PageFacts),
     ) {
         let tie_rows = count_at(at, rows);
-        let before = page.saturating_sub(1).saturating_mul(page_size);
-        self.end = Some(before.saturating_add(len_u32(tie_rows)));
+        let place = Place::of(page, page_size, facts);
+        self.end = Some(place.first.saturating_add(len_u32(tie_rows)));
         if !(full && tie_rows == rows.len())
-            && let Some(exit) = exit_from(at, page, rows, full, tie_rows > 0)
+            && let Some(exit) = exit_from(at, place, rows, full, tie_rows > 0)
         {
             self.exit = Some(exit);
         }
@@ -256,16 +256,17 @@ impl TieWalk {
 /// group may have shifted onto a page already read.
 fn exit_from(
     at: Timestamp,
-    page: u32,
+    place: Place,
     rows: &[RowKey],
     full: bool,
     has_tie_row: bool,
 ) -> Option<Exit> {
-    if rows.is_empty() && page > 1 {
+    let page_one = place.first == 0;
+    if rows.is_empty() && !page_one {
         return Some(Exit::End(at));
     }
-    if !has_tie_row && page > 1 {
+    if !has_tie_row && !page_one {
         return None;
     }
-    Some(exit_through(at, rows, full))
+    Some(exit_through(at, rows, full, place))
 }

@@ -331,6 +331,7 @@ fn walk_served(
             Facts::Shown => PageFacts {
                 total_count: Some(service.count_from(req.updated_after)),
                 served_at: Some(served_at),
+                future: None,
             },
         };
         (rows, facts)
@@ -605,6 +606,7 @@ fn walk_at_clock(
         let facts = PageFacts {
             total_count: Some(service.count_from(req.updated_after)),
             served_at: Some(at(clock + n)),
+            future: None,
         };
         n += 1;
         assert!(n < 10_000, "the walk does not end");
@@ -758,6 +760,7 @@ fn a_run_is_not_started_or_falls_back_when_its_check_cannot_pass() {
             let facts = PageFacts {
                 total_count: Some(service.count_from(req.updated_after)),
                 served_at: Some(at(now(requests))),
+                future: None,
             };
             requests += 1;
             w.accept(&service.list(&req), facts).unwrap();
@@ -788,6 +791,7 @@ fn a_run_is_not_started_or_falls_back_when_its_check_cannot_pass() {
             PageFacts {
                 total_count: Some(253),
                 served_at: None,
+                future: None,
             },
             1 + 3 + 2 + 1 + 1,
         ),
@@ -795,6 +799,7 @@ fn a_run_is_not_started_or_falls_back_when_its_check_cannot_pass() {
             PageFacts {
                 total_count: None,
                 served_at: Some(at(100)),
+                future: None,
             },
             1 + 3 + 2 + 1 + 1 + 3,
         ),
@@ -820,6 +825,7 @@ fn a_quiet_check_that_finds_a_change_falls_back_to_two_scans() {
         let facts = |after| PageFacts {
             total_count: Some(service.count_from(after)),
             served_at: Some(at(100)),
+            future: None,
         };
         for page in 1..=3 {
             let req = w.next_request().unwrap();
@@ -846,6 +852,7 @@ fn a_quiet_check_that_finds_a_change_falls_back_to_two_scans() {
         let count = PageFacts {
             total_count: Some(1),
             served_at: Some(at(101)),
+            future: None,
         };
         w.accept(&rows, count).unwrap();
         assert_eq!(w.position(), at(1), "still in the group");
@@ -893,6 +900,7 @@ fn a_run_over_a_service_ignoring_page_falls_back_to_the_scans_that_name_it() {
     let facts = PageFacts {
         total_count: Some(1000),
         served_at: Some(at(100)),
+        future: None,
     };
     let mut w = walker(at(5), 10);
     let err = (0..10)
@@ -1699,3 +1707,5 @@ fn a_call_shown_twice_by_pages_answered_out_of_turn_while_calls_leave_is_no_unst
     assert!(!out.unstable, "a stable order taken for unstable");
     assert_eq!(out.seen.len(), service.rows.len());
 }
+
+mod stamps;

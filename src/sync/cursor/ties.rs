@@ -7,7 +7,7 @@
 
 use super::cover::{self, Cover, Incomplete};
 use super::error::WalkError;
-use super::page::{Exit, count_at, exit_through, len_u32, resumed};
+use super::page::{Exit, Place, count_at, exit_through, len_u32, resumed};
 use super::scan::{Scan, TieWalk};
 use super::{HeldGroup, PageFacts, PageWalker, RowKey, State};
 use crate::service::{MAX_PAGE_SIZE, Timestamp};
@@ -66,7 +66,7 @@ impl PageWalker {
                     // The group's last page: the group ends here now, and can only shrink.
                     // Full of the group, it ends on the page edge: no page shows what
                     // follows next to it, so no exit yet (a lower page or the probe makes one).
-                    tie.saw_end(at, page, self.page_size, rows, full);
+                    tie.saw_end(at, page, self.page_size, rows, (full, facts));
                     tie.scan = Scan::Down;
                     tie.page = page - 1;
                 }
@@ -77,7 +77,7 @@ impl PageWalker {
                     // past the group still bounds its end (it ends before the page), and
                     // page 1 without a group row shows the group empty: an exit from `T`.
                     if !all_tie && (has_tie_row || page == 1) {
-                        tie.saw_end(at, page, self.page_size, rows, full);
+                        tie.saw_end(at, page, self.page_size, rows, (full, facts));
                     } else if !has_tie_row && !rows.is_empty() {
                         tie.ends_before(page, self.page_size);
                     }
@@ -112,7 +112,7 @@ impl PageWalker {
         &mut self,
         mut tie: TieWalk,
         rows: &[RowKey],
-        full: bool,
+        (full, facts): (bool, PageFacts),
         page: u32,
         page_size: u32,
     ) -> Result<State, WalkError> {
@@ -147,7 +147,8 @@ impl PageWalker {
         }
         // The page holds the group's last row next to what follows, or starts at `T` itself
         // (page 1): leave from it.
-        Ok(self.leave_tie(tie, exit_through(at, rows, full), reached))
+        let exit = exit_through(at, rows, full, Place::of(page, page_size, facts));
+        Ok(self.leave_tie(tie, exit, reached))
     }
 
     /// Leaves a scanned tie group that held `size` calls when its end was last seen. With a
@@ -216,7 +217,12 @@ impl PageWalker {
                 // read here all the same.
                 self.found_unstable(at);
             }
-            return self.leave(exit_through(at, rows, full));
+            return self.leave(exit_through(
+                at,
+                rows,
+                full,
+                Place::of(1, MAX_PAGE_SIZE, facts),
+            ));
         }
         match facts.served_at {
             // Without the service's clock, nothing can be proven: the scans are trusted, as
