@@ -178,6 +178,9 @@ pub struct PageWalker {
     held_groups: Vec<HeldGroup>,
     /// A move of the checkpoint waiting for an answer to prove it (invariant 7).
     promise: Option<Promise>,
+    /// The last answer was full and ended in rows from the future, the latest stamped so:
+    /// more may follow that no request of this walk can reach (invariant 7).
+    unread_future: Option<Timestamp>,
     checkpoint: Timestamp,
     state: State,
 }
@@ -245,6 +248,7 @@ impl PageWalker {
             held: None,
             held_groups: Vec::new(),
             promise: None,
+            unread_future: None,
             checkpoint: start,
             state: State::Keyset { cursor: start },
         }
@@ -305,6 +309,19 @@ impl PageWalker {
         self.checkpoint
     }
 
+    /// The instant the walk has read to, its last move perhaps still waiting for the count
+    /// that proves it (invariant 7): where a walk bounded by an instant stops.
+    pub fn reached(&self) -> Timestamp {
+        self.promise
+            .map_or(self.checkpoint, |p| p.at.max(self.checkpoint))
+    }
+
+    /// The latest stamp of a full last answer whose tail was from the future: calls may
+    /// follow it that the walk could not read (they sort after the service's clock).
+    pub fn unread_future(&self) -> Option<Timestamp> {
+        self.unread_future
+    }
+
     /// Whether the service has shown, by evidence no stable order can produce, that it
     /// orders calls sharing an `updated_at` differently from one request to the next.
     pub fn tie_order_unstable(&self) -> bool {
@@ -327,8 +344,10 @@ impl PageWalker {
             // (7) Rows from the future come last (the page is in order): the in-time data
             // ends on this page, unless a keyset page reads on from its last in-time row.
             let in_time = rows.partition_point(|r| facts.future.is_none_or(|f| r.updated_at < f));
+            let last_listed = rows.last().map(|r| r.updated_at);
             let (rows, from_future) = (&rows[..in_time], rows.len() - in_time);
             let full = listed_full && from_future == 0;
+            self.unread_future = last_listed.filter(|_| listed_full && from_future > 0);
             // Each arm keeps the invariant numbered beside it (the module's list).
             self.state = match std::mem::replace(&mut self.state, State::Done) {
                 // (1, 7)

@@ -35,7 +35,7 @@ pub enum SyncError {
     /// Calls stamped so far past the clock the pass takes for the service's that the
     /// checkpoint, capped at that clock, cannot pass them (`sync/service_clock.rs`).
     #[error(
-        "schedule {schedule}: calls are stamped up to {stamped} ({ahead_secs:.0} s past the service's clock as this pass takes it, {clock} from {}), further than sync.max_clock_skew_secs; the checkpoint stays at that clock, so calls after them cannot be read until it catches up. Check the clocks of the service (its Date header and its calls' updated_at) and of this machine",
+        "schedule {schedule}: calls are stamped up to {stamped} ({ahead_secs:.0} s past the service's clock as this pass takes it, {clock} from {}), further than sync.max_clock_skew_secs; the checkpoint stays before them, and more of them than a page holds cannot be read until that clock catches up. Check the clocks of the service (its Date header and its calls' updated_at) and of this machine",
         taken.describe()
     )]
     ClockBehindCalls {

@@ -328,15 +328,21 @@ impl<'e> Pass<'e> {
         self.tally.calls_written = walk.writes.calls_written;
         let stop = stopped?;
         settled?;
-        if let Stop::AtHorizon = stop {
-            self.held_by_the_clock(walk.walker.position())?;
+        let walked = match stop {
+            Stop::AtHorizon => Some(walk.walker.position()),
+            Stop::Finished => walk.walker.unread_future(),
+            _ => None,
+        };
+        if let Some(walked) = walked {
+            self.held_by_the_clock(walked)?;
         }
         Ok(stop)
     }
 
-    /// A walk that stopped at its horizon, `walked` further past the service's clock than
-    /// `sync.max_clock_skew_secs` (calls stamped there), cannot move its checkpoint past that
-    /// clock: pass after pass it would read the same pages and stop. Said, not left silent.
+    /// A walk that stopped at its horizon, or ended before a page full of calls stamped
+    /// after the service's clock, `walked` further past that clock than
+    /// `sync.max_clock_skew_secs` (calls stamped there), cannot read past them: pass after
+    /// pass it would read the same pages and stop. Said, not left silent.
     fn held_by_the_clock(&self, walked: Timestamp) -> Result<(), SyncError> {
         let (Some(now), Some(taken)) = (self.clock.now(), self.clock.taken()) else {
             return Ok(());
@@ -428,7 +434,8 @@ impl<'e> Pass<'e> {
 
     /// Ends the walk once it is past the user's `until` or the pass's horizon.
     fn stop_before(&self, walker: &PageWalker) -> Option<Stop> {
-        let position = walker.position();
+        // What the walk read, not what it proved: a page past the bound is read once.
+        let position = walker.reached();
         if self.plan.until.is_some_and(|until| position > until) {
             return Some(Stop::Finished);
         }

@@ -931,7 +931,12 @@ async fn pages_read_while_a_write_is_in_flight_are_written_together() {
     let mut truth = env.sim.truth(s[0]);
     truth.sort_by_key(|c| (c.updated_at, c.uid));
     let stamp = |i: usize| Some(truth[i].updated_at);
-    assert_eq!(writes, vec![(100, stamp(99)), (400, stamp(499))]);
+    // The first page's checkpoint is where it began (its end is proven by the next
+    // answer's count); the last page, not full, proves itself.
+    assert_eq!(
+        writes,
+        vec![(100, Some(Timestamp::EPOCH)), (400, stamp(499))]
+    );
     env.assert_matches_truth(&s);
     let stored =
         callsync::warehouse::sqlite::Warehouse::open(&env.warehouse_path(), Duration::from_secs(5))
