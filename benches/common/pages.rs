@@ -22,6 +22,8 @@ pub fn unhashed(
             content_hashes: Vec::new(),
             checkpoint: page.last().map(|c| c.updated_at),
             synced_at,
+            set_aside: Vec::new(),
+            run: None,
         })
         .collect()
 }

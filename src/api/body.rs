@@ -108,6 +108,29 @@ const DECODE_IN_PLACE_BYTES: usize = 4 << 20;
 /// Chunks of a body that may wait for the streaming decoder.
 const CHUNKS_AHEAD: usize = 8;
 
+/// A seed that may read a body again, more forgivingly, when a value in it did not fit its
+/// type: a list page then reads call by call, and a call that does not fit is set aside
+/// (`service::Misfit`) rather than failing the page. Only bodies read in place are read
+/// again (a page of calls is far smaller than `DECODE_IN_PLACE_BYTES`).
+pub(crate) trait Forgiving: Sized {
+    fn forgiving(&self) -> Option<Self>;
+}
+
+impl<T> Forgiving for std::marker::PhantomData<T> {
+    fn forgiving(&self) -> Option<Self> {
+        None
+    }
+}
+
+impl Forgiving for crate::service::BoundedPage {
+    fn forgiving(&self) -> Option<Self> {
+        (!self.lenient).then_some(crate::service::BoundedPage {
+            lenient: true,
+            ..*self
+        })
+    }
+}
+
 /// Decodes a successful body with `seed`: in place when it ends within
 /// `DECODE_IN_PLACE_BYTES`, as it arrives otherwise.
 pub(super) async fn decode<T, S>(
@@ -117,7 +140,7 @@ pub(super) async fn decode<T, S>(
     seed: S,
 ) -> Result<T, ApiError>
 where
-    S: for<'de> DeserializeSeed<'de, Value = T> + Send + 'static,
+    S: for<'de> DeserializeSeed<'de, Value = T> + Forgiving + Send + 'static,
     T: Send + 'static,
 {
     let Answer {
@@ -147,14 +170,29 @@ where
 /// readable is logged once, naming the objects (calls) it touched.
 fn decode_in_place<T, S>(name: &str, seed: S, body: &[u8]) -> serde_json::Result<T>
 where
-    S: for<'de> DeserializeSeed<'de, Value = T>,
+    S: for<'de> DeserializeSeed<'de, Value = T> + Forgiving,
 {
     let Some(repaired) = repair(body) else {
-        return decode_slice(seed, body);
+        return decode_forgiving(seed, body);
     };
-    let decoded = decode_slice(seed, &repaired.body)?;
+    let decoded = decode_forgiving(seed, &repaired.body)?;
     warn_repaired(name, &repaired);
     Ok(decoded)
+}
+
+/// `body` decoded with `seed`, or, when a value did not fit its type, with its forgiving
+/// form if it has one.
+fn decode_forgiving<T, S>(seed: S, body: &[u8]) -> serde_json::Result<T>
+where
+    S: for<'de> DeserializeSeed<'de, Value = T> + Forgiving,
+{
+    let again = seed.forgiving();
+    match (decode_slice(seed, body), again) {
+        (Err(error), Some(again)) if error.classify() == serde_json::error::Category::Data => {
+            decode_slice(again, body)
+        }
+        (decoded, _) => decoded,
+    }
 }
 
 fn warn_repaired(name: &str, repaired: &Repaired) {

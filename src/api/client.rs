@@ -18,9 +18,10 @@ use super::limiter::{Limiter, PassSlot};
 use super::observe::RequestObserver;
 use super::retry::{Counters, RetryPolicy};
 use crate::config::{ApiConfig, AuthConfig, DEFAULT_CONCURRENCY};
+use crate::service::BoundedPage;
 use crate::service::MAX_PAGE_SIZE;
 use crate::service::filter::ListFilter;
-use crate::service::models::{BoundedPage, CallPage, OutboundCall, SingleObject};
+use crate::service::models::{CallPage, OutboundCall, SingleObject};
 use crate::service::timestamp::Timestamp;
 
 /// One list request: the paging parameters and the configured filters.
@@ -128,6 +129,7 @@ impl ApiClient {
         // arrives (the walker checks the count again, distrusting any page).
         let bounded = BoundedPage {
             max_rows: page_size_sent(query) as usize,
+            lenient: false,
         };
         let answer = self.get_json_dated(url, &pairs, counters, bounded).await?;
         Ok(Listed {

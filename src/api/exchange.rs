@@ -50,7 +50,11 @@ impl ApiClient {
         seed: S,
     ) -> Result<Decoded<T>, ApiError>
     where
-        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        S: for<'de> DeserializeSeed<'de, Value = T>
+            + super::body::Forgiving
+            + Clone
+            + Send
+            + 'static,
         T: Send + 'static,
     {
         let request = Request {
@@ -84,7 +88,11 @@ impl ApiClient {
         seed: S,
     ) -> Result<Decoded<T>, ApiError>
     where
-        S: for<'de> DeserializeSeed<'de, Value = T> + Clone + Send + 'static,
+        S: for<'de> DeserializeSeed<'de, Value = T>
+            + super::body::Forgiving
+            + Clone
+            + Send
+            + 'static,
         T: Send + 'static,
     {
         let name = request.name();

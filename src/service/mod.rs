@@ -4,13 +4,16 @@
 //! `simulator` answers with it, `config` names filters in it; all of them point down here.
 
 pub mod filter;
+mod misfit;
 pub mod models;
 mod new_call;
+mod page;
 pub mod timestamp;
 
 pub use filter::ListFilter;
 pub use models::*;
 pub use new_call::{FieldProblem, PHONE_DIGITS, new_call_problems};
+pub use page::BoundedPage;
 pub use timestamp::{Timestamp, TimestampError};
 
 /// The service's maximum page size.

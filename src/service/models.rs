@@ -265,130 +265,32 @@ pub struct Notification {
     pub extra: Extra,
 }
 
-/// One page of `GET /schedules/{uid}/outbound_calls`. Read through [`BoundedPage`], so a
+/// One page of `GET /schedules/{uid}/outbound_calls`. Read through `BoundedPage` (`page.rs`), so a
 /// page can be refused at its first row beyond those asked for.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CallPage {
     pub data: Vec<OutboundCall>,
+    /// The calls of `data` that did not fit (a page read leniently, `page.rs`), in
+    /// page order; `data` holds the others.
+    #[serde(skip)]
+    pub misfits: Vec<Misfit>,
     pub pagination: Option<Pagination>,
     #[serde(flatten)]
     pub extra: Extra,
 }
 
-impl<'de> Deserialize<'de> for CallPage {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        serde::de::DeserializeSeed::deserialize(
-            BoundedPage {
-                max_rows: usize::MAX,
-            },
-            deserializer,
-        )
-    }
-}
-
-/// Reads a [`CallPage`] and fails as soon as its `data` holds a row beyond `max_rows`, before
-/// reading that row: a page larger than asked (a service ignoring `page_size`, or an endless
-/// body) is refused at row `max_rows + 1`, not once it has been read whole. The error says how
-/// many rows were asked for.
-#[derive(Debug, Clone, Copy)]
-pub struct BoundedPage {
-    pub max_rows: usize,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for BoundedPage {
-    type Value = CallPage;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<CallPage, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for BoundedPage {
-    type Value = CallPage;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a page of calls (an object with `data`)")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CallPage, A::Error> {
-        use serde::de::Error as _;
-        let mut data = None;
-        let mut pagination = None;
-        let mut extra = Extra::new();
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "data" if data.is_some() => return Err(A::Error::duplicate_field("data")),
-                "data" => data = Some(map.next_value_seed(BoundedRows(self.max_rows))?),
-                "pagination" if pagination.is_some() => {
-                    return Err(A::Error::duplicate_field("pagination"));
-                }
-                "pagination" => pagination = Some(map.next_value::<Option<Pagination>>()?),
-                _ => {
-                    extra.insert(key, map.next_value()?);
-                }
-            }
-        }
-        Ok(CallPage {
-            data: data.ok_or_else(|| A::Error::missing_field("data"))?,
-            pagination: pagination.flatten(),
-            extra,
-        })
-    }
-}
-
-/// The `data` array of a page, at most `.0` rows.
-struct BoundedRows(usize);
-
-impl<'de> serde::de::DeserializeSeed<'de> for BoundedRows {
-    type Value = Vec<OutboundCall>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(
-        self,
-        deserializer: D,
-    ) -> Result<Vec<OutboundCall>, D::Error> {
-        deserializer.deserialize_seq(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for BoundedRows {
-    type Value = Vec<OutboundCall>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an array of calls")
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let max_rows = self.0;
-        // The service's pages are small; a size hint is only a hint.
-        let mut rows = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(max_rows).min(1024));
-        while rows.len() < max_rows {
-            match seq.next_element()? {
-                Some(call) => rows.push(call),
-                None => return Ok(rows),
-            }
-        }
-        match seq.next_element_seed(RefusedRow(max_rows))? {
-            None => Ok(rows),
-            Some(never) => match never {},
-        }
-    }
-}
-
-/// A row beyond those asked for: refused before a byte of it is read.
-struct RefusedRow(usize);
-
-impl<'de> serde::de::DeserializeSeed<'de> for RefusedRow {
-    type Value = std::convert::Infallible;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, _: D) -> Result<Self::Value, D::Error> {
-        Err(serde::de::Error::custom(format!(
-            "more than the {} rows asked for (page_size)",
-            self.0
-        )))
-    }
+/// A listed call that does not fit the spec's types but whose uid and `updated_at` read
+/// well (`misfit.rs`): set aside rather than written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Misfit {
+    /// Its place in the page's `data`.
+    pub index: usize,
+    pub uid: Uuid,
+    pub updated_at: Timestamp,
+    /// What did not fit, as the decoder said it.
+    pub reason: String,
+    /// The call as the service listed it (JSON text).
+    pub raw: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

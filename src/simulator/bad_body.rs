@@ -20,8 +20,6 @@ const INVALID_BYTE_MARK: &str = "~~invalid-utf8~~";
 pub enum BadBody {
     /// `200` with a body that is not JSON.
     InvalidJson,
-    /// `200` with a call whose `attempts_remaining` is a string.
-    WrongTypes,
     /// `200` with a call lacking `updated_at`.
     MissingRequiredField,
     /// `200` with an HTML error page (a misconfigured proxy).
@@ -50,9 +48,6 @@ impl BadBody {
     pub(super) fn respond(self) -> Response {
         match self {
             BadBody::InvalidJson => json("{\"data\": [{\"uid\": "),
-            BadBody::WrongTypes => json(
-                r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","attempts_remaining":"four","created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#,
-            ),
             BadBody::MissingRequiredField => json(
                 r#"{"data":[{"uid":"6f1c1d9e-3a43-4c0b-9f39-0d3c5a3f2b11","status":"pending","created_at":"2026-01-01T00:00:00Z"}],"pagination":null}"#,
             ),

@@ -5,6 +5,7 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+use uuid::Uuid;
 
 use crate::service::{CallPage, Timestamp};
 
@@ -15,6 +16,14 @@ pub enum Lie {
     /// itself, later than every honest call yet not from the future) and listed last, where
     /// that stamp sorts: a stamp ahead of the order.
     StampAhead { secs: i64 },
+    /// The call carries this uid: a call of another schedule listed in its place.
+    ForeignUid(Uuid),
+    /// The page's second call carries the first's uid: one uid twice in a page, the call
+    /// it was hidden.
+    UidTwice,
+    /// The call's `field` holds this JSON value instead (`"yes"` for a boolean, `2.5` for an
+    /// integer, a timestamp that does not parse, `null` for a value it needs…).
+    Mistyped { field: String, value: Value },
 }
 
 impl Lie {
@@ -51,6 +60,13 @@ impl Lie {
                 call["updated_at"] = Value::String(stamp.to_rfc3339());
                 calls.push(call);
             }
+            Lie::ForeignUid(uid) => calls[0]["uid"] = Value::String(uid.to_string()),
+            Lie::UidTwice => {
+                if calls.len() > 1 {
+                    calls[1]["uid"] = calls[0]["uid"].clone();
+                }
+            }
+            Lie::Mistyped { field, value } => calls[0][field.as_str()] = value.clone(),
         }
     }
 }

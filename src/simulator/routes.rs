@@ -279,6 +279,7 @@ async fn list_calls(
     let pagination = pagination(&shared, schedule, &params, total);
     let page = CallPage {
         data,
+        misfits: Vec::new(),
         pagination: Some(pagination),
         extra: Default::default(),
     };

@@ -27,7 +27,8 @@
 //!    measurements.
 //! 6. **Distrust** (this file, `validate`). A page larger than asked, out of `updated_at`
 //!    order, or holding rows before the cursor is a protocol error, as is a page number the
-//!    service ignores.
+//!    service ignores. A uid twice in one answer means a call hidden in its place: the
+//!    checkpoint is held at the earlier listing for the rest of the walk.
 //! 7. **No instant passed unread** (this file, `page.rs`). A row stamped at or after the
 //!    answer's clock (`PageFacts::future`) is stored but is no position: the walk reads on
 //!    from the last row before it, and the in-time data ends on that page. A move of the
@@ -339,6 +340,9 @@ impl PageWalker {
     pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
         if let Some(request) = self.next_request() {
             validate(&request, rows)?; // (6)
+            if let Some(earlier) = page::listed_twice(rows) {
+                self.hold_at(earlier); // (6)
+            }
             self.keep_promise(&request, facts)?; // (7)
             let listed_full = rows.len() == request.page_size as usize;
             // (7) Rows from the future come last (the page is in order): the in-time data

@@ -16,6 +16,7 @@ mod checkpoint_rule;
 pub mod cursor;
 mod details;
 mod error;
+mod misfits;
 mod pass;
 mod recent;
 mod service_clock;

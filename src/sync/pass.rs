@@ -34,6 +34,7 @@ use super::checkpoint_rule::CheckpointRule;
 use super::cursor::{HeldGroup, PageFacts, PageRequest, PageWalker, Purpose, RowKey, WalkLimits};
 use super::details::{DetailPlan, Details, Fetched, needs_detail};
 use super::error::SyncError;
+use super::misfits;
 use super::service_clock::{Reading, ServiceClock};
 use super::walk_writes::Writes;
 use super::{Engine, PassPlan, PassProgress, PassReport, PassResult, Skip};
@@ -41,7 +42,7 @@ use crate::api::{ApiClient, ApiError, Counters, ListQuery, Listed};
 use crate::service::filter::ListFilter;
 use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::{Claim, PageBatch};
-use crate::warehouse::{RunId, RunOutcome, RunRecord, RunStats};
+use crate::warehouse::{RunId, RunOutcome, RunRecord, RunStats, SetAside};
 
 /// Why the page loop stopped, when no failure stopped it (a failure is the page step's
 /// error). Not the pass's end: that is the [`PassResult`] decided from it once the last
@@ -326,6 +327,10 @@ impl<'e> Pass<'e> {
         // always waited for (its failure reported, unless the walk failed first).
         let settled = walk.writes.finish(!self.cancel.is_cancelled()).await;
         self.tally.calls_written = walk.writes.calls_written;
+        // Where a conflict held the checkpoint (`warehouse/set_aside.rs`), the next pass starts.
+        if let Some(held) = walk.writes.hold_at() {
+            self.position = self.position.map(|p| p.min(held));
+        }
         let stop = stopped?;
         settled?;
         let walked = match stop {
@@ -404,7 +409,8 @@ impl<'e> Pass<'e> {
         // the cursor) that leaves the checkpoint where the last page put it would be an
         // empty transaction: it is not written, and the walk goes on while the page before
         // it commits, instead of waiting for that write to hand over nothing.
-        if calls.is_empty() && walk.submitted == Some(checkpoint) {
+        let set_aside = accepted.set_aside;
+        if calls.is_empty() && set_aside.is_empty() && walk.submitted == Some(checkpoint) {
             return self.page_done();
         }
         let batch = PageBatch {
@@ -413,6 +419,8 @@ impl<'e> Pass<'e> {
             content_hashes,
             checkpoint,
             synced_at: Timestamp::now(),
+            set_aside,
+            run: self.run.map(RunId::get),
         };
         walk.submitted = Some(checkpoint);
         tokio::select! {
@@ -465,11 +473,22 @@ impl<'e> Pass<'e> {
         let reading = self.clock.observe(served_at, Timestamp::now(), &stamps);
         let service_now = reading.now;
         let total_count = page.pagination.as_ref().map(|p| p.total_count);
-        let keys: Vec<RowKey> = page.data.iter().map(row_key).collect();
+        let keys: Vec<RowKey> = misfits::listed_keys(&page);
         // A quiet check's row (if any) is not the walk's yet: the walk reads it in its turn.
-        let data = match request.purpose {
-            Purpose::Walk => page.data,
-            Purpose::QuietCheck => Vec::new(),
+        let (data, set_aside) = match request.purpose {
+            Purpose::Walk => {
+                misfits::warn_repeated(&keys, self.schedule);
+                let run = self.run.map(RunId::get);
+                // A misfit of a call this pass wrote as it fits, as stamped or later (the row
+                // at the cursor listed again), adds nothing.
+                let recent = walk.details.recent();
+                let misfits = (page.misfits.into_iter())
+                    .filter(|m| !recent.handed_over_since(m.uid, m.updated_at))
+                    .collect();
+                drop(recent);
+                (page.data, misfits::set_aside(misfits, self.schedule, run))
+            }
+            Purpose::QuietCheck => (Vec::new(), Vec::new()),
         };
         if let Some(total_count) = total_count.filter(|_| request.purpose == Purpose::Walk) {
             // What was read before this request, plus what the service says is left from
@@ -478,7 +497,7 @@ impl<'e> Pass<'e> {
             self.tally.total = Some(self.tally.calls_seen + total_count.saturating_sub(before));
         }
         self.tally.pages += 1;
-        self.tally.calls_seen += data.len() as u64;
+        self.tally.calls_seen += (data.len() + set_aside.len()) as u64;
         self.note_future_rows(&data, reading);
         // The walk's quiet runs count on the service's clock: a `Date` not trusted is none.
         let facts = PageFacts {
@@ -502,6 +521,7 @@ impl<'e> Pass<'e> {
             content_hashes,
             checkpoint: accepted.checkpoint,
             service_now,
+            set_aside,
         })
     }
 
@@ -671,6 +691,8 @@ struct AcceptedPage {
     /// at the service's clock).
     checkpoint: Timestamp,
     service_now: Timestamp,
+    /// The page's calls that did not fit, to be set aside with it.
+    set_aside: Vec<SetAside>,
 }
 
 fn list_query<'f>(filter: &'f ListFilter, request: &PageRequest) -> ListQuery<'f> {
@@ -679,12 +701,5 @@ fn list_query<'f>(filter: &'f ListFilter, request: &PageRequest) -> ListQuery<'f
         page: request.page,
         page_size: request.page_size,
         filter,
-    }
-}
-
-fn row_key(call: &OutboundCall) -> RowKey {
-    RowKey {
-        uid: call.uid,
-        updated_at: call.updated_at,
     }
 }

@@ -23,6 +23,14 @@ impl RecentRows {
             && self.holds(call.uid, call.updated_at, call.content_hash())
     }
 
+    /// Whether the call `uid` was handed on stamped `at` or later: a listing of it at `at`
+    /// that does not fit adds nothing to what the pass wrote.
+    pub(super) fn handed_over_since(&self, uid: Uuid, at: Timestamp) -> bool {
+        self.rows
+            .get(&uid)
+            .is_some_and(|(stamped, _)| *stamped >= at)
+    }
+
     /// Whether the call `uid` was handed on as stamped `at` with content `hash`.
     fn holds(&self, uid: Uuid, at: Timestamp, hash: u64) -> bool {
         self.rows.get(&uid) == Some(&(at, hash))

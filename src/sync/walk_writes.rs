@@ -28,6 +28,7 @@ use uuid::Uuid;
 use super::error::SyncError;
 use super::writer::Pending;
 use super::{Engine, PassProgress};
+use crate::service::Timestamp;
 use crate::warehouse::{PageBatch, PageWrite, QuietRead};
 
 /// The calls waiting behind a walk's write in flight from which the walk waits for it (the
@@ -55,6 +56,9 @@ pub(super) struct Writes<'e> {
     quiet: bool,
     /// Calls the committed writes wrote.
     pub(super) calls_written: u64,
+    /// The instant a committed write's conflicts hold the checkpoint at: no later batch of
+    /// the walk moves it past (`warehouse/set_aside.rs`).
+    hold_at: Option<Timestamp>,
 }
 
 impl<'e> Writes<'e> {
@@ -72,6 +76,7 @@ impl<'e> Writes<'e> {
             waiting: None,
             quiet,
             calls_written: 0,
+            hold_at: None,
         }
     }
 
@@ -112,10 +117,16 @@ impl<'e> Writes<'e> {
         self.committed().await
     }
 
+    /// The instant committed writes' conflicts hold the checkpoint at, if any.
+    pub(super) fn hold_at(&self) -> Option<Timestamp> {
+        self.hold_at
+    }
+
     /// Waits for the write in flight to commit, then hands the pages waiting over.
     async fn hand_over(&mut self) -> Result<(), SyncError> {
         self.committed().await?;
-        if let Some(batch) = self.waiting.take() {
+        if let Some(mut batch) = self.waiting.take() {
+            batch.checkpoint = crate::warehouse::held(batch.checkpoint, self.hold_at);
             self.in_flight = Some(self.submit(batch));
         }
         Ok(())
@@ -158,6 +169,9 @@ impl<'e> Writes<'e> {
             },
         };
         self.calls_written += written.calls_written;
+        if let Some(at) = written.hold_at {
+            self.hold_at = Some(self.hold_at.map_or(at, |held| held.min(at)));
+        }
         self.progress.committed(self.schedule);
         Ok(())
     }

@@ -30,6 +30,7 @@ use uuid::Uuid;
 use super::capabilities::{BackupReport, Contents, RestoreReport, UploadLedger};
 use super::error::{Capability, WarehouseError};
 use super::records::{Checkpoint, ProcessIdentity, RunId, RunKind, RunRecord};
+use super::set_aside::SetAside;
 use super::status::{Overview, ScheduleStatus};
 use super::write_plan::PageWrite;
 use crate::service::{Campaign, OutboundCall, Schedule, Timestamp};
@@ -45,6 +46,10 @@ pub struct PageBatch {
     pub content_hashes: Vec<u64>,
     pub checkpoint: Option<Timestamp>,
     pub synced_at: Timestamp,
+    /// The page's calls that did not fit, set aside in the page's transaction.
+    pub set_aside: Vec<SetAside>,
+    /// The pass (`sync_runs.id`) that read the page, if recorded.
+    pub run: Option<i64>,
 }
 
 impl PageBatch {
@@ -57,6 +62,7 @@ impl PageBatch {
         self.content_hashes.extend(later.content_hashes);
         self.checkpoint = self.checkpoint.max(later.checkpoint);
         self.synced_at = later.synced_at;
+        self.set_aside.extend(later.set_aside);
     }
 }
 

@@ -88,6 +88,8 @@ impl Destination for DryRun {
         Ok(PageWrite {
             calls_written: changed,
             calls_unchanged: page.calls.len() as u64 - changed,
+            set_aside: page.set_aside.len() as u64,
+            hold_at: None,
         })
     }
 

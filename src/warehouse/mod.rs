@@ -22,6 +22,7 @@ mod open;
 pub mod postgres;
 mod records;
 mod rows;
+mod set_aside;
 pub mod sqlite;
 mod status;
 mod write_plan;
@@ -39,6 +40,7 @@ pub use records::{
     RunStats, Stored, StoredName,
 };
 pub use rows::e164;
+pub use set_aside::{SetAside, SetAsideKind, held};
 pub use status::{
     BackingOff, FALLING_BEHIND_PASSES, LATE_PASS_TICKS, Overview, PassFigures, RunSummary,
     STALE_TICKS, ScheduleStatus, TICKS_COUNTED,

@@ -24,6 +24,11 @@ use crate::service::OutboundCall;
 pub struct PageWrite {
     pub calls_written: u64,
     pub calls_unchanged: u64,
+    /// Calls set aside (`set_aside_calls`): misfits and conflicts.
+    pub set_aside: u64,
+    /// The instant the page's conflicts hold its schedule's checkpoint at: later pages of the
+    /// pass may not move it past (`set_aside.rs`).
+    pub hold_at: Option<crate::service::Timestamp>,
 }
 
 /// What decides whether a stored call is rewritten: its content and its schedule.
@@ -45,11 +50,23 @@ pub struct CallWrite {
     pub round: usize,
 }
 
-/// The page's write: its counts, and the calls written, in page order.
+/// A call of the page whose uid a call of another schedule has: not written (a call never
+/// moves between schedules), set aside (`set_aside.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conflict {
+    /// Its index in the page.
+    pub index: usize,
+    /// The schedule the stored call belongs to.
+    pub stored: Uuid,
+}
+
+/// The page's write: its counts, the calls written, in page order, and the calls that
+/// conflict with another schedule's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WritePlan {
     pub counts: PageWrite,
     pub calls: Vec<CallWrite>,
+    pub conflicts: Vec<Conflict>,
 }
 
 impl WritePlan {
@@ -76,6 +93,7 @@ pub fn plan(
 ) -> WritePlan {
     let mut counts = PageWrite::default();
     let mut calls: Vec<CallWrite> = Vec::new();
+    let mut conflicts: Vec<Conflict> = Vec::new();
     let mut times: HashMap<Uuid, usize> = HashMap::new();
     for (index, (call, row)) in page.iter().zip(call_rows).enumerate() {
         let fingerprint = Fingerprint {
@@ -83,6 +101,19 @@ pub fn plan(
             schedule,
         };
         let before = stored.get(&call.uid);
+        // A stored schedule uid that did not parse (nil; no callsync writes one) is no
+        // schedule's: the call is rewritten.
+        if let Some(other) = before
+            .map(|b| b.schedule)
+            .filter(|s| *s != schedule && !s.is_nil())
+        {
+            conflicts.push(Conflict {
+                index,
+                stored: other,
+            });
+            counts.set_aside += 1;
+            continue;
+        }
         if before == Some(&fingerprint) {
             counts.calls_unchanged += 1;
             continue;
@@ -97,7 +128,11 @@ pub fn plan(
         stored.insert(call.uid, fingerprint);
         counts.calls_written += 1;
     }
-    WritePlan { counts, calls }
+    WritePlan {
+        counts,
+        calls,
+        conflicts,
+    }
 }
 
 /// How a written call's children are written.

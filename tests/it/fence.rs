@@ -39,6 +39,8 @@ fn write(
         content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
         checkpoint: calls.iter().map(|c| c.updated_at).max(),
         synced_at: Timestamp::now(),
+        set_aside: Vec::new(),
+        run: None,
     })
 }
 

@@ -88,6 +88,8 @@ mod cli;
 mod hostile;
 // A service that lies about one call a page: stamps ahead of the order or the clock.
 mod lies;
+// Calls set aside: a field that does not fit, a uid under two schedules, a uid twice.
+mod set_aside;
 // callsync check: credentials, schedules and warehouse, one line each, before the daemon starts.
 mod check;
 // The simulator, probed over HTTP rule by rule.

@@ -1290,6 +1290,8 @@ async fn a_group_of_pages_refused_whole_is_written_page_by_page() {
             calls: calls.to_vec(),
             checkpoint: Some(at("2026-01-01T00:10:00Z")),
             synced_at: at("2026-01-01T01:00:00Z"),
+            set_aside: Vec::new(),
+            run: None,
         };
         // How many calls, and transactions that wrote them, by schedule.
         let stored = |db: &pg::Database| {
@@ -1436,6 +1438,8 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
                 content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
                 checkpoint: Some(at(checkpoint)),
                 synced_at: Timestamp::now(),
+                set_aside: Vec::new(),
+                run: None,
             })
         };
         let (first, later) = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z");
@@ -1456,7 +1460,8 @@ async fn an_unchanged_page_is_read_not_written_and_any_other_is_written_under_th
             unchanged,
             PageWrite {
                 calls_written: 0,
-                calls_unchanged: 20
+                calls_unchanged: 20,
+                ..PageWrite::default()
             }
         );
         let moved = write(&mut w, &calls, later);

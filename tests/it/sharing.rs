@@ -1018,6 +1018,8 @@ async fn quiet_pages_write_what_changed(dest: crate::harness::Dest) {
             calls,
             checkpoint: Some(checkpoint),
             synced_at: at("2026-01-01T01:00:00Z"),
+            set_aside: Vec::new(),
+            run: None,
         };
         let open = |w: &mut Box<dyn callsync::warehouse::Destination>, schedule| {
             let started = at("2026-01-01T01:00:00Z");
@@ -1118,6 +1120,8 @@ async fn pages_written_as_alone(dest: crate::harness::Dest) {
             calls,
             checkpoint: Some(at(checkpoint)),
             synced_at: at("2026-01-01T01:00:00Z"),
+            set_aside: Vec::new(),
+            run: None,
         };
         let _claims: Vec<_> = (s.iter())
             .map(|schedule| w.claim(*schedule).unwrap().expect("free"))

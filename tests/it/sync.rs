@@ -409,7 +409,6 @@ async fn a_detail_older_than_its_list_item_fails_the_pass_and_the_next_writes_th
 async fn a_bad_response_fails_its_schedule_only_and_writes_nothing_partial() {
     for bad in [
         BadBody::InvalidJson,
-        BadBody::WrongTypes,
         BadBody::MissingRequiredField,
         BadBody::HtmlErrorPage,
     ] {

@@ -23,6 +23,18 @@ pub struct PageFacts {
     pub future: Option<Timestamp>,
 }
 
+/// The earliest instant at which the answer lists a call that it lists again.
+pub(super) fn listed_twice(rows: &[RowKey]) -> Option<Timestamp> {
+    let mut seen = std::collections::HashMap::with_capacity(rows.len());
+    let mut earliest: Option<Timestamp> = None;
+    for row in rows {
+        if let Some(first) = seen.insert(row.uid, row.updated_at) {
+            earliest = Some(earliest.map_or(first, |at| at.min(first)));
+        }
+    }
+    earliest
+}
+
 pub(super) fn uids(rows: &[RowKey]) -> Vec<Uuid> {
     rows.iter().map(|r| r.uid).collect()
 }

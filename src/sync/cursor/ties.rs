@@ -274,7 +274,7 @@ impl PageWalker {
     }
 
     /// The checkpoint may not pass `at` for the rest of the walk.
-    fn hold_at(&mut self, at: Timestamp) {
+    pub(super) fn hold_at(&mut self, at: Timestamp) {
         self.held = Some(self.held.map_or(at, |held| held.min(at)));
     }
 

@@ -215,9 +215,13 @@ impl Destination for PgWarehouse {
         &mut self,
         pages: Vec<PageBatch>,
     ) -> Vec<Result<QuietRead, WarehouseError>> {
+        // A page with calls to set aside has rows to write: not quiet.
         let opened: Vec<Option<Timestamp>> = pages
             .iter()
-            .map(|p| self.quiet_expected(p.schedule))
+            .map(|p| {
+                self.quiet_expected(p.schedule)
+                    .filter(|_| p.set_aside.is_empty())
+            })
             .collect();
         let uids: Vec<Uuid> = (pages.iter().zip(&opened))
             .filter(|(_, opened)| opened.is_some())

@@ -20,6 +20,7 @@
 mod columns;
 mod group;
 pub(super) mod quiet;
+mod set_aside;
 
 use tokio_postgres::error::SqlState;
 use uuid::Uuid;
@@ -34,7 +35,9 @@ use crate::service::{OutboundCall, Timestamp};
 use crate::warehouse::destination::PageBatch;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::rows::CallRow;
+use crate::warehouse::set_aside::SetAside;
 use crate::warehouse::write_plan::{PageWrite, rows_of};
+use set_aside::AsideWrites;
 
 /// Deletes the attempts of the mirrored calls `$1` (uids) the service no longer shows (`$2`,
 /// `$3`: the attempts kept, by call uid and uid), with their outcomes and variables.
@@ -99,6 +102,9 @@ struct Page<'a> {
     call_rows: &'a [CallRow<'a>],
     checkpoint: Option<Timestamp>,
     synced_at: String,
+    /// The page's misfits, and its pass (for the conflicts found writing it).
+    set_aside: &'a [SetAside],
+    run: Option<i64>,
 }
 
 /// Whether a page of new calls only may be inserted (`RoundRows::write`).
@@ -128,11 +134,17 @@ impl PgWarehouse {
             ref content_hashes,
             checkpoint,
             synced_at,
+            ref set_aside,
+            run,
         } = *page;
         self.reconnect_if_closed()?;
         let generation = self.locks.fence(schedule)?;
         let schedule_uid = schedule.to_string();
         let call_rows = rows_of(&schedule_uid, calls, content_hashes);
+        if !set_aside.is_empty() {
+            // Rows to write: not a quiet page.
+            self.expect_quiet(schedule, None);
+        }
         if let Some(opened_at) = self.quiet_expected(schedule)
             && let Some(unchanged) =
                 self.replanning(|| {
@@ -151,6 +163,8 @@ impl PgWarehouse {
             call_rows: &call_rows,
             checkpoint,
             synced_at: synced_at.to_warehouse_text(),
+            set_aside,
+            run,
         };
         // A refused statement aborts the transaction, which is rolled back (or, refused with
         // the commit, rolled back by it) before the page is asked again.
@@ -184,6 +198,7 @@ impl PgWarehouse {
         &self,
         rounds: &[RoundRows],
         checkpoints: &[(Uuid, Timestamp)],
+        aside: &AsideWrites,
     ) -> Result<bool, WarehouseError> {
         let schedules: Vec<Uuid> = checkpoints.iter().map(|(schedule, _)| *schedule).collect();
         let cursors: Vec<time::OffsetDateTime> = checkpoints
@@ -196,6 +211,7 @@ impl PgWarehouse {
             for round in rounds {
                 self.push_round(&mut pipeline, round)?;
             }
+            aside.push(self, &mut pipeline)?;
             if !checkpoints.is_empty() {
                 let step = "saving a checkpoint";
                 let statement = self.statement(ADVANCE_CHECKPOINTS, step)?;

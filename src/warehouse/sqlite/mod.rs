@@ -26,6 +26,7 @@ mod queries;
 mod resources;
 mod runs;
 mod schema;
+mod set_aside;
 mod snapshot;
 mod timezone;
 mod upsert;

@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn embedded_migrations_are_valid() {
         MIGRATIONS.validate().unwrap();
-        assert_eq!(latest_version(), 12);
+        assert_eq!(latest_version(), 13);
     }
 
     /// A file migrated under the rollback journal is back in WAL mode, and its `main` database

@@ -18,9 +18,11 @@ use super::children::{
 };
 use super::error::{SqlContext, WarehouseError};
 use super::handle::Warehouse;
+use super::set_aside as set_aside_rows;
 use crate::service::OutboundCall;
 use crate::warehouse::destination::PageBatch;
 use crate::warehouse::rows::{self, CallRow, Summary};
+use crate::warehouse::set_aside;
 use crate::warehouse::write_plan::{ChildRule, Fingerprint, PageWrite, plan, rows_of};
 
 impl Warehouse {
@@ -41,6 +43,8 @@ impl Warehouse {
             content_hashes: calls.iter().map(OutboundCall::content_hash).collect(),
             checkpoint,
             synced_at,
+            set_aside: Vec::new(),
+            run: None,
         };
         self.write_hashed_page(&page)
     }
@@ -55,6 +59,8 @@ impl Warehouse {
             ref content_hashes,
             checkpoint,
             synced_at,
+            ref set_aside,
+            ..
         } = *page;
         let path = self.path.as_path();
         let tx = self
@@ -71,11 +77,22 @@ impl Warehouse {
             let (call, row) = (&calls[write.index], &call_rows[write.index]);
             write_call(&tx, path, call, row, write.was_stored, &synced_at)?;
         }
+        let conflicts = set_aside::conflicts(schedule, calls, page.run, &plan);
+        let checkpoint = set_aside::held(checkpoint, conflicts.hold_at);
+        let fitting = set_aside::fitting(calls, &plan);
+        let cursor = checkpoint.map(|c| c.to_warehouse_text());
+        set_aside_rows::take_out(&tx, path, &schedule_uid, &fitting, cursor.as_deref())?;
+        set_aside_rows::write(&tx, path, &schedule_uid, set_aside, &synced_at)?;
+        set_aside_rows::write(&tx, path, &schedule_uid, &conflicts.rows, &synced_at)?;
         if let Some(cursor) = checkpoint {
             super::runs::advance_checkpoint(&tx, path, schedule, cursor)?;
         }
         tx.commit().sql(path, "committing a page")?;
-        Ok(plan.counts)
+        Ok(PageWrite {
+            set_aside: plan.counts.set_aside + set_aside.len() as u64,
+            hold_at: conflicts.hold_at,
+            ..plan.counts
+        })
     }
 }
 

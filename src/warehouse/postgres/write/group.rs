@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use super::columns::{Reserved, RoundRows, ids_wanted, round_rows};
 use super::quiet::{READ_FINGERPRINTS, stored_among, stored_fingerprints};
+use super::set_aside::AsideWrites;
 use super::{Inserts, Page, PagesEnd};
 use crate::service::Timestamp;
 use crate::warehouse::destination::PageBatch;
@@ -25,6 +26,7 @@ use crate::warehouse::postgres::claim::READ_FENCES;
 use crate::warehouse::postgres::pipeline::Pipeline;
 use crate::warehouse::postgres::session::{PgContext, RowColumn, wait};
 use crate::warehouse::rows::CallRow;
+use crate::warehouse::set_aside::{self, SetAside};
 use crate::warehouse::write_plan::{Fingerprint, PageWrite, plan, rows_of};
 
 /// Reserves `$1` ids of calls and `$2` of attempts, each list in the order its sequence gave
@@ -82,6 +84,8 @@ impl PgWarehouse {
                 call_rows,
                 checkpoint: page.checkpoint,
                 synced_at: page.synced_at.to_warehouse_text(),
+                set_aside: &page.set_aside,
+                run: page.run,
             })
             .collect();
         self.replanning(|| match self.write_group(&group, Inserts::Allowed)? {
@@ -104,6 +108,8 @@ impl PgWarehouse {
         };
         let mut counts = Vec::with_capacity(pages.len());
         let mut rounds: Vec<Vec<RoundRows>> = Vec::new();
+        let mut aside = AsideWrites::new();
+        let mut checkpoints: Vec<(Uuid, Timestamp)> = Vec::with_capacity(pages.len());
         for page in pages {
             let plan = plan(
                 page.calls,
@@ -111,6 +117,17 @@ impl PgWarehouse {
                 stored_among(&stored, page.calls),
                 page.schedule,
             );
+            let conflicts = set_aside::conflicts(page.schedule, page.calls, page.run, &plan);
+            let rows: Vec<&SetAside> = page.set_aside.iter().chain(&conflicts.rows).collect();
+            let checkpoint = set_aside::held(page.checkpoint, conflicts.hold_at);
+            aside.add(
+                (page.schedule, checkpoint),
+                set_aside::fitting(page.calls, &plan),
+                &rows,
+            );
+            if let Some(cursor) = checkpoint {
+                checkpoints.push((page.schedule, cursor));
+            }
             let own = (reserved.as_mut()).map(|r| r.take_front(ids_wanted(page.calls)));
             for (i, round) in plan.rounds().iter().enumerate() {
                 // Only a page's first round can be new calls only: a call's second write in
@@ -122,15 +139,16 @@ impl PgWarehouse {
                     None => rounds.push(vec![rows]),
                 }
             }
-            counts.push(plan.counts);
+            counts.push(PageWrite {
+                set_aside: plan.counts.set_aside + page.set_aside.len() as u64,
+                hold_at: conflicts.hold_at,
+                ..plan.counts
+            });
         }
         let rounds: Vec<RoundRows> = (rounds.into_iter())
             .filter_map(|pages| pages.into_iter().reduce(RoundRows::merge))
             .collect();
-        let checkpoints: Vec<(Uuid, Timestamp)> = (pages.iter())
-            .filter_map(|page| Some((page.schedule, page.checkpoint?)))
-            .collect();
-        let committed = self.write_and_commit(&rounds, &checkpoints)?;
+        let committed = self.write_and_commit(&rounds, &checkpoints, &aside)?;
         Ok(if committed {
             PagesEnd::Written(counts)
         } else {

@@ -68,7 +68,7 @@ impl PgWarehouse {
         let plan = plan(calls, call_rows, stored, schedule);
         // `ADVANCE_CHECKPOINT` moves it only forward, compared to the microsecond.
         let stays = checkpoint.is_none_or(|c| micros(opened_at) >= micros(c));
-        if plan.calls.is_empty() && stays {
+        if plan.calls.is_empty() && plan.conflicts.is_empty() && stays {
             return Some(plan.counts);
         }
         self.expect_quiet(schedule, None);

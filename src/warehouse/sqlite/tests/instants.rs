@@ -116,10 +116,10 @@ fn a_version_6_warehouse_gets_utc_instants_typed_timestamp_and_null_phonetics() 
     assert_eq!((report.from, report.to), (6, schema::latest_version()));
     let w = Warehouse::open_read_only(&path).unwrap();
 
-    // Every time column of every table is declared TIMESTAMPTZ (schema 11; local_days.switch_at since 12) and holds the new
-    // form.
+    // Every time column of every table is declared TIMESTAMPTZ (schema 11; local_days.switch_at
+    // since 12; set_aside_calls.updated_at since 13) and holds the new form.
     let columns = time_columns(&w.conn);
-    assert_eq!(columns.len(), 35, "{columns:?}");
+    assert_eq!(columns.len(), 36, "{columns:?}");
     for (table, column, declared) in &columns {
         assert_eq!(declared, "TIMESTAMPTZ", "{table}.{column}");
         let values: Vec<Option<String>> = w
