@@ -188,8 +188,9 @@ where
 {
     let again = seed.forgiving();
     match (decode_slice(seed, body), again) {
+        // Read again forgivingly; what failed it then is said as first found.
         (Err(error), Some(again)) if error.classify() == serde_json::error::Category::Data => {
-            decode_slice(again, body)
+            decode_slice(again, body).map_err(|_| error)
         }
         (decoded, _) => decoded,
     }

@@ -399,6 +399,7 @@ pub(super) fn not_started(schedule: Uuid, kind: RunKind) -> PassReport {
         run: None,
         unstable_tie_order: false,
         held_groups: Vec::new(),
+        set_aside: None,
     }
 }
 

@@ -125,6 +125,31 @@ async fn metrics_page(
     }
 }
 
+/// What `/healthz` says without counting it against the daemon: a tie group held by fewer
+/// passes than [`FALLING_BEHIND_PASSES`] (the next pass may prove it), and calls set aside
+/// (kept, not lost, and blocking nothing).
+fn said_not_counted(
+    out: &mut String,
+    metrics: &Metrics,
+    holding: &[(Uuid, i64, crate::sync::HeldGroup)],
+) {
+    for (schedule, passes, group) in holding.iter().filter(|h| h.1 < FALLING_BEHIND_PASSES) {
+        let _ = writeln!(
+            out,
+            "holding a tie group for {passes} pass(es): {}: {}",
+            metrics.display(*schedule),
+            held_group_text(group)
+        );
+    }
+    for (schedule, calls) in metrics.setting_aside() {
+        let _ = writeln!(
+            out,
+            "calls set aside: {}: {calls} listed calls did not fit or conflict with another schedule's (set_aside_calls)",
+            metrics.display(schedule)
+        );
+    }
+}
+
 async fn healthz(State(health): State<EndpointState>) -> (StatusCode, String) {
     if let Err(lost) = health.warehouse.check() {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("{lost}\n"));
@@ -194,15 +219,7 @@ async fn healthz(State(health): State<EndpointState>) -> (StatusCode, String) {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    // A group held by fewer passes than that is said, not counted (the next pass may prove it).
-    for (schedule, passes, group) in holding.iter().filter(|h| h.1 < FALLING_BEHIND_PASSES) {
-        let _ = writeln!(
-            problems,
-            "holding a tie group for {passes} pass(es): {}: {}",
-            metrics.display(*schedule),
-            held_group_text(group)
-        );
-    }
+    said_not_counted(&mut problems, metrics, &holding);
     // What the daemon chose to do is said, never counted against it.
     for (schedule, busy) in &busy {
         let doing = if busy.running {
@@ -324,6 +341,48 @@ mod tests {
             healthz(State(health)).await,
             (StatusCode::OK, "ok\n".to_owned())
         );
+    }
+
+    /// Calls set aside are said in `/healthz` (never a failure: they are kept, and block
+    /// nothing) and counted in `/metrics`, as the latest pass that counted them saw; a count
+    /// of 0 clears the line, a pass that counted nothing (an idle one) leaves both alone.
+    #[tokio::test]
+    async fn calls_set_aside_are_said_and_counted_never_a_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
+        let schedule = Uuid::from_u128(7);
+        let metrics = Metrics::new(
+            vec![schedule],
+            Names::new(),
+            &["incremental"],
+            &ProcessIdentity::this_process(None),
+        );
+        let counted = |n| {
+            let mut r = report(schedule, PassResult::Completed);
+            r.set_aside = n;
+            r
+        };
+        let health = health_of(metrics, &warehouse);
+        health.metrics.record(&counted(Some(3)));
+        health.metrics.record(&counted(None));
+        let (status, body) = healthz(State(health.clone())).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (
+                StatusCode::OK,
+                format!("ok\ncalls set aside: {schedule}: 3 listed calls did not fit or conflict with another schedule's (set_aside_calls)\n").as_str()
+            )
+        );
+        let series = format!("callsync_set_aside_calls{{schedule=\"{schedule}\"}}");
+        let rendered = health.metrics.render(dir.path());
+        assert!(rendered.contains(&format!("{series} 3")), "{rendered}");
+        health.metrics.record(&counted(Some(0)));
+        assert_eq!(
+            healthz(State(health.clone())).await,
+            (StatusCode::OK, "ok\n".to_owned())
+        );
+        let rendered = health.metrics.render(dir.path());
+        assert!(rendered.contains(&format!("{series} 0")), "{rendered}");
     }
 
     /// A schedule whose passes hold a tie group: said from the first, a problem once

@@ -230,6 +230,10 @@ impl Metrics {
             }
             PassResult::Interrupted | PassResult::ClaimLost(_) | PassResult::Skipped(_) => {}
         }
+        if let Some(calls) = report.set_aside {
+            let calls = i64::try_from(calls).unwrap_or(i64::MAX);
+            series.set_aside.get_or_create(&label).set(calls);
+        }
         series.pages.inc_by(report.stats.pages);
         series.calls_written.inc_by(report.stats.calls_written);
         series.retries.inc_by(report.stats.retries);
@@ -237,6 +241,11 @@ impl Metrics {
             .throttled
             .inc_by(report.stats.throttled_ms as f64 / 1000.0);
         let mut f = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        match report.set_aside {
+            Some(0) => drop(f.set_aside.remove(&report.schedule)),
+            Some(calls) => drop(f.set_aside.insert(report.schedule, calls)),
+            None => {}
+        }
         self.not_busy(&mut f, report.schedule);
         // Another process held the schedule, or another daemon walked it since the tick: it
         // is being walked, by someone else; this daemon's `/healthz` does not wait for it.
@@ -336,6 +345,13 @@ impl Metrics {
             .collect()
     }
 
+    /// Schedules with calls set aside, and how many, as their latest pass that counted them
+    /// saw.
+    pub fn setting_aside(&self) -> Vec<(Uuid, u64)> {
+        let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        f.set_aside.iter().map(|(s, n)| (*s, *n)).collect()
+    }
+
     /// Schedules falling behind, each with what slowed its latest pass down.
     pub fn falling_behind(&self) -> Vec<(Uuid, Vec<&'static str>)> {
         let f = self.states.lock().unwrap_or_else(|p| p.into_inner());
@@ -433,6 +449,7 @@ pub(super) fn report(schedule: Uuid, result: PassResult) -> PassReport {
         run: None,
         unstable_tie_order: false,
         held_groups: Vec::new(),
+        set_aside: None,
     }
 }
 

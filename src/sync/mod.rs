@@ -325,6 +325,9 @@ pub struct PassReport {
     /// Tie groups the walk could not prove read whole and read past, its checkpoint held at
     /// the earliest (`sync/cursor/cover.rs`); the next pass reads them again.
     pub held_groups: Vec<HeldGroup>,
+    /// The schedule's calls in `set_aside_calls` after the pass's last write, when a write
+    /// counted them (`None`: the pass wrote nothing that counts them, as an idle pass).
+    pub set_aside: Option<u64>,
 }
 
 impl PassReport {

@@ -106,6 +106,8 @@ struct Pass<'e> {
     unstable_tie_order: bool,
     /// The tie groups the walk held (read past, the checkpoint held at them).
     held_groups: Vec<HeldGroup>,
+    /// The schedule's calls set aside, as the pass's last write that counted them saw.
+    set_aside: Option<u64>,
 }
 
 impl Engine {
@@ -143,6 +145,7 @@ impl Engine {
             run: None,
             unstable_tie_order: false,
             held_groups: Vec::new(),
+            set_aside: None,
         };
         pass.run().instrument(span).await
     }
@@ -178,6 +181,7 @@ impl<'e> Pass<'e> {
             run: self.run.map(RunId::get),
             unstable_tie_order: self.unstable_tie_order,
             held_groups: std::mem::take(&mut self.held_groups),
+            set_aside: self.set_aside,
         };
         report.log(
             self.engine.counts_only,
@@ -331,6 +335,7 @@ impl<'e> Pass<'e> {
         if let Some(held) = walk.writes.hold_at() {
             self.position = self.position.map(|p| p.min(held));
         }
+        self.set_aside = walk.writes.set_aside_now();
         let stop = stopped?;
         settled?;
         let walked = match stop {
@@ -442,16 +447,18 @@ impl<'e> Pass<'e> {
 
     /// Ends the walk once it is past the user's `until` or the pass's horizon.
     fn stop_before(&self, walker: &PageWalker) -> Option<Stop> {
-        // What the walk read, not what it proved: a page past the bound is read once.
-        let position = walker.reached();
-        if self.plan.until.is_some_and(|until| position > until) {
+        // The user's bound on what the walk read (a page past it is read once); the horizon
+        // on what it proved, so that a pass that reads everything changed before it began
+        // leaves the checkpoint past all of it (the answer that proves the last page is
+        // asked for).
+        if self
+            .plan
+            .until
+            .is_some_and(|until| walker.reached() > until)
+        {
             return Some(Stop::Finished);
         }
-        if self
-            .clock
-            .horizon
-            .is_some_and(|horizon| position >= horizon)
-        {
+        if (self.clock.horizon).is_some_and(|horizon| walker.position() >= horizon) {
             return Some(Stop::AtHorizon);
         }
         None

@@ -59,6 +59,8 @@ pub(super) struct Writes<'e> {
     /// The instant a committed write's conflicts hold the checkpoint at: no later batch of
     /// the walk moves it past (`warehouse/set_aside.rs`).
     hold_at: Option<Timestamp>,
+    /// The schedule's calls set aside, as the latest write that counted them saw.
+    set_aside_now: Option<u64>,
 }
 
 impl<'e> Writes<'e> {
@@ -77,6 +79,7 @@ impl<'e> Writes<'e> {
             quiet,
             calls_written: 0,
             hold_at: None,
+            set_aside_now: None,
         }
     }
 
@@ -115,6 +118,11 @@ impl<'e> Writes<'e> {
         }
         self.hand_over().await?;
         self.committed().await
+    }
+
+    /// The schedule's calls set aside, as the latest write that counted them saw.
+    pub(super) fn set_aside_now(&self) -> Option<u64> {
+        self.set_aside_now
     }
 
     /// The instant committed writes' conflicts hold the checkpoint at, if any.
@@ -169,6 +177,7 @@ impl<'e> Writes<'e> {
             },
         };
         self.calls_written += written.calls_written;
+        self.set_aside_now = written.set_aside_now.or(self.set_aside_now);
         if let Some(at) = written.hold_at {
             self.hold_at = Some(self.hold_at.map_or(at, |held| held.min(at)));
         }

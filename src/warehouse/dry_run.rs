@@ -90,6 +90,7 @@ impl Destination for DryRun {
             calls_unchanged: page.calls.len() as u64 - changed,
             set_aside: page.set_aside.len() as u64,
             hold_at: None,
+            set_aside_now: None,
         })
     }
 

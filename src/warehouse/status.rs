@@ -75,6 +75,8 @@ pub struct ScheduleStatus {
     pub outcomes: i64,
     pub variables: i64,
     pub notifications: i64,
+    /// Calls of the schedule set aside (`set_aside_calls`): listed, but not taken as sent.
+    pub set_aside: i64,
     /// The schedule's name: the configuration's (`[[sync.schedule]] name`), else the one the
     /// service answered to `callsync schedule create/enable/disable`; `None` when neither.
     pub schedule_name: Option<String>,
@@ -149,6 +151,7 @@ impl ScheduleStatus {
             outcomes: 0,
             variables: 0,
             notifications: 0,
+            set_aside: 0,
             schedule_name: None,
             busy_since: None,
             checkpoint_moved_at: None,
@@ -392,8 +395,9 @@ pub(crate) struct StatusFacts {
     /// The latest passes, newest first, at most [`RECENT_PASSES`].
     pub recent_runs: Vec<StoredRun>,
     pub last_success_at: Option<Timestamp>,
-    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
-    pub counts: [i64; 5],
+    /// Rows of the schedule: calls, attempts, outcomes, variables, notifications, calls set
+    /// aside.
+    pub counts: [i64; 6],
 }
 
 impl ScheduleStatus {
@@ -407,7 +411,15 @@ impl ScheduleStatus {
             checkpoint_moved_at,
             recent_runs,
             last_success_at,
-            counts: [calls, attempts, outcomes, variables, notifications],
+            counts:
+                [
+                    calls,
+                    attempts,
+                    outcomes,
+                    variables,
+                    notifications,
+                    set_aside,
+                ],
         } = facts;
         let (behind_passes, failed_passes) = in_a_row(recent_runs.iter().map(StoredRun::outcome));
         let last_run = recent_runs.into_iter().next().map(RunSummary::from_stored);
@@ -443,6 +455,7 @@ impl ScheduleStatus {
             outcomes,
             variables,
             notifications,
+            set_aside,
         }
     }
 }

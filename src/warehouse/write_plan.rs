@@ -29,6 +29,9 @@ pub struct PageWrite {
     /// The instant the page's conflicts hold its schedule's checkpoint at: later pages of the
     /// pass may not move it past (`set_aside.rs`).
     pub hold_at: Option<crate::service::Timestamp>,
+    /// The calls of the page's schedule in `set_aside_calls` once the page committed, when
+    /// the write counted them (what `/metrics` shows).
+    pub set_aside_now: Option<u64>,
 }
 
 /// What decides whether a stored call is rewritten: its content and its schedule.

@@ -73,7 +73,9 @@ async fn list(
         .collect();
     let mut rows = rows;
     if schedule == BROKEN && after >= Timestamp::parse(&at(199)).unwrap() {
-        rows[5]["cooldown_until"] = json!(BAD_INSTANT);
+        // An updated_at that does not read: the call has no position, so the page fails
+        // (a call whose other fields do not fit is set aside instead: `set_aside.rs`).
+        rows[5]["updated_at"] = json!(BAD_INSTANT);
     }
     Json(json!({ "data": rows }))
 }

@@ -457,7 +457,8 @@ async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_call
         return;
     }
     let (env, db, s, calls) = five_new_calls().await;
-    // Another transaction stores the page's third call, and holds its commit.
+    // Another transaction stores the page's third call (of the same schedule: one of another
+    // would be a conflict, set aside), and holds its commit.
     let (other, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
         .await
         .expect("connects");
@@ -467,8 +468,7 @@ async fn a_call_stored_meanwhile_by_another_transaction_turns_a_page_of_new_call
             "BEGIN; INSERT INTO calls (uid, schedule_uid, status, created_at, updated_at,
                synced_at, content_hash)
              VALUES ('{}', '{}', 'queued', now(), now(), now(), 0)",
-            calls[2].uid,
-            Uuid::new_v4()
+            calls[2].uid, s
         ))
         .await
         .expect("the other transaction stores the call");

@@ -115,6 +115,16 @@ async fn mistyped_field_set_aside(dest: Dest, (field, value): (&str, Value)) {
     env.assert_holds(s[0], &fitting);
     env.assert_holds(s[1], &env.sim.truth(s[1]));
     assert!(set_aside(&env, s[1]).is_empty());
+    // Counted where an operator looks: the pass (for /metrics and /healthz) and `status`.
+    let counted = Some(aside.len() as u64);
+    assert_eq!(
+        (reports[0].set_aside, reports[1].set_aside),
+        (counted, Some(0))
+    );
+    assert_eq!(
+        status_set_aside(&env).await,
+        [(s[0], aside.len() as u64), (s[1], 0)]
+    );
 
     env.sim.lie_about(s[0], None);
     backfill(&env, s[0]).await;
@@ -123,6 +133,26 @@ async fn mistyped_field_set_aside(dest: Dest, (field, value): (&str, Value)) {
         set_aside(&env, s[0]).is_empty(),
         "a read that fits takes the rows out"
     );
+    assert_eq!(status_set_aside(&env).await, [(s[0], 0), (s[1], 0)]);
+}
+
+/// `status --json`'s `set_aside` of each schedule, in the environment's order.
+async fn status_set_aside(env: &TestEnv) -> Vec<(Uuid, u64)> {
+    let config = env.write_config("");
+    let out =
+        crate::cli::callsync(&["--config", config.to_str().unwrap(), "status", "--json"]).await;
+    let rows: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", crate::cli::stderr(&out)));
+    let mut counts: Vec<(Uuid, u64)> = (rows.as_array().expect("a list").iter())
+        .map(|row| {
+            let uid = row["schedule_uid"].as_str().expect("a schedule");
+            let n = row["set_aside"].as_u64().expect("set_aside");
+            (Uuid::parse_str(uid).expect("a uid"), n)
+        })
+        .collect();
+    let order = env.schedules();
+    counts.sort_by_key(|(uid, _)| order.iter().position(|s| s == uid));
+    counts
 }
 
 conformance!(

@@ -1074,8 +1074,8 @@ conformance!(
 /// `Destination::write_pages` on every back end alike (the daemon gathers the pages of
 /// passes that are writing): each page is written as `write_page` would write it alone, with
 /// its own counts and checkpoint, whether it inserts new calls, lists a call twice, changes a
-/// stored call or changes nothing; and a call that moved between two schedules' pages of one
-/// group ends in the later page's schedule, as written one after the other.
+/// stored call or changes nothing; and a call of one schedule listed in another's page of
+/// one group is a conflict: it stays with its schedule, set aside from the other's page.
 async fn pages_written_as_alone(dest: crate::harness::Dest) {
     use callsync::service::OutboundCall;
     use callsync::warehouse::{PageBatch, PageWrite, ProcessIdentity, RunKind};
@@ -1096,12 +1096,12 @@ async fn pages_written_as_alone(dest: crate::harness::Dest) {
         call
     };
     // Schedule 1's first call changed; schedule 2's first call listed twice, changed the
-    // second time; schedule 0's last call moved to schedule 3.
+    // second time; schedule 0's last call listed under schedule 3 too.
     let mut expected = truth.clone();
     expected[1][0] = changed(&truth[1][0]);
     expected[2][0] = changed(&truth[2][0]);
-    let moved = expected[0].pop().expect("three calls");
-    expected[3].push(moved.clone());
+    let foreign = expected[0].last().cloned().expect("three calls");
+    let under_3 = [truth[3].clone(), vec![foreign]].concat();
     let warehouse = callsync::warehouse::open(&env.config.warehouse).expect("configured");
     let (schedules, pages_truth, group_expected) = (s.clone(), truth.clone(), expected.clone());
     // The destinations' calls block (PostgreSQL's on a runtime of its own).
@@ -1158,15 +1158,16 @@ async fn pages_written_as_alone(dest: crate::harness::Dest) {
             ],
         );
         assert_eq!(counts(second), [(2, 1), (0, 3), (0, 3)]);
-        // The call moves from schedule 0 to schedule 3: both pages of one group list it.
+        // Schedule 0's call listed under schedule 3 too, both pages in one group: a conflict,
+        // set aside from schedule 3's page (whose checkpoint, earlier, stays put).
         let third = crate::harness::write_pages(
             w.as_mut(),
             vec![
                 page(s[0], truth[0].clone(), "2026-01-01T00:55:00Z"),
-                page(s[3], expected[3].clone(), "2026-01-01T00:05:00Z"),
+                page(s[3], under_3, "2026-01-01T00:05:00Z"),
             ],
         );
-        assert_eq!(counts(third), [(0, 3), (4, 0)]);
+        assert_eq!(counts(third), [(0, 3), (3, 0)]);
         let cursors: Vec<_> = (s.iter())
             .map(|&schedule| w.checkpoint(schedule).unwrap().map(|c| c.cursor))
             .collect();

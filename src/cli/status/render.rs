@@ -23,6 +23,13 @@ pub(super) fn render_status(rows: &[ScheduleStatus], now: Timestamp) -> String {
             "  rows         {} calls, {} attempts, {} outcomes, {} variables, {} notifications",
             s.calls, s.attempts, s.outcomes, s.variables, s.notifications
         );
+        if s.set_aside > 0 {
+            let _ = writeln!(
+                out,
+                "  set aside    {} listed calls did not fit, or conflict with another schedule's: kept in set_aside_calls, written once a read of them fits",
+                s.set_aside
+            );
+        }
     }
     out
 }

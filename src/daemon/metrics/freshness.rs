@@ -26,6 +26,8 @@ pub(super) struct ScheduleStates {
     /// Passes in a row that held a tie group, and the latest's earliest held group; `None`
     /// once a pass held none (its series read 0 at the next scrape, then go).
     pub(super) held: BTreeMap<Uuid, Option<(i64, HeldGroup)>>,
+    /// Calls set aside, as the latest pass that counted them saw; only schedules with some.
+    pub(super) set_aside: BTreeMap<Uuid, u64>,
     pub(super) freshness: BTreeMap<Uuid, Freshness>,
     /// Schedules whose `freshness` has a `busy` pass: counted as they change, as the status
     /// line after every pass asks for it (counting them there was a walk over every schedule

@@ -107,6 +107,7 @@ pub(super) struct Series {
     pub(super) failed: Family<ScheduleLabel, Gauge>,
     /// Only for schedules that held a tie group since start-up.
     pub(super) held_calls: Family<ScheduleLabel, Gauge>,
+    pub(super) set_aside: Family<ScheduleLabel, Gauge>,
     pub(super) held_at: Family<ScheduleLabel, FloatGauge>,
     pub(super) warehouse_size: Gauge,
     pub(super) wal_size: Gauge,
@@ -142,6 +143,7 @@ impl Series {
             lag: Family::default(),
             behind: Family::default(),
             held_calls: Family::default(),
+            set_aside: Family::default(),
             held_at: Family::default(),
             failed: Family::default(),
             warehouse_size: Gauge::default(),
@@ -236,6 +238,11 @@ impl Series {
             "held_tie_group_calls",
             "Calls of the tie group the latest pass could not prove read whole and held its checkpoint at (0: none); only for schedules that held one since start-up",
             self.held_calls.clone(),
+        );
+        registry.register(
+            "set_aside_calls",
+            "Calls the service listed that callsync set aside (set_aside_calls: a field that does not fit, or a uid another schedule's call has), as the latest pass that wrote counted them",
+            self.set_aside.clone(),
         );
         registry.register_with_unit(
             "held_tie_group_timestamp",

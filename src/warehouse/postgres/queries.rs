@@ -67,21 +67,29 @@ impl PgWarehouse {
     }
 
     /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
-    fn row_counts(&self, schedule: Uuid) -> Result<[i64; 5], WarehouseError> {
+    fn row_counts(&self, schedule: Uuid) -> Result<[i64; 6], WarehouseError> {
         let counts = wait(self.client()?.query_one(
             "WITH c AS (SELECT id FROM calls WHERE schedule_uid = $1)
              SELECT (SELECT count(*) FROM c),
                (SELECT count(*) FROM call_attempts WHERE call_id IN (SELECT id FROM c)),
                (SELECT count(*) FROM attempt_outcomes WHERE call_id IN (SELECT id FROM c)),
                (SELECT count(*) FROM attempt_variables WHERE call_id IN (SELECT id FROM c)),
-               (SELECT count(*) FROM call_notifications WHERE call_id IN (SELECT id FROM c))",
+               (SELECT count(*) FROM call_notifications WHERE call_id IN (SELECT id FROM c)),
+               (SELECT count(*) FROM set_aside_calls WHERE schedule_uid = $1)",
             &[&schedule],
         ))
         .pg(&self.target, "counting rows")?;
         let count = |i: usize| -> Result<i64, WarehouseError> {
             counts.column(i, &self.target, "counting rows")
         };
-        Ok([count(0)?, count(1)?, count(2)?, count(3)?, count(4)?])
+        Ok([
+            count(0)?,
+            count(1)?,
+            count(2)?,
+            count(3)?,
+            count(4)?,
+            count(5)?,
+        ])
     }
 
     /// A stored instant that may be missing.

@@ -22,7 +22,9 @@ mod group;
 pub(super) mod quiet;
 mod set_aside;
 
+use std::collections::HashMap;
 use tokio_postgres::error::SqlState;
+
 use uuid::Uuid;
 
 use self::columns::RoundRows;
@@ -199,7 +201,7 @@ impl PgWarehouse {
         rounds: &[RoundRows],
         checkpoints: &[(Uuid, Timestamp)],
         aside: &AsideWrites,
-    ) -> Result<bool, WarehouseError> {
+    ) -> Result<Option<HashMap<Uuid, u64>>, WarehouseError> {
         let schedules: Vec<Uuid> = checkpoints.iter().map(|(schedule, _)| *schedule).collect();
         let cursors: Vec<time::OffsetDateTime> = checkpoints
             .iter()
@@ -207,21 +209,22 @@ impl PgWarehouse {
             .collect();
         let now = micros(Timestamp::now());
         let mut pipeline = Pipeline::default();
-        let prepared: Result<(), WarehouseError> = (|| {
+        let prepared: Result<Option<usize>, WarehouseError> = (|| {
             for round in rounds {
                 self.push_round(&mut pipeline, round)?;
             }
-            aside.push(self, &mut pipeline)?;
+            let counted = aside.push(self, &mut pipeline)?;
             if !checkpoints.is_empty() {
                 let step = "saving a checkpoint";
                 let statement = self.statement(ADVANCE_CHECKPOINTS, step)?;
                 pipeline.push(statement, vec![&schedules, &cursors, &now], step);
             }
-            Ok(())
+            Ok(counted)
         })();
-        if let Err(err) = prepared {
-            return self.end_transaction(Err(err), "committing a page");
-        }
+        let counted = match prepared {
+            Ok(counted) => counted,
+            Err(err) => return self.end_transaction(Err(err), "committing a page"),
+        };
         let client = self.client()?;
         let (answers, committed) = wait(async {
             futures::join!(pipeline.answers(&client), client.batch_execute("COMMIT"))
@@ -230,11 +233,11 @@ impl PgWarehouse {
         let stored_meanwhile = |answer: &Result<_, tokio_postgres::Error>| matches!(answer, Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION));
         if inserted && answers.iter().any(stored_meanwhile) {
             committed.pg(&self.target, "rolling back a page")?;
-            return Ok(false);
+            return Ok(None);
         }
-        pipeline.rows(answers, &self.target)?;
+        let rows = pipeline.rows(answers, &self.target)?;
         committed.pg(&self.target, "committing a page")?;
-        Ok(true)
+        AsideWrites::counts(self, &rows, counted).map(Some)
     }
 
     /// Adds a round's statements (no uid twice in a round), in the order their rows need

@@ -133,7 +133,7 @@ impl Warehouse {
     }
 
     /// Rows of the schedule: calls, attempts, outcomes, variables, notifications.
-    fn row_counts(&self, schedule: &str) -> Result<[i64; 5], WarehouseError> {
+    fn row_counts(&self, schedule: &str) -> Result<[i64; 6], WarehouseError> {
         let count = |sql: &str| -> Result<i64, WarehouseError> {
             self.conn
                 .query_row(sql, [schedule], |r| r.get(0))
@@ -157,6 +157,7 @@ impl Warehouse {
                 "SELECT count(*) FROM call_notifications WHERE call_id IN
                    (SELECT id FROM calls WHERE schedule_uid = ?1)",
             )?,
+            count("SELECT count(*) FROM set_aside_calls WHERE schedule_uid = ?1")?,
         ])
     }
 

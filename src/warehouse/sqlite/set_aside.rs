@@ -52,19 +52,20 @@ pub(super) fn write(
 /// page saves (a conflict holds the checkpoint at its instant while it is listed, so a
 /// checkpoint past it means the walk read that instant again without it). One look-up a
 /// page when the schedule has none set aside, as nearly always.
+/// Returns whether the schedule had rows.
 pub(super) fn take_out(
     conn: &Connection,
     path: &Path,
     schedule: &str,
     fitting: &[Uuid],
     cursor: Option<&str>,
-) -> Result<(), WarehouseError> {
+) -> Result<bool, WarehouseError> {
     let any: bool = conn
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM set_aside_calls WHERE schedule_uid = ?1)")
         .and_then(|mut s| s.query_row([schedule], |r| r.get(0)))
         .sql(path, "looking for calls set aside")?;
     if !any {
-        return Ok(());
+        return Ok(false);
     }
     let uids: Vec<String> = fitting.iter().map(Uuid::to_string).collect();
     // A JSON array of uuid strings always serializes.
@@ -76,5 +77,13 @@ pub(super) fn take_out(
     )
     .and_then(|mut s| s.execute(params![schedule, uids, cursor]))
     .sql(path, "taking out calls set aside that now fit")?;
-    Ok(())
+    Ok(true)
+}
+
+/// How many calls `schedule` has set aside.
+pub(super) fn count(conn: &Connection, path: &Path, schedule: &str) -> Result<u64, WarehouseError> {
+    conn.prepare_cached("SELECT count(*) FROM set_aside_calls WHERE schedule_uid = ?1")
+        .and_then(|mut s| s.query_row([schedule], |r| r.get::<_, i64>(0)))
+        .map(|n| u64::try_from(n).unwrap_or(0))
+        .sql(path, "counting calls set aside")
 }

@@ -81,9 +81,14 @@ impl Warehouse {
         let checkpoint = set_aside::held(checkpoint, conflicts.hold_at);
         let fitting = set_aside::fitting(calls, &plan);
         let cursor = checkpoint.map(|c| c.to_warehouse_text());
-        set_aside_rows::take_out(&tx, path, &schedule_uid, &fitting, cursor.as_deref())?;
+        let had = set_aside_rows::take_out(&tx, path, &schedule_uid, &fitting, cursor.as_deref())?;
         set_aside_rows::write(&tx, path, &schedule_uid, set_aside, &synced_at)?;
         set_aside_rows::write(&tx, path, &schedule_uid, &conflicts.rows, &synced_at)?;
+        let set_aside_now = if had || !set_aside.is_empty() || !conflicts.rows.is_empty() {
+            set_aside_rows::count(&tx, path, &schedule_uid)?
+        } else {
+            0
+        };
         if let Some(cursor) = checkpoint {
             super::runs::advance_checkpoint(&tx, path, schedule, cursor)?;
         }
@@ -91,6 +96,7 @@ impl Warehouse {
         Ok(PageWrite {
             set_aside: plan.counts.set_aside + set_aside.len() as u64,
             hold_at: conflicts.hold_at,
+            set_aside_now: Some(set_aside_now),
             ..plan.counts
         })
     }

@@ -148,12 +148,21 @@ impl PgWarehouse {
         let rounds: Vec<RoundRows> = (rounds.into_iter())
             .filter_map(|pages| pages.into_iter().reduce(RoundRows::merge))
             .collect();
-        let committed = self.write_and_commit(&rounds, &checkpoints, &aside)?;
-        Ok(if committed {
-            PagesEnd::Written(counts)
-        } else {
-            PagesEnd::StoredMeanwhile
-        })
+        Ok(
+            match self.write_and_commit(&rounds, &checkpoints, &aside)? {
+                Some(set_aside) => PagesEnd::Written(
+                    (counts.into_iter().zip(pages))
+                        .map(|(written, page)| PageWrite {
+                            set_aside_now: Some(
+                                set_aside.get(&page.schedule).copied().unwrap_or(0),
+                            ),
+                            ..written
+                        })
+                        .collect(),
+                ),
+                None => PagesEnd::StoredMeanwhile,
+            },
+        )
     }
 
     /// One round trip: the pages' transaction begins, their fences are checked

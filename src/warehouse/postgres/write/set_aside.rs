@@ -11,7 +11,7 @@ use crate::service::Timestamp;
 use crate::warehouse::error::WarehouseError;
 use crate::warehouse::postgres::PgWarehouse;
 use crate::warehouse::postgres::pipeline::Pipeline;
-use crate::warehouse::postgres::session::micros;
+use crate::warehouse::postgres::session::{RowColumn, micros};
 use crate::warehouse::set_aside::SetAside;
 
 const TAKE_OUT: &str = "DELETE FROM set_aside_calls AS s
@@ -23,6 +23,10 @@ const TAKE_OUT: &str = "DELETE FROM set_aside_calls AS s
 const TAKE_OUT_PASSED: &str = "DELETE FROM set_aside_calls AS s
      USING unnest($1::uuid[], $2::timestamptz[]) AS c(schedule_uid, cursor)
      WHERE s.schedule_uid = c.schedule_uid AND s.kind = 'conflict' AND s.updated_at < c.cursor";
+
+/// Each schedule `$1`'s calls set aside, once the group's statements ran.
+const COUNT: &str = "SELECT s, (SELECT count(*) FROM set_aside_calls WHERE schedule_uid = s)
+     FROM unnest($1::uuid[]) AS s";
 
 const SET_ASIDE: &str = "INSERT INTO set_aside_calls (schedule_uid, call_uid, kind, updated_at,
          reason, raw_json, first_seen, last_seen, run_id)
@@ -45,6 +49,8 @@ pub(in crate::warehouse::postgres) struct AsideWrites {
     runs: Vec<Option<i64>>,
     /// The checkpoints the group's pages save, by schedule.
     passed: (Vec<Uuid>, Vec<time::OffsetDateTime>),
+    /// The group's schedules, each once: their rows are counted after the writes.
+    counted: Vec<Uuid>,
     /// When the group's calls were seen set aside (this machine's clock).
     now: time::OffsetDateTime,
 }
@@ -61,6 +67,7 @@ impl AsideWrites {
             raw: Vec::new(),
             runs: Vec::new(),
             passed: (Vec::new(), Vec::new()),
+            counted: Vec::new(),
             now: micros(Timestamp::now()),
         }
     }
@@ -76,6 +83,9 @@ impl AsideWrites {
         if let Some(cursor) = checkpoint {
             self.passed.0.push(schedule);
             self.passed.1.push(micros(cursor));
+        }
+        if !self.counted.contains(&schedule) {
+            self.counted.push(schedule);
         }
         self.fitting
             .0
@@ -105,12 +115,12 @@ impl AsideWrites {
         }
     }
 
-    /// The two statements, where they have rows, onto `pipeline`.
+    /// The statements, where they have rows, onto `pipeline`; the index of the count.
     pub(in crate::warehouse::postgres) fn push<'a>(
         &'a self,
         warehouse: &PgWarehouse,
         pipeline: &mut Pipeline<'a>,
-    ) -> Result<(), WarehouseError> {
+    ) -> Result<Option<usize>, WarehouseError> {
         if !self.fitting.0.is_empty() {
             let step = "taking out calls set aside that now fit";
             let statement = warehouse.statement(TAKE_OUT, step)?;
@@ -136,6 +146,30 @@ impl AsideWrites {
             ];
             pipeline.push(statement, params, step);
         }
-        Ok(())
+        if self.counted.is_empty() {
+            return Ok(None);
+        }
+        let step = "counting calls set aside";
+        let statement = warehouse.statement(COUNT, step)?;
+        Ok(Some(pipeline.push(statement, vec![&self.counted], step)))
+    }
+
+    /// The counts the statement at `index` answered, by schedule.
+    pub(in crate::warehouse::postgres) fn counts(
+        warehouse: &PgWarehouse,
+        rows: &[Vec<tokio_postgres::Row>],
+        index: Option<usize>,
+    ) -> Result<HashMap<Uuid, u64>, WarehouseError> {
+        let step = "counting calls set aside";
+        let rows = index
+            .and_then(|i| rows.get(i))
+            .map_or(&[][..], Vec::as_slice);
+        rows.iter()
+            .map(|row| {
+                let schedule: Uuid = row.column(0, &warehouse.target, step)?;
+                let n: i64 = row.column(1, &warehouse.target, step)?;
+                Ok((schedule, u64::try_from(n).unwrap_or(0)))
+            })
+            .collect()
     }
 }
