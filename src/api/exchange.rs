@@ -14,7 +14,7 @@ use super::client::{ApiClient, describe_query};
 use super::error::{ApiError, hint_for};
 use super::http_date::date;
 use super::redact::{excerpt, safe_error_body};
-use super::retry::Counters;
+use super::retry::{Attempt, Counters};
 use crate::service::models::ErrorBody;
 use crate::service::timestamp::Timestamp;
 
@@ -90,15 +90,19 @@ impl ApiClient {
         let name = request.name();
         let limit = self.inner.max_response_bytes;
         let deadline = self.inner.retry.deadline();
+        let name = name.as_str();
         self.inner
             .retry
-            .run_when(&name, counters, worth_retrying, || async {
-                let answer = self
-                    .send_authorized(&name, request, deadline, counters)
-                    .await?;
-                let (date, bytes) = (answer.date, answer.response.content_length());
-                let value = decode(&name, answer, limit, seed.clone()).await?;
-                Ok(Decoded { value, date, bytes })
+            .run_when(name, worth_retrying, |attempt| {
+                let seed = seed.clone();
+                async move {
+                    let answer = self
+                        .send_authorized(name, request, deadline, counters, attempt)
+                        .await?;
+                    let (date, bytes) = (answer.date, answer.response.content_length());
+                    let value = decode(name, answer, limit, seed).await?;
+                    Ok(Decoded { value, date, bytes })
+                }
             })
             .await
     }
@@ -112,6 +116,7 @@ impl ApiClient {
         request: &Request<'_>,
         deadline: tokio::time::Instant,
         counters: &Counters,
+        attempt: Attempt,
     ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
         let token = inner
@@ -119,7 +124,7 @@ impl ApiClient {
             .bearer(&inner.http, &inner.retry, counters)
             .await?;
         match self
-            .send_once(name, request, token.expose(), deadline, counters)
+            .send_once(name, request, token.expose(), deadline, counters, attempt)
             .await
         {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
@@ -129,12 +134,10 @@ impl ApiClient {
                     .tokens
                     .bearer(&inner.http, &inner.retry, counters)
                     .await?;
-                counters
-                    .requests
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // Once only: a token fetched this instant that is rejected too will not be
                 // cured by another (and a 401 is permanent, so no retry loops on it either).
-                self.send_once(name, request, fresh.expose(), deadline, counters)
+                let resend = Attempt::FreshToken;
+                self.send_once(name, request, fresh.expose(), deadline, counters, resend)
                     .await
                     .map_err(fresh_token_rejected)
             }
@@ -149,6 +152,7 @@ impl ApiClient {
         token: &str,
         deadline: tokio::time::Instant,
         counters: &Counters,
+        attempt: Attempt,
     ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
         let grant = inner
@@ -174,6 +178,9 @@ impl ApiClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(json.clone());
         }
+        // Counted as it goes out, not when it was asked for: a pass cut while this request
+        // waited for the limiter sent nothing, and counts nothing.
+        counters.sent(attempt);
         let sent = std::time::Instant::now();
         let response = builder.send().await;
         let observer = inner.observer.get();

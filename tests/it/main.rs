@@ -106,6 +106,8 @@ mod supply_chain;
 mod logs;
 // Every pass ends at the service's clock; the checkpoint never passes it.
 mod horizon;
+// Requests waiting in the limiter: their token taken when sent, counted only once sent.
+mod queued;
 // The request rate adapts to a rate-limited service; schedules share it.
 mod rate;
 // The write half on the command line: campaigns, schedules, calls.
