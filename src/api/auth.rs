@@ -1,8 +1,9 @@
 //! `TokenSource`: the bearer token for every request — static, or OAuth 2.0 client credentials.
 //!
 //! An OAuth token is cached until shortly before it expires and fetched by one task at a time
-//! (the others wait for it). A 401 makes the client call [`TokenSource::invalidate`] and retry
-//! once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error, and
+//! (the others wait for it). The client asks for it as a request goes out, after its wait in
+//! the limiter (`exchange.rs`), so the margin before expiry is all a request needs. A 401
+//! makes the client call [`TokenSource::invalidate`] and retry once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error, and
 //! neither does what a server echoes of them: error bodies pass through [`redact`] (the token
 //! endpoint's keep only `error` and `error_description`).
 
