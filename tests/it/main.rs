@@ -120,6 +120,8 @@ mod described;
 mod scripting;
 // callsync config: each key's value and source, secrets redacted.
 mod config_cmd;
+// No user info in a service URL; a token over plain http:// to another host is warned of.
+mod url_credentials;
 // The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
 mod terminal;
 // contrib/: the alerting rules and the dashboard select series exported from start-up.
