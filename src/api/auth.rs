@@ -1,8 +1,9 @@
 //! `TokenSource`: the bearer token for every request — static, or OAuth 2.0 client credentials.
 //!
 //! An OAuth token is cached until shortly before it expires and fetched by one task at a time
-//! (the others wait for it). A 401 makes the client call [`TokenSource::invalidate`] and retry
-//! once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error, and
+//! (the others wait for it). The client asks for it as a request goes out, after its wait in
+//! the limiter (`exchange.rs`), so the margin before expiry is all a request needs. A 401
+//! makes the client call [`TokenSource::invalidate`] and retry once with a fresh token. Tokens are `Secret`s: they never reach a log line or an error, and
 //! neither does what a server echoes of them: error bodies pass through [`redact`] (the token
 //! endpoint's keep only `error` and `error_description`).
 
@@ -19,7 +20,7 @@ use tokio::sync::Mutex;
 
 use super::error::{ApiError, hint_for};
 use super::redact::{FIELD_CHARS, excerpt, safe};
-use super::retry::{Counters, RetryPolicy};
+use super::retry::{Attempt, Counters, RetryPolicy};
 use crate::config::{AuthConfig, OAuthConfig, Secret};
 use crate::service::models::{ErrorBody, TokenResponse};
 
@@ -85,8 +86,8 @@ impl TokenSource {
             return Ok(current.token.clone());
         }
         let fresh = retry
-            .run(&token_request_name(config), counters, || {
-                fetch_token(http, config)
+            .run(&token_request_name(config), |attempt| {
+                fetch_token(http, config, counters, attempt)
             })
             .await?;
         let token = fresh.token.clone();
@@ -115,6 +116,8 @@ fn token_request_name(config: &OAuthConfig) -> String {
 async fn fetch_token(
     http: &reqwest::Client,
     config: &OAuthConfig,
+    counters: &Counters,
+    attempt: Attempt,
 ) -> Result<CachedToken, ApiError> {
     let request = token_request_name(config);
     let mut form = vec![
@@ -126,6 +129,7 @@ async fn fetch_token(
         form.push(("scope", scope.as_str()));
     }
     let started = Instant::now();
+    counters.sent(attempt);
     let response = http
         .post(config.token_url.clone())
         .header(ACCEPT, "application/json")
@@ -268,7 +272,8 @@ mod tests {
             scope: None,
         };
         let http = reqwest::Client::builder().build().unwrap();
-        match fetch_token(&http, &config).await {
+        let counters = Counters::default();
+        match fetch_token(&http, &config, &counters, Attempt::First).await {
             Ok(_) => panic!("the token endpoint refused, yet a token came back"),
             Err(err) => (err.to_string(), token_url),
         }

@@ -1,6 +1,11 @@
 //! The request exchange: every request through the rate limiter, the token source (one
 //! refresh on a 401) and the retry policy, and its answer turned into a value or an
 //! [`ApiError`] naming the request.
+//!
+//! Invariants: a request's token is taken once it may go — after its backoff, its turn in
+//! the limiter and any `Retry-After` pause — so no wait can age it; a request is counted as
+//! it goes out ([`Counters::sent`]), never while it waits; a 401's one resend carries a token
+//! newer than the one refused, so only a fresh token's refusal blames the scope.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,8 +18,10 @@ use super::body::{Answer, decode, read_capped};
 use super::client::{ApiClient, describe_query};
 use super::error::{ApiError, hint_for};
 use super::http_date::date;
+use super::limiter::Grant;
 use super::redact::{excerpt, safe_error_body};
-use super::retry::Counters;
+use super::retry::{Attempt, Counters};
+use crate::config::Secret;
 use crate::service::models::ErrorBody;
 use crate::service::timestamp::Timestamp;
 
@@ -98,68 +105,69 @@ impl ApiClient {
         let name = request.name();
         let limit = self.inner.max_response_bytes;
         let deadline = self.inner.retry.deadline();
+        let name = name.as_str();
         self.inner
             .retry
-            .run_when(&name, counters, worth_retrying, || async {
-                let answer = self
-                    .send_authorized(&name, request, deadline, counters)
-                    .await?;
-                let (date, bytes) = (answer.date, answer.response.content_length());
-                let value = decode(&name, answer, limit, seed.clone()).await?;
-                Ok(Decoded { value, date, bytes })
+            .run_when(name, worth_retrying, |attempt| {
+                let seed = seed.clone();
+                async move {
+                    let answer = self
+                        .send_authorized(name, request, deadline, counters, attempt)
+                        .await?;
+                    let (date, bytes) = (answer.date, answer.response.content_length());
+                    let value = decode(name, answer, limit, seed).await?;
+                    Ok(Decoded { value, date, bytes })
+                }
             })
             .await
     }
 
-    /// One attempt: waits for the rate limiter, sends with the current token, and on a 401
-    /// fetches a fresh token and sends once more (a 401 means nothing was done, so this is
-    /// safe for a create too).
+    /// One attempt: sent with the token current when it goes out, and on a 401 sent once
+    /// more with a fresh token (a 401 means nothing was done, so this is safe for a create
+    /// too).
     async fn send_authorized(
         &self,
         name: &str,
         request: &Request<'_>,
         deadline: tokio::time::Instant,
         counters: &Counters,
+        attempt: Attempt,
     ) -> Result<Answer, ApiError> {
         let inner = &self.inner;
-        let token = inner
-            .tokens
-            .bearer(&inner.http, &inner.retry, counters)
+        let first = self
+            .send_once(name, request, deadline, counters, attempt)
             .await?;
-        match self
-            .send_once(name, request, token.expose(), deadline, counters)
-            .await
-        {
+        match first.answer {
             Err(err) if err.is_unauthorized() && inner.tokens.can_refresh() => {
                 tracing::info!(request = name, "token rejected; fetching a new one");
-                inner.tokens.invalidate(&token).await;
-                let fresh = inner
-                    .tokens
-                    .bearer(&inner.http, &inner.retry, counters)
+                inner.tokens.invalidate(&first.token).await;
+                // Once only: the token sent again is taken as it goes out, after its own wait,
+                // and is newer than the one refused; rejected too, another will not cure it
+                // (and a 401 is permanent, so no retry loops on it either).
+                let resend = Attempt::FreshToken;
+                let again = self
+                    .send_once(name, request, deadline, counters, resend)
                     .await?;
-                counters
-                    .requests
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // Once only: a token fetched this instant that is rejected too will not be
-                // cured by another (and a 401 is permanent, so no retry loops on it either).
-                self.send_once(name, request, fresh.expose(), deadline, counters)
-                    .await
-                    .map_err(fresh_token_rejected)
+                again.answer.map_err(fresh_token_rejected)
             }
-            other => other,
+            answer => answer,
         }
     }
 
+    /// Waits for the limiter's turn, then takes the token — only then: a token taken before
+    /// the wait (in the limiter, or a pause all lanes keep for a `Retry-After`) may expire
+    /// during it, and a retry's backoff is waited before this is called — and sends. `Err`:
+    /// it never went out (a pause beyond its budget, no token to be had).
     async fn send_once(
         &self,
         name: &str,
         request: &Request<'_>,
-        token: &str,
         deadline: tokio::time::Instant,
         counters: &Counters,
-    ) -> Result<Answer, ApiError> {
+        attempt: Attempt,
+    ) -> Result<Sent, ApiError> {
         let inner = &self.inner;
-        let grant = inner
+        let mut grant = inner
             .limiter
             .acquire(counters.lane(), deadline)
             .await
@@ -169,6 +177,39 @@ impl ApiClient {
                 left: paused.left,
             })?;
         counters.add_throttled(grant.waited);
+        let token = inner
+            .tokens
+            .bearer(&inner.http, &inner.retry, counters)
+            .await?;
+        // A token fetched in turn is no part of the service's latency.
+        grant.going_out();
+        let sending = Sending {
+            name,
+            request,
+            token: token.expose(),
+            counters,
+            attempt,
+        };
+        Ok(Sent {
+            answer: self.send_granted(sending, grant).await,
+            token,
+        })
+    }
+
+    /// Sends `sending` under `grant`, and tells the limiter what came of it.
+    async fn send_granted(
+        &self,
+        sending: Sending<'_>,
+        grant: Grant<'_>,
+    ) -> Result<Answer, ApiError> {
+        let Sending {
+            name,
+            request,
+            token,
+            counters,
+            attempt,
+        } = sending;
+        let inner = &self.inner;
         let transport =
             |problem: &'static str| move |source| ApiError::transport(name, problem, source);
         let mut builder = inner
@@ -182,6 +223,9 @@ impl ApiClient {
                 .header(CONTENT_TYPE, "application/json")
                 .body(json.clone());
         }
+        // Counted as it goes out, not when it was asked for: a pass cut while this request
+        // waited for the limiter sent nothing, and counts nothing.
+        counters.sent(attempt);
         let sent = std::time::Instant::now();
         let response = builder.send().await;
         let observer = inner.observer.get();
@@ -226,6 +270,21 @@ impl ApiClient {
         let bytes = read_capped(response, inner.max_response_bytes, name).await?;
         Err(status_error(name, status, &headers, &bytes, token))
     }
+}
+
+/// One request going out, with the token it carries and what it counts as.
+struct Sending<'a> {
+    name: &'a str,
+    request: &'a Request<'a>,
+    token: &'a str,
+    counters: &'a Counters,
+    attempt: Attempt,
+}
+
+/// What a request that went out came to, and the token it carried.
+struct Sent {
+    answer: Result<Answer, ApiError>,
+    token: Secret,
 }
 
 /// One request, as each attempt sends it again.

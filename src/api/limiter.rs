@@ -94,6 +94,12 @@ pub struct Grant<'a> {
 }
 
 impl Grant<'_> {
+    /// The request goes out now: its latency is counted from here, not from its turn (which
+    /// may have been spent fetching a token).
+    pub fn going_out(&mut self) {
+        self.sent_at = Instant::now();
+    }
+
     /// Marks the answer taken; `false` when it was already.
     fn settle(&self) -> bool {
         !self.settled.swap(true, Ordering::Relaxed)

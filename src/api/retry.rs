@@ -22,11 +22,24 @@ use crate::config::RetryConfig;
 /// `api.retry.max_elapsed_secs`: then the request fails at once, naming both.
 pub(super) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
-/// Request and retry counts of one pass, shared by the tasks working for it.
+/// Which sending of a request an attempt is, for the counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The request's first.
+    First,
+    /// A repeat after a failure: a request and a retry.
+    Retry,
+    /// The same attempt sent again with a fresh token after a 401: a request, no retry.
+    FreshToken,
+}
+
+/// Request and retry counts of one pass, shared by the tasks working for it. A request is
+/// counted when it is handed to the connection ([`Counters::sent`]), never while it waits
+/// for the limiter, a token or a backoff: a pass cut before it sent anything counts nothing.
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub requests: AtomicU64,
-    pub retries: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
     /// Responses by HTTP status.
     statuses: std::sync::Mutex<std::collections::BTreeMap<u16, u64>>,
     /// Time spent waiting for the shared limiter, in nanoseconds.
@@ -47,6 +60,14 @@ impl Counters {
 
     pub(crate) fn lane(&self) -> Option<uuid::Uuid> {
         self.lane
+    }
+
+    /// One request handed to the connection now, as `attempt`.
+    pub(crate) fn sent(&self, attempt: Attempt) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if attempt == Attempt::Retry {
+            self.retries.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn add_throttled(&self, waited: Duration) {
@@ -100,19 +121,15 @@ impl RetryPolicy {
         Instant::now() + self.config.max_elapsed
     }
 
-    /// Runs `attempt` until it succeeds, fails permanently, or a limit is reached; counts every
-    /// attempt as a request and every repeat as a retry. `request` names it in errors and logs.
-    pub async fn run<T, F, Fut>(
-        &self,
-        request: &str,
-        counters: &Counters,
-        attempt: F,
-    ) -> Result<T, ApiError>
+    /// Runs `attempt` until it succeeds, fails permanently, or a limit is reached. Each call
+    /// is told whether it is the first or a retry, and counts its request when it sends it
+    /// ([`Counters::sent`]). `request` names it in errors and logs.
+    pub async fn run<T, F, Fut>(&self, request: &str, attempt: F) -> Result<T, ApiError>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
-        self.run_when(request, counters, ApiError::is_transient, attempt)
+        self.run_when(request, ApiError::is_transient, attempt)
             .await
     }
 
@@ -121,12 +138,11 @@ impl RetryPolicy {
     pub async fn run_when<T, F, Fut>(
         &self,
         request: &str,
-        counters: &Counters,
         worth_retrying: fn(&ApiError) -> bool,
         mut attempt: F,
     ) -> Result<T, ApiError>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Attempt) -> Fut,
         Fut: Future<Output = Result<T, ApiError>>,
     {
         let started = Instant::now();
@@ -136,12 +152,12 @@ impl RetryPolicy {
         let floor = self.config.initial_interval;
         let op = || {
             attempts = attempts.saturating_add(1);
-            counters.requests.fetch_add(1, Ordering::Relaxed);
-            if attempts > 1 {
-                counters.retries.fetch_add(1, Ordering::Relaxed);
-            }
             let last_allowed = attempts >= max_attempts;
-            let fut = attempt();
+            let fut = attempt(if attempts > 1 {
+                Attempt::Retry
+            } else {
+                Attempt::First
+            });
             async move {
                 fut.await.map_err(|err| {
                     if !worth_retrying(&err) || last_allowed {
@@ -232,7 +248,8 @@ mod tests {
         let counters = Counters::default();
         let mut next = codes.iter().copied();
         let result = policy
-            .run("GET /x", &counters, || {
+            .run("GET /x", |attempt| {
+                counters.sent(attempt);
                 let code = next.next().unwrap_or(200);
                 async move {
                     match code {
@@ -284,7 +301,8 @@ mod tests {
         let mut calls = 0;
         let started = tokio::time::Instant::now();
         let result = policy
-            .run("GET /x", &counters, || {
+            .run("GET /x", |attempt| {
+                counters.sent(attempt);
                 calls += 1;
                 let first = calls == 1;
                 let second = calls == 2;
@@ -317,7 +335,8 @@ mod tests {
         let mut calls = 0;
         let started = tokio::time::Instant::now();
         let result = policy
-            .run("GET /x", &counters, || {
+            .run("GET /x", |attempt| {
+                counters.sent(attempt);
                 calls += 1;
                 let first = calls == 1;
                 async move {
@@ -342,8 +361,9 @@ mod tests {
         let counters = Counters::default();
         let started = tokio::time::Instant::now();
         let result: Result<(), _> = policy
-            .run("GET /x", &counters, || async {
-                Err(status(429, Some(Duration::from_secs(20))))
+            .run("GET /x", |attempt| {
+                counters.sent(attempt);
+                async { Err(status(429, Some(Duration::from_secs(20)))) }
             })
             .await;
         let err = result.unwrap_err();
@@ -370,7 +390,8 @@ mod tests {
         let mut calls = 0;
         let started = tokio::time::Instant::now();
         let result: Result<(), _> = policy
-            .run("GET /x", &counters, || {
+            .run("GET /x", |attempt| {
+                counters.sent(attempt);
                 calls += 1;
                 let first = calls == 1;
                 async move {

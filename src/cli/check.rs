@@ -4,7 +4,8 @@
 //! of them even after a failure: the credentials (a token fetched for OAuth, then one list
 //! request that the service must accept), each configured schedule (one list request of one
 //! call), and whether `run` could open the warehouse (one name, writable by this user, a
-//! callsync warehouse it can migrate). Nothing is created or migrated.
+//! callsync warehouse it can migrate). Nothing is created or migrated. A credential that would
+//! cross the network unencrypted is warned of on stderr, and fails nothing.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -88,6 +89,8 @@ pub async fn run(config: &Config, json: bool) -> Result<ExitCode> {
         verdict.print(json)
     };
     report(Verdict::ok("config", describe_source(config)))?;
+    // Not a failure: over a private network, or to a sidecar that adds TLS, it may be meant.
+    super::config::warn_in_clear(config);
 
     let client = client(config)?;
     let filter = ListFilter::default();

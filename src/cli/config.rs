@@ -1,6 +1,8 @@
 //! `callsync config`: the effective configuration, each value with its source, secrets
-//! redacted — computed by `config::effective`, written here as text or JSON.
+//! redacted — computed by `config::effective`, written here as text or JSON — and a warning
+//! on stderr for each credential that would cross the network unencrypted.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -14,6 +16,7 @@ use crate::config::{Config, Env};
 /// command with exit code 2 and `check`'s message) as text, or as JSON with `json`.
 pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
     let shown = effective::effective(config, &Env::from_process()?)?;
+    warn_in_clear(config);
     if json {
         let text = serde_json::to_string_pretty(&to_json(&shown))?;
         print_out(format_args!("{}\n", crate::untrusted::json_safe(&text)))?;
@@ -22,6 +25,21 @@ pub(super) fn run(config: &Config, json: bool) -> Result<ExitCode> {
         print_out(crate::untrusted::json_safe(&render(&shown)))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Warns of each credential that would cross the network unencrypted (`config`, `check`; the
+/// daemon logs it): on stderr, so that stdout stays what scripts read, with the warning
+/// priority under the journal.
+pub(super) fn warn_in_clear(config: &Config) {
+    let priority = if crate::telemetry::stderr_is_the_journal() {
+        "<4>"
+    } else {
+        ""
+    };
+    for in_clear in config.api.credentials_in_clear() {
+        // A closed stderr must not fail the command over a warning.
+        let _ = writeln!(std::io::stderr(), "{priority}warning: {in_clear}");
+    }
 }
 
 /// The text `callsync config` prints: valid TOML, which can be pasted back as a configuration

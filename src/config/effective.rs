@@ -1,6 +1,7 @@
 //! The effective configuration for `callsync config`: every key with the value callsync runs
 //! with and where that value came from — the file (which one), a `CALLSYNC_*` variable (which
-//! one), a systemd credential, or the default. Secrets show their source, never their value.
+//! one), a systemd credential, or the default. Secrets show their source, never their value;
+//! URLs show no user info (`warehouse.url` its user name, the PostgreSQL role, but no password).
 //!
 //! It reads a validated [`Config`] (so what it shows is what the commands use, defaults
 //! included) and finds each key's source the way `load` resolves it: a variable wins over the
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::env::{Env, variable_for};
 use super::error::ConfigErrorKind;
+use super::url_credentials::shown;
 use super::values::CronSchedule;
 use super::{
     AuthConfig, Config, ConfigError, DestinationConfig, DetailsMode, LogFormat, SecretSource,
@@ -196,10 +198,11 @@ impl Entries<'_> {
 
 fn api(entries: &mut Entries<'_>, config: &Config) {
     let api = &config.api;
-    entries.add("api.base_url", json!(api.base_url.as_str()));
+    // Refused with user info, so none to hide; hidden all the same should that ever change.
+    entries.add("api.base_url", json!(shown(&api.base_url)));
     match &api.auth {
         Some(AuthConfig::OAuth(oauth)) => {
-            entries.add("api.oauth.token_url", json!(oauth.token_url.as_str()));
+            entries.add("api.oauth.token_url", json!(shown(&oauth.token_url)));
             entries.add("api.oauth.client_id", json!(oauth.client_id));
             entries.secret("api.oauth.client_secret", Some(&oauth.client_secret));
             entries.add("api.oauth.scope", json!(oauth.scope));

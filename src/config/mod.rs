@@ -6,8 +6,10 @@
 //! (`raw.rs`), then converts it once into [`Config`] with real types (`validate.rs`); each
 //! failure is one [`ConfigError`] naming the key, with its [`ConfigErrorKind`]. Secrets
 //! (`secret.rs`) are never printed; where each comes from is decided here, and a secret file
-//! is read only when a command asks for the credentials (`ApiConfig::credentials`). Other
-//! modules never see the raw form.
+//! is read only when a command asks for the credentials (`ApiConfig::credentials`). A
+//! service URL with a user name or password in it is refused, never repeated, and
+//! `ApiConfig::credentials_in_clear` names the credentials bound for plain `http://` to
+//! another machine (`url_credentials.rs`). Other modules never see the raw form.
 
 pub mod effective;
 mod env;
@@ -21,6 +23,7 @@ mod secret;
 #[cfg(test)]
 mod tests;
 mod types;
+mod url_credentials;
 mod validate;
 mod values;
 
@@ -36,6 +39,7 @@ pub use types::{
     DestinationConfig, DetailsMode, LogConfig, LogFormat, MetricsConfig, OAuthConfig,
     PostgresConfig, RetryConfig, SyncConfig, WarehouseConfig,
 };
+pub use url_credentials::InClear;
 pub use values::CronSchedule;
 
 /// Loads and validates the configuration from `path` (or the default search path) and the

@@ -1449,3 +1449,124 @@ fn a_named_schedule_may_say_its_campaign() {
         "config: sync.schedule[0].campaign: \"spring-2026\" is not a campaign uid (a UUID)"
     );
 }
+
+/// Issue 53: a user name or password in a service URL is refused (reqwest would send it as
+/// HTTP Basic credentials in place of the token), and no message repeats it: not the
+/// refusal, nor another fault's message that echoes the URL, nor an unparsable URL's.
+#[test]
+fn user_info_in_a_service_url_is_refused_and_never_repeated() {
+    let oauth = |token_url: &str| {
+        format!(
+            "[api]\nbase_url = \"https://x.example\"\n[api.oauth]\ntoken_url = \"{token_url}\"\nclient_id = \"c\"\nclient_secret = \"s\"\n[sync]\nschedules = [\"{SCHEDULE}\"]\n"
+        )
+    };
+    let base_url = |url: &str| with("api", &format!("base_url = \"{url}\""));
+    let cases = [
+        (
+            base_url("http://alice:Pa55word@calls.example.com/"),
+            "api.base_url",
+        ),
+        (base_url("https://alice@calls.example.com"), "api.base_url"),
+        (
+            base_url("https://:Pa55word@calls.example.com"),
+            "api.base_url",
+        ),
+        (
+            base_url("http://alice:Pa55word@calls.example.com/?x=1"),
+            "api.base_url",
+        ),
+        (
+            base_url("ftp://alice:Pa55word@calls.example.com/"),
+            "api.base_url",
+        ),
+        (
+            base_url("http://alice:Pa55word@calls example.com/"),
+            "api.base_url",
+        ),
+        (base_url("alice:Pa55word@calls.example.com"), "api.base_url"),
+        (
+            oauth("https://alice:Pa55word@auth.example.com/token"),
+            "api.oauth.token_url",
+        ),
+    ];
+    for (text, key) in cases {
+        let err = load_text(&text, &Env::default()).unwrap_err();
+        assert_eq!(problem(&err), at(key, ConfigErrorKind::BadUrl), "{text}");
+        let message = err.to_string();
+        assert!(
+            !message.contains("alice") && !message.contains("Pa55word"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        error_of(&base_url("http://alice:Pa55word@calls.example.com/")),
+        "config: api.base_url: \"http://[redacted]@calls.example.com/\" has a user name or password in it, which callsync would send to the service in place of the token; remove it (the token goes in api.access_token, access_token_file or [api.oauth])"
+    );
+    assert_eq!(
+        error_of(&base_url("http://alice:Pa55word@calls example.com/")),
+        "config: api.base_url: \"http://[redacted]@calls example.com/\" is not a URL: invalid international domain name"
+    );
+}
+
+/// Where a credential would cross the network unencrypted: plain http:// to any host but
+/// this machine's loopback (127.0.0.0/8, ::1, localhost).
+#[test]
+fn credentials_in_clear_are_those_over_http_to_another_host() {
+    let oauth = |base: &str, token: &str| {
+        format!(
+            "[api]\nbase_url = \"{base}\"\n[api.oauth]\ntoken_url = \"{token}\"\nclient_id = \"c\"\nclient_secret = \"s\"\n[sync]\nschedules = [\"{SCHEDULE}\"]\n"
+        )
+    };
+    let base_url = |url: &str| with("api", &format!("base_url = \"{url}\""));
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (base_url("https://calls.example.com"), vec![]),
+        (base_url("http://calls.example.com"), vec!["api.base_url"]),
+        (base_url("http://10.0.0.7:8080"), vec!["api.base_url"]),
+        (base_url("http://0.0.0.0:8080"), vec!["api.base_url"]),
+        (base_url("http://[2001:db8::1]"), vec!["api.base_url"]),
+        (
+            base_url("http://localhost.example.com"),
+            vec!["api.base_url"],
+        ),
+        (base_url("http://127.0.0.1:8080"), vec![]),
+        (base_url("http://127.255.0.9"), vec![]),
+        (base_url("http://LOCALHOST:9"), vec![]),
+        (base_url("http://localhost.:9"), vec![]),
+        (base_url("http://[::1]:9"), vec![]),
+        (base_url("http://[::ffff:127.0.0.1]:9"), vec![]),
+        (
+            oauth("http://calls.example.com", "http://auth.example.com/t"),
+            vec!["api.base_url", "api.oauth.token_url"],
+        ),
+        (
+            oauth("https://calls.example.com", "http://auth.example.com/t"),
+            vec!["api.oauth.token_url"],
+        ),
+        (
+            oauth("http://127.0.0.1:9", "https://auth.example.com/t"),
+            vec![],
+        ),
+        // No credentials configured: none to send.
+        (
+            format!(
+                "[api]\nbase_url = \"http://calls.example.com\"\n[sync]\nschedules = [\"{SCHEDULE}\"]\n"
+            ),
+            vec![],
+        ),
+    ];
+    for (text, keys) in cases {
+        let config = load_text(&text, &Env::default()).unwrap();
+        let found: Vec<&str> = config
+            .api
+            .credentials_in_clear()
+            .iter()
+            .map(|c| c.key)
+            .collect();
+        assert_eq!(found, keys, "{text}");
+    }
+    let config = load_text(&base_url("http://calls.example.com"), &Env::default()).unwrap();
+    assert_eq!(
+        config.api.credentials_in_clear()[0].to_string(),
+        "api.base_url is plain http:// to calls.example.com, which is not this machine (127.0.0.0/8, ::1 or localhost): the access token would cross the network unencrypted, readable on every network in between; use https://"
+    );
+}

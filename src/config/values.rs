@@ -11,23 +11,27 @@ use croner::parser::{CronParser, Seconds, Year};
 use url::Url;
 
 use super::error::{ConfigError, ConfigErrorKind as Kind};
+use super::url_credentials::{refuse_user_info, user_info_redacted};
 use crate::service::Timestamp;
 
 pub(super) fn url(key: &str, text: &str) -> Result<Url, ConfigError> {
+    // Every message shows the URL without its user info, whatever else is wrong with it.
+    let shown = user_info_redacted(text);
     let url = Url::parse(text.trim())
-        .map_err(|e| ConfigError::new(Kind::BadUrl, key, format!("{text:?} is not a URL: {e}")))?;
+        .map_err(|e| ConfigError::new(Kind::BadUrl, key, format!("{shown:?} is not a URL: {e}")))?;
+    refuse_user_info(key, &url, text)?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(ConfigError::new(
             Kind::BadUrl,
             key,
-            format!("{text:?} must be an http:// or https:// URL with a host"),
+            format!("{shown:?} must be an http:// or https:// URL with a host"),
         ));
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(ConfigError::new(
             Kind::BadUrl,
             key,
-            format!("{text:?} must not have a query or a fragment"),
+            format!("{shown:?} must not have a query or a fragment"),
         ));
     }
     Ok(url)

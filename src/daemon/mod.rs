@@ -2,7 +2,8 @@
 //!
 //! [`run`] takes the shutdown signal as a future (the binary passes SIGTERM/SIGINT, tests a
 //! channel); [`run_with`] also takes where its ticks come from (the cron, or a test's
-//! [`TickDriver`]). It opens the engine, tells systemd READY, runs a pass of every schedule,
+//! [`TickDriver`]). It opens the engine, tells systemd READY, logs its start (with a warning
+//! for each credential that would cross the network unencrypted), runs a pass of every schedule,
 //! then one per `sync.cron` tick (and a reconciliation per `sync.reconcile_cron` tick). A tick
 //! that finds a schedule's previous pass still running skips it; a failing schedule backs
 //! off (after 2, 3, 4 … failures in a row it sits out 1, 3, 7 … up to 31 ticks) without
@@ -211,6 +212,9 @@ fn log_started(config: &Config, engine: &Engine) {
         walker = %engine.walker(),
         "callsync daemon started"
     );
+    for in_clear in config.api.credentials_in_clear() {
+        tracing::warn!("{in_clear}");
+    }
 }
 
 /// Lets the running passes commit their page, for at most `patience`; aborts those still

@@ -24,6 +24,15 @@ impl Shared {
         (token, self.token_lifetime)
     }
 
+    /// Issued tokens not yet expired at the clock's "now".
+    pub(super) fn live_tokens(&self) -> usize {
+        let now = self.clock.now();
+        lock(&self.tokens)
+            .values()
+            .filter(|expiry| now < **expiry)
+            .count()
+    }
+
     /// `Ok` when the header carries the static token or an unexpired issued one.
     pub(super) fn check_bearer(&self, header: Option<&HeaderValue>) -> Result<(), AuthProblem> {
         let value = header

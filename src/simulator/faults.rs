@@ -5,7 +5,8 @@
 //! Faults hit `/api/v1` requests at the configured rates: 500/502/503 (a 502 as a proxy's
 //! HTML page), 429 with `Retry-After`, slow responses, and a body cut off mid-way (the
 //! connection closes before the response is complete). A 401 carries the `WWW-Authenticate`
-//! challenge of RFC 6750. A test's holds on list requests and writes (`hold.rs`) are applied here too.
+//! challenge of RFC 6750. A test's holds on list requests, detail requests and writes
+//! (`hold.rs`) are applied here too, after the token is checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,11 +68,8 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         return response;
     }
     let is_write = request.method() != axum::http::Method::GET;
-    let is_list =
-        !is_write && path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
-    let gate = lock(&shared.list_hold).clone();
-    if let Some(gate) = gate.filter(|_| is_list) {
-        gate.pass(path).await;
+    if !is_write {
+        hold_read(shared, path).await;
     }
     let write_gate = lock(&shared.write_hold).clone().filter(|_| is_write);
     let delay = shared.faults().delay_writes;
@@ -149,6 +147,21 @@ async fn handle(shared: &Shared, request: Request, next: Next, path: &str) -> Re
         }
         Some(Fault::Truncate) => truncate(next.run(request).await).await,
         None => next.run(request).await,
+    }
+}
+
+/// Waits while a test holds this list or detail request (`hold.rs`).
+async fn hold_read(shared: &Shared, path: &str) {
+    let is_list = path.starts_with("/api/v1/schedules/") && path.ends_with("/outbound_calls");
+    let is_detail = path.starts_with("/api/v1/outbound_calls/");
+    let hold = match (is_list, is_detail) {
+        (true, _) => &shared.list_hold,
+        (_, true) => &shared.detail_hold,
+        _ => return,
+    };
+    let gate = lock(hold).clone();
+    if let Some(gate) = gate {
+        gate.pass(path).await;
     }
 }
 

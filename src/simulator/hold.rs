@@ -4,9 +4,12 @@
 //! and the `from`-th and every one after it waits, before the service reads its page, until the
 //! test lets it through: a client cannot finish a pass while one of its list requests is held,
 //! so a test that kills it then knows the kill landed inside the pass, on a machine of any
-//! speed. [`Simulator::hold_writes`](super::Simulator::hold_writes) does the same for writes
-//! (POST, PATCH) numbered `from` to `to`, before the service acts on them: an upload stays
-//! inside its chunk for as long as the test needs.
+//! speed. [`Simulator::hold_detail_requests`](super::Simulator::hold_detail_requests) does the
+//! same for detail requests (`GET /api/v1/outbound_calls/{uid}`).
+//! [`Simulator::hold_writes`](super::Simulator::hold_writes) does the same for writes (POST,
+//! PATCH) numbered `from` to `to`, before the service acts on them: an upload stays inside its
+//! chunk for as long as the test needs. Every hold applies after the request's token was
+//! checked.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -130,6 +130,7 @@ impl Simulator {
             requests: Mutex::new(Vec::new()),
             delayed_writes: AtomicUsize::new(0),
             list_hold: Mutex::new(None),
+            detail_hold: Mutex::new(None),
             write_hold: Mutex::new(None),
             // Not the generator's stream: what happens at runtime (uids of new resources,
             // the dialer's choices, faults) must not repeat what the seed made, yet must come
@@ -331,6 +332,22 @@ impl Simulator {
         let (hold, gate) = RequestHold::new(from, usize::MAX);
         *lock(&self.shared.list_hold) = Some(gate);
         hold
+    }
+
+    /// Holds detail requests (`GET /api/v1/outbound_calls/{uid}`) from the `from`-th (counted
+    /// from 1, from now on) until the test lets them through, after their token was checked;
+    /// replaces the hold set before. With one request in flight at a time, the client's other
+    /// requests then wait in its limiter for as long as the test needs.
+    pub fn hold_detail_requests(&self, from: usize) -> RequestHold {
+        let (hold, gate) = RequestHold::new(from, usize::MAX);
+        *lock(&self.shared.detail_hold) = Some(gate);
+        hold
+    }
+
+    /// The tokens `/oauth/token` issued that the service still accepts at its clock's "now":
+    /// 0 once every token issued so far has expired.
+    pub fn live_tokens(&self) -> usize {
+        self.shared.live_tokens()
     }
 
     /// Holds the writes (POST, PATCH) numbered `from` to `to` (counted from 1, from now on),

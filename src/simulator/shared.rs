@@ -51,8 +51,10 @@ pub(crate) struct Shared {
     /// Writes held by `FaultPlan::delay_writes`, counted once their bodies are in: the request
     /// log has a request only once it is answered, and its client may be gone before that.
     pub(super) delayed_writes: AtomicUsize,
-    /// A test's holds on list requests and on writes (`hold.rs`), if it set them.
+    /// A test's holds on list requests, detail requests and writes (`hold.rs`), if it set
+    /// them.
     pub(super) list_hold: Mutex<Option<Arc<hold::Gate>>>,
+    pub(super) detail_hold: Mutex<Option<Arc<hold::Gate>>>,
     pub(super) write_hold: Mutex<Option<Arc<hold::Gate>>>,
     pub(super) rng: Mutex<StdRng>,
     /// Locked only with `state` held, after it.

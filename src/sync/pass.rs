@@ -625,8 +625,8 @@ impl<'e> Pass<'e> {
                 }
             }
         }
-        self.tally.detail_requests += missing.len() as u64;
-        // All asked at once, as the fetch asks them: the walk's permits bound them.
+        // All asked at once, as the fetch asks them: the walk's permits bound them. Each is
+        // counted once answered, as the fetch's are: not while it waits for its turn.
         let asked_now: FuturesUnordered<_> = missing
             .into_iter()
             .map(|(i, uid)| async move {
@@ -634,6 +634,7 @@ impl<'e> Pass<'e> {
                 (i, uid, detail.map(|(call, _)| call))
             })
             .collect();
+        let asked_now = asked_now.inspect(|_| self.tally.detail_requests += 1);
         let mut details = futures::stream::iter(answered).chain(asked_now);
         while let Some((i, uid, detail)) = details.next().await {
             if detail.is_ok() || detail.as_ref().is_err_and(ApiError::is_not_found) {

@@ -110,6 +110,8 @@ mod supply_chain;
 mod logs;
 // Every pass ends at the service's clock; the checkpoint never passes it.
 mod horizon;
+// Requests waiting in the limiter: their token taken when sent, counted only once sent.
+mod queued;
 // The request rate adapts to a rate-limited service; schedules share it.
 mod rate;
 // The write half on the command line: campaigns, schedules, calls.
@@ -122,6 +124,8 @@ mod described;
 mod scripting;
 // callsync config: each key's value and source, secrets redacted.
 mod config_cmd;
+// No user info in a service URL; a token over plain http:// to another host is warned of.
+mod url_credentials;
 // The binary on a terminal: colours, NO_COLOR, the progress bar and log lines.
 mod terminal;
 // contrib/: the alerting rules and the dashboard select series exported from start-up.
