@@ -1,6 +1,7 @@
 //! Response bodies read with a cap (a body beyond it fails without being read whole) and
-//! decoded as they arrive: in place when small (invalid UTF-8 in string values repaired
-//! first, `invalid_utf8.rs`), streamed through the decoder otherwise. A decoding failure
+//! decoded as they arrive: in place when small (invalid UTF-8 in string values, NULs and
+//! lone surrogates in strings repaired first, `invalid_utf8.rs`), streamed through the
+//! decoder otherwise. A decoding failure
 //! says whether the response's framing vouched for the body arriving whole (`framed`), which
 //! decides whether it is worth asking again (`ApiError::is_transient`).
 
@@ -161,13 +162,14 @@ where
         }
     }
     // A body this large is not repaired (`invalid_utf8`): a page of calls is far smaller,
-    // and one byte that is not UTF-8 fails it as unreadable.
+    // and one byte that is not UTF-8, or a lone surrogate, fails it as unreadable.
     let received = buffered.freeze();
     decode_streaming(name, &content_type, body_framed, received, body, seed).await
 }
 
-/// Decodes a whole body, its invalid UTF-8 repaired where harmless; a repair that made it
-/// readable is logged once, naming the objects (calls) it touched.
+/// Decodes a whole body, its invalid UTF-8, NULs and lone surrogates repaired where
+/// harmless; a repair that made it readable is logged once, naming the objects (calls) it
+/// touched.
 fn decode_in_place<T, S>(name: &str, seed: S, body: &[u8]) -> serde_json::Result<T>
 where
     S: for<'de> DeserializeSeed<'de, Value = T> + Forgiving,
@@ -197,7 +199,7 @@ where
 }
 
 fn warn_repaired(name: &str, repaired: &Repaired) {
-    let says = "the service sent text that is not UTF-8, or a NUL: stored with U+FFFD in place of each invalid sequence or NUL; report it to the service's operators";
+    let says = "the service sent text that is not UTF-8, a NUL or half a surrogate pair: stored with U+FFFD in place of each invalid sequence, NUL or lone surrogate; report it to the service's operators";
     let safe = |uid: &str| crate::untrusted::untrusted_text(uid, 64);
     if repaired.uids.is_empty() {
         tracing::warn!(request = name, replaced = repaired.replaced, "{says}");

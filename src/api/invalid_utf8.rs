@@ -1,5 +1,6 @@
-//! Invalid UTF-8 in the service's text replaced by U+FFFD before the body is decoded, where
-//! that is harmless: inside a string value, and nowhere else.
+//! Text the service should not have sent replaced by U+FFFD before the body is decoded,
+//! where that is harmless: invalid UTF-8 inside a string value, and nowhere else; a NUL's or
+//! a lone surrogate's escape inside any string.
 //!
 //! serde_json refuses a whole body for one byte that is not UTF-8 (a misspelt name, a
 //! Latin-1 byte from an old system), and the same page comes back on every pass: the
@@ -26,6 +27,20 @@
 //! of the same shape (a backslash, `u`, four hex digits), so the body's structure is
 //! untouched; an escaped backslash before `u0000` is text, not a NUL.
 //!
+//! A lone surrogate escape (`\ud800`–`\udfff` that is not one half of a high-then-low
+//! pair: half an emoji, as a service counting UTF-16 units writes a string it cut between
+//! the halves) makes serde_json refuse the whole body, on every pass. It becomes `\ufffd`
+//! as a NUL does, in a key as in a value, for the same reasons; a high followed by a low
+//! escape is the character the pair writes (an emoji), copied as it is.
+//!
+//! Only a backslash that is not itself escaped starts an escape: `\\ud800` is the text
+//! `\ud800`, left alone (the scan follows each string's escapes; the search below counts the
+//! backslashes before each `\u`).
+//!
+//! Every page passes here, so the common body costs one search: a body that is UTF-8 and
+//! holds no `\u` escape to replace (`holds_escape_to_replace`: `memchr` finds each `\u`,
+//! read no further than its four digits) is left as it is, before any scan or copy.
+//!
 //! What was replaced is told with the uid of the outermost object around it that has one
 //! (a call, not its attempt), so the log can name the call once.
 
@@ -36,26 +51,28 @@ const MAX_DEPTH: usize = 128;
 /// The most bytes of a `uid` value kept for the log (a uuid has 36).
 const UID_BYTES: usize = 64;
 
-/// A NUL as JSON writes it, and the replacement character written the same way.
-const NUL_ESCAPE: &[u8] = b"\\u0000";
+/// The replacement character as JSON writes it: the shape of every escape it replaces.
 const REPLACEMENT_ESCAPE: &[u8] = b"\\ufffd";
 
-/// A body with its invalid UTF-8 replaced where harmless.
+/// The bytes of one `\uXXXX` escape.
+const ESCAPE_LEN: usize = 6;
+
+/// A body with what the decoder would refuse replaced where harmless.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Repaired {
     pub body: Vec<u8>,
-    /// How many invalid sequences and NULs became U+FFFD.
+    /// How many invalid sequences, NULs and lone surrogates became U+FFFD.
     pub replaced: usize,
     /// The uids of the outermost objects around them (none when no object there has one).
     pub uids: Vec<String>,
 }
 
-/// `body` with the invalid UTF-8 and the NULs of its string values replaced, or `None` when
-/// there is nothing to replace, or invalid UTF-8 that cannot be (the body stays as it is, and
-/// the decoder says why it cannot be read).
+/// `body` with the invalid UTF-8 of its string values, and the NULs and lone surrogates of
+/// its strings, replaced; or `None` when there is nothing to replace, or invalid UTF-8 that
+/// cannot be (the body stays as it is, and the decoder says why it cannot be read).
 pub(super) fn repair(body: &[u8]) -> Option<Repaired> {
     let valid = std::str::from_utf8(body).is_ok();
-    if valid && memchr::memmem::find(body, NUL_ESCAPE).is_none() {
+    if valid && !holds_escape_to_replace(body) {
         return None;
     }
     let mut scan = Scan::default();
@@ -74,12 +91,80 @@ pub(super) fn repair(body: &[u8]) -> Option<Repaired> {
         scan.replaced();
         out.extend_from_slice("\u{FFFD}".as_bytes());
     }
-    // A NUL's escape may have been text, or in a key: then nothing was replaced.
+    // An escape found by the search may have been outside any string: then nothing was
+    // replaced.
     (scan.replaced > 0).then_some(Repaired {
         body: out,
         replaced: scan.replaced,
         uids: scan.uids,
     })
+}
+
+/// What a `\u` escape at the start of some text writes, as far as the repair cares.
+#[derive(Debug, PartialEq, Eq)]
+enum Escape {
+    /// `\u0000`: replaced.
+    Nul,
+    /// A surrogate that is not one half of a pair: replaced.
+    LoneSurrogate,
+    /// A high surrogate's escape followed by a low one's (twelve bytes): copied.
+    Pair,
+    /// Not a `\u` escape, or one of any other code unit, or a broken one (left to the decoder).
+    Other,
+}
+
+/// The escape at the start of `text` (its first byte a backslash that starts an escape).
+fn escape_at(text: &[u8]) -> Escape {
+    match code_unit(text) {
+        Some(0) => Escape::Nul,
+        Some(0xD800..=0xDBFF) => {
+            let next = text.get(ESCAPE_LEN..).and_then(code_unit);
+            match next {
+                Some(0xDC00..=0xDFFF) => Escape::Pair,
+                _ => Escape::LoneSurrogate,
+            }
+        }
+        Some(0xDC00..=0xDFFF) => Escape::LoneSurrogate,
+        _ => Escape::Other,
+    }
+}
+
+/// The UTF-16 code unit a `\uXXXX` escape at the start of `text` writes (hex digits in
+/// either case, as JSON allows).
+fn code_unit(text: &[u8]) -> Option<u16> {
+    let digits = text.strip_prefix(b"\\u")?.get(..4)?;
+    digits.iter().try_fold(0u16, |unit, &digit| {
+        let value = char::from(digit).to_digit(16)?;
+        Some(unit << 4 | value as u16)
+    })
+}
+
+/// Whether `body` holds an escape `repair` replaces: a NUL's or a lone surrogate's, at a
+/// backslash that starts an escape. Inside strings this is exactly what the scan replaces
+/// (a backslash starts an escape when an even number of backslashes comes before it, as the
+/// scan's `escaped` says); outside them it may find one the scan does not replace, which
+/// costs a scan and changes nothing.
+fn holds_escape_to_replace(body: &[u8]) -> bool {
+    // The end of the last pair found: its low half is not looked at alone.
+    let mut pair_end = 0;
+    for at in memchr::memmem::find_iter(body, b"\\u") {
+        if at < pair_end || !starts_escape(body, at) {
+            continue;
+        }
+        match escape_at(&body[at..]) {
+            Escape::Nul | Escape::LoneSurrogate => return true,
+            Escape::Pair => pair_end = at + 2 * ESCAPE_LEN,
+            Escape::Other => {}
+        }
+    }
+    false
+}
+
+/// Whether the backslash at `at` starts an escape: each two backslashes before it are one
+/// escaped backslash, text.
+fn starts_escape(body: &[u8], at: usize) -> bool {
+    let before = body[..at].iter().rev().take_while(|&&b| b == b'\\');
+    before.count() % 2 == 0
 }
 
 /// Where the scan is in the body: in a string or not, and the containers around it.
@@ -119,24 +204,40 @@ struct Text {
 }
 
 impl Scan {
-    /// Scans `valid` (UTF-8) into `out`, each NUL escape in a string replaced; stops at the
-    /// decoder's depth (`too_deep`).
+    /// Scans `valid` (UTF-8) into `out`, each NUL or lone surrogate escape in a string
+    /// replaced; stops at the decoder's depth (`too_deep`).
     fn copy(&mut self, valid: &[u8], out: &mut Vec<u8>) {
         let mut rest = valid;
         while let Some(&byte) = rest.first() {
-            if rest.starts_with(NUL_ESCAPE) && self.in_text() {
-                REPLACEMENT_ESCAPE.iter().for_each(|&b| self.step(b));
-                self.replaced();
-                out.extend_from_slice(REPLACEMENT_ESCAPE);
-                rest = &rest[NUL_ESCAPE.len()..];
-                continue;
-            }
-            self.step(byte);
-            if self.too_deep {
-                return;
-            }
-            out.push(byte);
-            rest = &rest[1..];
+            let escape = if byte == b'\\' && self.in_text() {
+                escape_at(rest)
+            } else {
+                Escape::Other
+            };
+            let taken = match escape {
+                Escape::Nul | Escape::LoneSurrogate => {
+                    REPLACEMENT_ESCAPE.iter().for_each(|&b| self.step(b));
+                    self.replaced();
+                    out.extend_from_slice(REPLACEMENT_ESCAPE);
+                    ESCAPE_LEN
+                }
+                // Both halves at once: the low half alone would look lone.
+                Escape::Pair => {
+                    let pair = &rest[..2 * ESCAPE_LEN];
+                    pair.iter().for_each(|&b| self.step(b));
+                    out.extend_from_slice(pair);
+                    pair.len()
+                }
+                Escape::Other => {
+                    self.step(byte);
+                    if self.too_deep {
+                        return;
+                    }
+                    out.push(byte);
+                    1
+                }
+            };
+            rest = &rest[taken..];
         }
     }
 
@@ -348,6 +449,138 @@ mod tests {
         for body in [&br#"{"note":"\\u0000"}"#[..], br#"{"n":"\u0001"}"#] {
             assert_eq!(repair(body), None, "{}", String::from_utf8_lossy(body));
         }
+    }
+
+    /// Each lone surrogate escape, in any string, becomes `\ufffd`; a pair, an escaped
+    /// backslash's text and other escapes stay. (body, repaired body, how many replaced)
+    const SURROGATES: &[(&str, Option<&str>, usize)] = &[
+        // A lone high in a name, as the issue saw it; upper-case digits alike.
+        (
+            r#"{"name":"bad \ud800 surrogate"}"#,
+            Some(r#"{"name":"bad \ufffd surrogate"}"#),
+            1,
+        ),
+        (r#"{"n":"\uDBFF!"}"#, Some(r#"{"n":"\ufffd!"}"#), 1),
+        // A lone low; two lows; a low then a high: no pair.
+        (r#"{"n":"\udc00x"}"#, Some(r#"{"n":"\ufffdx"}"#), 1),
+        (
+            r#"{"n":"\udfff\ude00"}"#,
+            Some(r#"{"n":"\ufffd\ufffd"}"#),
+            2,
+        ),
+        (
+            r#"{"n":"\ude00\ud83d"}"#,
+            Some(r#"{"n":"\ufffd\ufffd"}"#),
+            2,
+        ),
+        // A high at the end of a string: half an emoji.
+        (r#"{"n":"ab\ud83d"}"#, Some(r#"{"n":"ab\ufffd"}"#), 1),
+        // A high followed by an escape that is not a low's: the other escape stays.
+        (
+            r#"{"n":"\ud83d\u0041"}"#,
+            Some(r#"{"n":"\ufffd\u0041"}"#),
+            1,
+        ),
+        (r#"{"n":"\ud83d\n"}"#, Some(r#"{"n":"\ufffd\n"}"#), 1),
+        // A high followed by a pair: the first high alone is lone.
+        (
+            r#"{"n":"\ud83d\ud83d\ude00"}"#,
+            Some(r#"{"n":"\ufffd\ud83d\ude00"}"#),
+            1,
+        ),
+        // A high followed by the text `\ude00` (an escaped backslash): lone.
+        (
+            r#"{"n":"\ud83d\\ude00"}"#,
+            Some(r#"{"n":"\ufffd\\ude00"}"#),
+            1,
+        ),
+        // The text `\ud83d` followed by a low's escape: the low is lone.
+        (
+            r#"{"n":"\\ud83d\ude00"}"#,
+            Some(r#"{"n":"\\ud83d\ufffd"}"#),
+            1,
+        ),
+        // An escaped backslash, then an escape.
+        (r#"{"n":"\\\ud800"}"#, Some(r#"{"n":"\\\ufffd"}"#), 1),
+        // Custom parameters' keys and values, a variable's value, any nested string.
+        (
+            r#"{"custom_parameters":{"k\ud800":"v\udfff","ok":"x"}}"#,
+            Some(r#"{"custom_parameters":{"k\ufffd":"v\ufffd","ok":"x"}}"#),
+            2,
+        ),
+        (
+            r#"{"attempts":[{"variables":[{"name":"v","value":"\udbff"}]}]}"#,
+            Some(r#"{"attempts":[{"variables":[{"name":"v","value":"\ufffd"}]}]}"#),
+            1,
+        ),
+        (
+            r#"[[{"a":["\ud800"]}]]"#,
+            Some(r#"[[{"a":["\ufffd"]}]]"#),
+            1,
+        ),
+        // A pair is an emoji, in either case: nothing to replace.
+        (r#"{"n":"\ud83d\ude00"}"#, None, 0),
+        (r#"{"n":"\uD83D\uDE00 \udbff\udfff"}"#, None, 0),
+        // Escaped backslashes: the text `\ud800`, not an escape.
+        (r#"{"n":"\\ud800"}"#, None, 0),
+        (r#"{"n":"\\\\ud800"}"#, None, 0),
+        // Other escapes, next to the surrogates: left alone.
+        (r#"{"n":"\u00e9\ud7ff\ue000\"\\"}"#, None, 0),
+        // A broken escape is the decoder's to refuse.
+        (r#"{"n":"\ud80"}"#, None, 0),
+    ];
+
+    #[test]
+    fn lone_surrogates_become_replacements_and_pairs_stay() {
+        for &(body, expected, count) in SURROGATES {
+            let found = repaired(body.as_bytes());
+            let got = found.as_ref().map(|(text, n, _)| (text.as_str(), *n));
+            assert_eq!(got, expected.map(|e| (e, count)), "{body}");
+            // The search finds exactly the bodies the scan repairs (all of them strings).
+            assert_eq!(
+                holds_escape_to_replace(body.as_bytes()),
+                expected.is_some(),
+                "{body}"
+            );
+            // What the decoder refused it reads once repaired.
+            let decodes = |text: &str| serde_json::from_str::<serde_json::Value>(text).is_ok();
+            if let Some(expected) = expected {
+                assert!(!decodes(body) && decodes(expected), "{body}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_is_stored_as_a_replacement_and_names_the_call() {
+        let body = br#"{"data":[{"uid":"a","info":{"first_name":"Jo \ud83d\ude00\ud83d"},"attempts":[{"uid":"c","vars":[{"value":"\udc00"}]}]},{"uid":"b","name":"\ud83d\ude00"}]}"#;
+        let (text, replaced, uids) = repaired(body).unwrap();
+        assert_eq!((replaced, uids), (2, vec!["a".to_owned()]));
+        let decoded: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            decoded["data"][0]["info"]["first_name"],
+            "Jo \u{1F600}\u{FFFD}"
+        );
+        assert_eq!(
+            decoded["data"][0]["attempts"][0]["vars"][0]["value"],
+            "\u{FFFD}"
+        );
+        assert_eq!(decoded["data"][1]["name"], "\u{1F600}");
+        // A key so replaced is no `uid`, a `uid` so replaced names nothing.
+        let (_, _, uids) = repaired(br#"{"uid\ud800":"b","n":"\udc00"}"#).unwrap();
+        assert_eq!(uids, Vec::<String>::new());
+        // Beside invalid UTF-8, both are replaced.
+        let (text, replaced, _) = repaired(b"{\"n\":\"\\ud800\xff\"}").unwrap();
+        assert_eq!(
+            (text.as_str(), replaced),
+            ("{\"n\":\"\\ufffd\u{FFFD}\"}", 2)
+        );
+    }
+
+    #[test]
+    fn a_lone_surrogate_outside_a_string_is_left_to_the_decoder() {
+        // The search may find it (it does not follow strings); the scan replaces nothing.
+        assert_eq!(repair(br#"{"n":1\ud800}"#), None);
+        assert_eq!(repair(br#"\ud800"#), None);
     }
 
     #[test]

@@ -94,6 +94,11 @@ pub(super) struct SimulateArgs {
         allow_negative_numbers = true
     )]
     pub(super) date_skew_secs: i64,
+    /// Share of calls served with half a surrogate pair (a lone \ud83d, as a JavaScript
+    /// service writes a string cut mid-emoji) in their first name and a custom parameter; the
+    /// same calls on every request (0 to 1)
+    #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
+    pub(super) lone_surrogate_rate: f64,
 }
 
 impl SimulateArgs {
@@ -129,6 +134,7 @@ impl SimulateArgs {
                 truncate_rate: self.truncate_rate,
                 quota_per_second: self.rate_limit,
                 date_skew_secs: self.date_skew_secs,
+                lone_surrogate_rate: self.lone_surrogate_rate,
                 ..FaultPlan::default()
             },
             ..SimulatorOptions::default()

@@ -28,6 +28,9 @@ pub struct FaultPlan {
     /// The `Date` header runs this many seconds off the clock that stamps the calls
     /// (negative: behind it), as a front whose clock is wrong sends it; 0 for none.
     pub date_skew_secs: i64,
+    /// A share of the calls, the same on every request, served with half a surrogate pair
+    /// in their text (`lone_surrogate.rs`: which calls, and where); 0 for none.
+    pub lone_surrogate_rate: f64,
 }
 
 /// One request as the simulator saw it.

@@ -3,8 +3,9 @@
 //! It stands in for the real service in every test, benchmark and the demo, so it follows
 //! the spec rule by rule (`routes.rs`, `query.rs`) and adds knobs to make life hard for a
 //! client: timestamp precision, a dialer that works the calls while a client pages
-//! (`dialer.rs`), late commits, faults (`faults.rs`), short token lifetimes, summary lists,
-//! and child changes that do not bump `updated_at`. Tests read its ground truth with
+//! (`dialer.rs`), late commits, faults (`faults.rs`; lone surrogates in the served text,
+//! `lone_surrogate.rs`), short token lifetimes, summary lists, and child changes that do not
+//! bump `updated_at`. Tests read its ground truth with
 //! [`Simulator::truth`], and may set its clock ([`ManualClock`]) as well as its seed, so that
 //! a failing run replays. It reuses `service`'s models; product code never imports it.
 
@@ -17,6 +18,7 @@ mod faults;
 mod hold;
 mod lies;
 mod life;
+mod lone_surrogate;
 mod mutex;
 mod options;
 mod query;
@@ -52,6 +54,7 @@ pub use clock::{ManualClock, SimClock};
 pub use fault_plan::{FaultPlan, RequestRecord};
 pub use hold::RequestHold;
 pub use lies::Lie;
+pub use lone_surrogate::LoneSurrogate;
 pub use options::{CallShape, DialerOptions, SimulatorOptions};
 pub use state::Precision;
 pub use tie_order::TieOrder;

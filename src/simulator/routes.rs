@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use super::auth::token;
 use super::life;
+use super::lone_surrogate;
 use super::mutex::lock;
 use super::query::{ListParams, parse_list_query, parse_post_query};
 use super::reply::{
@@ -236,13 +237,14 @@ async fn bulk_create(
 
 async fn get_call(State(shared): State<Arc<Shared>>, Path(uid): Path<String>) -> Reply {
     let uid = parse_uid(&uid, "outbound call")?;
+    let rate = shared.faults().lone_surrogate_rate;
     if let Some(frozen) = lock(&shared.frozen_details).get(&uid) {
-        return Ok(Json(frozen.clone()).into_response());
+        return Ok(lone_surrogate::detail(frozen.clone(), rate));
     }
     let mut state = shared.state();
     state.apply_due();
     match state.call(&uid) {
-        Some(c) => Ok(Json(c.call.clone()).into_response()),
+        Some(c) => Ok(lone_surrogate::detail(c.call.clone(), rate)),
         None => Err(not_found_error(format!("outbound call {uid}"))),
     }
 }
@@ -286,7 +288,7 @@ async fn list_calls(
     Ok(match (broken, shared.lie(schedule)) {
         (Some(bad), _) => bad.garble(&page),
         (None, Some(lie)) => lie.tell(&page, shared.clock.now()),
-        (None, None) => Json(page).into_response(),
+        (None, None) => lone_surrogate::page(page, shared.faults().lone_surrogate_rate),
     })
 }
 

@@ -68,7 +68,7 @@ mod status;
 mod clock;
 // A page garbled after earlier pages of the pass were committed (a fake service).
 mod bad_page;
-// Bytes the service should not send: a name not UTF-8 or with a NUL, a page nested too deep.
+// Bytes the service should not send: a name not UTF-8, with a NUL or half a surrogate pair, a page nested too deep.
 mod bad_bytes;
 // SIGKILL inside a pass, at points chosen by construction: the checkpoint is never ahead of the data.
 mod crash;

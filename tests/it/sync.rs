@@ -283,6 +283,7 @@ async fn faults_and_three_second_tokens_are_ridden_out(dest: Dest) {
                 hold_write_answers: Duration::ZERO,
                 delay_writes: Duration::ZERO,
                 date_skew_secs: 0,
+                lone_surrogate_rate: 0.0,
             },
             dialer: Some(DialerOptions {
                 tick: Duration::from_millis(20),
