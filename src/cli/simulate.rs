@@ -13,6 +13,8 @@ use crate::simulator::{
     DialerOptions, FaultPlan, Precision, Simulator, SimulatorOptions, TieOrder,
 };
 
+mod lie_arg;
+
 #[derive(Debug, Args)]
 pub(super) struct SimulateArgs {
     /// Address to listen on (loopback only is sensible: it has no real security)
@@ -99,6 +101,12 @@ pub(super) struct SimulateArgs {
     /// same calls on every request (0 to 1)
     #[arg(long, value_name = "RATE", default_value_t = 0.0, value_parser = parse_rate)]
     pub(super) lone_surrogate_rate: f64,
+    /// What the first schedule's list pages say wrongly about their first call:
+    /// stamp-ahead=SECS (stamped SECS after the service's clock, listed last; 0: later than
+    /// every call), foreign-uid (a call of the second schedule), uid-twice (the second call
+    /// carries the first's uid), mistyped=FIELD:JSON (e.g. is_test_call:"yes")
+    #[arg(long, value_name = "LIE", value_parser = lie_arg::parse_lie)]
+    pub(super) lie: Option<lie_arg::LieArg>,
 }
 
 impl SimulateArgs {
@@ -160,6 +168,9 @@ pub(super) async fn simulate(args: SimulateArgs) -> Result<ExitCode> {
     let simulator = Simulator::start(args.listen, args.options())
         .await
         .map_err(|err| cannot_listen(args.listen, err))?;
+    if let Some(lie) = &args.lie {
+        lie.tell(&simulator).map_err(anyhow::Error::msg)?;
+    }
     let stop = cancel_on_signal()?;
     // `callsync simulate | head -1` (to grab the base URL) closes stdout; the simulator
     // goes on serving.
