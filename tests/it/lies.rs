@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use crate::harness::{Dest, TestEnv};
 
-async fn env_of(dest: Dest) -> TestEnv {
+/// Two schedules of 300 calls on `dest`.
+pub(crate) async fn env_of(dest: Dest) -> TestEnv {
     TestEnv::start_on(
         SimulatorOptions {
             schedules: 2,
@@ -44,13 +45,13 @@ fn truth_uids(env: &TestEnv, schedule: Uuid) -> Vec<String> {
 }
 
 /// The latest honest stamp of `schedule`.
-fn newest(env: &TestEnv, schedule: Uuid) -> Timestamp {
+pub(crate) fn newest(env: &TestEnv, schedule: Uuid) -> Timestamp {
     let truth = env.sim.truth(schedule);
     truth.iter().map(|c| c.updated_at).max().expect("calls")
 }
 
 /// Reads `schedule` again from the start, the service honest.
-async fn backfill(env: &TestEnv, schedule: Uuid) {
+pub(crate) async fn backfill(env: &TestEnv, schedule: Uuid) {
     let engine = env.engine();
     let plan = PassPlan::backfill(engine.settings(), None, None);
     let reports = engine

@@ -5,25 +5,13 @@
 //! later read that fits writes the call and takes its row out.
 
 use callsync::service::Timestamp;
-use callsync::simulator::{Lie, SimulatorOptions};
-use callsync::sync::{PassPlan, PassResult};
+use callsync::simulator::Lie;
+use callsync::sync::PassResult;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::harness::{Dest, TestEnv};
-
-async fn env_of(dest: Dest) -> TestEnv {
-    TestEnv::start_on(
-        SimulatorOptions {
-            schedules: 2,
-            calls_per_schedule: 300,
-            ..SimulatorOptions::default()
-        },
-        dest,
-    )
-    .await
-}
+use crate::lies::{backfill, env_of, newest};
 
 /// `set_aside_calls` of `schedule`: (call uid, kind, raw JSON), by uid.
 fn set_aside(env: &TestEnv, schedule: Uuid) -> Vec<(Uuid, String, Value)> {
@@ -47,23 +35,6 @@ fn set_aside(env: &TestEnv, schedule: Uuid) -> Vec<(Uuid, String, Value)> {
             (Uuid::parse_str(&text(0)).expect("a uid"), text(1), raw)
         })
         .collect()
-}
-
-async fn backfill(env: &TestEnv, schedule: Uuid) {
-    let engine = env.engine();
-    let plan = PassPlan::backfill(engine.settings(), None, None);
-    let reports = engine
-        .sync_all(&[schedule], &plan, &CancellationToken::new())
-        .await;
-    engine.close().await;
-    assert_eq!(reports[0].result, PassResult::Completed, "{:?}", reports[0]);
-}
-
-fn newest(env: &TestEnv, schedule: Uuid) -> Timestamp {
-    (env.sim.truth(schedule).iter())
-        .map(|c| c.updated_at)
-        .max()
-        .expect("calls")
 }
 
 conformance!(
