@@ -1,48 +1,21 @@
 //! Text the service should not have sent replaced by U+FFFD before the body is decoded,
 //! where that is harmless: invalid UTF-8 inside a string value, and nowhere else; a NUL's or
-//! a lone surrogate's escape inside any string.
+//! a lone surrogate's escape inside any string. Why each is harmless is argued in
+//! docs/how-it-stays-correct.md, "Text repaired before decoding".
 //!
-//! serde_json refuses a whole body for one byte that is not UTF-8 (a misspelt name, a
-//! Latin-1 byte from an old system), and the same page comes back on every pass: the
-//! schedule would never get past it. A body that is not UTF-8 is therefore scanned once and
-//! each maximal invalid sequence (`<[u8]>::utf8_chunks`) inside a string *value* becomes
-//! U+FFFD. Why that cannot turn a broken body into a wrong reading of it:
-//! - an invalid sequence never holds an ASCII byte, so every quote, backslash, bracket,
-//!   comma, colon, digit and literal stays where it was: the body's structure is the one the
-//!   service sent;
-//! - outside a string a non-ASCII byte is a syntax error, and U+FFFD is one too: it stays
-//!   unreadable;
-//! - an object's keys are never repaired: two keys differing in an invalid byte would become
-//!   one, and a misspelt `name` key would be read as some other field; a body with such a key
-//!   stays unreadable;
-//! - after a backslash nothing is repaired: the escape was broken, not the text;
-//! - a value that must be a uid, an instant or one of a set of words is refused by its own
-//!   parser when it holds U+FFFD, as it would be with any other wrong character.
-//!
-//! A NUL (`\u0000`, which JSON allows) in a string becomes U+FFFD (`\ufffd`) too:
-//! PostgreSQL's text and `jsonb` cannot hold one, and would refuse the call's page on every
-//! pass; both destinations store the same replacement, so they hold the same calls. In a key
-//! as well as a value: an unknown key is kept, in the object's `extra` JSON, and no key
-//! callsync reads holds U+FFFD, so none can become another. The escape is replaced by another
-//! of the same shape (a backslash, `u`, four hex digits), so the body's structure is
-//! untouched; an escaped backslash before `u0000` is text, not a NUL.
-//!
-//! A lone surrogate escape (`\ud800`–`\udfff` that is not one half of a high-then-low
-//! pair: half an emoji, as a service counting UTF-16 units writes a string it cut between
-//! the halves) makes serde_json refuse the whole body, on every pass. It becomes `\ufffd`
-//! as a NUL does, in a key as in a value, for the same reasons; a high followed by a low
-//! escape is the character the pair writes (an emoji), copied as it is.
-//!
-//! Only a backslash that is not itself escaped starts an escape: `\\ud800` is the text
-//! `\ud800`, left alone (the scan follows each string's escapes; the search below counts the
-//! backslashes before each `\u`).
-//!
-//! Every page passes here, so the common body costs one search: a body that is UTF-8 and
-//! holds no `\u` escape to replace (`holds_escape_to_replace`: `memchr` finds each `\u`,
-//! read no further than its four digits) is left as it is, before any scan or copy.
-//!
-//! What was replaced is told with the uid of the outermost object around it that has one
-//! (a call, not its attempt), so the log can name the call once.
+//! Invariants:
+//! - the body's structure is the one the service sent: an invalid sequence holds no ASCII
+//!   byte, and an escape is replaced by one of the same shape (`\ufffd`);
+//! - invalid UTF-8 is repaired only inside a string *value*, never in a key, never after a
+//!   backslash; outside a string it stays a syntax error;
+//! - a NUL (`\u0000`) and a lone surrogate escape (`\ud800`–`\udfff` not one half of a
+//!   high-then-low pair) become `\ufffd` in keys and values alike; a whole pair is copied as
+//!   it is; only a backslash that is not itself escaped starts an escape (`\\ud800` is text);
+//! - the common body costs one search: a body that is UTF-8 and holds no `\u` escape to
+//!   replace (`holds_escape_to_replace`: `memchr` finds each `\u`, read no further than its
+//!   four digits) is left as it is, before any scan or copy;
+//! - what was replaced is told with the uid of the outermost object around it that has one
+//!   (a call, not its attempt), so the log names the call once.
 
 /// serde_json's recursion limit: a body nested deeper is unreadable whatever its bytes, so
 /// the scan stops following it there (and keeps its memory bounded).

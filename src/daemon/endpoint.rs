@@ -273,6 +273,20 @@ mod tests {
         .unwrap()
     }
 
+    /// A warehouse in a temporary directory, and the metrics of the one schedule it syncs.
+    fn one_schedule() -> (tempfile::TempDir, Warehouse, Uuid, Metrics) {
+        let dir = tempfile::tempdir().unwrap();
+        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
+        let schedule = Uuid::from_u128(7);
+        let metrics = Metrics::new(
+            vec![schedule],
+            Names::new(),
+            &["incremental"],
+            &ProcessIdentity::this_process(None),
+        );
+        (dir, warehouse, schedule, metrics)
+    }
+
     fn health_of(metrics: Metrics, warehouse: &Warehouse) -> EndpointState {
         EndpointState {
             metrics: Arc::new(metrics),
@@ -348,15 +362,7 @@ mod tests {
     /// of 0 clears the line, a pass that counted nothing (an idle one) leaves both alone.
     #[tokio::test]
     async fn calls_set_aside_are_said_and_counted_never_a_failure() {
-        let dir = tempfile::tempdir().unwrap();
-        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
-        let schedule = Uuid::from_u128(7);
-        let metrics = Metrics::new(
-            vec![schedule],
-            Names::new(),
-            &["incremental"],
-            &ProcessIdentity::this_process(None),
-        );
+        let (dir, warehouse, schedule, metrics) = one_schedule();
         let counted = |n| {
             let mut r = report(schedule, PassResult::Completed);
             r.set_aside = n;
@@ -390,15 +396,7 @@ mod tests {
     /// in `/healthz` and in the metrics; a pass that proves it clears both.
     #[tokio::test]
     async fn a_held_tie_group_is_shown_and_fails_healthz_once_held_pass_after_pass() {
-        let dir = tempfile::tempdir().unwrap();
-        let warehouse = Warehouse::open(&dir.path().join("w.db"), Duration::from_secs(5)).unwrap();
-        let schedule = Uuid::from_u128(7);
-        let metrics = Metrics::new(
-            vec![schedule],
-            Names::new(),
-            &["incremental"],
-            &ProcessIdentity::this_process(None),
-        );
+        let (dir, warehouse, schedule, metrics) = one_schedule();
         let at = crate::service::Timestamp::parse("2026-03-01T12:00:00Z").unwrap();
         let group = crate::sync::HeldGroup {
             at,

@@ -75,6 +75,9 @@ pub struct Accepted {
     /// The cursor to persist in the same transaction as this page: everything before it has
     /// been read. Never behind the previous one.
     pub checkpoint: Timestamp,
+    /// A call the page listed twice, as first listed: the checkpoint is held before it
+    /// (invariant 6).
+    pub listed_twice: Option<RowKey>,
 }
 
 /// A tie group a walk could not prove read whole, and read past with its checkpoint held at
@@ -338,10 +341,12 @@ impl PageWalker {
     /// Takes the rows returned for [`next_request`](Self::next_request), in the order
     /// received, and what the response said beside them.
     pub fn accept(&mut self, rows: &[RowKey], facts: PageFacts) -> Result<Accepted, WalkError> {
+        let mut listed_twice = None;
         if let Some(request) = self.next_request() {
             validate(&request, rows)?; // (6)
-            if let Some(earlier) = page::listed_twice(rows) {
-                self.hold_at(earlier); // (6)
+            listed_twice = page::listed_twice(rows);
+            if let Some(earlier) = listed_twice {
+                self.hold_at(earlier.updated_at); // (6)
             }
             self.keep_promise(&request, facts)?; // (7)
             let listed_full = rows.len() == request.page_size as usize;
@@ -402,6 +407,7 @@ impl PageWalker {
         }
         Ok(Accepted {
             checkpoint: self.checkpoint,
+            listed_twice,
         })
     }
 

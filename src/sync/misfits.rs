@@ -1,9 +1,7 @@
 //! What a page lists that the walk cannot take as it is: calls that did not fit the spec's
 //! types (`service::Misfit`), set aside with a WARN naming each, their keys still the walk's
-//! (their positions were read); and a uid listed twice in one answer, said at WARN (the
-//! walker holds the checkpoint before it: the page hid a call in its place).
-
-use std::collections::HashMap;
+//! (their positions were read); and a uid listed twice in one answer, which the walker
+//! finds and holds the checkpoint before (the page hid a call in its place), said at WARN.
 
 use uuid::Uuid;
 
@@ -47,20 +45,21 @@ pub(super) fn set_aside(misfits: Vec<Misfit>, schedule: Uuid, run: Option<i64>) 
         .collect()
 }
 
-/// Says at WARN each uid the answer lists twice; the later listing is the one written.
-pub(super) fn warn_repeated(keys: &[RowKey], schedule: Uuid) {
-    let mut first: HashMap<Uuid, &RowKey> = HashMap::with_capacity(keys.len());
-    for key in keys {
-        if let Some(earlier) = first.insert(key.uid, key) {
-            tracing::warn!(
-                %schedule,
-                uid = %key.uid,
-                first_at = %earlier.updated_at,
-                again_at = %key.updated_at,
-                "one answer lists a call twice: the later listing is written, and the checkpoint stays before the earlier for this pass (the page may have hidden a call in its place)"
-            );
-        }
-    }
+/// Says at WARN a call the answer listed twice (`listed`: its first listing, `again`: the
+/// later one); the later listing is the one written.
+pub(super) fn warn_listed_twice(listed: RowKey, keys: &[RowKey], schedule: Uuid) {
+    let again = keys
+        .iter()
+        .rev()
+        .find(|k| k.uid == listed.uid)
+        .map_or(listed.updated_at, |k| k.updated_at);
+    tracing::warn!(
+        %schedule,
+        uid = %listed.uid,
+        first_at = %listed.updated_at,
+        again_at = %again,
+        "one answer lists a call twice: the later listing is written, and the checkpoint stays before the earlier for this pass (the page may have hidden a call in its place)"
+    );
 }
 
 #[cfg(test)]

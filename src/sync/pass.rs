@@ -484,7 +484,6 @@ impl<'e> Pass<'e> {
         // A quiet check's row (if any) is not the walk's yet: the walk reads it in its turn.
         let (data, set_aside) = match request.purpose {
             Purpose::Walk => {
-                misfits::warn_repeated(&keys, self.schedule);
                 let run = self.run.map(RunId::get);
                 // A misfit of a call this pass wrote as it fits, as stamped or later (the row
                 // at the cursor listed again), adds nothing.
@@ -517,6 +516,9 @@ impl<'e> Pass<'e> {
             tracing::error!(%request, error = %source, "the service's page cannot be trusted");
             SyncError::Walk { request, source }
         })?;
+        if let Some(listed) = accepted.listed_twice {
+            misfits::warn_listed_twice(listed, &keys, self.schedule);
+        }
         self.position = Some(walker.position().min(service_now));
         self.unstable_tie_order |= walker.tie_order_unstable();
         if walker.held_groups().len() != self.held_groups.len() {

@@ -27,6 +27,27 @@ fn line_of(lines: &[Value], schedule: uuid::Uuid) -> &Value {
         .unwrap_or_else(|| panic!("no pass line for {schedule}: {lines:?}"))
 }
 
+/// `callsync sync --json` of `env`: exit 0, every schedule's pass completed without a retry.
+async fn sync_completing_every_pass(
+    env: &TestEnv,
+    schedules: &[uuid::Uuid],
+) -> std::process::Output {
+    let config = env.write_config("");
+    let c = config.to_str().unwrap();
+    let out = callsync(&["--config", c, "sync", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = pass_lines(&out);
+    for schedule in schedules {
+        let line = line_of(&lines, *schedule);
+        assert_eq!(
+            (line["outcome"].as_str(), line["retries"].as_u64()),
+            (Some("completed"), Some(0)),
+            "{line}"
+        );
+    }
+    out
+}
+
 /// The list requests the simulator received for `schedule`.
 fn list_requests(env: &TestEnv, schedule: uuid::Uuid) -> usize {
     let path = format!("/api/v1/schedules/{schedule}/outbound_calls");
@@ -74,20 +95,7 @@ async fn garbled_name_stored_with_a_replacement(
         "a seeded call with a first name: {name:?}"
     );
     env.sim.break_schedule(s[0], Some(garble(garbled)));
-    let config = env.write_config("");
-    let c = config.to_str().unwrap();
-
-    let out = callsync(&["--config", c, "sync", "--json"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let lines = pass_lines(&out);
-    for schedule in &s {
-        let line = line_of(&lines, *schedule);
-        assert_eq!(
-            (line["outcome"].as_str(), line["retries"].as_u64()),
-            (Some("completed"), Some(0)),
-            "{line}"
-        );
-    }
+    let out = sync_completing_every_pass(&env, &s).await;
     // One WARN line, naming the call.
     let err = stderr(&out);
     let warned: Vec<&str> = err.lines().filter(|l| l.contains("not UTF-8")).collect();
@@ -145,20 +153,7 @@ async fn lone_surrogates_stored_as_replacements(dest: crate::harness::Dest, summ
         .map(|uid| format!("{:?}", LoneSurrogate::of(*uid, RATE)))
         .collect();
     assert_eq!(forms.len(), 4, "every form served: {forms:?}");
-    let config = env.write_config("");
-    let c = config.to_str().unwrap();
-
-    let out = callsync(&["--config", c, "sync", "--json"]).await;
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let lines = pass_lines(&out);
-    for schedule in &s {
-        let line = line_of(&lines, *schedule);
-        assert_eq!(
-            (line["outcome"].as_str(), line["retries"].as_u64()),
-            (Some("completed"), Some(0)),
-            "{line}"
-        );
-    }
+    let out = sync_completing_every_pass(&env, &s).await;
     // The WARN lines name exactly the calls served with a lone surrogate.
     let err = stderr(&out);
     let named: std::collections::BTreeSet<uuid::Uuid> = err

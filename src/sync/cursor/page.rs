@@ -11,6 +11,16 @@ pub struct RowKey {
     pub updated_at: Timestamp,
 }
 
+impl RowKey {
+    fn min_by_stamp(self, other: RowKey) -> RowKey {
+        if other.updated_at < self.updated_at {
+            other
+        } else {
+            self
+        }
+    }
+}
+
 /// What a response says beside its rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PageFacts {
@@ -23,13 +33,13 @@ pub struct PageFacts {
     pub future: Option<Timestamp>,
 }
 
-/// The earliest instant at which the answer lists a call that it lists again.
-pub(super) fn listed_twice(rows: &[RowKey]) -> Option<Timestamp> {
+/// Of the calls the answer lists twice, the earliest first listing.
+pub(super) fn listed_twice(rows: &[RowKey]) -> Option<RowKey> {
     let mut seen = std::collections::HashMap::with_capacity(rows.len());
-    let mut earliest: Option<Timestamp> = None;
+    let mut earliest: Option<RowKey> = None;
     for row in rows {
-        if let Some(first) = seen.insert(row.uid, row.updated_at) {
-            earliest = Some(earliest.map_or(first, |at| at.min(first)));
+        if let Some(first) = seen.insert(row.uid, *row) {
+            earliest = Some(earliest.map_or(first, |e| e.min_by_stamp(first)));
         }
     }
     earliest

@@ -51,6 +51,8 @@ pub(in crate::warehouse::postgres) struct AsideWrites {
     passed: (Vec<Uuid>, Vec<time::OffsetDateTime>),
     /// The group's schedules, each once: their rows are counted after the writes.
     counted: Vec<Uuid>,
+    /// Where each (schedule, call) set aside is in the arrays: a call's latest row wins.
+    rows_at: HashMap<(Uuid, Uuid), usize>,
     /// When the group's calls were seen set aside (this machine's clock).
     now: time::OffsetDateTime,
 }
@@ -68,6 +70,7 @@ impl AsideWrites {
             runs: Vec::new(),
             passed: (Vec::new(), Vec::new()),
             counted: Vec::new(),
+            rows_at: HashMap::new(),
             now: micros(Timestamp::now()),
         }
     }
@@ -92,21 +95,20 @@ impl AsideWrites {
             .extend(std::iter::repeat_n(schedule, fitting.len()));
         self.fitting.1.extend(fitting);
         // The latest row of each call wins.
-        let mut at: HashMap<(Uuid, Uuid), usize> = (self.schedules.iter().zip(&self.calls))
-            .enumerate()
-            .map(|(i, (s, c))| ((*s, *c), i))
-            .collect();
         for row in rows {
-            let i = *at.entry((schedule, row.call_uid)).or_insert_with(|| {
-                self.schedules.push(schedule);
-                self.calls.push(row.call_uid);
-                self.kinds.push("");
-                self.stamps.push(micros(Timestamp::EPOCH));
-                self.reasons.push(String::new());
-                self.raw.push(String::new());
-                self.runs.push(None);
-                self.calls.len() - 1
-            });
+            let i = *self
+                .rows_at
+                .entry((schedule, row.call_uid))
+                .or_insert_with(|| {
+                    self.schedules.push(schedule);
+                    self.calls.push(row.call_uid);
+                    self.kinds.push("");
+                    self.stamps.push(micros(Timestamp::EPOCH));
+                    self.reasons.push(String::new());
+                    self.raw.push(String::new());
+                    self.runs.push(None);
+                    self.calls.len() - 1
+                });
             self.kinds[i] = row.kind.as_str();
             self.stamps[i] = micros(row.updated_at);
             self.reasons[i] = row.reason.clone();
